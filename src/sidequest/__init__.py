@@ -1,0 +1,59 @@
+"""sidequest: background jobs for Python on Redis, in Sidekiq's wire format.
+
+    import sidequest
+
+    @sidequest.job(queue="mail")
+    def send_welcome(user_id): ...
+
+    send_welcome.perform_async(42)
+
+Run them with `sidequest worker -r myapp.jobs`.
+"""
+
+from .client import Client, configure, default_client
+from .config import Config
+from .errors import (
+    ConfigError,
+    JobArgumentError,
+    JobDefinitionError,
+    JobFailed,
+    JobTimeoutError,
+    PayloadError,
+    RedisUnavailableError,
+    SidequestError,
+    UnknownJobError,
+)
+from .job import Job, JobFunction, job
+from .middleware import Chain
+from .registry import Registry, default_registry
+
+__version__ = "0.1.0"
+
+
+def push(job_name: str, args: list, **options):  # type: ignore[no-untyped-def,type-arg]
+    """Push a job by name with the default client (e.g. a Ruby job: `push("HardWorker", [1])`)."""
+    return default_client().push(job_name, args, **options)
+
+
+__all__ = [
+    "Chain",
+    "Client",
+    "Config",
+    "ConfigError",
+    "Job",
+    "JobArgumentError",
+    "JobDefinitionError",
+    "JobFailed",
+    "JobFunction",
+    "JobTimeoutError",
+    "PayloadError",
+    "RedisUnavailableError",
+    "Registry",
+    "SidequestError",
+    "UnknownJobError",
+    "configure",
+    "default_client",
+    "default_registry",
+    "job",
+    "push",
+]

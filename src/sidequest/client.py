@@ -1,0 +1,197 @@
+"""Pushing jobs into Redis exactly as Sidekiq's client does.
+
+    client = Client(Config(redis_url="redis://localhost:6379/0"))
+    client.push(Resize, ["a.png", 200])                       # by job class
+    client.push("HardWorker", [1, 2], queue="ruby")           # by name: a job of another codebase
+    client.push_bulk(Resize, [["a.png", 1], ["b.png", 2]])
+
+Immediate jobs: one MULTI with `SADD queues <q>` and `LPUSH queue:<q> <json>...`.
+Scheduled jobs: `ZADD schedule <at> <json>`, without `enqueued_at`.
+Every payload is built and checked before anything is sent, and a whole push (bulk included)
+goes in one MULTI/EXEC, so a bad argument or a dropped connection leaves nothing partial.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import redis
+
+from . import keys
+from .config import Config
+from .connection import connect
+from .errors import JobArgumentError
+from .job import Job, job_class_of
+from .options import DEFAULTS, check_options, schedule_at
+from .payload import check_args, encode, new_jid
+
+BULK_BATCH = 1000  # payloads per LPUSH/ZADD, as Sidekiq's push_bulk batches
+
+
+class Client:
+    """Builds payloads, runs client middleware, and writes them to Redis."""
+
+    def __init__(self, config: Config | None = None, *, redis_client: redis.Redis | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.config = config or Config()
+        self._redis = redis_client
+        self._lock = threading.Lock()
+        self.clock = clock
+
+    @property
+    def redis(self) -> redis.Redis:
+        if self._redis is None:
+            with self._lock:
+                if self._redis is None:
+                    self._redis = connect(self.config.url)
+        return self._redis
+
+    # -- public --------------------------------------------------------------------------------
+    def push(self, job: Any, args: Iterable[Any] = (), *, at: Any = None, in_: Any = None,
+             **options: Any) -> str | None:
+        """Push one job; return its jid, or None if client middleware stopped it.
+
+        `job` is a Job class, a `@job` function, or a wire name (a job of another codebase).
+        `at` is an epoch time or aware datetime, `in_` a delay; both follow Sidekiq's rule.
+        """
+        now = self.clock()
+        when = self._when(at, in_, now)
+        name, base = self._describe(job, options)
+        args = check_args(list(args))
+        payload = self._payload(name, base, args, now)
+        pushed = self._through_middleware(name, payload)
+        if pushed is None:
+            return None
+        self._write([(pushed, when)], now)
+        return str(pushed["jid"])
+
+    def push_bulk(self, job: Any, args_list: Iterable[Any], *, at: Any = None,
+                  **options: Any) -> list[str | None]:
+        """Push many jobs of one kind in one transaction; return their jids in order.
+
+        `at` may be one time for all, or a list with one time per job. A job stopped by
+        client middleware has None in its place.
+        """
+        now = self.clock()
+        all_args = list(args_list)
+        times = self._bulk_times(at, len(all_args), now)
+        name, base = self._describe(job, options)
+        checked = []
+        for index, args in enumerate(all_args):
+            try:
+                checked.append(check_args(args))
+            except JobArgumentError as exc:
+                raise JobArgumentError(f"job {index} of the bulk: {exc}") from None
+        entries: list[tuple[dict[str, Any], float | None]] = []
+        jids: list[str | None] = []
+        middleware = len(self.config.client_middleware) > 0
+        for args, when in zip(checked, times):
+            payload = self._payload(name, base, args, now)
+            if middleware:
+                pushed = self._through_middleware(name, payload)
+                if pushed is None:
+                    jids.append(None)
+                    continue
+                payload = pushed
+            entries.append((payload, when))
+            jids.append(payload["jid"])
+        self._write(entries, now)
+        return jids
+
+    # -- building ------------------------------------------------------------------------------
+    @staticmethod
+    def _describe(job: Any, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        job_class = job_class_of(job)
+        if job_class is not None:
+            return job_class.name, {**job_class.payload_options(), **check_options(options)}
+        if isinstance(job, str) and job:
+            return job, {**DEFAULTS, **check_options(options)}
+        raise JobArgumentError(f"push needs a Job class, a @job function or a job name, got {job!r}")
+
+    @staticmethod
+    def _payload(name: str, base: dict[str, Any], args: list[Any], now: float) -> dict[str, Any]:
+        payload = dict(base)
+        payload["args"] = args  # Sidekiq 6.4 writes args before class; keep its field order
+        payload["class"] = name
+        payload["jid"] = new_jid()
+        payload["created_at"] = now
+        return payload
+
+    def _through_middleware(self, name: str, payload: dict[str, Any]) -> dict[str, Any] | None:
+        chain = self.config.client_middleware
+        if not len(chain):
+            return payload
+        result = chain.invoke(name, payload, payload["queue"], final=lambda: payload)
+        return result if isinstance(result, dict) else None
+
+    @staticmethod
+    def _when(at: Any, in_: Any, now: float) -> float | None:
+        if at is not None and in_ is not None:
+            raise JobArgumentError("give `at` or `in_`, not both")
+        if at is not None:
+            return schedule_at(at, now, method="perform_at")
+        if in_ is not None:
+            return schedule_at(in_, now, method="perform_in")
+        return None
+
+    @staticmethod
+    def _bulk_times(at: Any, count: int, now: float) -> list[float | None]:
+        if isinstance(at, (list, tuple)):
+            if len(at) != count:
+                raise JobArgumentError(f"bulk `at` has {len(at)} times for {count} jobs")
+            return [schedule_at(t, now, method="perform_at") for t in at]
+        when = None if at is None else schedule_at(at, now, method="perform_at")
+        return [when] * count
+
+    # -- writing -------------------------------------------------------------------------------
+    def _write(self, entries: list[tuple[dict[str, Any], float | None]], now: float) -> None:
+        if not entries:
+            return
+        queued: dict[str, list[str]] = {}
+        scheduled: list[tuple[str, float]] = []
+        for payload, when in entries:
+            if when is None:
+                payload["enqueued_at"] = now
+                queued.setdefault(payload["queue"], []).append(self._encode(payload))
+            else:
+                scheduled.append((self._encode(payload), when))
+        pipe = self.redis.pipeline(transaction=True)
+        for queue, blobs in queued.items():
+            pipe.sadd(keys.QUEUES, queue)
+            for start in range(0, len(blobs), BULK_BATCH):
+                pipe.lpush(keys.queue(queue), *blobs[start:start + BULK_BATCH])
+        for start in range(0, len(scheduled), BULK_BATCH):
+            pipe.zadd(keys.SCHEDULE, dict(scheduled[start:start + BULK_BATCH]))
+        pipe.execute()
+
+    @staticmethod
+    def _encode(payload: dict[str, Any]) -> str:
+        try:
+            return encode(payload)
+        except (TypeError, ValueError) as exc:  # client middleware added something that is not JSON
+            raise JobArgumentError(f"payload of job {payload.get('class')!r} is not JSON: {exc}") from None
+
+
+_default: Client | None = None
+_default_lock = threading.Lock()
+
+
+def configure(config: Config | None = None, *, client: Client | None = None) -> Client:
+    """Set the client behind module-level calls like `MyJob.perform_async` (the edge default)."""
+    global _default
+    with _default_lock:
+        _default = client or Client(config or Config.from_env())
+        return _default
+
+
+def default_client() -> Client:
+    """The process-wide client; built from the environment (`REDIS_URL`) on first use."""
+    global _default
+    if _default is None:
+        with _default_lock:
+            if _default is None:
+                _default = Client(Config.from_env())
+    return _default

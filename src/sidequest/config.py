@@ -1,0 +1,216 @@
+"""One frozen configuration object, validated when it is built.
+
+Build it in code (`Config(concurrency=5)`), from the environment (`Config.from_env()`, the only
+place sidequest reads `os.environ`), from a `sidekiq.yml`-shaped YAML file (`Config.from_file`),
+or layer them: `Config.from_env().replace(**cli_flags)`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import ConfigError
+from .middleware import Chain
+
+DEFAULT_REDIS_PORT = 6379
+QUEUE_NAME = re.compile(r"^[^\s\x00-\x1f\x7f]+$")
+
+
+def check_queue_name(name: Any, what: str = "queue name") -> str:
+    """Return `name` if it is a usable queue name, else raise ConfigError saying why."""
+    if not isinstance(name, str):
+        raise ConfigError(f"{what} must be a string, got {type(name).__name__}")
+    if not name or len(name) > 200 or not QUEUE_NAME.match(name):
+        raise ConfigError(
+            f"{what} {name!r} is not valid: use 1-200 characters with no spaces or control characters"
+        )
+    return name
+
+
+def parse_queue_spec(spec: Any) -> tuple[str, int]:
+    """`"critical"`, `"critical,3"`, `["critical", 3]` -> ("critical", 3); weight 0 means unweighted."""
+    if isinstance(spec, str):
+        name, _, weight = spec.partition(",")
+        spec = [name.strip(), weight.strip() or 0]
+    if not isinstance(spec, (list, tuple)) or not 1 <= len(spec) <= 2:
+        raise ConfigError(f"queue {spec!r} must be NAME or [NAME, WEIGHT]")
+    name = check_queue_name(spec[0])
+    raw_weight = spec[1] if len(spec) == 2 else 0
+    try:
+        weight = int(raw_weight)
+    except (TypeError, ValueError):
+        raise ConfigError(f"queue {name!r} has weight {raw_weight!r}; a weight is a whole number") from None
+    if weight < 0:
+        raise ConfigError(f"queue {name!r} has negative weight {weight}")
+    return name, weight
+
+
+@dataclass(frozen=True)
+class Config:
+    """Everything a client or worker needs to know. Times are seconds."""
+
+    redis_url: str | None = None  # None: REDIS_URL unset; localhost, or the embedded server
+    queues: tuple[tuple[str, int], ...] = (("default", 0),)
+    concurrency: int = 10
+    timeout: float = 25.0  # shutdown deadline for running jobs
+    tag: str = ""
+    labels: tuple[str, ...] = ()
+    fetch: str = "reliable"  # "reliable" keeps taken jobs until acknowledged; "basic" is BRPOP
+    fetch_timeout: float = 2.0  # bound on a blocking fetch, so stops are noticed
+    poll_interval: float = 1.0  # longest the scheduler sleeps when nothing is due
+    heartbeat_interval: float = 5.0
+    heartbeat_ttl: float = 60.0  # a process silent this long counts as dead
+    recovery_interval: float = 15.0
+    max_recoveries: int = 3
+    job_timeout: float | None = None  # worker default for the `timeout` job option
+    max_retries: int = 25
+    dead_max_jobs: int = 10_000
+    dead_timeout: float = 180 * 24 * 3600.0
+    embedded_dir: str = ".sidequest"
+    embedded_port: int = DEFAULT_REDIS_PORT
+    require: tuple[str, ...] = ()
+    verbose: bool = False
+    logfile: str | None = None
+    pidfile: str | None = None
+    client_middleware: Chain = field(default_factory=Chain, compare=False)
+    server_middleware: Chain = field(default_factory=Chain, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.queues:
+            raise ConfigError("at least one queue is needed")
+        queues = tuple(parse_queue_spec(q) for q in self.queues)
+        object.__setattr__(self, "queues", queues)
+        weights = {w for _, w in queues}
+        if len(queues) > 1 and 0 in weights and weights != {0}:
+            raise ConfigError("give every queue a weight, or none (strict order)")
+        for name in ("concurrency", "max_recoveries", "max_retries", "dead_max_jobs", "embedded_port"):
+            _positive_int(name, getattr(self, name), allow_zero=name in ("max_recoveries", "max_retries"))
+        for name in ("timeout", "fetch_timeout", "poll_interval", "heartbeat_interval",
+                     "heartbeat_ttl", "recovery_interval", "dead_timeout"):
+            _positive_number(name, getattr(self, name))
+        if self.job_timeout is not None:
+            _positive_number("job_timeout", self.job_timeout)
+        if self.fetch not in ("reliable", "basic"):
+            raise ConfigError(f"fetch must be 'reliable' or 'basic', got {self.fetch!r}")
+        if self.heartbeat_ttl <= self.heartbeat_interval:
+            raise ConfigError("heartbeat_ttl must be longer than heartbeat_interval")
+        object.__setattr__(self, "labels", tuple(self.labels))
+        object.__setattr__(self, "require", tuple(self.require))
+
+    # -- derived -------------------------------------------------------------------------------
+    @property
+    def strict(self) -> bool:
+        """Strict order when no queue has a weight (Sidekiq's rule)."""
+        return all(w == 0 for _, w in self.queues)
+
+    @property
+    def queue_names(self) -> list[str]:
+        return [name for name, _ in self.queues]
+
+    @property
+    def url(self) -> str:
+        """The Redis URL to use: the configured one, or localhost on the embedded port."""
+        return self.redis_url or f"redis://localhost:{self.embedded_port}/0"
+
+    # -- constructors --------------------------------------------------------------------------
+    def replace(self, **changes: Any) -> Config:
+        """A copy with `changes` applied (None values are ignored, so CLI flags layer cleanly)."""
+        changes = {k: v for k, v in changes.items() if v is not None}
+        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
+        if unknown:
+            raise ConfigError(f"unknown setting(s): {', '.join(sorted(unknown))}")
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Config:
+        """Settings from `REDIS_URL` and `SIDEQUEST_*` variables (e.g. SIDEQUEST_CONCURRENCY)."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        if env.get("REDIS_URL"):
+            values["redis_url"] = env["REDIS_URL"]
+        names = {f.name: f for f in dataclasses.fields(cls)}
+        for key, raw in env.items():
+            if key.startswith("SIDEQUEST_") and key != "SIDEQUEST_REDIS_URL":
+                name = key[len("SIDEQUEST_"):].lower()
+                if name in names and name not in ("client_middleware", "server_middleware"):
+                    values[name] = _cast(name, raw, names[name].type)
+        if env.get("SIDEQUEST_REDIS_URL"):
+            values["redis_url"] = env["SIDEQUEST_REDIS_URL"]
+        return cls(**values).replace(**overrides)
+
+    def merge_file(self, path: str | os.PathLike[str]) -> Config:
+        """A copy with the settings of a YAML file in the shape of a `sidekiq.yml`."""
+        return self.replace(**load_file(path))
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str]) -> Config:
+        return cls(**load_file(path))
+
+
+def load_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a sidekiq.yml-shaped file: `:concurrency:`, `:queues:` (names or [name, weight]), ..."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {p}: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {p} is not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {p} must hold a mapping of settings")
+    known = {f.name for f in dataclasses.fields(Config)} - {"client_middleware", "server_middleware"}
+    values: dict[str, Any] = {}
+    for raw_key, value in data.items():
+        key = str(raw_key).lstrip(":")  # sidekiq.yml writes Ruby symbols, `:concurrency:`
+        if key in ("processes", "max_jobs", "max_memory"):
+            values[key] = value  # swarm settings, read by the CLI
+            continue
+        if key not in known:
+            raise ConfigError(f"config file {p}: unknown setting {key!r}")
+        if key in ("labels", "require") and isinstance(value, str):
+            value = [value]
+        if key in ("queues", "labels", "require"):
+            if not isinstance(value, list):
+                raise ConfigError(f"config file {p}: {key} must be a list")
+            value = tuple(value)
+        values[key] = value
+    return values
+
+
+def _cast(name: str, raw: str, kind: Any) -> Any:
+    text = str(kind)
+    try:
+        if name == "queues":
+            return tuple(part for part in raw.split(";") if part)
+        if name in ("labels", "require"):
+            return tuple(part.strip() for part in raw.split(",") if part.strip())
+        if "bool" in text:
+            return raw.strip().lower() in ("1", "true", "yes", "on")
+        if text.startswith("int"):
+            return int(raw)
+        if "float" in text:
+            return float(raw)
+    except ValueError:
+        raise ConfigError(f"SIDEQUEST_{name.upper()}={raw!r} is not a valid {text}") from None
+    return raw
+
+
+def _positive_int(name: str, value: Any, allow_zero: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < (0 if allow_zero else 1):
+        floor = "0 or more" if allow_zero else "1 or more"
+        raise ConfigError(f"{name} must be a whole number, {floor}; got {value!r}")
+
+
+def _positive_number(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ConfigError(f"{name} must be a number above 0; got {value!r}")

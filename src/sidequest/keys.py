@@ -1,0 +1,81 @@
+"""Every Redis key name sidequest reads or writes, and nothing else.
+
+Sidekiq's own layout (shared with Ruby Sidekiq, unprefixed):
+
+    queues                      set of queue names
+    queue:<name>                list; producers LPUSH, consumers take from the right
+    schedule, retry, dead       sorted sets, score = epoch seconds, member = payload JSON
+    processes                   set of process identities
+    <identity>                  hash: info (JSON), busy, beat, quiet, rss
+    <identity>:work             hash of running jobs (Sidekiq 7 name)
+    <identity>:workers          the same hash under Sidekiq 6's name
+    <identity>-signals          list of remote signals (TSTP, TERM, ...)
+    stat:processed, stat:failed and stat:<name>:YYYY-MM-DD
+
+sidequest's own keys live under the `sidequest:` prefix so Ruby Sidekiq never trips on them:
+
+    sidequest:reserved:<identity>   list of payloads a process has taken and not acknowledged
+    sidequest:recovery-lock         short lock while orphaned work is put back
+
+A test fails if a key literal appears in any other module.
+"""
+
+from __future__ import annotations
+
+QUEUES = "queues"
+SCHEDULE = "schedule"
+RETRY = "retry"
+DEAD = "dead"
+PROCESSES = "processes"
+STAT_PROCESSED = "stat:processed"
+STAT_FAILED = "stat:failed"
+
+PREFIX = "sidequest"
+QUEUE_PREFIX = "queue:"
+
+
+def queue(name: str) -> str:
+    return QUEUE_PREFIX + name
+
+
+def queue_name(key: str) -> str:
+    """The queue name of a `queue:<name>` key."""
+    return key[len(QUEUE_PREFIX):] if key.startswith(QUEUE_PREFIX) else key
+
+
+def process(identity: str) -> str:
+    return identity
+
+
+def work(identity: str) -> str:
+    return f"{identity}:work"
+
+
+def workers(identity: str) -> str:
+    return f"{identity}:workers"
+
+
+def signals(identity: str) -> str:
+    return f"{identity}-signals"
+
+
+def stat_daily(name: str, day: str) -> str:
+    """`stat:processed:2026-11-22`; `name` is `processed` or `failed`."""
+    return f"stat:{name}:{day}"
+
+
+def reserved(identity: str) -> str:
+    return f"{PREFIX}:reserved:{identity}"
+
+
+def reserved_pattern() -> str:
+    return f"{PREFIX}:reserved:*"
+
+
+def identity_of_reserved(key: str) -> str:
+    return key[len(f"{PREFIX}:reserved:"):]
+
+
+RECOVERY_LOCK = f"{PREFIX}:recovery-lock"
+SCHEDULER_WAKE = f"{PREFIX}:scheduler-wake"
+

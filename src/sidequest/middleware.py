@@ -1,0 +1,106 @@
+"""The middleware chain: an ordered list of links, each wrapping the next.
+
+A link is a class (instantiated afresh for every job, with the arguments given when it was
+added, so no state leaks between jobs) or a plain callable. It is called with the chain's
+arguments plus `call_next`, and returns what `call_next()` returned or something else:
+
+    class Stamp:
+        def __call__(self, job_name, payload, queue, call_next):
+            payload["stamped"] = True
+            return call_next()          # a client link that returns None stops the push
+
+    config.client_middleware.add(Stamp)
+
+Client links receive `(job_name, payload, queue, call_next)`; server links receive
+`(job, payload, queue, call_next)` where `job` is the job object about to run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class _Entry:
+    link: Any
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def build(self) -> Callable[..., Any]:
+        if isinstance(self.link, type):
+            return self.link(*self.args, **self.kwargs)  # type: ignore[no-any-return]
+        return self.link  # type: ignore[no-any-return]
+
+
+class Chain:
+    """Ordered middleware. Adding a link that is already present moves it (Sidekiq's rule)."""
+
+    def __init__(self) -> None:
+        self._entries: list[_Entry] = []
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return (e.link for e in self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, link: Any) -> bool:
+        return self._index(link) is not None
+
+    def _index(self, link: Any) -> int | None:
+        for i, entry in enumerate(self._entries):
+            if entry.link is link:
+                return i
+        return None
+
+    def _pop(self, link: Any) -> None:
+        i = self._index(link)
+        if i is not None:
+            del self._entries[i]
+
+    def add(self, link: Any, *args: Any, **kwargs: Any) -> None:
+        """Append `link` (the innermost position, nearest the job)."""
+        self._pop(link)
+        self._entries.append(_Entry(link, args, kwargs))
+
+    def prepend(self, link: Any, *args: Any, **kwargs: Any) -> None:
+        """Put `link` first (the outermost position)."""
+        self._pop(link)
+        self._entries.insert(0, _Entry(link, args, kwargs))
+
+    def insert_before(self, existing: Any, link: Any, *args: Any, **kwargs: Any) -> None:
+        self._pop(link)
+        i = self._require(existing)
+        self._entries.insert(i, _Entry(link, args, kwargs))
+
+    def insert_after(self, existing: Any, link: Any, *args: Any, **kwargs: Any) -> None:
+        self._pop(link)
+        i = self._require(existing)
+        self._entries.insert(i + 1, _Entry(link, args, kwargs))
+
+    def remove(self, link: Any) -> None:
+        self._pop(link)
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+    def _require(self, link: Any) -> int:
+        i = self._index(link)
+        if i is None:
+            raise ValueError(f"{link!r} is not in this middleware chain")
+        return i
+
+    def invoke(self, *args: Any, final: Callable[[], Any]) -> Any:
+        """Run every link around `final`, outermost first, and return what the outermost returned."""
+        if not self._entries:
+            return final()
+        links = [entry.build() for entry in self._entries]
+
+        def step(i: int) -> Any:
+            if i == len(links):
+                return final()
+            return links[i](*args, lambda: step(i + 1))
+
+        return step(0)

@@ -1,0 +1,111 @@
+"""Job options (Sidekiq's `sidekiq_options`) and schedule times, checked with clear errors.
+
+Known options and their types:
+
+    queue        str, a valid queue name                       default "default"
+    retry        True (= 25 attempts), False, or an int >= 0   default True
+    retry_queue  str, a valid queue name
+    backtrace    bool, or an int (how many lines to keep)
+    dead         bool: whether exhausted jobs go to the dead set
+    tags         list of str
+    timeout      number of seconds > 0 (sidequest's per-job time limit)
+
+Any other option is kept in the payload as it is, if it is native JSON.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timedelta
+from typing import Any
+
+from .config import check_queue_name
+from .errors import ConfigError, JobArgumentError
+from .payload import RESERVED_KEYS, check_json_value
+
+DEFAULTS: dict[str, Any] = {"retry": True, "queue": "default"}
+
+# The point where Sidekiq stops reading a number as an interval and reads it as an epoch time.
+EPOCH_THRESHOLD = 1_000_000_000
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check_queue(value: Any, option: str) -> str:
+    try:
+        return check_queue_name(value, f"option {option!r}")
+    except ConfigError as exc:
+        raise JobArgumentError(str(exc)) from None
+
+
+def check_option(key: str, value: Any) -> Any:
+    """Return the value to store for option `key`, or raise JobArgumentError saying why not."""
+    if not isinstance(key, str) or not key:
+        raise JobArgumentError(f"option names are non-empty strings, got {key!r}")
+    if key in RESERVED_KEYS:
+        raise JobArgumentError(f"{key!r} is set by sidequest itself and cannot be a job option")
+    if key in ("queue", "retry_queue"):
+        return _check_queue(value, key)
+    if key == "retry":
+        if isinstance(value, bool) or (isinstance(value, int) and value >= 0):
+            return value
+        raise JobArgumentError(f"option 'retry' must be True, False or an int >= 0, got {value!r}")
+    if key == "backtrace":
+        if isinstance(value, bool) or (isinstance(value, int) and value >= 0):
+            return value
+        raise JobArgumentError(f"option 'backtrace' must be a bool or a line count >= 0, got {value!r}")
+    if key == "dead":
+        if isinstance(value, bool):
+            return value
+        raise JobArgumentError(f"option 'dead' must be True or False, got {value!r}")
+    if key == "tags":
+        if isinstance(value, (list, tuple)) and all(isinstance(t, str) for t in value):
+            return list(value)
+        raise JobArgumentError(f"option 'tags' must be a list of strings, got {value!r}")
+    if key == "timeout":
+        if value is None or (_is_number(value) and math.isfinite(value) and value > 0):
+            return value
+        raise JobArgumentError(f"option 'timeout' must be a number of seconds above 0, got {value!r}")
+    check_json_value(value, f"option {key!r}")
+    return value
+
+
+def check_options(options: dict[str, Any]) -> dict[str, Any]:
+    return {key: check_option(key, value) for key, value in options.items()}
+
+
+def schedule_at(when: Any, now: float, *, method: str) -> float | None:
+    """Epoch seconds to schedule at, or None to enqueue now (the time is not in the future).
+
+    `method` is "perform_in" (seconds or timedelta) or "perform_at" (epoch or aware datetime).
+    Both follow Sidekiq's rule: a number below 1e9 is an interval from now.
+    """
+    if isinstance(when, datetime):
+        if method == "perform_in":
+            raise JobArgumentError("perform_in takes seconds or a timedelta; use perform_at for a datetime")
+        if when.tzinfo is None or when.utcoffset() is None:
+            raise JobArgumentError(
+                f"perform_at got a naive datetime {when.isoformat()}; give it a timezone "
+                "(e.g. datetime.now(timezone.utc)) so the time is not ambiguous"
+            )
+        ts = when.timestamp()
+    elif isinstance(when, timedelta):
+        if method == "perform_at":
+            raise JobArgumentError("perform_at takes an epoch time or a datetime; use perform_in for a timedelta")
+        ts = when.total_seconds()
+        if ts < 0:
+            raise JobArgumentError(f"{method} got a negative delay {when}")
+        ts += now
+    elif _is_number(when):
+        if not math.isfinite(when):
+            raise JobArgumentError(f"{method} got {when!r}; a time must be a finite number")
+        if when < 0:
+            raise JobArgumentError(f"{method} got a negative delay {when!r}")
+        ts = now + when if when < EPOCH_THRESHOLD else float(when)
+    else:
+        raise JobArgumentError(
+            f"{method} takes a number of seconds, a timedelta or a datetime, got {type(when).__name__}"
+        )
+    return ts if ts > now else None

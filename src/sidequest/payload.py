@@ -1,0 +1,127 @@
+"""The job payload: Sidekiq's JSON hash, built, checked at the edge, encoded and decoded.
+
+A payload on the wire looks like Sidekiq's:
+
+    {"retry":true,"queue":"default","class":"app.jobs.send_mail","args":[42],
+     "jid":"b4a577edbccf1d805744efa9","created_at":1700000000.12,"enqueued_at":1700000000.13}
+
+Arguments must be native JSON (None, bool, int, finite float, str, list, dict with str keys),
+because a job is read back as JSON by this or another language; nothing else is accepted, so
+what a job receives is exactly what the caller passed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import secrets
+from typing import Any
+
+from .errors import JobArgumentError, PayloadError
+
+# Keys the client sets itself; a job option of the same name would be overwritten or
+# would break the payload, so options may not use them.
+RESERVED_KEYS = frozenset({"class", "args", "jid", "created_at", "enqueued_at", "at"})
+
+_SCALARS = (str, int, bool, type(None))
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def new_jid() -> str:
+    """24 lowercase hex characters, as Sidekiq's `SecureRandom.hex(12)`."""
+    return secrets.token_hex(12)
+
+
+def encode(payload: dict[str, Any]) -> str:
+    """Compact JSON as Sidekiq's `dump_json` writes it (UTF-8, no spaces)."""
+    return _ENCODER.encode(payload)
+
+
+def check_args(args: Any) -> list[Any]:
+    """Return `args` as a list if every argument is native JSON; raise JobArgumentError otherwise.
+
+    >>> check_args([1, "a", {"k": [None, 2.5]}])
+    [1, 'a', {'k': [None, 2.5]}]
+    """
+    if not isinstance(args, list):
+        if isinstance(args, tuple):
+            args = list(args)
+        else:
+            raise JobArgumentError(f"job args must be a list, got {type(args).__name__}")
+    for position, value in enumerate(args):
+        if type(value) in _SCALARS:
+            continue
+        problem = _json_problem(value, f"args[{position}]")
+        if problem:
+            raise JobArgumentError(
+                f"argument {position} ({type(value).__name__}) is not native JSON: {problem}. "
+                "Pass only None, bool, int, finite float, str, list and dict with str keys."
+            )
+    return args
+
+
+def check_json_value(value: Any, where: str) -> None:
+    """Raise JobArgumentError if `value` (an option, say) is not native JSON."""
+    problem = _json_problem(value, where)
+    if problem:
+        raise JobArgumentError(f"{where} is not native JSON: {problem}")
+
+
+def _json_problem(value: Any, path: str) -> str | None:
+    """Describe the first part of `value` that does not survive a JSON round trip, or None."""
+    kind = type(value)
+    if kind in _SCALARS:
+        return None
+    if kind is float:
+        return None if math.isfinite(value) else f"{path} is {value!r}, which JSON cannot hold"
+    if kind is list:
+        for i, item in enumerate(value):
+            problem = _json_problem(item, f"{path}[{i}]")
+            if problem:
+                return problem
+        return None
+    if kind is dict:
+        for key, item in value.items():
+            if type(key) is not str:
+                return f"{path} has a {type(key).__name__} key {key!r}; JSON object keys are strings"
+            problem = _json_problem(item, f"{path}[{key!r}]")
+            if problem:
+                return problem
+        return None
+    if kind is tuple:
+        return f"{path} is a tuple, which would come back as a list; pass a list"
+    return f"{path} is a {kind.__name__}"
+
+
+def decode(raw: bytes | str) -> dict[str, Any]:
+    """Parse a payload read from Redis; raise PayloadError saying exactly what is wrong.
+
+    Extra keys are kept as they are, so a payload written by Ruby Sidekiq round-trips.
+    """
+    if isinstance(raw, bytes):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise PayloadError(f"payload is not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    else:
+        text = raw
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise PayloadError(f"payload is not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise PayloadError(f"payload is a JSON {type(data).__name__}, not an object")
+    if not isinstance(data.get("class"), str) or not data["class"]:
+        raise PayloadError("payload has no 'class' string")
+    if "args" not in data:
+        raise PayloadError("payload has no 'args'")
+    if not isinstance(data["args"], list):
+        raise PayloadError(f"payload 'args' is a JSON {type(data['args']).__name__}, not an array")
+    return data
+
+
+def epoch(value: Any) -> float | None:
+    """A payload time as epoch seconds: Sidekiq 6 writes floats, Sidekiq 7+ integer milliseconds."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return value / 1000.0 if value > 1e11 else float(value)

@@ -1,0 +1,57 @@
+"""The registry of job names a worker may run.
+
+A worker resolves a payload's `class` here and nowhere else: a name that was not registered
+(by `@sidequest.job` or by subclassing `sidequest.Job` in a module the worker imported) is never
+run, whatever the payload says. Nothing is ever imported because a payload named it.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING
+
+from .errors import JobDefinitionError, UnknownJobError
+
+if TYPE_CHECKING:
+    from .job import Job
+
+
+class Registry:
+    """Maps wire names (`class` in the payload) to Job classes."""
+
+    def __init__(self) -> None:
+        self._jobs: dict[str, type[Job]] = {}
+        self._lock = threading.Lock()
+
+    def register(self, job_class: type[Job]) -> None:
+        name = job_class.name
+        with self._lock:
+            existing = self._jobs.get(name)
+            if existing is not None and existing is not job_class:
+                same_place = (existing.__module__, existing.__qualname__) == (
+                    job_class.__module__, job_class.__qualname__)
+                if not same_place:  # re-importing the same module (tests, reloads) is fine
+                    raise JobDefinitionError(
+                        f"job name {name!r} is already registered by {existing.__module__}."
+                        f"{existing.__qualname__}; give one of them another `name=`"
+                    )
+            self._jobs[name] = job_class
+
+    def unregister(self, name: str) -> None:
+        with self._lock:
+            self._jobs.pop(name, None)
+
+    def get(self, name: str) -> type[Job]:
+        try:
+            return self._jobs[name]
+        except KeyError:
+            raise UnknownJobError(f"no job named {name!r} is registered in this worker") from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._jobs
+
+    def names(self) -> list[str]:
+        return sorted(self._jobs)
+
+
+default_registry = Registry()

@@ -1,0 +1,111 @@
+"""Jobs used by the tests; imported by worker subprocesses with `-r jobs_for_tests`."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+
+import redis as redis_lib
+
+import sidequest
+
+_redis = {}
+
+
+def _r() -> redis_lib.Redis:
+    url = os.environ["SQ_TEST_REDIS_URL"]
+    if url not in _redis:
+        _redis[url] = redis_lib.Redis.from_url(url)
+    return _redis[url]
+
+
+def record(kind: str, *values) -> None:
+    """Append what a job saw to the `test:ran` list, for the test to read."""
+    import json
+
+    _r().rpush("test:ran", json.dumps([kind, *values]))
+
+
+@sidequest.job(name="Echo")
+def echo(*args):
+    record("echo", *args)
+
+
+@sidequest.job(name="Plain", queue="default", retry=3, backtrace=True, tags=["t1"], custom={"a": 1})
+def plain(x):
+    return x
+
+
+class Resize(sidequest.Job, name="Resize", queue="images"):
+    def perform(self, path, width):
+        record("resize", path, width, self.jid)
+
+
+@sidequest.job(name="AsyncEcho")
+async def async_echo(value, delay=0.0):
+    await asyncio.sleep(delay)
+    record("async", value, threading.current_thread().name)
+
+
+@sidequest.job(name="Boom", retry=2, backtrace=3)
+def boom(message):
+    record("boom", message)
+    raise ValueError(message)
+
+
+@sidequest.job(name="NoRetry", retry=False)
+def no_retry():
+    record("noretry")
+    raise RuntimeError("no second chance")
+
+
+@sidequest.job(name="NoDead", retry=0, dead=False)
+def no_dead():
+    raise RuntimeError("vanish")
+
+
+class CustomDelay(sidequest.Job, name="CustomDelay", retry=1):
+    def perform(self):
+        raise KeyError("custom")
+
+    def retry_in(self, count, exc):
+        return 1000 + count
+
+    def retries_exhausted(self, payload, exc):
+        record("exhausted", payload["jid"], type(exc).__name__)
+
+
+@sidequest.job(name="Sleepy")
+def sleepy(seconds, tag=""):
+    record("sleepy-start", tag)
+    time.sleep(seconds)
+    record("sleepy-done", tag)
+
+
+@sidequest.job(name="Blocker")
+def blocker(key):
+    """Runs until the test pushes to `key` (or 60 s pass)."""
+    record("blocker-start", key)
+    _r().blpop([key], timeout=60)
+    record("blocker-done", key)
+
+
+@sidequest.job(name="Noop")
+def noop(*args):
+    pass
+
+
+@sidequest.job(name="ExitHard")
+def exit_hard():
+    os._exit(3)
+
+
+@sidequest.job(name="Spin")
+def spin(seconds):
+    end = time.monotonic() + seconds
+    n = 0
+    while time.monotonic() < end:
+        n += 1
+    record("spin", n > 0)

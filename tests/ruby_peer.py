@@ -1,0 +1,51 @@
+"""Helpers to drive real Ruby Sidekiq 6.4 (Debian's ruby-sidekiq) from the tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+RUBY_DIR = Path(__file__).parent / "ruby"
+
+
+def ruby_env(redis_url: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["REDIS_URL"] = redis_url
+    return env
+
+
+def ruby_push(redis_url: str, *command: str) -> list[str]:
+    out = subprocess.run(["ruby", str(RUBY_DIR / "push.rb"), *command], env=ruby_env(redis_url),
+                         capture_output=True, text=True, timeout=60, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def ruby_api(redis_url: str) -> dict:
+    out = subprocess.run(["ruby", str(RUBY_DIR / "api.rb")], env=ruby_env(redis_url),
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+class RubySidekiq:
+    """A real `sidekiq` process working the given queues."""
+
+    def __init__(self, redis_url: str, queues: tuple[str, ...] = ("default",), concurrency: int = 2):
+        args = ["sidekiq", "-r", str(RUBY_DIR / "jobs.rb"), "-c", str(concurrency), "-t", "3"]
+        for q in queues:
+            args += ["-q", q]
+        self.proc = subprocess.Popen(args, env=ruby_env(redis_url), stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True)
+
+    def stop(self) -> str:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            out, _ = self.proc.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            out, _ = self.proc.communicate()
+        return out or ""

@@ -1,0 +1,70 @@
+import pytest
+
+from sidequest.config import Config, parse_queue_spec
+from sidequest.errors import ConfigError
+
+
+def test_defaults_are_sidekiq_like():
+    c = Config()
+    assert c.queues == (("default", 0),) and c.strict
+    assert c.timeout == 25 and c.url == "redis://localhost:6379/0"
+
+
+def test_queue_specs_and_weights():
+    assert parse_queue_spec("critical,3") == ("critical", 3)
+    assert parse_queue_spec(["low", 1]) == ("low", 1)
+    c = Config(queues=("critical,3", "low,1"))
+    assert not c.strict and c.queue_names == ["critical", "low"]
+    with pytest.raises(ConfigError, match="every queue a weight, or none"):
+        Config(queues=("a,2", "b"))
+    with pytest.raises(ConfigError, match="whole number"):
+        parse_queue_spec("a,heavy")
+    with pytest.raises(ConfigError, match="not valid"):
+        parse_queue_spec("has space")
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    ({"concurrency": 0}, "concurrency"),
+    ({"timeout": -1}, "timeout"),
+    ({"fetch": "magic"}, "fetch must be"),
+    ({"heartbeat_interval": 10, "heartbeat_ttl": 5}, "heartbeat_ttl"),
+])
+def test_bad_values_are_refused_at_construction(kwargs, words):
+    with pytest.raises(ConfigError, match=words):
+        Config(**kwargs)
+
+
+def test_from_env_reads_only_what_it_is_given():
+    c = Config.from_env({"REDIS_URL": "redis://h:1/2", "SIDEQUEST_CONCURRENCY": "7",
+                         "SIDEQUEST_QUEUES": "a,2;b,1", "SIDEQUEST_JOB_TIMEOUT": "1.5"})
+    assert c.url == "redis://h:1/2" and c.concurrency == 7
+    assert c.queues == (("a", 2), ("b", 1)) and c.job_timeout == 1.5
+    with pytest.raises(ConfigError, match="SIDEQUEST_CONCURRENCY"):
+        Config.from_env({"SIDEQUEST_CONCURRENCY": "many"})
+
+
+def test_sidekiq_yml_shape(tmp_path):
+    f = tmp_path / "sidekiq.yml"
+    f.write_text(":concurrency: 3\n:timeout: 8\n:queues:\n  - [critical, 2]\n  - [default, 1]\n"
+                 "heartbeat_interval: 0.5\nheartbeat_ttl: 2\n")
+    c = Config().merge_file(f)
+    assert c.concurrency == 3 and c.timeout == 8 and c.queues == (("critical", 2), ("default", 1))
+    assert c.heartbeat_interval == 0.5
+
+
+@pytest.mark.parametrize("text, words", [
+    (":concurrency: [1\n", "not valid YAML"),
+    ("- a\n- b\n", "mapping"),
+    (":bogus: 1\n", "unknown setting 'bogus'"),
+    (":concurrency: zero\n", "concurrency"),
+])
+def test_bad_config_files_are_clear(tmp_path, text, words):
+    f = tmp_path / "bad.yml"
+    f.write_text(text)
+    with pytest.raises(ConfigError, match=words):
+        Config().merge_file(f)
+
+
+def test_missing_config_file():
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        Config().merge_file("/nonexistent/sidekiq.yml")

@@ -1,0 +1,71 @@
+import json
+import math
+
+import pytest
+
+from sidequest.errors import JobArgumentError, PayloadError
+from sidequest.payload import check_args, decode, encode, epoch, new_jid
+
+
+def test_jid_is_24_lowercase_hex_and_unique():
+    jids = {new_jid() for _ in range(1000)}
+    assert len(jids) == 1000
+    assert all(len(j) == 24 and j == j.lower() and int(j, 16) >= 0 for j in jids)
+
+
+def test_native_json_args_pass_unchanged():
+    args = [None, True, 3, 2.5, "é", [1, [2]], {"k": {"n": [None]}}]
+    assert check_args(args) == args
+
+
+@pytest.mark.parametrize("bad, position, words", [
+    ([1, object()], 1, "object"),
+    ([{1, 2}], 0, "set"),
+    ([b"raw"], 0, "bytes"),
+    (["ok", {(1, 2): "tuple key"}], 1, "tuple key"),
+    ([{"a": float("nan")}], 0, "nan"),
+    ([math.inf], 0, "inf"),
+    ([{1: "int key"}], 0, "int key"),
+    ([(1, 2)], 0, "tuple"),
+    ([[1, {"deep": object()}]], 0, "args[0][1]['deep']"),
+])
+def test_non_json_args_are_refused_naming_position_and_type(bad, position, words):
+    with pytest.raises(JobArgumentError) as info:
+        check_args(bad)
+    message = str(info.value)
+    assert f"argument {position} ({type(bad[position]).__name__})" in message
+    assert words in message
+    assert isinstance(info.value, TypeError) and isinstance(info.value, ValueError)
+
+
+def test_args_must_be_a_list():
+    with pytest.raises(JobArgumentError, match="must be a list"):
+        check_args("abc")
+
+
+def test_encode_is_compact_utf8_like_ruby_json():
+    assert encode({"class": "Ü", "args": [1, 2.5]}) == '{"class":"Ü","args":[1,2.5]}'
+
+
+@pytest.mark.parametrize("raw, reason", [
+    (b"\xff\xfe{}", "not UTF-8"),
+    (b"{not json", "not valid JSON"),
+    (b"[1,2]", "JSON list, not an object"),
+    (b'{"args":[]}', "no 'class'"),
+    (b'{"class":"X"}', "no 'args'"),
+    (b'{"class":"X","args":{"a":1}}', "'args' is a JSON dict"),
+])
+def test_decode_says_what_is_wrong(raw, reason):
+    with pytest.raises(PayloadError, match=reason.replace("(", r"\(")):
+        decode(raw)
+
+
+def test_decode_keeps_unknown_keys():
+    raw = json.dumps({"class": "HardWorker", "args": [1], "wrapped": "X", "bid": "b1"})
+    assert decode(raw.encode())["bid"] == "b1"
+
+
+def test_epoch_reads_float_seconds_and_integer_milliseconds():
+    assert epoch(1700000000.5) == 1700000000.5
+    assert epoch(1700000000500) == 1700000000.5
+    assert epoch("x") is None and epoch(True) is None
