@@ -172,9 +172,6 @@ def load_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     values: dict[str, Any] = {}
     for raw_key, value in data.items():
         key = str(raw_key).lstrip(":")  # sidekiq.yml writes Ruby symbols, `:concurrency:`
-        if key in ("processes", "max_jobs", "max_memory"):
-            values[key] = value  # swarm settings, read by the CLI
-            continue
         if key not in known:
             raise ConfigError(f"config file {p}: unknown setting {key!r}")
         if key in ("labels", "require") and isinstance(value, str):

@@ -1,0 +1,234 @@
+"""The `sidequest` command: `worker`, `demo`. The only place that configures logging.
+
+Signals only record: handlers write the signal number to a self-pipe; the main thread reads
+it and dispatches through `SIGNAL_ACTIONS` (INT/TERM stop, TSTP quiet, TTIN dump stacks).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import logging
+import os
+import select
+import signal
+import sys
+import threading
+import traceback
+from pathlib import Path
+from typing import Any
+
+import click
+
+from . import __version__
+from .config import Config
+from .connection import mask_url
+from .errors import ConfigError, RedisUnavailableError, SidequestError
+from .processor import job_context
+
+log = logging.getLogger("sidequest")
+
+BANNER = r"""
+   ___ _    _                         _
+  / __(_)__| |___ __ _ _  _ ___ ___| |_
+  \__ \ / _` / -_) _` | || / -_|_-<  _|
+  |___/_\__,_\___\__, |\_,_\___/__/\__|
+                    |_|   Sidekiq's wire format, in Python
+"""
+
+
+class JobContextFilter(logging.Filter):
+    """Adds `tid` and, inside a job, `class=... jid=...` to every record."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.tid = format(threading.get_ident(), "x")[-6:]
+        ctx = job_context.get()
+        record.job = f" class={ctx[0]} jid={ctx[1]}" if ctx else ""
+        return True
+
+
+def configure_logging(verbose: bool, logfile: str | None) -> None:
+    handler: logging.Handler = logging.FileHandler(logfile) if logfile else logging.StreamHandler(sys.stdout)
+    handler.setFormatter(logging.Formatter(
+        "%(asctime)s pid=%(process)d tid=%(tid)s%(job)s %(levelname)s: %(message)s"))
+    handler.addFilter(JobContextFilter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.DEBUG if verbose else logging.INFO)
+
+
+def require(module: str) -> None:
+    """Import a module by dotted name, or a .py file by path, so its jobs register."""
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    if module.endswith(".py") or os.sep in module:
+        path = Path(module).resolve()
+        if not path.is_file():
+            raise ConfigError(f"-r {module}: no such file")
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        if spec is None or spec.loader is None:
+            raise ConfigError(f"-r {module}: cannot import this file")
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[path.stem] = mod
+        spec.loader.exec_module(mod)
+    else:
+        importlib.import_module(module)
+
+
+def build_config(config_file: str | None, **flags: Any) -> Config:
+    config = Config.from_env()
+    if config_file:
+        config = config.merge_file(config_file)
+    return config.replace(**{k: v for k, v in flags.items() if v not in (None, ())})
+
+
+class SignalPipe:
+    """Self-pipe: handlers write a byte, the main loop reads and acts."""
+
+    def __init__(self, signals: list[int]) -> None:
+        self.read_fd, self.write_fd = os.pipe()
+        os.set_blocking(self.write_fd, False)
+        for sig in signals:
+            signal.signal(sig, self._record)
+
+    def _record(self, signum: int, frame: Any) -> None:
+        try:
+            os.write(self.write_fd, bytes([signum]))
+        except BlockingIOError:
+            pass
+
+    def wait(self, timeout: float) -> list[int]:
+        ready, _, _ = select.select([self.read_fd], [], [], timeout)
+        return list(os.read(self.read_fd, 64)) if ready else []
+
+
+def dump_threads() -> None:
+    frames = sys._current_frames()
+    for thread in threading.enumerate():
+        frame = frames.get(thread.ident or 0)
+        stack = "".join(traceback.format_stack(frame)) if frame else "(no frame)\n"
+        log.warning("thread %s (%s):\n%s", thread.name, format(thread.ident or 0, "x"), stack.rstrip())
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="sidequest")
+def main() -> None:
+    """sidequest: background jobs for Python on Redis, in Sidekiq's wire format.
+
+    Set REDIS_URL to use your Redis (redis://, rediss:// for TLS). Without it, the worker,
+    the dashboard and the demo start an embedded redis-server in ./.sidequest/redis.
+    """
+
+
+@main.command()
+@click.option("-r", "--require", "requires", multiple=True, metavar="MODULE",
+              help="Module (or .py file) that defines jobs; repeatable.")
+@click.option("-q", "--queue", "queues", multiple=True, metavar="NAME[,WEIGHT]",
+              help="Queue to work; repeatable. No weights: strict order. Weights: weighted random.")
+@click.option("-c", "--concurrency", type=click.IntRange(min=1), help="Processor threads (default 10).")
+@click.option("-t", "--timeout", type=click.FloatRange(min=0, min_open=True),
+              help="Seconds running jobs get to finish on shutdown (default 25).")
+@click.option("-C", "--config", "config_file", type=click.Path(dir_okay=False),
+              help="YAML file in the shape of a sidekiq.yml.")
+@click.option("--tag", help="Tag shown for this process in the dashboard.")
+@click.option("--fetch", type=click.Choice(["reliable", "basic"]), help="Fetch strategy (default reliable).")
+@click.option("--heartbeat-interval", type=float, help="Seconds between heartbeats (default 5).")
+@click.option("--heartbeat-ttl", type=float, help="Seconds of silence after which a process counts as dead (60).")
+@click.option("--recovery-interval", type=float, help="Seconds between orphaned-job recoveries (15).")
+@click.option("--max-recoveries", type=click.IntRange(min=0), help="Recoveries before a job goes to dead (3).")
+@click.option("--job-timeout", type=float, help="Default time limit of a job, in seconds (none).")
+@click.option("--poll-interval", type=float, help="Longest wait of the scheduled poller (1).")
+@click.option("-v", "--verbose", is_flag=True, default=None, help="Debug logging.")
+@click.option("-L", "--logfile", type=click.Path(dir_okay=False), help="Log to this file instead of stdout.")
+@click.option("-P", "--pidfile", type=click.Path(dir_okay=False), help="Write the process id here.")
+def worker(requires: tuple[str, ...], queues: tuple[str, ...], concurrency: int | None,
+           timeout: float | None, config_file: str | None, tag: str | None, fetch: str | None,
+           heartbeat_interval: float | None, heartbeat_ttl: float | None, recovery_interval: float | None,
+           max_recoveries: int | None, job_timeout: float | None, poll_interval: float | None,
+           verbose: bool | None, logfile: str | None, pidfile: str | None) -> None:
+    """Run jobs from Redis until INT or TERM.
+
+    \b
+    Examples:
+      sidequest worker -r myapp.jobs
+      sidequest worker -r myapp.jobs -q critical,3 -q default,1 -c 20
+      sidequest worker -C config/sidekiq.yml
+    Signals: TERM/INT stop (jobs get --timeout seconds, the rest go back to their queues),
+    TSTP quiet (finish running jobs, take no new ones), TTIN log every thread's stack.
+    """
+    try:
+        config = build_config(config_file, require=requires, queues=queues, concurrency=concurrency,
+                              timeout=timeout, tag=tag, fetch=fetch, heartbeat_interval=heartbeat_interval,
+                              heartbeat_ttl=heartbeat_ttl, recovery_interval=recovery_interval,
+                              max_recoveries=max_recoveries, job_timeout=job_timeout,
+                              poll_interval=poll_interval, verbose=verbose, logfile=logfile, pidfile=pidfile)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+    configure_logging(config.verbose, config.logfile)
+    sys.exit(run_worker(config))
+
+
+def run_worker(config: Config) -> int:
+    from .embedded import resolve_url
+    from .launcher import Launcher
+
+    try:
+        for module in config.require:
+            require(module)
+    except SidequestError as exc:
+        log.error("%s", exc)
+        return 1
+    except Exception as exc:
+        log.error("cannot import required module: %s: %s", type(exc).__name__, exc, exc_info=exc)
+        return 1
+    try:
+        url = resolve_url(config)
+        config = config.replace(redis_url=url)
+        launcher = Launcher(config)
+    except (RedisUnavailableError, ConfigError) as exc:
+        log.error("%s", exc)
+        return 1
+    if config.pidfile:
+        Path(config.pidfile).write_text(f"{os.getpid()}\n")
+    if sys.stdout.isatty() or config.verbose:
+        print(BANNER)
+    queues = ", ".join(f"{n},{w}" if w else n for n, w in config.queues)
+    log.info("sidequest %s starting: redis=%s queues=[%s] concurrency=%d fetch=%s identity=%s",
+             __version__, mask_url(config.url), queues, config.concurrency, config.fetch, launcher.identity)
+    pipe = SignalPipe([signal.SIGINT, signal.SIGTERM, signal.SIGTSTP, signal.SIGTTIN])
+    launcher.run()
+    try:
+        while True:
+            for sig in pipe.wait(1.0):
+                if sig in (signal.SIGINT, signal.SIGTERM):
+                    log.info("%s received: shutting down", signal.Signals(sig).name)
+                    launcher.stop()
+                    return 0
+                if sig == signal.SIGTSTP:
+                    log.info("TSTP received: quiet")
+                    launcher.quiet()
+                elif sig == signal.SIGTTIN:
+                    dump_threads()
+    finally:
+        if config.pidfile:
+            Path(config.pidfile).unlink(missing_ok=True)
+
+
+@main.command()
+@click.option("--jobs", default=6, show_default=True, type=click.IntRange(min=1),
+              help="How many immediate demo jobs to enqueue.")
+def demo(jobs: int) -> None:
+    """Start a worker on the embedded (or REDIS_URL) Redis and watch example jobs run."""
+    from .demo import run_demo
+
+    configure_logging(False, None)
+    logging.getLogger().setLevel(logging.ERROR)
+    try:
+        sys.exit(run_demo(Config.from_env(), jobs))
+    except (RedisUnavailableError, ConfigError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

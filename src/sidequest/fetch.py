@@ -1,0 +1,149 @@
+"""Getting a unit of work: basic fetch (BRPOP, Sidekiq's) and reliable fetch (sidequest's default).
+
+Queue order follows Sidekiq's `queues_cmd`: with no weights, queues are tried in the order
+given (strict); with weights, each fetch shuffles a list holding each queue `weight` times,
+so a queue comes first with probability proportional to its weight.
+
+Basic fetch BRPOPs: a job lives only in the worker's memory while it runs, so `kill -9` loses it.
+Reliable fetch moves the job atomically from its queue into `sidequest:reserved:<identity>`
+and removes it only when the job is done, retried or dead; a process that dies leaves its jobs
+there for `recovery` to put back. Every blocking call is bounded by `fetch_timeout`.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import redis
+
+from . import keys
+from .config import Config
+from .scripts import Scripts
+
+
+class UnitOfWork:
+    """One job taken from a queue. It owns its acknowledgement: the processor never touches keys."""
+
+    __slots__ = ("queue", "raw", "_fetch", "done")
+
+    def __init__(self, queue: str, raw: bytes, fetch: Fetch) -> None:
+        self.queue = queue  # the queue name, without `queue:`
+        self.raw = raw  # the payload exactly as it was in Redis
+        self._fetch = fetch
+        self.done = False
+
+    def acknowledge(self, also: Callable[[Any], None] | None = None) -> None:
+        """Finish the job; `also(pipe)` adds commands (a retry, a dead entry) to the same MULTI."""
+        if self.done:
+            return
+        self._fetch.acknowledge(self, also)
+        self.done = True
+
+    def requeue(self) -> None:
+        """Put the job back at the head of its queue, byte for byte as it was fetched."""
+        if self.done:
+            return
+        self._fetch.requeue([self])
+        self.done = True
+
+
+class Fetch(Protocol):
+    def retrieve_work(self) -> UnitOfWork | None: ...
+    def acknowledge(self, unit: UnitOfWork, also: Callable[[Any], None] | None) -> None: ...
+    def requeue(self, units: list[UnitOfWork]) -> None: ...
+
+
+class QueueOrder:
+    """Sidekiq's queue ordering: strict as given, or a weighted shuffle per fetch."""
+
+    def __init__(self, config: Config, rng: random.Random | None = None) -> None:
+        self.strict = config.strict
+        self.rng = rng or random.Random()
+        self.keys = [keys.queue(name) for name in dict.fromkeys(config.queue_names)]
+        self.weighted = [keys.queue(name) for name, weight in config.queues for _ in range(max(weight, 1))]
+
+    def __call__(self) -> list[str]:
+        if self.strict:
+            return self.keys
+        shuffled = self.weighted[:]
+        self.rng.shuffle(shuffled)
+        return list(dict.fromkeys(shuffled))
+
+
+class BasicFetch:
+    """Sidekiq's BasicFetch: BRPOP over the queues; at-most-once if the process is killed."""
+
+    def __init__(self, config: Config, client: redis.Redis, rng: random.Random | None = None) -> None:
+        self.redis = client
+        self.order = QueueOrder(config, rng)
+        self.timeout = config.fetch_timeout
+
+    def retrieve_work(self) -> UnitOfWork | None:
+        # BRPOP wakes at least every `timeout` seconds so the caller can notice a stop.
+        got = self.redis.brpop(self.order(), timeout=self.timeout)
+        if not got:
+            return None
+        key, raw = got
+        return UnitOfWork(keys.queue_name(key.decode()), raw, self)
+
+    def acknowledge(self, unit: UnitOfWork, also: Callable[[Any], None] | None) -> None:
+        if also is not None:
+            pipe = self.redis.pipeline(transaction=True)
+            also(pipe)
+            pipe.execute()
+
+    def requeue(self, units: list[UnitOfWork]) -> None:
+        if not units:
+            return
+        pipe = self.redis.pipeline(transaction=True)
+        for unit in units:
+            pipe.rpush(keys.queue(unit.queue), unit.raw)
+        pipe.execute()
+
+
+class ReliableFetch:
+    """Jobs stay in a per-process reserved list until acknowledged (see module docstring)."""
+
+    def __init__(self, config: Config, client: redis.Redis, identity: str,
+                 rng: random.Random | None = None, slot: int = 0) -> None:
+        self.redis = client
+        self.order = QueueOrder(config, rng)
+        self.timeout = config.fetch_timeout
+        self.reserved = keys.reserved(identity)
+        self.scripts = Scripts(client)
+        self.slot = slot  # which queue this fetcher blocks on when all are empty
+
+    def retrieve_work(self) -> UnitOfWork | None:
+        order = self.order()
+        got = self.scripts.reserve(keys=[*order, self.reserved], args=[])
+        if got:
+            key, raw = got
+            return UnitOfWork(keys.queue_name(key.decode()), raw, self)
+        # Nothing anywhere: block on one queue (each processor on a different one, so with
+        # concurrency >= queue count every queue has a waiter). BLMOVE is atomic: the job is
+        # in the reserved list the moment it leaves its queue. The other queues are checked
+        # again after at most `timeout` seconds.
+        key = order[self.slot % len(order)]
+        raw = self.redis.blmove(key, self.reserved, self.timeout, "RIGHT", "LEFT")
+        if raw is None:
+            return None
+        return UnitOfWork(keys.queue_name(key), raw, self)
+
+    def acknowledge(self, unit: UnitOfWork, also: Callable[[Any], None] | None) -> None:
+        pipe = self.redis.pipeline(transaction=True)
+        if also is not None:
+            also(pipe)
+        pipe.lrem(self.reserved, -1, unit.raw)
+        pipe.execute()
+
+    def requeue(self, units: list[UnitOfWork]) -> None:
+        for unit in units:
+            self.scripts.requeue(keys=[self.reserved, keys.queue(unit.queue)], args=[unit.raw])
+
+
+def build_fetch(config: Config, client: redis.Redis, identity: str, slot: int = 0) -> BasicFetch | ReliableFetch:
+    if config.fetch == "basic":
+        return BasicFetch(config, client)
+    return ReliableFetch(config, client, identity, slot=slot)

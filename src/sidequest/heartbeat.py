@@ -1,0 +1,155 @@
+"""Process registration and stats, in the keys Sidekiq's API and Web UI read.
+
+Every `heartbeat_interval` seconds, one MULTI: add the counts since the last beat to
+`stat:processed`/`stat:failed` and today's keys; rewrite the `<identity>:work` hash (and its
+Sidekiq 6 twin `<identity>:workers`) with the running jobs; `SADD processes`; write the
+`<identity>` hash (`info`, `busy`, `beat`, `quiet`, `rss`); expire everything after
+`heartbeat_ttl`; and pop one remote signal from `<identity>-signals`. A process that vanishes
+disappears from Redis by itself; a clean stop removes its entries at once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import Any
+
+import redis
+
+from . import keys
+from .config import Config
+from .stats import Stats
+
+log = logging.getLogger(__name__)
+
+STATS_TTL = 5 * 365 * 24 * 3600  # daily stat keys live five years, as Sidekiq's
+REMOTE_SIGNALS = {"TSTP": signal.SIGTSTP, "TERM": signal.SIGTERM, "TTIN": signal.SIGTTIN,
+                  "INT": signal.SIGINT, "USR1": signal.SIGTSTP}
+
+
+def make_identity(nonce: str) -> str:
+    """`hostname:pid:nonce`, Sidekiq's identity shape."""
+    return f"{socket.gethostname()}:{os.getpid()}:{nonce}"
+
+
+def rss_kb() -> int:
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+class Heartbeat:
+    def __init__(self, config: Config, client: redis.Redis, identity: str, stats: Stats, version: str,
+                 on_signal: Callable[[int], None] | None = None,
+                 extra: list[Callable[[], None]] | None = None) -> None:
+        self.config = config
+        self.redis = client
+        self.identity = identity
+        self.stats = stats
+        self.quiet = False
+        self.on_signal = on_signal or (lambda sig: os.kill(os.getpid(), sig))
+        self.extra = extra or []  # other periodic duties (orphan recovery)
+        self.info = json.dumps({
+            "hostname": socket.gethostname(), "started_at": time.time(), "pid": os.getpid(),
+            "tag": config.tag, "concurrency": config.concurrency,
+            "queues": list(dict.fromkeys(config.queue_names)),
+            "weights": [{name: weight for name, weight in config.queues}],
+            "labels": list(config.labels), "identity": identity, "version": version,
+            "embedded": False,
+        }, separators=(",", ":"))
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.beats = 0
+
+    def start(self) -> None:
+        self.beat()
+        self._thread = threading.Thread(target=self._loop, name="sidequest-heartbeat", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.config.heartbeat_interval):
+            self.beat()
+            for duty in self.extra:
+                try:
+                    duty()
+                except Exception:  # thread boundary: a failed duty must not stop the beats
+                    log.exception("heartbeat duty failed")
+
+    def beat(self) -> None:
+        processed, failed = self.stats.processed.reset(), self.stats.failed.reset()
+        try:
+            self._write(processed, failed)
+        except (redis.RedisError, OSError) as exc:
+            # don't lose the counts: they go out with the next beat that reaches Redis
+            self.stats.processed.incr(processed)
+            self.stats.failed.incr(failed)
+            log.debug("heartbeat failed: %s", exc)
+            return
+        self.beats += 1
+
+    def _write(self, processed: int, failed: int) -> None:
+        day = datetime.now(timezone.utc).strftime("%Y-%m-%d")
+        ttl = max(int(self.config.heartbeat_ttl), 1)
+        work = self.stats.work.snapshot()
+        pipe = self.redis.pipeline(transaction=True)
+        for name, count in (("processed", processed), ("failed", failed)):
+            total = keys.STAT_PROCESSED if name == "processed" else keys.STAT_FAILED
+            daily = keys.stat_daily(name, day)
+            pipe.incrby(total, count)
+            pipe.incrby(daily, count)
+            pipe.expire(daily, STATS_TTL)
+        for work_key in (keys.work(self.identity), keys.workers(self.identity)):
+            pipe.unlink(work_key)
+            if work:
+                pipe.hset(work_key, mapping={tid: json.dumps(entry, separators=(",", ":"))
+                                             for tid, entry in work.items()})
+                pipe.expire(work_key, ttl)
+        pipe.sadd(keys.PROCESSES, self.identity)
+        pipe.hset(keys.process(self.identity), mapping={
+            "info": self.info, "busy": len(work), "beat": time.time(),
+            "quiet": "true" if self.quiet else "false", "rss": rss_kb(), "rtt_us": 0,
+        })
+        pipe.expire(keys.process(self.identity), ttl)
+        pipe.rpop(keys.signals(self.identity))
+        remote: Any = pipe.execute()[-1]
+        if remote:
+            name = remote.decode() if isinstance(remote, bytes) else str(remote)
+            sig = REMOTE_SIGNALS.get(name.upper())
+            if sig is None:
+                log.warning("ignoring unknown remote signal %r", name)
+            else:
+                log.info("remote signal %s received", name)
+                self.on_signal(sig)
+
+    def stop(self) -> None:
+        """Stop beating, flush the last counts, and remove this process's entries."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(5)
+        processed, failed = self.stats.processed.reset(), self.stats.failed.reset()
+        try:
+            day = datetime.now(timezone.utc).strftime("%Y-%m-%d")
+            pipe = self.redis.pipeline(transaction=True)
+            pipe.incrby(keys.STAT_PROCESSED, processed)
+            pipe.incrby(keys.stat_daily("processed", day), processed)
+            pipe.incrby(keys.STAT_FAILED, failed)
+            pipe.incrby(keys.stat_daily("failed", day), failed)
+            pipe.srem(keys.PROCESSES, self.identity)
+            pipe.unlink(keys.process(self.identity), keys.work(self.identity), keys.workers(self.identity),
+                        keys.signals(self.identity))
+            pipe.execute()
+        except (redis.RedisError, OSError) as exc:
+            log.warning("could not clear this process from Redis (%s); it expires in %.0f s",
+                        exc, self.config.heartbeat_ttl)

@@ -1,0 +1,95 @@
+"""One worker process, composed: heartbeat, scheduled poller, orphan recovery, manager.
+
+    launcher = Launcher(config)
+    launcher.run()       # returns at once; work happens on threads
+    ...
+    launcher.stop()      # quiet, wait up to config.timeout, requeue leftovers, deregister
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import secrets
+import time
+from collections.abc import Callable
+from typing import Any
+
+import redis
+
+from . import __version__
+from .config import Config
+from .connection import connect
+from .executor import ThreadExecutor
+from .fetch import build_fetch
+from .heartbeat import Heartbeat, make_identity
+from .manager import Manager
+from .processor import Runtime
+from .recovery import Recovery
+from .registry import Registry, default_registry
+from .retry import Retrier
+from .scheduled import Poller
+from .stats import Stats
+
+log = logging.getLogger(__name__)
+
+
+class Launcher:
+    def __init__(self, config: Config, *, registry: Registry | None = None,
+                 redis_client: redis.Redis | None = None,
+                 death_handlers: list[Callable[[dict[str, Any], BaseException], None]] | None = None,
+                 on_signal: Callable[[int], None] | None = None,
+                 clock: Callable[[], float] = time.time, rng: random.Random | None = None) -> None:
+        self.config = config
+        self.redis = redis_client or connect(config.url)
+        self.identity = make_identity(secrets.token_hex(6))
+        self.stats = Stats()
+        self.runtime = Runtime(
+            config=config, registry=registry or default_registry, stats=self.stats,
+            retrier=Retrier(config, death_handlers, clock=clock, rng=rng),
+            executor=ThreadExecutor(), identity=self.identity,
+        )
+        self.recovery = Recovery(config, self.redis, self.identity, clock=clock)
+        self._last_recovery = 0.0
+        self.heartbeat = Heartbeat(config, self.redis, self.identity, self.stats, __version__,
+                                   on_signal=on_signal, extra=[self._maybe_recover])
+        self.poller = Poller(config, self.redis, clock=clock, rng=rng)
+        self.manager = Manager(self.runtime, lambda slot: build_fetch(config, self.redis, self.identity, slot))
+        self.stopped = False
+
+    def run(self) -> None:
+        self.heartbeat.start()  # registered before anything is fetched
+        if self.config.fetch == "reliable":
+            self._maybe_recover(force=True)
+        self.poller.start()
+        self.manager.start()
+
+    def _maybe_recover(self, force: bool = False) -> None:
+        if self.config.fetch != "reliable":
+            return
+        now = time.monotonic()
+        if force or now - self._last_recovery >= self.config.recovery_interval:
+            self._last_recovery = now
+            try:
+                self.recovery.run()
+            except (redis.RedisError, OSError) as exc:
+                log.warning("orphan recovery skipped: %s", exc)
+
+    def quiet(self) -> None:
+        """Stop fetching new jobs; running ones finish. Shown as quiet in Sidekiq's UI."""
+        self.manager.quiet()
+        self.heartbeat.quiet = True
+        self.heartbeat.beat()
+
+    def stop(self) -> None:
+        if self.stopped:
+            return
+        self.stopped = True
+        deadline = time.monotonic() + self.config.timeout
+        self.manager.quiet()
+        self.heartbeat.quiet = True
+        self.poller.stop()
+        self.manager.stop(deadline)
+        self.heartbeat.stop()
+        self.runtime.executor.close()
+        log.info("stopped")

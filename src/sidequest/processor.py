@@ -1,0 +1,199 @@
+"""One worker thread: fetch -> decode -> resolve -> server middleware -> run -> acknowledge.
+
+The loop checks its manager's quiet flag between jobs; every fetch is bounded, so a stop is
+noticed within `fetch_timeout`. Errors from a job are the retrier's business; errors from
+Redis are logged once per outage and retried with back-off, so a dropped connection neither
+spins nor loses the job in hand. Anything else that escapes kills only this thread: the
+manager logs it and starts a replacement.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import redis
+
+from .config import Config
+from .errors import PayloadError
+from .executor import Executor
+from .fetch import Fetch, UnitOfWork
+from .payload import decode, encode
+from .registry import Registry
+from .retry import Retrier, error_class_name
+from .stats import Stats
+
+if TYPE_CHECKING:
+    from .manager import Manager
+
+log = logging.getLogger(__name__)
+
+# (job name, jid) of the job running on this thread, for log lines (see cli's log format).
+job_context: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar("sidequest_job", default=None)
+
+BACKOFF_START, BACKOFF_MAX = 0.5, 5.0
+
+
+@dataclass
+class Runtime:
+    """What every processor of one worker process shares."""
+
+    config: Config
+    registry: Registry
+    stats: Stats
+    retrier: Retrier
+    executor: Executor
+    identity: str
+    outage: RedisOutage = field(default_factory=lambda: RedisOutage())
+
+
+class RedisOutage:
+    """Logs a lost Redis connection once, and its return once, however many threads notice."""
+
+    def __init__(self) -> None:
+        self._since: float | None = None
+        self._lock = threading.Lock()
+
+    def down(self, exc: BaseException) -> None:
+        with self._lock:
+            if self._since is None:
+                self._since = time.monotonic()
+                log.error("Redis is unreachable (%s); retrying until it is back", exc)
+
+    def up(self) -> None:
+        if self._since is None:
+            return
+        with self._lock:
+            if self._since is not None:
+                log.info("Redis is back after %.1f s", time.monotonic() - self._since)
+                self._since = None
+
+
+class Processor:
+    def __init__(self, runtime: Runtime, fetch: Fetch, manager: Manager, index: int) -> None:
+        self.rt = runtime
+        self.fetch = fetch
+        self.manager = manager
+        self.index = index
+        self.unit: UnitOfWork | None = None  # the job in hand, for hard shutdown
+        self.thread = threading.Thread(target=self.run, name=f"sidequest-processor-{index}", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    @property
+    def tid(self) -> str:
+        return format(self.thread.ident or 0, "x")
+
+    def run(self) -> None:
+        try:
+            while not self.manager.quieting.is_set():
+                unit = self._fetch()
+                if unit is None:
+                    continue
+                if self.manager.quieting.is_set():
+                    self._settle(unit.requeue)
+                    break
+                self.process(unit)
+        except BaseException as exc:  # thread boundary: report and let the manager replace us
+            self.manager.processor_died(self, exc)
+        else:
+            self.manager.processor_stopped(self)
+
+    def _fetch(self) -> UnitOfWork | None:
+        try:
+            unit = self.fetch.retrieve_work()
+        except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+            self.rt.outage.down(exc)
+            self.manager.quieting.wait(BACKOFF_START)
+            return None
+        self.rt.outage.up()
+        return unit
+
+    def process(self, unit: UnitOfWork) -> None:
+        self.unit = unit
+        self.rt.stats.work.start(self.tid, unit.queue, unit.raw)
+        try:
+            try:
+                payload = decode(unit.raw)
+            except PayloadError as exc:
+                self._bury(unit, exc)
+                return
+            self._perform(unit, payload)
+        finally:
+            self.rt.stats.work.finish(self.tid)
+            self.rt.stats.processed.incr()
+            self.unit = None
+
+    def _perform(self, unit: UnitOfWork, payload: dict[str, Any]) -> None:
+        name, jid = payload["class"], str(payload.get("jid", ""))
+        token = job_context.set((name, jid))
+        started = time.monotonic()
+        log.info("start")
+        job = None
+        try:
+            job_class = self.rt.registry.get(name)
+            job = job_class()
+            job.jid, job.payload = jid, payload
+            args = payload["args"]
+            self.rt.config.server_middleware.invoke(
+                job, payload, unit.queue, final=lambda: self.rt.executor.run(job, args))
+        except Exception as exc:
+            self.rt.stats.failed.incr()
+            log.warning("fail: %.3f sec: %s: %s", time.monotonic() - started, error_class_name(exc), exc)
+            if unit.done:  # put back by a hard shutdown while it ran
+                return
+            pristine = decode(unit.raw)  # retry what was fetched, not what middleware changed
+            commands = self.rt.retrier.failed(job, pristine, unit.queue, exc)
+            self._settle(lambda: unit.acknowledge(also=commands))
+        else:
+            log.info("done: %.3f sec", time.monotonic() - started)
+            self._settle(unit.acknowledge)
+        finally:
+            job_context.reset(token)
+
+    def _bury(self, unit: UnitOfWork, exc: PayloadError) -> None:
+        """A payload that is not a job goes to dead as it was, with the reason when it can hold one."""
+        self.rt.stats.failed.incr()
+        log.error("payload in queue %r is not a job, moved to the dead set: %s", unit.queue, exc)
+        blob: str | bytes = unit.raw
+        try:
+            data = decode_object(unit.raw)
+        except ValueError:
+            data = None
+        if data is not None:
+            data.update(error_class=error_class_name(exc), error_message=str(exc),
+                        failed_at=time.time(), retry_count=0)
+            data.setdefault("queue", unit.queue)
+            blob = encode(data)
+        self._settle(lambda: unit.acknowledge(also=self.rt.retrier.to_dead(blob)))
+
+    def _settle(self, action: Any) -> None:
+        """Run an acknowledgement or requeue, retrying through a Redis outage.
+
+        It gives up only when the manager's hard deadline has passed; under reliable fetch the
+        job then stays reserved and is recovered, so it runs again rather than being lost.
+        """
+        delay = BACKOFF_START
+        while True:
+            try:
+                action()
+                self.rt.outage.up()
+                return
+            except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+                self.rt.outage.down(exc)
+                if self.manager.hard_stop.wait(delay):
+                    log.error("gave up finishing a job while Redis was unreachable; it stays reserved")
+                    return
+                delay = min(delay * 2, BACKOFF_MAX)
+
+
+def decode_object(raw: bytes) -> dict[str, Any] | None:
+    """The payload as a dict if it is at least a JSON object, else None."""
+    data = json.loads(raw.decode("utf-8"))
+    return data if isinstance(data, dict) else None

@@ -1,0 +1,65 @@
+"""In-memory counts and the table of running jobs, flushed to Redis by the heartbeat.
+
+Counting in memory and flushing with each beat keeps the per-job hot path free of Redis
+writes for statistics, as Sidekiq does.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+
+class Counter:
+    """A thread-safe counter that hands over its value on `reset()`."""
+
+    def __init__(self) -> None:
+        self._value = 0
+        self._lock = threading.Lock()
+
+    def incr(self, by: int = 1) -> None:
+        with self._lock:
+            self._value += by
+
+    def reset(self) -> int:
+        with self._lock:
+            value, self._value = self._value, 0
+            return value
+
+    @property
+    def value(self) -> int:
+        return self._value
+
+
+class WorkState:
+    """Running jobs by thread id: what Sidekiq's `<identity>:work` hash shows."""
+
+    def __init__(self) -> None:
+        self._work: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+
+    def start(self, tid: str, queue: str, raw: bytes) -> None:
+        text = raw.decode("utf-8", "replace")
+        with self._lock:
+            self._work[tid] = {"queue": queue, "payload": text, "run_at": int(time.time())}
+
+    def finish(self, tid: str) -> None:
+        with self._lock:
+            self._work.pop(tid, None)
+
+    def snapshot(self) -> dict[str, dict[str, Any]]:
+        with self._lock:
+            return dict(self._work)
+
+    def __len__(self) -> int:
+        return len(self._work)
+
+
+class Stats:
+    """Everything one worker process counts."""
+
+    def __init__(self) -> None:
+        self.processed = Counter()
+        self.failed = Counter()
+        self.work = WorkState()
