@@ -109,3 +109,32 @@ def spin(seconds):
     while time.monotonic() < end:
         n += 1
     record("spin", n > 0)
+
+
+@sidequest.job(name="RubyEcho")
+def ruby_echo(*args):
+    """Same wire name as the Ruby job in tests/ruby/jobs.rb: a job pushed by Ruby runs here."""
+    record("ruby-echo", *args)
+
+
+@sidequest.job(name="AsyncWait")
+async def async_wait(key):
+    """Awaits (without blocking any thread) until the test sets `key` in Redis."""
+    record("async-wait-start", key)
+    while not _r().exists(key):
+        await asyncio.sleep(0.01)
+    record("async-wait-done", key)
+
+
+class FastBoom(sidequest.Job, name="FastBoom", retry=2):
+    exhausted = []
+
+    def perform(self, message):
+        record("fastboom", message, self.payload.get("retry_count"))
+        raise ValueError(message)
+
+    def retry_in(self, count, exc):
+        return 0.05
+
+    def retries_exhausted(self, payload, exc):
+        record("exhausted", payload["jid"], type(exc).__name__, payload["retry_count"])

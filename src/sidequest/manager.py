@@ -58,6 +58,12 @@ class Manager:
 
     def processor_died(self, processor: Processor, exc: BaseException) -> None:
         log.error("processor %d died: %s: %s", processor.index, type(exc).__name__, exc, exc_info=exc)
+        unit = processor.unit
+        if unit is not None and not unit.done:
+            try:
+                unit.requeue()  # the job it held goes back, unchanged
+            except Exception as requeue_exc:
+                log.error("could not requeue the job of a dead processor (%s); it stays reserved", requeue_exc)
         with self._changed:
             self._processors.discard(processor)
             self._changed.notify_all()

@@ -143,7 +143,7 @@ class Processor:
             args = payload["args"]
             self.rt.config.server_middleware.invoke(
                 job, payload, unit.queue, final=lambda: self.rt.executor.run(job, args))
-        except Exception as exc:
+        except BaseException as exc:  # SystemExit from a job's sys.exit() is a job failure too
             self.rt.stats.failed.incr()
             log.warning("fail: %.3f sec: %s: %s", time.monotonic() - started, error_class_name(exc), exc)
             if unit.done:  # put back by a hard shutdown while it ran
