@@ -52,9 +52,12 @@ class RedisServer:
         self.binary = binary
         self.port = free_port()
         self.dir = tempfile.mkdtemp(prefix="sq-redis-")
-        args = [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                "--appendonly", "no", "--dir", self.dir, "--databases", "64"] + (extra or [])
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.args = [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                     "--appendonly", "no", "--dir", self.dir, "--databases", "64"] + (extra or [])
+        self.start()
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(self.args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_until(self._ready, 10, message=f"redis-server on port {self.port}")
 
     def _ready(self) -> bool:
@@ -68,12 +71,17 @@ class RedisServer:
     def url(self, db: int = 0) -> str:
         return f"redis://127.0.0.1:{self.port}/{db}"
 
-    def stop(self) -> None:
+    def halt(self) -> None:
+        """Stop the server (it writes its AOF on the way out) but keep its data for `start()`."""
         self.proc.terminate()
         try:
             self.proc.wait(5)
         except subprocess.TimeoutExpired:
             self.proc.kill()
+            self.proc.wait()
+
+    def stop(self) -> None:
+        self.halt()
         shutil.rmtree(self.dir, ignore_errors=True)
 
 

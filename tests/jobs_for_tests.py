@@ -138,3 +138,9 @@ class FastBoom(sidequest.Job, name="FastBoom", retry=2):
 
     def retries_exhausted(self, payload, exc):
         record("exhausted", payload["jid"], type(exc).__name__, payload["retry_count"])
+
+
+@sidequest.job(name="Stamp")
+def stamp(label):
+    """Records when it started, to measure scheduling latency."""
+    record("stamp", label, time.time())

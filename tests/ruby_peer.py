@@ -23,10 +23,11 @@ def ruby_push(redis_url: str, *command: str) -> list[str]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def ruby_api(redis_url: str) -> dict:
-    out = subprocess.run(["ruby", str(RUBY_DIR / "api.rb")], env=ruby_env(redis_url),
+def ruby_api(redis_url: str, *actions: str) -> dict:
+    """What Sidekiq's Ruby API reads (tests/ruby/api.rb), after `actions` such as "quiet!" or "stop!"."""
+    out = subprocess.run(["ruby", str(RUBY_DIR / "api.rb"), *actions], env=ruby_env(redis_url),
                          capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
+    assert out.returncode == 0, f"Sidekiq's Ruby API failed:\n{out.stderr}"
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

@@ -87,7 +87,8 @@ class Manager:
                 if remaining <= 0:
                     break
                 self._changed.wait(remaining)
-            leftovers = [p.unit for p in self._processors if p.unit is not None and not p.unit.done]
+            busy = {p for p in self._processors if p.unit is not None and not p.unit.done}
+        leftovers = [p.unit for p in busy if p.unit is not None]
         self.hard_stop.set()
         if leftovers:
             log.warning("deadline reached: putting %d unfinished job(s) back on their queues", len(leftovers))
@@ -96,4 +97,10 @@ class Manager:
                     unit.requeue()
                 except Exception as exc:  # Redis down: reliable fetch keeps it reserved for recovery
                     log.error("could not requeue a job (%s); it stays reserved and will be recovered", exc)
+        # An idle processor may still be inside a blocking fetch and take a job (even one just put
+        # back) after quiet; it puts that job back itself. Let those fetches end before we return.
+        with self._changed:
+            end = time.monotonic() + self.rt.config.fetch_timeout + 1.0
+            while self._processors - busy and time.monotonic() < end:
+                self._changed.wait(end - time.monotonic())
         return leftovers

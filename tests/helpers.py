@@ -1,0 +1,71 @@
+"""Small helpers shared by the worker tests."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+
+from conftest import PYTHON, python_env, wait_until
+
+
+def ran(r, kind: str | None = None) -> list[list]:
+    """What jobs recorded in `test:ran` (see jobs_for_tests.record), optionally of one kind."""
+    items = [json.loads(x) for x in r.lrange("test:ran", 0, -1)]
+    return [i[1:] for i in items if kind is None or i[0] == kind]
+
+
+def queue_items(r, queue: str = "default") -> list[dict]:
+    return [json.loads(x) for x in r.lrange(f"queue:{queue}", 0, -1)]
+
+
+def zset_items(r, key: str) -> list[tuple[dict, float]]:
+    return [(json.loads(m), s) for m, s in r.zrange(key, 0, -1, withscores=True)]
+
+
+class WorkerProcess:
+    """`sidequest worker` as a real subprocess, with short test intervals."""
+
+    def __init__(self, redis_url: str, *args: str, cwd: str | None = None) -> None:
+        self.args = [PYTHON, "-m", "sidequest.cli", "worker", "-r", "jobs_for_tests",
+                     "--heartbeat-interval", "0.5", "--heartbeat-ttl", "3", "--poll-interval", "0.2",
+                     "--recovery-interval", "1", *args]
+        self.proc = subprocess.Popen(self.args, env=python_env(REDIS_URL=redis_url, SQ_TEST_REDIS_URL=redis_url),
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=cwd)
+        self.output = ""
+
+    def wait_registered(self, r, timeout: float = 15.0) -> str:
+        """Wait until this process is in the `processes` set; return its identity."""
+        def find():
+            for ident in r.smembers("processes"):
+                if f":{self.proc.pid}:" in ident.decode():
+                    return ident.decode()
+            assert self.proc.poll() is None, self.finish()
+            return None
+        return wait_until(find, timeout, message="worker to register")
+
+    def signal(self, sig: int) -> None:
+        self.proc.send_signal(sig)
+
+    def finish(self, timeout: float = 30.0) -> str:
+        try:
+            out, _ = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            out, _ = self.proc.communicate()
+        self.output += out or ""
+        return self.output
+
+    def stop(self, timeout: float = 30.0) -> str:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.finish(timeout)
+
+
+def eventually_empty(r, key: str, timeout: float = 10.0) -> None:
+    wait_until(lambda: r.llen(key) == 0, timeout, message=f"{key} to drain")
+
+
+def now() -> float:
+    return time.time()

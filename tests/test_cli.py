@@ -1,0 +1,119 @@
+"""`sidequest worker` as a real process: start-up, exit codes, signals and shutdown."""
+
+import json
+import signal
+import subprocess
+
+from click.testing import CliRunner
+
+from conftest import PYTHON, free_port, python_env, wait_until
+from helpers import WorkerProcess, ran
+from sidequest import __version__
+from sidequest.cli import main
+
+from jobs_for_tests import blocker, echo, sleepy
+
+
+def test_help_reads_well():
+    runner = CliRunner()
+    top = runner.invoke(main, ["--help"])
+    assert top.exit_code == 0 and "worker" in top.output and "REDIS_URL" in top.output
+    sub = runner.invoke(main, ["worker", "--help"])
+    for flag in ("--require", "--queue", "--concurrency", "--timeout", "--config", "--tag",
+                 "--verbose", "--logfile", "--pidfile", "NAME[,WEIGHT]", "TSTP"):
+        assert flag in sub.output
+
+
+def test_bad_flags_and_config_are_usage_errors(tmp_path):
+    runner = CliRunner()
+    result = runner.invoke(main, ["worker", "-c", "0"])
+    assert result.exit_code == 2 and "concurrency" in result.output.lower()
+    result = runner.invoke(main, ["worker", "-q", "a,2", "-q", "b"])
+    assert result.exit_code == 2 and "every queue a weight" in result.output
+    bad = tmp_path / "sidekiq.yml"
+    bad.write_text(":concurrency: lots\n")
+    result = runner.invoke(main, ["worker", "-C", str(bad)])
+    assert result.exit_code == 2 and "concurrency must be a whole number" in result.output
+
+
+def run_cli(*args, redis_url="redis://127.0.0.1:1/0", timeout=30):
+    return subprocess.run([PYTHON, "-m", "sidequest.cli", *args], env=python_env(REDIS_URL=redis_url),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_import_error_in_required_module_exits_1():
+    out = run_cli("worker", "-r", "no_such_module_xyz")
+    assert out.returncode == 1 and "No module named 'no_such_module_xyz'" in out.stdout + out.stderr
+
+
+def test_no_redis_exits_1_with_the_masked_url():
+    out = run_cli("worker", redis_url=f"redis://:pw123@127.0.0.1:{free_port()}/0")
+    text = out.stdout + out.stderr
+    assert out.returncode == 1 and "cannot reach Redis at redis://:****@127.0.0.1" in text
+    assert "pw123" not in text
+
+
+def test_start_line_then_clean_stop_on_term(redis_url, r, tmp_path):
+    pidfile = tmp_path / "w.pid"
+    w = WorkerProcess(redis_url, "-q", "critical,3", "-q", "default,1", "-c", "3", "-P", str(pidfile))
+    ident = w.wait_registered(r)
+    assert pidfile.read_text().strip() == str(w.proc.pid)
+    w.signal(signal.SIGTERM)
+    out = w.finish()
+    assert w.proc.returncode == 0, out
+    assert f"sidequest {__version__} starting: redis={redis_url} queues=[critical,3, default,1] concurrency=3" in out
+    assert not r.sismember("processes", ident) and not r.exists(ident)
+    assert not pidfile.exists()
+
+
+def test_term_lets_running_jobs_finish_within_the_timeout(redis_url, r, client):
+    w = WorkerProcess(redis_url, "-t", "10")
+    w.wait_registered(r)
+    client.push(sleepy, [0.5, "short"])
+    wait_until(lambda: ran(r, "sleepy-start"))
+    w.signal(signal.SIGTERM)
+    out = w.finish()
+    assert w.proc.returncode == 0, out
+    assert ran(r, "sleepy-done") == [["short"]] and r.llen("queue:default") == 0
+
+
+def test_term_requeues_unfinished_jobs_byte_for_byte(redis_url, r, client):
+    client.push(blocker, ["never"])
+    original = r.lrange("queue:default", 0, -1)[0]
+    w = WorkerProcess(redis_url, "-t", "1")
+    ident = w.wait_registered(r)
+    wait_until(lambda: ran(r, "blocker-start"))
+    w.signal(signal.SIGTERM)
+    out = w.finish()
+    assert w.proc.returncode == 0, out
+    assert r.lrange("queue:default", 0, -1) == [original], out
+    assert r.llen(f"sidequest:reserved:{ident}") == 0
+    assert "putting 1 unfinished job(s) back" in out
+
+
+def test_tstp_quiets_and_ttin_dumps_stacks(redis_url, r, client):
+    w = WorkerProcess(redis_url)
+    ident = w.wait_registered(r)
+    w.signal(signal.SIGTTIN)
+    w.signal(signal.SIGTSTP)
+    wait_until(lambda: r.hget(ident, "quiet") == b"true", message="quiet in the process hash")
+    client.push(echo, ["ignored while quiet"])
+    out = w.stop()
+    assert w.proc.returncode == 0
+    assert "sidequest-heartbeat" in out and "TSTP received: quiet" in out
+    assert not ran(r) and r.llen("queue:default") == 1
+
+
+def test_config_file_and_logfile(redis_url, r, client, tmp_path):
+    cfg = tmp_path / "sidekiq.yml"
+    cfg.write_text(":concurrency: 2\n:queues:\n  - [images, 1]\n  - [default, 1]\n:tag: fromfile\n")
+    log = tmp_path / "worker.log"
+    w = WorkerProcess(redis_url, "-C", str(cfg), "-L", str(log))
+    ident = w.wait_registered(r)
+    info = json.loads(r.hget(ident, "info"))
+    assert info["concurrency"] == 2 and info["tag"] == "fromfile" and info["queues"] == ["images", "default"]
+    client.push("Resize", ["x.png", 1], queue="images")
+    wait_until(lambda: ran(r, "resize"))
+    w.stop()
+    text = log.read_text()
+    assert "class=Resize jid=" in text and "done:" in text

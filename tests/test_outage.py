@@ -1,0 +1,64 @@
+"""Redis going away mid-run: the worker logs once, waits, reconnects, and loses nothing."""
+
+import signal
+
+import pytest
+
+from conftest import RedisServer, wait_until
+from helpers import WorkerProcess, ran
+from sidequest import Client, Config
+from sidequest.embedded import server_binary
+
+from jobs_for_tests import echo, sleepy
+
+
+@pytest.fixture
+def durable_redis():
+    server = RedisServer(server_binary(), ["--appendonly", "yes", "--appendfsync", "always"])
+    yield server
+    server.stop()
+
+
+def test_worker_survives_a_redis_restart_mid_job(durable_redis):
+    url = durable_redis.url(0)
+    client = Client(Config(redis_url=url))
+    r = client.redis
+    w = WorkerProcess(url, "-c", "2")
+    try:
+        w.wait_registered(r)
+        client.push(sleepy, [1.5, "through the outage"])
+        wait_until(lambda: ran(r, "sleepy-start"), message="the job to start")
+        durable_redis.halt()  # the job is still running; its acknowledgement will fail
+        assert w.proc.poll() is None
+        # stay down long enough for several fetch timeouts and retries
+        wait_until(lambda: "Redis is unreachable" in _peek(w), 10, 0.1, "the outage to be logged")
+        durable_redis.start()
+        r = Client(Config(redis_url=url)).redis
+        wait_until(lambda: ran(r, "sleepy-done"), 20, message="the job to finish")
+        client = Client(Config(redis_url=url))
+        client.push(echo, ["after the outage"])
+        wait_until(lambda: ran(r, "echo"), 20, message="a new job after Redis came back")
+        wait_until(lambda: not any(r.llen(k) for k in r.scan_iter("sidequest:reserved:*")),
+                   message="no job left reserved")
+    finally:
+        w.signal(signal.SIGTERM)
+        out = w.finish()
+    assert w.proc.returncode == 0, out
+    assert out.count("Redis is unreachable") == 1, out  # logged once, not in a tight loop
+    assert "Redis is back after" in out
+    assert r.llen("queue:default") == 0 and r.zcard("retry") == 0
+
+
+def _peek(w: WorkerProcess) -> str:
+    """Read what the worker has printed so far without waiting for it to exit."""
+    import os
+    import select
+
+    fd = w.proc.stdout.fileno()
+    os.set_blocking(fd, False)
+    while select.select([fd], [], [], 0)[0]:
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        w.output += chunk.decode(errors="replace")
+    return w.output

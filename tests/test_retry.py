@@ -1,0 +1,129 @@
+"""Retries and the dead set, Sidekiq-compatible, through a real worker."""
+
+import random
+import time
+
+import pytest
+
+from conftest import wait_until
+from helpers import ran, zset_items
+from sidequest.config import Config
+from sidequest.launcher import Launcher
+from sidequest.retry import Retrier, decompress_backtrace
+
+from jobs_for_tests import CustomDelay, FastBoom, boom, no_dead, no_retry
+
+
+@pytest.fixture
+def start(config, monkeypatch, redis_url):
+    monkeypatch.setenv("SQ_TEST_REDIS_URL", redis_url)
+    launchers = []
+
+    def start_worker(cfg=None, **kwargs):
+        launcher = Launcher(cfg or config, **kwargs)
+        launcher.run()
+        launchers.append(launcher)
+        return launcher
+
+    yield start_worker
+    for launcher in launchers:
+        launcher.stop()
+
+
+def test_first_failure_goes_to_retry_with_sidekiqs_fields(start, client, r):
+    start()
+    before = time.time()
+    jid = client.push(boom, ["kaput"])
+    wait_until(lambda: r.zcard("retry") == 1, message="the job in the retry set")
+    [(p, score)] = zset_items(r, "retry")
+    assert p["jid"] == jid and p["class"] == "Boom" and p["args"] == ["kaput"]
+    assert p["retry_count"] == 0 and p["error_class"] == "ValueError" and p["error_message"] == "kaput"
+    assert before <= p["failed_at"] <= time.time() and "retried_at" not in p
+    assert p["queue"] == "default"
+    lines = decompress_backtrace(p["error_backtrace"])
+    assert len(lines) <= 3 and "jobs_for_tests.py" in lines[0] and "in `boom'" in lines[0]
+    # Sidekiq's backoff for count 0: 0**4 + 15 + rand(10) * 1
+    assert before + 15 <= score <= time.time() + 25
+    assert r.llen("queue:default") == 0
+
+
+def test_retries_count_up_then_exhaust_into_dead_with_hooks(config, start, client, r):
+    deaths = []
+    start(death_handlers=[lambda payload, exc: deaths.append((payload["jid"], type(exc).__name__))])
+    jid = client.push(FastBoom, ["again"])
+    wait_until(lambda: r.zcard("dead") == 1, message="the job in the dead set after its retries")
+    assert [x[1] for x in ran(r, "fastboom")] == [None, 0, 1]  # retry_count seen on each run
+    [(p, _)] = zset_items(r, "dead")
+    assert p["jid"] == jid and p["retry_count"] == 2 and "retried_at" in p and "failed_at" in p
+    assert ran(r, "exhausted") == [[jid, "ValueError", 2]]
+    assert deaths == [(jid, "ValueError")]
+    assert r.zcard("retry") == 0 and r.llen("queue:default") == 0
+
+
+def test_retry_false_is_not_retried_nor_dead(start, client, r):
+    launcher = start()
+    client.push(no_retry, [])
+    wait_until(lambda: ran(r, "noretry"))
+    wait_until(lambda: r.llen(f"sidequest:reserved:{launcher.identity}") == 0)
+    assert r.zcard("retry") == 0 and r.zcard("dead") == 0
+
+
+def test_dead_false_drops_after_exhaustion(start, client, r):
+    launcher = start()
+    client.push(no_dead, [])
+    wait_until(lambda: launcher.stats.failed.value or int(r.get("stat:failed") or 0), message="failure")
+    wait_until(lambda: r.llen(f"sidequest:reserved:{launcher.identity}") == 0)
+    assert r.zcard("retry") == 0 and r.zcard("dead") == 0
+
+
+def test_retry_zero_goes_straight_to_dead(start, client, r):
+    start()
+    client.push(boom, ["once"], retry=0)
+    wait_until(lambda: r.zcard("dead") == 1)
+    assert r.zcard("retry") == 0
+
+
+def test_custom_retry_in_and_retry_queue(start, client, r):
+    start()
+    before = time.time()
+    client.push(CustomDelay, [], retry_queue="slow")
+    wait_until(lambda: r.zcard("retry") == 1)
+    [(p, score)] = zset_items(r, "retry")
+    assert p["queue"] == "slow" and p["error_class"] == "KeyError"
+    assert before + 1000 <= score <= time.time() + 1000
+
+
+def test_unregistered_job_is_retried_like_a_name_error(start, client, r):
+    start()
+    client.push("NoSuchJob", [1])
+    wait_until(lambda: r.zcard("retry") == 1)
+    [(p, _)] = zset_items(r, "retry")
+    assert p["class"] == "NoSuchJob" and p["error_class"] == "sidequest.errors.UnknownJobError"
+    assert "no job named 'NoSuchJob' is registered" in p["error_message"]
+
+
+def test_dead_set_is_trimmed_by_size_and_age(redis_url, r):
+    clock = [1_000_000.0]
+    retrier = Retrier(Config(redis_url=redis_url, dead_max_jobs=3, dead_timeout=100), clock=lambda: clock[0])
+    for i in range(5):
+        pipe = r.pipeline()
+        retrier.to_dead(f'{{"jid":"{i}"}}')(pipe)
+        pipe.execute()
+        clock[0] += 1
+    assert [p["jid"] for p, _ in zset_items(r, "dead")] == ["2", "3", "4"]
+    clock[0] += 200
+    pipe = r.pipeline()
+    retrier.to_dead('{"jid":"late"}')(pipe)
+    pipe.execute()
+    assert [p["jid"] for p, _ in zset_items(r, "dead")] == ["late"]
+
+
+def test_backoff_formula_and_error_message_cap(redis_url):
+    rng = random.Random(7)
+    retrier = Retrier(Config(redis_url=redis_url), clock=lambda: 0.0, rng=rng)
+    for count in (0, 1, 5, 24):
+        delay = retrier.delay(None, count, ValueError())
+        assert count**4 + 15 <= delay <= count**4 + 15 + 9 * (count + 1)
+    payload = {"class": "X", "args": [], "jid": "j", "queue": "q", "retry": True}
+    commands = retrier.failed(None, payload, "q", ValueError("x" * 20_000))
+    assert commands is not None and len(payload["error_message"]) == 10_000
