@@ -138,6 +138,11 @@ def main() -> None:
 @click.option("--max-recoveries", type=click.IntRange(min=0), help="Recoveries before a job goes to dead (3).")
 @click.option("--job-timeout", type=float, help="Default time limit of a job, in seconds (none).")
 @click.option("--poll-interval", type=float, help="Longest wait of the scheduled poller (1).")
+@click.option("--processes", type=click.IntRange(min=1), help="Run this many worker processes under a supervisor.")
+@click.option("--max-jobs", type=click.IntRange(min=1), help="A worker process restarts after this many jobs.")
+@click.option("--max-memory", type=click.FloatRange(min=0, min_open=True),
+              help="A worker process restarts once its memory passes this many MB.")
+@click.option("--swarm-child", is_flag=True, hidden=True)
 @click.option("-v", "--verbose", is_flag=True, default=None, help="Debug logging.")
 @click.option("-L", "--logfile", type=click.Path(dir_okay=False), help="Log to this file instead of stdout.")
 @click.option("-P", "--pidfile", type=click.Path(dir_okay=False), help="Write the process id here.")
@@ -145,6 +150,7 @@ def worker(requires: tuple[str, ...], queues: tuple[str, ...], concurrency: int 
            timeout: float | None, config_file: str | None, tag: str | None, fetch: str | None,
            heartbeat_interval: float | None, heartbeat_ttl: float | None, recovery_interval: float | None,
            max_recoveries: int | None, job_timeout: float | None, poll_interval: float | None,
+           processes: int | None, max_jobs: int | None, max_memory: float | None, swarm_child: bool,
            verbose: bool | None, logfile: str | None, pidfile: str | None) -> None:
     """Run jobs from Redis until INT or TERM.
 
@@ -161,14 +167,38 @@ def worker(requires: tuple[str, ...], queues: tuple[str, ...], concurrency: int 
                               timeout=timeout, tag=tag, fetch=fetch, heartbeat_interval=heartbeat_interval,
                               heartbeat_ttl=heartbeat_ttl, recovery_interval=recovery_interval,
                               max_recoveries=max_recoveries, job_timeout=job_timeout,
-                              poll_interval=poll_interval, verbose=verbose, logfile=logfile, pidfile=pidfile)
+                              poll_interval=poll_interval, processes=processes, max_jobs=max_jobs,
+                              max_memory=max_memory, verbose=verbose, logfile=logfile, pidfile=pidfile)
+        if swarm_child:
+            config = config.replace(processes=1, pidfile=None)
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
     configure_logging(config.verbose, config.logfile)
-    sys.exit(run_worker(config))
+    if config.processes > 1:
+        sys.exit(run_supervisor(config))
+    sys.exit(run_worker(config, swarm_child))
 
 
-def run_worker(config: Config) -> int:
+def run_supervisor(config: Config) -> int:
+    from .embedded import resolve_url
+    from .swarm import run_swarm
+
+    try:
+        url = resolve_url(config)
+    except (RedisUnavailableError, ConfigError) as exc:
+        log.error("%s", exc)
+        return 1
+    argv = sys.argv[sys.argv.index("worker") + 1:] if "worker" in sys.argv else []
+    if config.pidfile:
+        Path(config.pidfile).write_text(f"{os.getpid()}\n")
+    try:
+        return run_swarm(config.processes, argv, config.timeout, url)
+    finally:
+        if config.pidfile:
+            Path(config.pidfile).unlink(missing_ok=True)
+
+
+def run_worker(config: Config, swarm_child: bool = False) -> int:
     from .embedded import resolve_url
     from .launcher import Launcher
 
@@ -184,7 +214,7 @@ def run_worker(config: Config) -> int:
     try:
         url = resolve_url(config)
         config = config.replace(redis_url=url)
-        launcher = Launcher(config)
+        launcher = Launcher(config, recycle_on_timeout=swarm_child)
     except (RedisUnavailableError, ConfigError) as exc:
         log.error("%s", exc)
         return 1

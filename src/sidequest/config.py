@@ -76,6 +76,9 @@ class Config:
     dead_timeout: float = 180 * 24 * 3600.0
     embedded_dir: str = ".sidequest"
     embedded_port: int = DEFAULT_REDIS_PORT
+    processes: int = 1  # more than 1: a supervisor runs this many worker processes
+    max_jobs: int | None = None  # a worker process restarts itself after this many jobs
+    max_memory: float | None = None  # ... or once its resident memory passes this many MB
     require: tuple[str, ...] = ()
     verbose: bool = False
     logfile: str | None = None
@@ -91,13 +94,17 @@ class Config:
         weights = {w for _, w in queues}
         if len(queues) > 1 and 0 in weights and weights != {0}:
             raise ConfigError("give every queue a weight, or none (strict order)")
-        for name in ("concurrency", "max_recoveries", "max_retries", "dead_max_jobs", "embedded_port"):
+        for name in ("concurrency", "max_recoveries", "max_retries", "dead_max_jobs", "embedded_port",
+                     "processes"):
             _positive_int(name, getattr(self, name), allow_zero=name in ("max_recoveries", "max_retries"))
         for name in ("timeout", "fetch_timeout", "poll_interval", "heartbeat_interval",
                      "heartbeat_ttl", "recovery_interval", "dead_timeout"):
             _positive_number(name, getattr(self, name))
-        if self.job_timeout is not None:
-            _positive_number("job_timeout", self.job_timeout)
+        for name in ("job_timeout", "max_memory"):
+            if getattr(self, name) is not None:
+                _positive_number(name, getattr(self, name))
+        if self.max_jobs is not None:
+            _positive_int("max_jobs", self.max_jobs)
         if self.fetch not in ("reliable", "basic"):
             raise ConfigError(f"fetch must be 'reliable' or 'basic', got {self.fetch!r}")
         if self.heartbeat_ttl <= self.heartbeat_interval:

@@ -97,6 +97,7 @@ class Heartbeat:
             self.stats.failed.incr(failed)
             log.debug("heartbeat failed: %s", exc)
             return
+        self.stats.flushed += processed
         self.beats += 1
 
     def _write(self, processed: int, failed: int) -> None:

@@ -9,8 +9,10 @@
 from __future__ import annotations
 
 import logging
+import os
 import random
 import secrets
+import signal
 import time
 from collections.abc import Callable
 from typing import Any
@@ -22,7 +24,7 @@ from .config import Config
 from .connection import connect
 from .executor import ThreadExecutor
 from .fetch import build_fetch
-from .heartbeat import Heartbeat, make_identity
+from .heartbeat import Heartbeat, make_identity, rss_kb
 from .manager import Manager
 from .processor import Runtime
 from .recovery import Recovery
@@ -39,20 +41,24 @@ class Launcher:
                  redis_client: redis.Redis | None = None,
                  death_handlers: list[Callable[[dict[str, Any], BaseException], None]] | None = None,
                  on_signal: Callable[[int], None] | None = None,
+                 recycle_on_timeout: bool = False,
                  clock: Callable[[], float] = time.time, rng: random.Random | None = None) -> None:
         self.config = config
         self.redis = redis_client or connect(config.url)
         self.identity = make_identity(secrets.token_hex(6))
         self.stats = Stats()
+        self.on_signal = on_signal or (lambda sig: os.kill(os.getpid(), sig))
+        self.recycle_on_timeout = recycle_on_timeout
+        self._recycling = False
         self.runtime = Runtime(
             config=config, registry=registry or default_registry, stats=self.stats,
             retrier=Retrier(config, death_handlers, clock=clock, rng=rng),
-            executor=ThreadExecutor(), identity=self.identity,
+            executor=ThreadExecutor(on_abandon=self._abandoned), identity=self.identity,
         )
         self.recovery = Recovery(config, self.redis, self.identity, clock=clock)
         self._last_recovery = 0.0
         self.heartbeat = Heartbeat(config, self.redis, self.identity, self.stats, __version__,
-                                   on_signal=on_signal, extra=[self._maybe_recover])
+                                   on_signal=self.on_signal, extra=[self._maybe_recover, self._check_limits])
         self.poller = Poller(config, self.redis, clock=clock, rng=rng)
         self.manager = Manager(self.runtime, lambda slot: build_fetch(config, self.redis, self.identity, slot))
         self.stopped = False
@@ -74,6 +80,25 @@ class Launcher:
                 self.recovery.run()
             except (redis.RedisError, OSError) as exc:
                 log.warning("orphan recovery skipped: %s", exc)
+
+    def _recycle(self, reason: str) -> None:
+        """Stop this process gracefully (its supervisor or service manager starts a fresh one)."""
+        if not self._recycling:
+            self._recycling = True
+            log.warning("recycling this worker process: %s", reason)
+            self.on_signal(signal.SIGTERM)
+
+    def _abandoned(self, job: Any) -> None:
+        if self.recycle_on_timeout:
+            self._recycle(f"job {job.jid} passed its time limit and its thread cannot be stopped")
+
+    def _check_limits(self) -> None:
+        limit = self.config.max_jobs
+        if limit is not None and self.stats.total() >= limit:
+            self._recycle(f"processed {self.stats.total()} jobs (max_jobs {limit})")
+        megabytes = rss_kb() / 1024
+        if self.config.max_memory is not None and megabytes > self.config.max_memory:
+            self._recycle(f"resident memory {megabytes:.0f} MB is over max_memory {self.config.max_memory:g} MB")
 
     def quiet(self) -> None:
         """Stop fetching new jobs; running ones finish. Shown as quiet in Sidekiq's UI."""

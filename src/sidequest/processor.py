@@ -141,8 +141,10 @@ class Processor:
             job = job_class()
             job.jid, job.payload = jid, payload
             args = payload["args"]
+            limit = payload.get("timeout") or self.rt.config.job_timeout
+            limit = float(limit) if isinstance(limit, (int, float)) and limit > 0 else None
             self.rt.config.server_middleware.invoke(
-                job, payload, unit.queue, final=lambda: self.rt.executor.run(job, args))
+                job, payload, unit.queue, final=lambda: self.rt.executor.run(job, args, limit))
         except BaseException as exc:  # SystemExit from a job's sys.exit() is a job failure too
             self.rt.stats.failed.incr()
             log.warning("fail: %.3f sec: %s: %s", time.monotonic() - started, error_class_name(exc), exc)

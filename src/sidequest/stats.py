@@ -63,3 +63,8 @@ class Stats:
         self.processed = Counter()
         self.failed = Counter()
         self.work = WorkState()
+        self.flushed = 0  # processed counts already handed to Redis by the heartbeat
+
+    def total(self) -> int:
+        """Jobs processed by this process since it started."""
+        return self.flushed + self.processed.value
