@@ -144,3 +144,58 @@ class FastBoom(sidequest.Job, name="FastBoom", retry=2):
 def stamp(label):
     """Records when it started, to measure scheduling latency."""
     record("stamp", label, time.time())
+
+
+@sidequest.job(name="Work")
+def work(n, seconds=0.0, gate=None):
+    """Records ("work-start", n, pid) and ("work-done", n, pid), so a test can count runs per job.
+
+    With `gate`, it waits until the test creates that key (at most `seconds`, else 60 s)
+    instead of sleeping: a job the test can hold in flight for as long as it likes.
+    """
+    record("work-start", n, os.getpid())
+    if gate:
+        end = time.monotonic() + (seconds or 60.0)
+        while not _r().exists(gate) and time.monotonic() < end:
+            time.sleep(0.01)
+    elif seconds:
+        time.sleep(seconds)
+    record("work-done", n, os.getpid())
+
+
+# -- jobs for task tests ------------------------------------------------------------------------
+@sidequest.job(name="Signup")
+def signup(product_id):
+    """The seed's bulk sign-up: every third product fails for a business reason."""
+    if product_id % 3 == 0:
+        raise sidequest.JobFailed(f"product {product_id}: seller is not qualified")
+    sidequest.task_message(f"product {product_id} signed up", progress={"done": 1, "of": 1})
+    record("signup", product_id)
+
+
+class FlakyOnce(sidequest.Job, name="FlakyOnce", retry=2):
+    def perform(self, n):
+        if self.payload.get("retry_count") is None:
+            raise ConnectionError(f"upstream hiccup {n}")
+        record("flaky-ok", n)
+
+    def retry_in(self, count, exc):
+        return 0.05
+
+
+class AlwaysBroken(sidequest.Job, name="AlwaysBroken", retry=1):
+    def perform(self):
+        raise RuntimeError("bug in the importer")
+
+    def retry_in(self, count, exc):
+        return 0.05
+
+
+@sidequest.job(name="OnComplete")
+def on_complete(task_id):
+    record("on_complete", task_id)
+
+
+@sidequest.job(name="OnSuccess")
+def on_success(task_id):
+    record("on_success", task_id)

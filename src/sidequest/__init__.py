@@ -26,6 +26,7 @@ from .errors import (
 from .job import Job, JobFunction, job
 from .middleware import Chain
 from .registry import Registry, default_registry
+from .tasks import Task, task_message
 
 __version__ = "0.1.0"
 
@@ -50,10 +51,12 @@ __all__ = [
     "RedisUnavailableError",
     "Registry",
     "SidequestError",
+    "Task",
     "UnknownJobError",
     "configure",
     "default_client",
     "default_registry",
     "job",
     "push",
+    "task_message",
 ]

@@ -59,14 +59,9 @@ class Client:
         """
         now = self.clock()
         when = self._when(at, in_, now)
-        name, base = self._describe(job, options)
-        args = check_args(list(args))
-        payload = self._payload(name, base, args, now)
-        pushed = self._through_middleware(name, payload)
-        if pushed is None:
-            return None
-        self._write([(pushed, when)], now)
-        return str(pushed["jid"])
+        entries, jids = self.build(job, [args], [when], now, options)
+        self.write(entries, now)
+        return jids[0]
 
     def push_bulk(self, job: Any, args_list: Iterable[Any], *, at: Any = None,
                   **options: Any) -> list[str | None]:
@@ -77,14 +72,21 @@ class Client:
         """
         now = self.clock()
         all_args = list(args_list)
-        times = self._bulk_times(at, len(all_args), now)
+        entries, jids = self.build(job, all_args, self._bulk_times(at, len(all_args), now), now, options)
+        self.write(entries, now)
+        return jids
+
+    def build(self, job: Any, args_list: list[Any], times: list[float | None], now: float,
+              options: dict[str, Any]) -> tuple[list[tuple[dict[str, Any], float | None]], list[str | None]]:
+        """Checked payloads (through client middleware) with their times, and the jids in order."""
         name, base = self._describe(job, options)
         checked = []
-        for index, args in enumerate(all_args):
+        for index, args in enumerate(args_list):
             try:
-                checked.append(check_args(args))
+                checked.append(check_args(list(args) if isinstance(args, tuple) else args))
             except JobArgumentError as exc:
-                raise JobArgumentError(f"job {index} of the bulk: {exc}") from None
+                prefix = f"job {index} of the bulk: " if len(args_list) > 1 else ""
+                raise JobArgumentError(f"{prefix}{exc}") from None
         entries: list[tuple[dict[str, Any], float | None]] = []
         jids: list[str | None] = []
         middleware = len(self.config.client_middleware) > 0
@@ -98,8 +100,7 @@ class Client:
                 payload = pushed
             entries.append((payload, when))
             jids.append(payload["jid"])
-        self._write(entries, now)
-        return jids
+        return entries, jids
 
     # -- building ------------------------------------------------------------------------------
     @staticmethod
@@ -147,8 +148,10 @@ class Client:
         return [when] * count
 
     # -- writing -------------------------------------------------------------------------------
-    def _write(self, entries: list[tuple[dict[str, Any], float | None]], now: float) -> None:
-        if not entries:
+    def write(self, entries: list[tuple[dict[str, Any], float | None]], now: float,
+              also: Callable[[Any], None] | None = None) -> None:
+        """One MULTI with every entry (and `also(pipe)`'s commands, e.g. a task's records)."""
+        if not entries and also is None:
             return
         queued: dict[str, list[str]] = {}
         scheduled: list[tuple[str, float]] = []
@@ -165,6 +168,8 @@ class Client:
                 pipe.lpush(keys.queue(queue), *blobs[start:start + BULK_BATCH])
         for start in range(0, len(scheduled), BULK_BATCH):
             pipe.zadd(keys.SCHEDULE, dict(scheduled[start:start + BULK_BATCH]))
+        if also is not None:
+            also(pipe)
         pipe.execute()
 
     @staticmethod

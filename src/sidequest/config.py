@@ -74,6 +74,7 @@ class Config:
     max_retries: int = 25
     dead_max_jobs: int = 10_000
     dead_timeout: float = 180 * 24 * 3600.0
+    task_retention: float = 7 * 24 * 3600.0  # how long a completed task's records are kept
     embedded_dir: str = ".sidequest"
     embedded_port: int = DEFAULT_REDIS_PORT
     processes: int = 1  # more than 1: a supervisor runs this many worker processes
@@ -98,7 +99,7 @@ class Config:
                      "processes"):
             _positive_int(name, getattr(self, name), allow_zero=name in ("max_recoveries", "max_retries"))
         for name in ("timeout", "fetch_timeout", "poll_interval", "heartbeat_interval",
-                     "heartbeat_ttl", "recovery_interval", "dead_timeout"):
+                     "heartbeat_ttl", "recovery_interval", "dead_timeout", "task_retention"):
             _positive_number(name, getattr(self, name))
         for name in ("job_timeout", "max_memory"):
             if getattr(self, name) is not None:

@@ -16,6 +16,7 @@ sidequest's own keys live under the `sidequest:` prefix so Ruby Sidekiq never tr
 
     sidequest:reserved:<identity>   list of payloads a process has taken and not acknowledged
     sidequest:recovery-lock         short lock while orphaned work is put back
+    sidequest:task:<id>[:...]       a task (batch) and its per-job events; see below
 
 A test fails if a key literal appears in any other module.
 """
@@ -79,3 +80,31 @@ def identity_of_reserved(key: str) -> str:
 RECOVERY_LOCK = f"{PREFIX}:recovery-lock"
 SCHEDULER_WAKE = f"{PREFIX}:scheduler-wake"
 
+
+
+# -- tasks: `sidequest:task:<id>` hash (name, meta, counts, callbacks), `...:events` hash
+# (jid -> event JSON), `...:order` zset of every jid by position, `...:status:<s>` zsets of jids
+# by status (for filtered, paged event lists). All expire together once the task completes.
+TASK_STATUSES = ("enqueued", "working", "finished", "failed", "error")
+
+
+def task(task_id: str) -> str:
+    return f"{PREFIX}:task:{task_id}"
+
+
+def task_events(task_id: str) -> str:
+    return f"{PREFIX}:task:{task_id}:events"
+
+
+def task_order(task_id: str) -> str:
+    return f"{PREFIX}:task:{task_id}:order"
+
+
+def task_index(task_id: str, status: str) -> str:
+    return f"{PREFIX}:task:{task_id}:status:{status}"
+
+
+def task_keys(task_id: str) -> list[str]:
+    """Every key of a task, in the order the task scripts expect them."""
+    return [task(task_id), task_events(task_id), task_order(task_id),
+            *(task_index(task_id, s) for s in TASK_STATUSES)]

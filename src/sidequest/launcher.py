@@ -32,6 +32,7 @@ from .registry import Registry, default_registry
 from .retry import Retrier
 from .scheduled import Poller
 from .stats import Stats
+from .tasks import TaskRecorder, TaskTracker
 
 log = logging.getLogger(__name__)
 
@@ -50,12 +51,15 @@ class Launcher:
         self.on_signal = on_signal or (lambda sig: os.kill(os.getpid(), sig))
         self.recycle_on_timeout = recycle_on_timeout
         self._recycling = False
+        self.tasks = TaskRecorder(self.redis, config.task_retention, clock=clock)
+        if TaskTracker not in config.server_middleware:  # outermost, so it sees every outcome
+            config.server_middleware.prepend(TaskTracker, self.tasks)
         self.runtime = Runtime(
             config=config, registry=registry or default_registry, stats=self.stats,
-            retrier=Retrier(config, death_handlers, clock=clock, rng=rng),
-            executor=ThreadExecutor(on_abandon=self._abandoned), identity=self.identity,
+            retrier=Retrier(config, death_handlers, clock=clock, rng=rng, tasks=self.tasks),
+            executor=ThreadExecutor(on_abandon=self._abandoned), identity=self.identity, tasks=self.tasks,
         )
-        self.recovery = Recovery(config, self.redis, self.identity, clock=clock)
+        self.recovery = Recovery(config, self.redis, self.identity, clock=clock, tasks=self.tasks)
         self._last_recovery = 0.0
         self.heartbeat = Heartbeat(config, self.redis, self.identity, self.stats, __version__,
                                    on_signal=self.on_signal, extra=[self._maybe_recover, self._check_limits])

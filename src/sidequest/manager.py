@@ -14,7 +14,9 @@ import threading
 import time
 from collections.abc import Callable
 
+from .errors import PayloadError
 from .fetch import Fetch, UnitOfWork
+from .payload import decode
 from .processor import Processor, Runtime
 
 log = logging.getLogger(__name__)
@@ -76,6 +78,16 @@ class Manager:
             log.info("quieting: no new jobs will be fetched")
             self.quieting.set()
 
+    def _record_requeue(self, unit: UnitOfWork) -> None:
+        """A task job put back by shutdown: its event says so and shows it enqueued again."""
+        if self.rt.tasks is None or b"task_id" not in unit.raw:
+            return
+        try:
+            payload = decode(unit.raw)
+        except PayloadError:
+            return
+        self.rt.tasks.transition(payload, None, "enqueued", "error: interrupted by shutdown; requeued")
+
     def stop(self, deadline: float) -> list[UnitOfWork]:
         """Quiet, wait until `deadline` (monotonic) for running jobs, then requeue what remains."""
         self.quiet()
@@ -95,6 +107,7 @@ class Manager:
             for unit in leftovers:
                 try:
                     unit.requeue()
+                    self._record_requeue(unit)
                 except Exception as exc:  # Redis down: reliable fetch keeps it reserved for recovery
                     log.error("could not requeue a job (%s); it stays reserved and will be recovered", exc)
         # An idle processor may still be inside a blocking fetch and take a job (even one just put

@@ -30,6 +30,7 @@ from .stats import Stats
 
 if TYPE_CHECKING:
     from .manager import Manager
+    from .tasks import TaskRecorder
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,7 @@ class Runtime:
     retrier: Retrier
     executor: Executor
     identity: str
+    tasks: TaskRecorder | None = None
     outage: RedisOutage = field(default_factory=lambda: RedisOutage())
 
 
@@ -155,7 +157,8 @@ class Processor:
             self._settle(lambda: unit.acknowledge(also=commands))
         else:
             log.info("done: %.3f sec", time.monotonic() - started)
-            self._settle(unit.acknowledge)
+            also = getattr(job, "on_acknowledge", None)  # e.g. a task event, in the same MULTI
+            self._settle(lambda: unit.acknowledge(also=also))
         finally:
             job_context.reset(token)
 

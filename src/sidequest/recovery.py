@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import redis
 
@@ -23,6 +24,9 @@ from .errors import PayloadError
 from .payload import decode, encode
 from .scripts import Scripts
 
+if TYPE_CHECKING:
+    from .tasks import TaskRecorder
+
 log = logging.getLogger(__name__)
 
 LIMIT_ERROR = "sidequest.RecoveryLimitExceeded"
@@ -30,7 +34,8 @@ LIMIT_ERROR = "sidequest.RecoveryLimitExceeded"
 
 class Recovery:
     def __init__(self, config: Config, client: redis.Redis, identity: str,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, tasks: TaskRecorder | None = None) -> None:
+        self.tasks = tasks
         self.config = config
         self.redis = client
         self.identity = identity
@@ -58,8 +63,9 @@ class Recovery:
     def _recover(self, key: str, owner: str, raw: bytes) -> int:
         now = self.clock()
         try:
-            payload = decode(raw)
+            payload: dict[str, Any] | None = decode(raw)
         except PayloadError:
+            payload = None
             mode, queue, blob = "dead", "", raw  # not a job: the dead set, unchanged
         else:
             count = payload.get("recovery_count", 0)
@@ -77,6 +83,13 @@ class Recovery:
         dest = keys.queue(str(queue)) if mode == "queue" else keys.DEAD
         result = int(self.scripts.recover(keys=[key, keys.process(owner), dest, keys.QUEUES],
                                           args=[raw, blob, mode, queue, now]))
+        if result == 1 and self.tasks is not None and payload is not None:
+            if mode == "queue":
+                self.tasks.transition(payload, None, "enqueued", "error: its worker process died; recovered")
+            else:
+                self.tasks.transition(payload, None, "error", str(payload["error_message"]),
+                                      error_class=LIMIT_ERROR, error_message=payload["error_message"],
+                                      finished_at=now)
         if result == 1:
             log.warning("recovered job from dead process %s into %s", owner,
                         f"queue {queue!r}" if mode == "queue" else "the dead set (recovery limit)")

@@ -8,7 +8,8 @@ without Sidekiq's jitter: its author chose it) or Sidekiq's
 `count**4 + 15 + rand(10) * (count + 1)`. Then the job's `retries_exhausted` hook runs, the
 payload goes to `dead` (trimmed to `dead_max_jobs` and `dead_timeout`) unless `dead=False`,
 and the death handlers run. `retry=False` drops the job after logging; `retry=0` goes
-straight to dead.
+straight to dead. A job raising `JobFailed` (a business failure) is never retried.
+Jobs of a task also get their task event updated in the same MULTI (see `tasks`).
 """
 
 from __future__ import annotations
@@ -21,11 +22,15 @@ import time
 import traceback
 import zlib
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import keys
 from .config import Config
+from .errors import JobFailed
 from .payload import encode
+
+if TYPE_CHECKING:
+    from .tasks import TaskRecorder
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +62,10 @@ class Retrier:
     """Decides retry vs dead for one failed job and writes the outcome."""
 
     def __init__(self, config: Config, death_handlers: list[Callable[[dict[str, Any], BaseException], None]] | None = None,
-                 clock: Callable[[], float] = time.time, rng: random.Random | None = None) -> None:
+                 clock: Callable[[], float] = time.time, rng: random.Random | None = None,
+                 tasks: TaskRecorder | None = None) -> None:
         self.config = config
+        self.tasks = tasks
         self.death_handlers = death_handlers if death_handlers is not None else []
         self.clock = clock
         self.rng = rng or random.Random()
@@ -89,10 +96,13 @@ class Retrier:
         The commands run in the same MULTI as the acknowledgement, so a job is never both
         retried and still reserved, nor lost between the two.
         """
+        if isinstance(exc, JobFailed):
+            log.info("%s %s failed (business failure, not retried): %s", payload.get("class"), payload.get("jid"), exc)
+            return self._task(payload, "failed", f"failed: {exc}", exc)
         if payload.get("retry", True) is False:
             log.warning("%s %s failed and has retry=False: dropped: %s: %s",
                         payload.get("class"), payload.get("jid"), error_class_name(exc), exc)
-            return None
+            return self._task(payload, "error", f"error: {error_class_name(exc)}: {exc}", exc)
         now = self.clock()
         payload["queue"] = payload.get("retry_queue") or queue
         payload["error_message"] = str(exc)[:MAX_MESSAGE]
@@ -115,8 +125,26 @@ class Retrier:
             blob = encode(payload)
             log.info("%s %s failed (%s); retry %d in %.0f s", payload.get("class"), payload.get("jid"),
                      payload["error_class"], count, at - now)
-            return lambda pipe: pipe.zadd(keys.RETRY, {blob: at})
+            waiting = self._task(payload, "enqueued", f"error: {payload['error_class']}: {exc}; "
+                                 f"waiting for retry {count + 1} in {at - now:.0f} s", exc)
+
+            def retry(pipe: Any) -> None:
+                pipe.zadd(keys.RETRY, {blob: at})
+                if waiting is not None:
+                    waiting(pipe)
+            return retry
         return self.exhausted(job, payload, exc)
+
+    def _task(self, payload: dict[str, Any], status: str, message: str,
+              exc: BaseException) -> Callable[[Any], None] | None:
+        """Commands recording a task job's failure (None when the job is not in a task)."""
+        if self.tasks is None or not isinstance(payload.get("task_id"), str):
+            return None
+        tasks, now = self.tasks, self.clock()
+        fields = {"error_class": error_class_name(exc), "error_message": str(exc)[:MAX_MESSAGE]}
+        if status in ("failed", "error"):
+            fields["finished_at"] = now
+        return lambda pipe: tasks.transition(payload, None, status, message, pipe=pipe, **fields)
 
     def exhausted(self, job: Any, payload: dict[str, Any], exc: BaseException) -> Callable[[Any], None] | None:
         """Run the hooks and return the commands that put the payload in the dead set (if wanted)."""
@@ -130,13 +158,21 @@ class Retrier:
                 handler(payload, exc)
             except Exception:
                 log.exception("death handler %r raised", handler)
+        final = self._task(payload, "error", f"error: {payload.get('error_class')}: {exc}; no retries left", exc)
         if payload.get("dead") is False:
             log.warning("%s %s exhausted its retries and has dead=False: dropped",
                         payload.get("class"), payload.get("jid"))
-            return None
+            return final
         log.warning("%s %s moved to the dead set: %s", payload.get("class"), payload.get("jid"),
                     payload.get("error_class"))
-        return self.to_dead(encode(payload))
+        bury = self.to_dead(encode(payload))
+        if final is None:
+            return bury
+
+        def bury_and_record(pipe: Any) -> None:
+            bury(pipe)
+            final(pipe)
+        return bury_and_record
 
     def to_dead(self, blob: str | bytes) -> Callable[[Any], None]:
         """Commands adding `blob` to `dead`, trimmed by age and size like Sidekiq's DeadSet#kill."""

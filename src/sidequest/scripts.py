@@ -11,6 +11,8 @@ from typing import Any
 
 import redis
 
+from . import keys
+
 # KEYS: queue:<q>... (in fetch order), sidequest:reserved:<identity>
 # Take the oldest job of the first non-empty queue into the reserved list; return {queue key, job}.
 RESERVE = """
@@ -65,6 +67,72 @@ return 0
 """
 
 
+# Shared by the task scripts. KEYS: task hash, events hash, order zset, then the status zsets
+# in keys.TASK_STATUSES order. When a sealed task has every job finished, failed or error, mark
+# it complete exactly once (the script runs atomically, so only one caller sees this), push its
+# callbacks (payload templates stored at creation, enqueued_at set now) onto
+# `<queue prefix><queue>`, and let every key of the task expire after the retention time.
+_TASK_COMMON = """
+local STATUSES = {'enqueued', 'working', 'finished', 'failed', 'error'}
+local function index_key(status)
+  for i, s in ipairs(STATUSES) do if s == status then return KEYS[3 + i] end end
+end
+local function complete_if_done(now, retention)
+  local t = redis.call('hmget', KEYS[1], 'sealed', 'total', 'count:finished', 'count:failed',
+                       'count:error', 'completed_at')
+  if t[1] ~= '1' or t[6] then return 0 end
+  local finished = tonumber(t[3] or '0')
+  if finished + tonumber(t[4] or '0') + tonumber(t[5] or '0') < tonumber(t[2] or '0') then return 0 end
+  redis.call('hset', KEYS[1], 'completed_at', now)
+  local names = {'on_complete'}
+  if finished == tonumber(t[2]) then names[2] = 'on_success' end
+  for _, name in ipairs(names) do
+    local template = redis.call('hget', KEYS[1], name)
+    if template then
+      local job = cjson.decode(template)
+      job['enqueued_at'] = tonumber(now)
+      redis.call('sadd', '%(queues)s', job['queue'])
+      redis.call('lpush', '%(queue_prefix)s' .. job['queue'], cjson.encode(job))
+    end
+  end
+  for i = 1, #KEYS do redis.call('expire', KEYS[i], retention) end
+  return 1
+end
+""" % {"queues": keys.QUEUES, "queue_prefix": keys.QUEUE_PREFIX}
+
+# ARGV: jid, new status ('' keeps it), now, message ('' for none), JSON of fields to set, retention
+# Returns {changed (0/1), completed (0/1)}; a jid the task does not know is left alone.
+TASK_TRANSITION = _TASK_COMMON + """
+local raw = redis.call('hget', KEYS[2], ARGV[1])
+if not raw then return {0, 0} end
+local event = cjson.decode(raw)
+local old = event['status']
+local new = ARGV[2] ~= '' and ARGV[2] or old
+for k, v in pairs(cjson.decode(ARGV[5])) do event[k] = v end
+if ARGV[4] ~= '' then
+  if type(event['messages']) ~= 'table' or next(event['messages']) == nil then event['messages'] = {} end
+  table.insert(event['messages'], {at = tonumber(ARGV[3]), text = ARGV[4]})
+end
+event['status'] = new
+redis.call('hset', KEYS[2], ARGV[1], cjson.encode(event))
+local changed = 0
+if new ~= old then
+  redis.call('hincrby', KEYS[1], 'count:' .. old, -1)
+  redis.call('hincrby', KEYS[1], 'count:' .. new, 1)
+  redis.call('zrem', index_key(old), ARGV[1])
+  redis.call('zadd', index_key(new), redis.call('zscore', KEYS[3], ARGV[1]) or 0, ARGV[1])
+  changed = 1
+end
+return {changed, complete_if_done(ARGV[3], tonumber(ARGV[6]))}
+"""
+
+# ARGV: now, retention. Seal the task (no more jobs); it may complete at once.
+TASK_SEAL = _TASK_COMMON + """
+redis.call('hset', KEYS[1], 'sealed', '1')
+return complete_if_done(ARGV[1], tonumber(ARGV[2]))
+"""
+
+
 class Scripts:
     """The scripts registered on one Redis client (EVALSHA, loading them again when flushed)."""
 
@@ -73,6 +141,8 @@ class Scripts:
         self.requeue = client.register_script(REQUEUE)
         self.recover = client.register_script(RECOVER)
         self.enqueue_due = client.register_script(ENQUEUE_DUE)
+        self.task_transition = client.register_script(TASK_TRANSITION)
+        self.task_seal = client.register_script(TASK_SEAL)
 
     @staticmethod
     def call(script: Any, keys: list[str], args: list[Any], client: Any = None) -> Any:

@@ -1,0 +1,234 @@
+"""Tasks: many jobs under one id, each job's whole life recorded, progress and callbacks.
+
+    task = Task.create("sign up 200 products", meta={"seller": 42}, on_complete=notify)
+    jids = task.add_bulk(signup, [[p] for p in product_ids])
+    task.seal()                                  # no more jobs: completion may now fire
+    Task.find(task.id).status()                  # {"counts": {...}, "percent": 37.5, "done": False, ...}
+    Task.find(task.id).events(status="failed")   # why the failed ones failed
+
+Each job of a task carries `task_id` in its payload and has an event record: `status` (enqueued,
+working, finished, failed, error), `params`, timestamped `messages`, start and finish times,
+and the error's class and message. The worker keeps them current (see `TaskTracker`, the
+retrier and recovery): working when a job starts; finished when it returns; failed when it
+raises `JobFailed` (a business failure, never retried); back to enqueued with an "error ...
+waiting for retry" message when a retry is scheduled, or when shutdown or recovery puts it back;
+error when no retry is left. Every change is one Lua call that moves the counters and the
+status index together and, for the change that completes a sealed task, enqueues its
+callbacks, so counts never drift and `on_complete`/`on_success` are enqueued exactly once.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import secrets
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import redis
+
+from . import keys
+from .client import Client, default_client
+from .job import JobSetter
+from .scripts import Scripts
+
+RETENTION = 7 * 24 * 3600.0
+FINAL = ("finished", "failed", "error")
+
+# (recorder, task id, jid) of the task job running on this thread, for `task_message`.
+_current: contextvars.ContextVar[tuple[TaskRecorder, str, str] | None] = contextvars.ContextVar(
+    "sidequest_task", default=None)
+
+
+def _unpack(job: Any) -> tuple[Any, dict[str, Any]]:
+    if isinstance(job, JobSetter):
+        return job.job_class, dict(job.options)
+    return job, {}
+
+
+class Task:
+    def __init__(self, task_id: str, client: Client | None = None, retention: float = RETENTION) -> None:
+        self.id = task_id
+        self.client = client or default_client()
+        self.retention = retention
+
+    @property
+    def redis(self) -> redis.Redis:
+        return self.client.redis
+
+    # -- creating --------------------------------------------------------------------------
+    @classmethod
+    def create(cls, name: str, *, meta: dict[str, Any] | None = None, on_complete: Any = None,
+               on_success: Any = None, client: Client | None = None, retention: float = RETENTION) -> Task:
+        """Open a new task. Callbacks are jobs, enqueued with args `[task_id]` when it completes."""
+        task = cls(secrets.token_hex(12), client, retention)
+        now = task.client.clock()
+        fields: dict[str, Any] = {
+            "name": name, "meta": json.dumps(meta or {}), "created_at": now, "sealed": "0", "total": 0,
+            **{f"count:{s}": 0 for s in keys.TASK_STATUSES},
+        }
+        for field, callback in (("on_complete", on_complete), ("on_success", on_success)):
+            if callback is not None:
+                job, options = _unpack(callback)
+                entries, _ = task.client.build(job, [[task.id]], [None], now, options)
+                if entries:
+                    fields[field] = json.dumps(entries[0][0], separators=(",", ":"))
+        task.redis.hset(keys.task(task.id), mapping=fields)
+        return task
+
+    def add(self, job: Any, *args: Any, at: Any = None, in_: Any = None, **options: Any) -> str | None:
+        """Add one job: a job, `job.set(...)`, or a job name, with job options as keywords."""
+        now = self.client.clock()
+        when = self.client._when(at, in_, now)
+        return self._add(job, [list(args)], [when], now, options)[0]
+
+    def add_bulk(self, job: Any, args_list: Iterable[Any], *, at: Any = None, **options: Any) -> list[str | None]:
+        """Add many jobs in one transaction (events and counters included)."""
+        now = self.client.clock()
+        all_args = list(args_list)
+        return self._add(job, all_args, self.client._bulk_times(at, len(all_args), now), now, options)
+
+    def _add(self, job: Any, args_list: list[Any], times: list[float | None], now: float,
+             extra: dict[str, Any]) -> list[str | None]:
+        target, options = _unpack(job)
+        options.update(extra)
+        options["task_id"] = self.id
+        entries, jids = self.client.build(target, args_list, times, now, options)
+        if not entries:
+            return jids
+
+        def record(pipe: Any) -> None:
+            events = {p["jid"]: json.dumps({"jid": p["jid"], "class": p["class"], "status": "enqueued",
+                                            "params": p["args"], "messages": [], "queued_at": now},
+                                           separators=(",", ":"))
+                      for p, _ in entries}
+            # positions only order the event lists; jobs added concurrently may share one
+            base = int(self.redis.hget(keys.task(self.id), "total") or 0)
+            order = {jid: base + i for i, jid in enumerate(events)}
+            pipe.hset(keys.task_events(self.id), mapping=events)
+            pipe.zadd(keys.task_order(self.id), order)
+            pipe.zadd(keys.task_index(self.id, "enqueued"), order)
+            pipe.hincrby(keys.task(self.id), "total", len(events))
+            pipe.hincrby(keys.task(self.id), "count:enqueued", len(events))
+
+        self.client.write(entries, now, also=record)
+        return jids
+
+    def seal(self) -> None:
+        """No more jobs will be added; the task completes when every job has reached an end."""
+        Scripts(self.redis).task_seal(keys=keys.task_keys(self.id), args=[self.client.clock(), int(self.retention)])
+
+    # -- reading ---------------------------------------------------------------------------
+    @classmethod
+    def find(cls, task_id: str, client: Client | None = None) -> Task | None:
+        """The task with this id, or None if there is none (or it expired)."""
+        task = cls(task_id, client)
+        return task if task.redis.exists(keys.task(task_id)) else None
+
+    def status(self) -> dict[str, Any]:
+        raw = {k.decode(): v.decode() for k, v in self.redis.hgetall(keys.task(self.id)).items()}
+        if not raw:
+            raise LookupError(f"task {self.id} does not exist (or has expired)")
+        counts = {s: int(raw.get(f"count:{s}", 0)) for s in keys.TASK_STATUSES}
+        total = int(raw.get("total", 0))
+        ended = sum(counts[s] for s in FINAL)
+        return {
+            "id": self.id, "name": raw.get("name", ""), "total": total, "counts": counts,
+            "done": "completed_at" in raw, "sealed": raw.get("sealed") == "1",
+            "percent": round(100.0 * ended / total, 2) if total else 0.0,
+            "created_at": float(raw["created_at"]) if "created_at" in raw else None,
+            "completed_at": float(raw["completed_at"]) if "completed_at" in raw else None,
+            "meta": json.loads(raw.get("meta", "{}")),
+        }
+
+    def events(self, status: str | None = None, offset: int = 0, limit: int = 50) -> list[dict[str, Any]]:
+        """Events in the order jobs were added, optionally of one status, paged."""
+        if status is not None and status not in keys.TASK_STATUSES:
+            raise ValueError(f"status must be one of {', '.join(keys.TASK_STATUSES)}; got {status!r}")
+        if offset < 0 or limit < 1:
+            raise ValueError("offset must be >= 0 and limit >= 1")
+        index = keys.task_index(self.id, status) if status else keys.task_order(self.id)
+        jids = self.redis.zrange(index, offset, offset + limit - 1)
+        if not jids:
+            return []
+        return [_event(json.loads(raw)) for raw in self.redis.hmget(keys.task_events(self.id), jids) if raw]
+
+
+def _event(data: dict[str, Any]) -> dict[str, Any]:
+    messages = data.get("messages")
+    return {
+        "jid": data.get("jid"), "class": data.get("class"), "status": data.get("status"),
+        "params": data.get("params", []),
+        "messages": messages if isinstance(messages, list) else [],  # Lua writes [] as {}
+        "error_class": data.get("error_class"), "error_message": data.get("error_message"),
+        "started_at": data.get("started_at"), "finished_at": data.get("finished_at"),
+        "progress": data.get("progress"),
+    }
+
+
+# -- recording (used by the worker) ------------------------------------------------------------
+class TaskRecorder:
+    """Writes event changes; each is one atomic script call, alone or inside a caller's MULTI."""
+
+    def __init__(self, client: redis.Redis, retention: float = RETENTION,
+                 clock: Any = time.time) -> None:
+        self.redis = client
+        self.scripts = Scripts(client)
+        self.retention = retention
+        self.clock = clock
+
+    def transition(self, payload_or_task: Any, jid: str | None, status: str, message: str = "",
+                   pipe: Any = None, **fields: Any) -> None:
+        """Move the event of `jid` to `status` ('' keeps it) and append `message`.
+
+        The first argument is a task id, or a payload (then a payload without `task_id` is
+        ignored, so callers need not check).
+        """
+        if isinstance(payload_or_task, dict):
+            task_id, jid = payload_or_task.get("task_id"), payload_or_task.get("jid")
+            if not isinstance(task_id, str) or not isinstance(jid, str):
+                return
+        else:
+            task_id = payload_or_task
+        self.scripts.task_transition(
+            keys=keys.task_keys(task_id),
+            args=[jid, status, self.clock(), message, json.dumps(fields), int(self.retention)],
+            client=pipe if pipe is not None else self.redis)
+
+
+class TaskTracker:
+    """Server middleware: marks task jobs working before they run, and finished after.
+
+    Failures are recorded by the retrier (which knows whether a retry follows), so a job that
+    fails before or outside this middleware (an unknown name, say) is still accounted for.
+    """
+
+    def __init__(self, recorder: TaskRecorder) -> None:
+        self.recorder = recorder
+
+    def __call__(self, job: Any, payload: dict[str, Any], queue: str, call_next: Any) -> Any:
+        task_id = payload.get("task_id")
+        if not isinstance(task_id, str):
+            return call_next()
+        jid = payload["jid"]
+        self.recorder.transition(task_id, jid, "working", "working", started_at=self.recorder.clock())
+        token = _current.set((self.recorder, task_id, jid))
+        try:
+            result = call_next()
+        finally:
+            _current.reset(token)
+        # "finished" goes out in the same MULTI as the acknowledgement (see Processor)
+        job.on_acknowledge = lambda pipe: self.recorder.transition(
+            task_id, jid, "finished", "finished", pipe=pipe, finished_at=self.recorder.clock())
+        return result
+
+
+def task_message(text: str, *, progress: Any = None) -> None:
+    """Inside a task job: append `text` to this job's messages (and set its progress)."""
+    current = _current.get()
+    if current is None:
+        raise RuntimeError("task_message() is only available inside a job that belongs to a task")
+    recorder, task_id, jid = current
+    fields = {} if progress is None else {"progress": progress}
+    recorder.transition(task_id, jid, "", str(text), **fields)

@@ -1,0 +1,160 @@
+"""Tasks: events per job, the tracking semantics, callbacks exactly once, status for front ends."""
+
+import json
+import time
+
+import pytest
+
+from conftest import wait_until
+from helpers import WorkerProcess, ran
+from sidequest import Task
+from sidequest.launcher import Launcher
+
+from jobs_for_tests import AlwaysBroken, FlakyOnce, blocker, noop, on_complete, on_success, signup
+
+
+@pytest.fixture
+def worker(config, monkeypatch, redis_url):
+    monkeypatch.setenv("SQ_TEST_REDIS_URL", redis_url)
+    launchers = []
+
+    def start(**changes):
+        launcher = Launcher(config.replace(**changes) if changes else config)
+        launcher.run()
+        launchers.append(launcher)
+        return launcher
+    yield start
+    for launcher in launchers:
+        launcher.stop()
+
+
+def test_create_add_and_read_before_any_worker(client, r):
+    task = Task.create("sign up 3 products", meta={"seller": 42}, client=client)
+    jids = task.add_bulk(signup, [[1], [2]])
+    jid3 = task.add(signup.set(queue="signups"), 3)
+    found = Task.find(task.id, client=client)
+    status = found.status()
+    assert status["name"] == "sign up 3 products" and status["meta"] == {"seller": 42}
+    assert status["total"] == 3 and status["counts"]["enqueued"] == 3 and status["percent"] == 0.0
+    assert status["done"] is False and status["sealed"] is False and status["completed_at"] is None
+    events = found.events()
+    assert [e["jid"] for e in events] == [*jids, jid3]
+    assert events[0]["params"] == [1] and events[0]["status"] == "enqueued" and events[0]["messages"] == []
+    payload = json.loads(r.lrange("queue:signups", 0, -1)[0])
+    assert payload["task_id"] == task.id and payload["jid"] == jid3
+    assert Task.find("0" * 24, client=client) is None
+    with pytest.raises(ValueError, match="status must be one of"):
+        found.events(status="lost")
+
+
+def test_finished_failed_and_messages(worker, client, r):
+    task = Task.create("signups", client=client, on_complete=on_complete, on_success=on_success)
+    task.add_bulk(signup, [[1], [2], [3], [4], [5], [6]])
+    task.seal()
+    worker()
+    wait_until(lambda: Task.find(task.id, client=client).status()["done"], message="the task to complete")
+    status = task.status()
+    assert status["counts"] == {"enqueued": 0, "working": 0, "finished": 4, "failed": 2, "error": 0}
+    assert status["percent"] == 100.0 and status["completed_at"] >= status["created_at"]
+    failed = task.events(status="failed")
+    assert [e["params"] for e in failed] == [[3], [6]]
+    assert failed[0]["error_class"] == "sidequest.errors.JobFailed"
+    assert "seller is not qualified" in failed[0]["error_message"]
+    assert failed[0]["messages"][-1]["text"].startswith("failed: product 3")
+    assert r.zcard("retry") == 0 and r.zcard("dead") == 0  # business failures are not retried
+    done = task.events(status="finished")[0]
+    texts = [m["text"] for m in done["messages"]]
+    assert texts == ["working", "product 1 signed up", "finished"]
+    assert done["progress"] == {"done": 1, "of": 1}
+    assert done["started_at"] <= done["finished_at"]
+    wait_until(lambda: ran(r, "on_complete"))
+    assert ran(r, "on_complete") == [[task.id]] and ran(r, "on_success") == []
+
+
+def test_error_with_retry_goes_back_to_enqueued_then_finishes(worker, client, r):
+    task = Task.create("flaky", client=client, on_success=on_success)
+    [jid] = task.add_bulk(FlakyOnce, [[7]])
+    task.seal()
+    worker()
+    wait_until(lambda: ran(r, "on_success"), message="on_success after the retry worked")
+    [event] = task.events()
+    texts = [m["text"] for m in event["messages"]]
+    assert texts[0] == "working" and texts[1].startswith("error: ConnectionError: upstream hiccup 7; waiting for retry")
+    assert texts[2:] == ["working", "finished"] and event["status"] == "finished"
+    assert task.status()["counts"]["finished"] == 1
+
+
+def test_error_without_retries_left_is_error_and_completes(worker, client, r):
+    task = Task.create("broken", client=client, on_complete=on_complete, on_success=on_success)
+    task.add(AlwaysBroken)
+    task.seal()
+    worker()
+    wait_until(lambda: ran(r, "on_complete"))
+    [event] = task.events(status="error")
+    assert event["error_class"] == "RuntimeError" and event["messages"][-1]["text"].endswith("no retries left")
+    assert r.zcard("dead") == 1 and ran(r, "on_success") == []
+
+
+def test_unknown_job_in_a_task_ends_in_error(worker, client, r):
+    task = Task.create("typo", client=client, on_complete=on_complete)
+    task.add("NotAJob", retry=0)
+    task.seal()
+    worker()
+    wait_until(lambda: ran(r, "on_complete"))
+    assert task.status()["counts"]["error"] == 1
+
+
+def test_seal_after_everything_ran_fires_callbacks_at_seal(worker, client, r):
+    task = Task.create("late seal", client=client, on_complete=on_complete, on_success=on_success)
+    task.add_bulk(noop, [[1], [2]])
+    worker()
+    wait_until(lambda: task.status()["counts"]["finished"] == 2)
+    assert not task.status()["done"] and ran(r, "on_complete") == []
+    task.seal()
+    wait_until(lambda: ran(r, "on_success"))
+    assert ran(r, "on_complete") == [[task.id]] and task.status()["done"]
+
+
+def test_completed_task_expires_after_retention(worker, client, r):
+    task = Task.create("short-lived", client=client, retention=120)
+    task.add(noop, 1)
+    task.seal()
+    worker(task_retention=120)
+    wait_until(lambda: task.status()["done"])
+    for key in r.scan_iter(f"sidequest:task:{task.id}*"):
+        assert 0 < r.ttl(key) <= 120, key
+
+
+def test_interrupted_job_is_error_then_enqueued_again(redis_url, r, client):
+    task = Task.create("interrupted", client=client)
+    task.add(blocker, "never-set")
+    task.seal()
+    w = WorkerProcess(redis_url, "-t", "0.5")
+    try:
+        w.wait_registered(r)
+        wait_until(lambda: task.status()["counts"]["working"] == 1)
+    finally:
+        w.stop()
+    [event] = task.events()
+    assert event["status"] == "enqueued"
+    assert event["messages"][-1]["text"] == "error: interrupted by shutdown; requeued"
+    assert task.status()["counts"] == {"enqueued": 1, "working": 0, "finished": 0, "failed": 0, "error": 0}
+
+
+def test_callbacks_fire_exactly_once_across_processes(redis_url, r, client):
+    task = Task.create("many", client=client, on_complete=on_complete, on_success=on_success)
+    task.add_bulk(noop, [[i] for i in range(600)])
+    task.seal()
+    workers = [WorkerProcess(redis_url, "-c", "5") for _ in range(3)]
+    try:
+        wait_until(lambda: task.status()["done"], 60, message="600 jobs over 3 processes")
+        wait_until(lambda: ran(r, "on_success") and ran(r, "on_complete"))
+        time.sleep(0.5)  # give a duplicate callback, if there were one, the time to show up
+    finally:
+        for w in workers:
+            w.stop()
+    assert ran(r, "on_complete") == [[task.id]] and ran(r, "on_success") == [[task.id]]
+    status = task.status()
+    assert status["counts"]["finished"] == 600 and sum(status["counts"].values()) == 600
+    assert len(task.events(status="finished", limit=1000)) == 600
+    assert [e["params"] for e in task.events(offset=100, limit=3)] == [[100], [101], [102]]
