@@ -158,3 +158,22 @@ def test_callbacks_fire_exactly_once_across_processes(redis_url, r, client):
     assert status["counts"]["finished"] == 600 and sum(status["counts"].values()) == 600
     assert len(task.events(status="finished", limit=1000)) == 600
     assert [e["params"] for e in task.events(offset=100, limit=3)] == [[100], [101], [102]]
+
+
+def test_http_api_serves_status_and_events(client, r):
+    from starlette.testclient import TestClient
+
+    from sidequest.tasks_http import tasks_app
+
+    task = Task.create("http", client=client, meta={"who": "<script>"})
+    task.add_bulk(signup, [[1], [2], [3]])
+    http = TestClient(tasks_app(client))
+    body = http.get(f"/tasks/{task.id}").json()
+    assert body["id"] == task.id and body["total"] == 3 and body["meta"] == {"who": "<script>"}
+    listed = http.get(f"/tasks/{task.id}/events", params={"status": "enqueued", "offset": 1, "limit": 1}).json()
+    assert [e["params"] for e in listed["events"]] == [[2]]
+    assert http.get("/tasks/ffffffffffffffffffffffff").status_code == 404
+    assert http.get("/tasks/ffffffffffffffffffffffff/events").status_code == 404
+    bad = http.get(f"/tasks/{task.id}/events", params={"status": "nope"})
+    assert bad.status_code == 400 and "status must be one of" in bad.json()["error"]
+    assert http.get(f"/tasks/{task.id}/events", params={"limit": "x"}).status_code == 400

@@ -245,6 +245,27 @@ def run_worker(config: Config, swarm_child: bool = False) -> int:
 
 
 @main.command()
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=7878, show_default=True, type=click.IntRange(1, 65535))
+def web(host: str, port: int) -> None:
+    """Serve the tasks JSON API (GET /tasks/<id>, /tasks/<id>/events) over HTTP."""
+    import uvicorn
+
+    from .client import Client
+    from .embedded import resolve_url
+    from .tasks_http import tasks_app
+
+    configure_logging(False, None)
+    config = Config.from_env()
+    try:
+        config = config.replace(redis_url=resolve_url(config))
+    except (RedisUnavailableError, ConfigError) as exc:
+        raise click.ClickException(str(exc)) from None
+    log.info("serving the tasks API on http://%s:%d (redis=%s)", host, port, mask_url(config.url))
+    uvicorn.run(tasks_app(Client(config)), host=host, port=port, log_level="warning")
+
+
+@main.command()
 @click.option("--jobs", default=6, show_default=True, type=click.IntRange(min=1),
               help="How many immediate demo jobs to enqueue.")
 def demo(jobs: int) -> None:

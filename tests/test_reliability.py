@@ -1,0 +1,482 @@
+"""Reliability with real worker processes and a real Redis: kills, pauses, crashes, time limits.
+
+Every test starts `sidequest worker` subprocesses with short knobs (heartbeat every 0.5 s,
+TTL 2 s, recovery every 0.5 s), logs each to a file (a pipe could fill and block a worker that
+runs thousands of jobs), and kills whatever is still running in the `procs` fixture's
+teardown. Jobs are `Work(n, ...)` from jobs_for_tests, which records ("work-start", n, pid)
+and ("work-done", n, pid), so runs are counted per job and per process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from conftest import PYTHON, RedisServer, python_env, wait_until
+from helpers import ran, zset_items
+from sidequest import Client, Config
+from sidequest.embedded import server_binary
+
+from jobs_for_tests import exit_hard, spin, work
+
+KNOBS = ["--heartbeat-interval", "0.5", "--heartbeat-ttl", "2", "--recovery-interval", "0.5",
+         "--poll-interval", "0.2"]
+TIMEOUT_ERROR = "sidequest.errors.JobTimeoutError"
+
+
+# -- processes -------------------------------------------------------------------------------
+
+def alive(pid: int) -> bool:
+    """True while `pid` runs (a zombie waiting to be reaped counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def children(pid: int) -> list[int]:
+    """Live child processes of `pid` (read from /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if len(fields) > 1 and int(fields[1]) == pid and fields[0] not in ("Z", "X"):
+            found.append(int(entry))
+    return found
+
+
+class Worker:
+    """`sidequest worker -r jobs_for_tests ...` as a subprocess, its output in a log file."""
+
+    def __init__(self, redis_url: str, log_dir: Path, *args: str, knobs: bool = True) -> None:
+        self.log_path = log_dir / f"worker-{time.monotonic_ns()}.log"
+        self._log = open(self.log_path, "w")
+        command = [PYTHON, "-m", "sidequest.cli", "worker", "-r", "jobs_for_tests",
+                   *(KNOBS if knobs else []), *args]
+        self.proc = subprocess.Popen(command, env=python_env(REDIS_URL=redis_url, SQ_TEST_REDIS_URL=redis_url),
+                                     stdout=self._log, stderr=subprocess.STDOUT)
+        self.pid = self.proc.pid
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_registered(self, r, timeout: float = 15.0) -> str:
+        """This process's identity, once its heartbeat hash is in Redis."""
+        def find():
+            assert self.proc.poll() is None, f"worker exited early:\n{self.output()}"
+            for raw in r.smembers("processes"):
+                ident = raw.decode()
+                if f":{self.pid}:" in ident and r.exists(ident):
+                    return ident
+            return None
+        return wait_until(find, timeout, 0.05, "the worker to register")
+
+    def signal(self, sig: int) -> None:
+        self.proc.send_signal(sig)
+
+    def sigkill(self) -> None:
+        self.proc.kill()
+        self.proc.wait(10)
+
+    def stop(self, timeout: float = 20.0) -> int:
+        """TERM and wait; the exit code (a worker that hangs fails the test)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"worker {self.pid} did not exit {timeout} s after TERM:\n{self.output()}")
+
+    def cleanup(self) -> None:
+        """Whatever state it is in (stopped, hung, supervising children): make it and its children go."""
+        descendants = children(self.pid) if self.proc.poll() is None else []
+        if self.proc.poll() is None:
+            for sig in (signal.SIGCONT, signal.SIGTERM):
+                self.proc.send_signal(sig)
+            try:
+                self.proc.wait(8)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        for pid in descendants:
+            if alive(pid):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        self._log.close()
+
+
+@pytest.fixture
+def procs(redis_url, tmp_path):
+    """Start workers with `procs(*args)`; every one (and any child of it) is gone after the test."""
+    started: list[Worker] = []
+
+    def start(*args: str, url: str | None = None, knobs: bool = True) -> Worker:
+        worker = Worker(url or redis_url, tmp_path, *args, knobs=knobs)
+        started.append(worker)
+        return worker
+
+    try:
+        yield start
+    finally:
+        for worker in started:
+            worker.cleanup()
+
+
+# -- what ran ----------------------------------------------------------------------------------
+
+def runs(r) -> dict[int, dict[str, list[int]]]:
+    """n -> {"start": [pid, ...], "done": [pid, ...]} from the Work job's records."""
+    out: dict[int, dict[str, list[int]]] = defaultdict(lambda: {"start": [], "done": []})
+    for n, pid in ran(r, "work-start"):
+        out[n]["start"].append(pid)
+    for n, pid in ran(r, "work-done"):
+        out[n]["done"].append(pid)
+    return out
+
+
+def done_set(r) -> set[int]:
+    return {n for n, _ in ran(r, "work-done")}
+
+
+def reserved_keys(r) -> list[str]:
+    return [k.decode() for k in r.scan_iter("sidequest:reserved:*")]
+
+
+def no_reserved_left(r) -> bool:
+    return not any(r.llen(k) for k in reserved_keys(r))
+
+
+def live_processes(r) -> dict[str, int]:
+    """identity -> pid of every process whose heartbeat hash is in Redis."""
+    out = {}
+    for raw in r.smembers("processes"):
+        info = r.hget(raw.decode(), "info")
+        if info:
+            out[raw.decode()] = json.loads(info)["pid"]
+    return out
+
+
+def wait_children(r, supervisor: Worker, count: int, timeout: float = 20.0) -> dict[str, int]:
+    """identity -> pid of `count` registered, live children of `supervisor`."""
+    def ready():
+        assert supervisor.proc.poll() is None, f"supervisor exited:\n{supervisor.output()}"
+        mine = set(children(supervisor.pid))
+        found = {i: p for i, p in live_processes(r).items() if p in mine}
+        return found if len(found) == count and len(mine) == count else None
+    return wait_until(ready, timeout, 0.05, f"{count} registered children")
+
+
+# -- 1. kill -9 with jobs in flight --------------------------------------------------------------
+
+def test_sigkill_with_jobs_in_flight_loses_nothing_and_reruns_only_those(procs, r, client):
+    gate = "gate:after-kill"
+    first = list(range(0, 20))  # quick jobs that finish before the kill
+    held = list(range(20, 25))  # one per processor, still running when the kill comes
+    rest = list(range(25, 50))  # waiting in the queue behind them
+    a = procs("-c", "5")
+    ident_a = a.wait_registered(r)
+    client.push_bulk(work, [[n, 0.02] for n in first])
+    client.push_bulk(work, [[n, 60, gate] for n in held])
+    client.push_bulk(work, [[n, 0.02] for n in rest])
+
+    def all_held_running():
+        seen = runs(r)
+        return all(seen[n]["start"] for n in held) and all(seen[n]["done"] for n in first)
+    wait_until(all_held_running, 15, 0.05, "the five held jobs to run on all five processors")
+
+    a.signal(signal.SIGSTOP)  # freeze it, look, then kill: a consistent picture of the kill
+    reserved = {json.loads(x)["args"][0] for x in r.lrange(f"sidequest:reserved:{ident_a}", 0, -1)}
+    before = runs(r)
+    a.sigkill()
+    r.set(gate, 1)  # re-runs of the held jobs finish at once (the killed copies never will)
+
+    in_flight = {n for n, v in before.items() if v["start"] and not v["done"]}
+    assert reserved == in_flight == set(held)  # every started, unfinished job was still reserved
+    assert not any(before[n]["start"] for n in rest)
+
+    b = procs("-c", "5")
+    b.wait_registered(r)
+    wait_until(lambda: done_set(r) == set(range(50)), 20, 0.1, "every job to complete")
+    wait_until(lambda: no_reserved_left(r), 10, 0.1, "no job left reserved")
+
+    after = runs(r)
+    lost = set(range(50)) - {n for n, v in after.items() if v["done"]}
+    assert lost == set()
+    again = {n for n, v in after.items() if len(v["start"]) > 1}
+    assert again <= in_flight and len(again) <= 5  # only the jobs the kill interrupted ran twice
+    assert again == set(held)  # and each of those did run again, to completion, on b
+    for n in held:
+        assert after[n]["start"] == [a.pid, b.pid] and after[n]["done"] == [b.pid]
+    assert r.llen("queue:default") == 0 and r.zcard("retry") == 0 and r.zcard("dead") == 0
+    assert b.stop() == 0
+    assert "recovered job from dead process" in b.output()
+
+
+# -- 2. kill -9 in a loop ------------------------------------------------------------------------
+
+def test_random_sigkills_in_a_loop_lose_nothing(procs, r, client):
+    total, concurrency = 2000, 5
+    args = ("-c", str(concurrency), "--max-recoveries", "100")
+    client.push_bulk(work, [[n, 0.01] for n in range(total)])
+    workers = [procs(*args) for _ in range(3)]
+    rng = random.Random(1234)
+    kills = orphaned = 0
+    for _ in range(6):
+        time.sleep(rng.uniform(0.7, 1.1))  # the pause between kills is the scenario
+        index = rng.randrange(len(workers))
+        victim = workers[index]
+        victim.sigkill()
+        kills += 1
+        # a dead process's reserved list is frozen until recovery (at least a TTL away): count it
+        for key in reserved_keys(r):
+            if f":{victim.pid}:" in key:
+                orphaned += r.llen(key)
+        workers[index] = procs(*args)
+
+    def finished():
+        return len(done_set(r)) == total
+    wait_until(finished, 60, 0.25, f"all {total} jobs to complete")
+    wait_until(lambda: no_reserved_left(r), 15, 0.1, "every reserved list to be recovered")
+    assert r.llen("queue:default") == 0 and r.zcard("dead") == 0 and r.zcard("retry") == 0
+
+    seen = runs(r)
+    assert sorted(seen) == list(range(total))  # lost = 0
+    extra = sum(len(v["start"]) - 1 for v in seen.values())
+    print(f"\n{kills} kills orphaned {orphaned} job(s); {extra} job(s) ran again")
+    assert orphaned > 0, "no kill caught a job in flight; the test proved nothing"
+    assert orphaned <= kills * concurrency
+    assert extra <= orphaned  # a job runs again only because a kill orphaned it
+    for worker in workers:
+        assert worker.stop() == 0, worker.output()
+
+
+# -- 3. SIGSTOP past the TTL, then SIGCONT ---------------------------------------------------------
+
+def test_a_paused_worker_loses_its_jobs_to_recovery_and_resumes_cleanly(procs, r, client):
+    gate = "gate:after-pause"
+    a = procs("-c", "3")
+    ident_a = a.wait_registered(r)
+    client.push_bulk(work, [[n, 60, gate] for n in range(3)])
+    wait_until(lambda: len(ran(r, "work-start")) == 3, 10, 0.05, "three jobs running on a")
+    a.signal(signal.SIGSTOP)
+    b = procs("-c", "3")
+    ident_b = b.wait_registered(r)
+
+    # a stays stopped past its TTL: its hash expires and b takes the three jobs over
+    wait_until(lambda: not r.exists(ident_a), 10, 0.05, "a's heartbeat hash to expire")
+    wait_until(lambda: sorted(n for n, pid in ran(r, "work-start") if pid == b.pid) == [0, 1, 2],
+               10, 0.05, "b to run the recovered jobs")
+    assert r.llen(f"sidequest:reserved:{ident_a}") == 0
+    recovered = [json.loads(x) for x in r.lrange(f"sidequest:reserved:{ident_b}", 0, -1)]
+    assert sorted(p["args"][0] for p in recovered) == [0, 1, 2]
+    assert all(p["recovery_count"] == 1 for p in recovered)
+
+    a.signal(signal.SIGCONT)
+    wait_until(lambda: r.exists(ident_a), 5, 0.05, "a to beat again")
+    beat = r.hget(ident_a, "beat")
+    wait_until(lambda: r.hget(ident_a, "beat") != beat, 5, 0.05, "another beat of a")
+    # a is back, beating and recovering, and has not touched the copies b is running
+    assert a.proc.poll() is None
+    assert r.llen(f"sidequest:reserved:{ident_b}") == 3 and r.llen("queue:default") == 0
+
+    r.set(gate, 1)  # both a's stale copies and b's recovered ones finish now
+    wait_until(lambda: all(v["done"].count(b.pid) == 1 for v in runs(r).values()) and len(runs(r)) == 3,
+               10, 0.05, "b to complete the recovered jobs")
+    wait_until(lambda: no_reserved_left(r), 10, 0.05, "no job left reserved")
+    assert b.stop() == 0, b.output()
+
+    # a keeps working new jobs after the pause, then stops cleanly
+    client.push_bulk(work, [[n] for n in range(100, 110)])
+    wait_until(lambda: {n for n, pid in ran(r, "work-done") if pid == a.pid} >= set(range(100, 110)),
+               10, 0.05, "a to run new jobs")
+    assert a.stop() == 0, a.output()
+    assert "Traceback" not in a.output()
+    assert no_reserved_left(r) and r.llen("queue:default") == 0 and r.zcard("retry") == 0
+
+
+# -- 4. a job that kills its process ----------------------------------------------------------------
+
+def test_a_job_that_kills_its_process_goes_dead_after_the_recovery_limit(procs, r, client):
+    sup = procs("--processes", "2", "-c", "3", "--max-recoveries", "2", "-t", "3")
+    wait_children(r, sup, 2)
+    jid = client.push(exit_hard)
+    client.push_bulk(work, [[n, 0.02] for n in range(50)])
+
+    wait_until(lambda: r.zcard("dead") == 1, 30, 0.1, "the crashing job in the dead set")
+    [(entry, _)] = zset_items(r, "dead")
+    assert entry["jid"] == jid and entry["class"] == "ExitHard"
+    assert entry["error_class"] == "sidequest.RecoveryLimitExceeded"
+    assert entry["recovery_count"] == 3
+    wait_until(lambda: done_set(r) == set(range(50)), 20, 0.1, "the other 50 jobs")
+    wait_until(lambda: no_reserved_left(r), 10, 0.1, "no job left reserved")
+    assert r.llen("queue:default") == 0
+    wait_children(r, sup, 2)  # the supervisor brought the crashed children back
+    assert sup.stop() == 0
+    out = sup.output()
+    assert out.count("exited with code 3") == 3, out
+
+
+# -- 5. time limits ----------------------------------------------------------------------------------
+
+def retry_entry(r):
+    entries = zset_items(r, "retry")
+    return entries[0][0] if entries else None
+
+
+def test_a_job_past_its_timeout_is_retried_and_the_worker_goes_on(procs, r, client):
+    w = procs("-c", "1")  # one processor: it must be free again for the others to run
+    w.wait_registered(r)
+    jid = client.push(work, [0, 10], timeout=0.5)
+    client.push_bulk(work, [[n, 0.01] for n in range(1, 11)])
+    entry = wait_until(lambda: retry_entry(r), 10, 0.05, "the timed-out job in the retry set")
+    assert entry["jid"] == jid and entry["error_class"] == TIMEOUT_ERROR
+    assert entry["retry_count"] == 0 and "time limit" in entry["error_message"]
+    wait_until(lambda: done_set(r) >= set(range(1, 11)), 10, 0.05, "the jobs behind it")
+    assert 0 not in done_set(r)  # its abandoned thread is still sleeping
+    assert w.proc.poll() is None
+    assert w.stop() == 0, w.output()
+
+
+def test_a_timed_out_job_recycles_its_child_process_and_nothing_is_lost(procs, r, client):
+    sup = procs("--processes", "2", "-c", "2", "-t", "3")
+    first = wait_children(r, sup, 2)
+    jid = client.push(work, [0, 10], timeout=0.5)
+    client.push_bulk(work, [[n, 0.05] for n in range(1, 31)])
+    entry = wait_until(lambda: retry_entry(r), 10, 0.05, "the timed-out job in the retry set")
+    assert entry["jid"] == jid and entry["error_class"] == TIMEOUT_ERROR
+    [ran_it] = [pid for n, pid in ran(r, "work-start") if n == 0]
+    assert ran_it in first.values()
+
+    wait_until(lambda: not alive(ran_it), 15, 0.05, "the child that ran it to recycle")
+    now = wait_children(r, sup, 2)
+    assert ran_it not in now.values() and set(now.values()) - set(first.values())  # a new child
+    wait_until(lambda: done_set(r) >= set(range(1, 31)), 20, 0.1, "the other 30 jobs")
+    wait_until(lambda: no_reserved_left(r), 10, 0.1, "no job left reserved")
+    assert r.llen("queue:default") == 0 and r.zcard("retry") == 1 and r.zcard("dead") == 0
+    assert sup.stop() == 0
+    out = sup.output()
+    assert "recycling this worker process" in out and f"(pid {ran_it}) exited with code 0" in out, out
+
+
+# -- 6. TERM while Redis is down ---------------------------------------------------------------------
+
+@pytest.fixture
+def durable_redis():
+    server = RedisServer(server_binary(), ["--appendonly", "yes", "--appendfsync", "always"])
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_term_while_redis_is_down_loses_nothing(procs, durable_redis):
+    url = durable_redis.url(0)
+    r = Client(Config(redis_url=url)).redis
+    client = Client(Config(redis_url=url))
+    a = procs("-c", "2", "-t", "2", url=url)
+    ident_a = a.wait_registered(r)
+    client.push(work, [7, 1.0])
+    wait_until(lambda: ran(r, "work-start"), 10, 0.02, "the job to start")
+    durable_redis.halt()  # the job's record, its acknowledgement, the heartbeat: all fail now
+    a.signal(signal.SIGTERM)
+    started = time.monotonic()
+    # its shutdown deadline (2 s) + the wait for idle fetches (fetch_timeout 2 s + 1 s) + slack
+    assert a.proc.wait(10) == 0, a.output()
+    took = time.monotonic() - started
+    print(f"\nworker exited {took:.1f} s after TERM with Redis down")
+
+    durable_redis.start()
+    r = Client(Config(redis_url=url)).redis
+    assert r.llen(f"sidequest:reserved:{ident_a}") == 1  # not lost: still reserved, in the AOF
+    b = procs("-c", "2", url=url)
+    b.wait_registered(r)
+    wait_until(lambda: [n for n, pid in ran(r, "work-done") if pid == b.pid] == [7], 15, 0.05,
+               "the job to be recovered and completed")
+    wait_until(lambda: no_reserved_left(r), 10, 0.05, "no job left reserved")
+    assert r.llen("queue:default") == 0 and r.zcard("retry") == 0 and r.zcard("dead") == 0
+    assert b.stop() == 0
+
+
+# -- 7. the knobs from a config file ------------------------------------------------------------------
+
+def test_reliability_knobs_work_from_a_config_file(procs, r, client, tmp_path):
+    basic = tmp_path / "basic.yml"
+    basic.write_text(":fetch: basic\n:heartbeat_interval: 0.5\n:heartbeat_ttl: 2\n:job_timeout: 0.5\n"
+                     ":concurrency: 2\n:queues:\n  - basicq\n")
+    reliable = tmp_path / "reliable.yml"
+    reliable.write_text(":fetch: reliable\n:heartbeat_interval: 0.5\n:heartbeat_ttl: 2\n"
+                        ":recovery_interval: 0.5\n:max_recoveries: 0\n:queues:\n  - relq\n")
+    a = procs("-C", str(basic), knobs=False)
+    b = procs("-C", str(reliable), knobs=False)
+    ident_a, ident_b = a.wait_registered(r), b.wait_registered(r)
+
+    # heartbeat_ttl and heartbeat_interval (defaults 60 s and 5 s)
+    assert 0 < r.ttl(ident_a) <= 2 and 0 < r.ttl(ident_b) <= 2
+    beat = r.hget(ident_a, "beat")
+    wait_until(lambda: r.hget(ident_a, "beat") != beat, 1.5, 0.05, "a beat within 1.5 s")
+
+    # fetch: basic keeps no reserved list; job_timeout (default none) applies to a job without its own
+    jid = client.push(work, [1, 5], queue="basicq")
+    wait_until(lambda: ran(r, "work-start"), 10, 0.02, "the job on the basic worker")
+    assert not any(ident_a in key for key in reserved_keys(r))
+    entry = wait_until(lambda: retry_entry(r), 5, 0.05, "the job past job_timeout in the retry set")
+    assert entry["jid"] == jid and entry["error_class"] == TIMEOUT_ERROR
+
+    # recovery_interval (default 15 s) and max_recoveries 0: a periodic recovery, after start-up,
+    # sends an orphaned job straight to dead
+    client.push(work, [2], queue="relq")
+    wait_until(lambda: 2 in done_set(r), 10, 0.02, "a job on the reliable worker")
+    orphan = json.dumps({"retry": True, "queue": "relq", "args": [3], "class": "Work",
+                         "jid": "0123456789abcdef01234567", "created_at": time.time(),
+                         "enqueued_at": time.time()})
+    r.lpush("sidequest:reserved:ghost:1:000000000000", orphan)
+    planted = time.monotonic()
+    wait_until(lambda: r.zcard("dead") == 1, 5, 0.02, "the orphan in the dead set")
+    assert time.monotonic() - planted < 3
+    [(dead, _)] = zset_items(r, "dead")
+    assert dead["error_class"] == "sidequest.RecoveryLimitExceeded" and dead["recovery_count"] == 1
+    assert 3 not in done_set(r)
+    assert a.stop() == 0 and b.stop() == 0
+
+
+# -- 8. heartbeats under CPU load ---------------------------------------------------------------------
+
+def test_heartbeat_keeps_its_pace_while_jobs_burn_cpu(procs, r, client):
+    interval = 0.5
+    w = procs("-c", "2")
+    ident = w.wait_registered(r)
+    client.push_bulk(spin, [[3], [3]])  # two pure-Python loops fighting for the GIL for 3 s
+    beats: list[float] = []
+    deadline = time.monotonic() + 20
+    busy_seen = False
+    while len(ran(r, "spin")) < 2:
+        assert time.monotonic() < deadline, "the spin jobs did not finish"
+        raw = r.hget(ident, "beat")
+        if raw is not None and (not beats or float(raw) != beats[-1]):
+            beats.append(float(raw))
+            busy_seen = busy_seen or r.hget(ident, "busy") == b"2"
+        time.sleep(0.05)
+    gaps = [b - a for a, b in zip(beats, beats[1:])]
+    print(f"\nheartbeat gaps under CPU load (interval {interval} s): max {max(gaps):.3f} s, "
+          f"mean {sum(gaps) / len(gaps):.3f} s over {len(gaps)} gaps")
+    assert busy_seen, "no beat showed both spin jobs running"
+    assert len(gaps) >= 4
+    assert max(gaps) < interval + 1.0
+    assert w.stop() == 0
