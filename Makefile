@@ -23,4 +23,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/run.py
 
 clean:
-	rm -rf $(VENV) .sidequest build src/*.egg-info
+	rm -rf $(VENV) build src/*.egg-info  # .sidequest holds the embedded Redis data: kept

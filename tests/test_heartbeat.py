@@ -87,3 +87,10 @@ def test_clean_stop_removes_entries_at_once(launcher, r):
     launcher.stop()
     assert not r.sismember("processes", ident) and not r.exists(ident)
     assert not r.exists(f"{ident}:work") and not r.exists(f"{ident}:workers")
+
+
+def test_vanished_processes_are_pruned_from_the_set(launcher, r):
+    r.sadd("processes", "ghost:1:abc")
+    r.delete("sidequest:recovery-lock")
+    launcher.recovery.run()
+    assert not r.sismember("processes", "ghost:1:abc") and r.sismember("processes", launcher.identity)

@@ -29,6 +29,8 @@ from jobs_for_tests import exit_hard, spin, work
 
 KNOBS = ["--heartbeat-interval", "0.5", "--heartbeat-ttl", "2", "--recovery-interval", "0.5",
          "--poll-interval", "0.2"]
+# An idle processor blocks in a fetch this long (default 2 s); a stop waits for those fetches.
+FETCH_TIMEOUT = "0.5"
 TIMEOUT_ERROR = "sidequest.errors.JobTimeoutError"
 
 
@@ -68,7 +70,8 @@ class Worker:
         self._log = open(self.log_path, "w")
         command = [PYTHON, "-m", "sidequest.cli", "worker", "-r", "jobs_for_tests",
                    *(KNOBS if knobs else []), *args]
-        self.proc = subprocess.Popen(command, env=python_env(REDIS_URL=redis_url, SQ_TEST_REDIS_URL=redis_url),
+        self.proc = subprocess.Popen(command, env=python_env(REDIS_URL=redis_url, SQ_TEST_REDIS_URL=redis_url,
+                                                    SIDEQUEST_FETCH_TIMEOUT=FETCH_TIMEOUT),
                                      stdout=self._log, stderr=subprocess.STDOUT)
         self.pid = self.proc.pid
 
@@ -101,6 +104,10 @@ class Worker:
             return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             raise AssertionError(f"worker {self.pid} did not exit {timeout} s after TERM:\n{self.output()}")
+
+    def term(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
 
     def cleanup(self) -> None:
         """Whatever state it is in (stopped, hung, supervising children): make it and its children go."""
@@ -137,6 +144,13 @@ def procs(redis_url, tmp_path):
     finally:
         for worker in started:
             worker.cleanup()
+
+
+def stop_all(*workers: Worker) -> list[int]:
+    """TERM them all at once, then collect their exit codes."""
+    for worker in workers:
+        worker.term()
+    return [worker.stop() for worker in workers]
 
 
 # -- what ran ----------------------------------------------------------------------------------
@@ -238,8 +252,9 @@ def test_random_sigkills_in_a_loop_lose_nothing(procs, r, client):
     workers = [procs(*args) for _ in range(3)]
     rng = random.Random(1234)
     kills = orphaned = 0
-    for _ in range(6):
-        time.sleep(rng.uniform(0.7, 1.1))  # the pause between kills is the scenario
+    began = time.monotonic()
+    for _ in range(5):
+        time.sleep(rng.uniform(0.6, 1.0))  # the pause between kills is the scenario
         index = rng.randrange(len(workers))
         victim = workers[index]
         victim.sigkill()
@@ -259,12 +274,14 @@ def test_random_sigkills_in_a_loop_lose_nothing(procs, r, client):
     seen = runs(r)
     assert sorted(seen) == list(range(total))  # lost = 0
     extra = sum(len(v["start"]) - 1 for v in seen.values())
-    print(f"\n{kills} kills orphaned {orphaned} job(s); {extra} job(s) ran again")
+    print(f"\n{kills} kills orphaned {orphaned} job(s); {extra} job(s) ran again; "
+          f"all {total} done in {time.monotonic() - began:.1f} s")
     assert orphaned > 0, "no kill caught a job in flight; the test proved nothing"
     assert orphaned <= kills * concurrency
     assert extra <= orphaned  # a job runs again only because a kill orphaned it
     for worker in workers:
-        assert worker.stop() == 0, worker.output()
+        worker.wait_registered(r)  # a TERM before its signal handlers are set would just kill it
+    assert stop_all(*workers) == [0, 0, 0]
 
 
 # -- 3. SIGSTOP past the TTL, then SIGCONT ---------------------------------------------------------
@@ -314,7 +331,12 @@ def test_a_paused_worker_loses_its_jobs_to_recovery_and_resumes_cleanly(procs, r
 # -- 4. a job that kills its process ----------------------------------------------------------------
 
 def test_a_job_that_kills_its_process_goes_dead_after_the_recovery_limit(procs, r, client):
-    sup = procs("--processes", "2", "-c", "3", "--max-recoveries", "2", "-t", "3")
+    # One processor per child: a job in flight beside the crashing one would die with it each
+    # time (recovery cannot tell which job killed the process) and share its fate.
+    # A TTL of 1 s shortens the three rounds of crash-and-recover; a falsely presumed death
+    # here would only re-run a quick job.
+    sup = procs("--processes", "2", "-c", "1", "--max-recoveries", "2", "-t", "3",
+                "--heartbeat-interval", "0.25", "--heartbeat-ttl", "1")
     wait_children(r, sup, 2)
     jid = client.push(exit_hard)
     client.push_bulk(work, [[n, 0.02] for n in range(50)])
@@ -397,10 +419,11 @@ def test_term_while_redis_is_down_loses_nothing(procs, durable_redis):
     durable_redis.halt()  # the job's record, its acknowledgement, the heartbeat: all fail now
     a.signal(signal.SIGTERM)
     started = time.monotonic()
-    # its shutdown deadline (2 s) + the wait for idle fetches (fetch_timeout 2 s + 1 s) + slack
     assert a.proc.wait(10) == 0, a.output()
     took = time.monotonic() - started
     print(f"\nworker exited {took:.1f} s after TERM with Redis down")
+    # its shutdown deadline (2 s), then at most the wait for idle fetches (fetch_timeout + 1 s)
+    assert took < 2 + float(FETCH_TIMEOUT) + 1 + 1
 
     durable_redis.start()
     r = Client(Config(redis_url=url)).redis
@@ -453,7 +476,7 @@ def test_reliability_knobs_work_from_a_config_file(procs, r, client, tmp_path):
     [(dead, _)] = zset_items(r, "dead")
     assert dead["error_class"] == "sidequest.RecoveryLimitExceeded" and dead["recovery_count"] == 1
     assert 3 not in done_set(r)
-    assert a.stop() == 0 and b.stop() == 0
+    assert stop_all(a, b) == [0, 0]
 
 
 # -- 8. heartbeats under CPU load ---------------------------------------------------------------------

@@ -127,3 +127,11 @@ def test_backoff_formula_and_error_message_cap(redis_url):
     payload = {"class": "X", "args": [], "jid": "j", "queue": "q", "retry": True}
     commands = retrier.failed(None, payload, "q", ValueError("x" * 20_000))
     assert commands is not None and len(payload["error_message"]) == 10_000
+
+
+def test_a_retry_in_that_returns_nonsense_falls_back_to_the_default(redis_url):
+    class Odd:
+        def retry_in(self, count, exc):
+            return "kill"
+    retrier = Retrier(Config(redis_url=redis_url), rng=random.Random(1))
+    assert 15 <= retrier.delay(Odd(), 0, ValueError()) <= 24

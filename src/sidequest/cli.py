@@ -6,6 +6,7 @@ it and dispatches through `SIGNAL_ACTIONS` (INT/TERM stop, TSTP quiet, TTIN dump
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
 import logging
@@ -115,8 +116,8 @@ def dump_threads() -> None:
 def main() -> None:
     """sidequest: background jobs for Python on Redis, in Sidekiq's wire format.
 
-    Set REDIS_URL to use your Redis (redis://, rediss:// for TLS). Without it, the worker,
-    the dashboard and the demo start an embedded redis-server in ./.sidequest/redis.
+    Set REDIS_URL to use your Redis (redis://, rediss:// for TLS). Without it, `worker`,
+    `web` and `demo` start an embedded redis-server in ./.sidequest/redis.
     """
 
 
@@ -130,7 +131,7 @@ def main() -> None:
               help="Seconds running jobs get to finish on shutdown (default 25).")
 @click.option("-C", "--config", "config_file", type=click.Path(dir_okay=False),
               help="YAML file in the shape of a sidekiq.yml.")
-@click.option("--tag", help="Tag shown for this process in the dashboard.")
+@click.option("--tag", help="Tag shown for this process (Sidekiq's Web UI shows it).")
 @click.option("--fetch", type=click.Choice(["reliable", "basic"]), help="Fetch strategy (default reliable).")
 @click.option("--heartbeat-interval", type=float, help="Seconds between heartbeats (default 5).")
 @click.option("--heartbeat-ttl", type=float, help="Seconds of silence after which a process counts as dead (60).")
@@ -170,7 +171,8 @@ def worker(requires: tuple[str, ...], queues: tuple[str, ...], concurrency: int 
                               poll_interval=poll_interval, processes=processes, max_jobs=max_jobs,
                               max_memory=max_memory, verbose=verbose, logfile=logfile, pidfile=pidfile)
         if swarm_child:
-            config = config.replace(processes=1, pidfile=None)
+            # the supervisor owns the pidfile; replace() ignores None, hence dataclasses.replace
+            config = dataclasses.replace(config, processes=1, pidfile=None)
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
     configure_logging(config.verbose, config.logfile)

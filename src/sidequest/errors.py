@@ -8,8 +8,7 @@
     ├── UnknownJobError          a payload names a job that is not registered
     ├── PayloadError             bytes from Redis that are not a job payload
     ├── JobTimeoutError          a job ran past its time limit
-    ├── JobFailed                a business failure: recorded, not retried (tasks)
-    └── Shutdown                 raised into nothing; marks work interrupted by shutdown
+    └── JobFailed                a business failure: recorded, not retried (tasks)
 """
 
 from __future__ import annotations
@@ -54,6 +53,3 @@ class JobTimeoutError(SidequestError):
 class JobFailed(SidequestError):
     """Raised by a job to report a business failure: recorded as failed, never retried."""
 
-
-class Shutdown(SidequestError):
-    """A job was interrupted because its worker is shutting down; it goes back to its queue."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import inspect
 import threading
 from collections.abc import Callable
@@ -72,7 +73,10 @@ class ThreadExecutor:
             except BaseException as exc:  # handed to the processor thread below
                 outcome["error"] = exc
 
-        runner = threading.Thread(target=target, name=f"sidequest-job-{getattr(job, 'jid', '')}", daemon=True)
+        # The job thread sees this thread's context (log context, the current task job).
+        context = contextvars.copy_context()
+        runner = threading.Thread(target=context.run, args=(target,),
+                                  name=f"sidequest-job-{getattr(job, 'jid', '')}", daemon=True)
         runner.start()
         runner.join(timeout)
         if runner.is_alive():

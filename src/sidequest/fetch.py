@@ -53,6 +53,7 @@ class Fetch(Protocol):
     def retrieve_work(self) -> UnitOfWork | None: ...
     def acknowledge(self, unit: UnitOfWork, also: Callable[[Any], None] | None) -> None: ...
     def requeue(self, units: list[UnitOfWork]) -> None: ...
+    def flush(self) -> None: ...
 
 
 class QueueOrder:
@@ -94,6 +95,9 @@ class BasicFetch:
             also(pipe)
             pipe.execute()
 
+    def flush(self) -> None:
+        """Nothing is held back: BRPOP already removed the job."""
+
     def requeue(self, units: list[UnitOfWork]) -> None:
         if not units:
             return
@@ -114,10 +118,12 @@ class ReliableFetch:
         self.reserved = keys.reserved(identity)
         self.scripts = Scripts(client)
         self.slot = slot  # which queue this fetcher blocks on when all are empty
+        self.pending: bytes | None = None  # a finished job whose removal rides on the next fetch
 
     def retrieve_work(self) -> UnitOfWork | None:
         order = self.order()
-        got = self.scripts.reserve(keys=[*order, self.reserved], args=[])
+        got = self.scripts.reserve(keys=[*order, self.reserved], args=[self.pending or b""])
+        self.pending = None
         if got:
             key, raw = got
             return UnitOfWork(keys.queue_name(key.decode()), raw, self)
@@ -132,11 +138,22 @@ class ReliableFetch:
         return UnitOfWork(keys.queue_name(key), raw, self)
 
     def acknowledge(self, unit: UnitOfWork, also: Callable[[Any], None] | None) -> None:
+        """A plain success is removed by this processor's next fetch (same script, no extra round
+        trip); anything with more to write (a retry, a task event) is written now, in one MULTI."""
+        self.flush()
+        if also is None:
+            self.pending = unit.raw
+            return
         pipe = self.redis.pipeline(transaction=True)
-        if also is not None:
-            also(pipe)
+        also(pipe)
         pipe.lrem(self.reserved, -1, unit.raw)
         pipe.execute()
+
+    def flush(self) -> None:
+        """Remove a finished job now rather than with the next fetch (before stopping)."""
+        if self.pending is not None:
+            self.redis.lrem(self.reserved, -1, self.pending)
+            self.pending = None
 
     def requeue(self, units: list[UnitOfWork]) -> None:
         for unit in units:

@@ -101,16 +101,10 @@ class Heartbeat:
         self.beats += 1
 
     def _write(self, processed: int, failed: int) -> None:
-        day = datetime.now(timezone.utc).strftime("%Y-%m-%d")
         ttl = max(int(self.config.heartbeat_ttl), 1)
         work = self.stats.work.snapshot()
         pipe = self.redis.pipeline(transaction=True)
-        for name, count in (("processed", processed), ("failed", failed)):
-            total = keys.STAT_PROCESSED if name == "processed" else keys.STAT_FAILED
-            daily = keys.stat_daily(name, day)
-            pipe.incrby(total, count)
-            pipe.incrby(daily, count)
-            pipe.expire(daily, STATS_TTL)
+        self._count(pipe, processed, failed)
         for work_key in (keys.work(self.identity), keys.workers(self.identity)):
             pipe.unlink(work_key)
             if work:
@@ -134,6 +128,18 @@ class Heartbeat:
                 log.info("remote signal %s received", name)
                 self.on_signal(sig)
 
+    @staticmethod
+    def _count(pipe: Any, processed: int, failed: int) -> None:
+        """Add counts to the totals and today's keys (which expire, as Sidekiq's do)."""
+        day = datetime.now(timezone.utc).strftime("%Y-%m-%d")
+        for name, count, total in (("processed", processed, keys.STAT_PROCESSED),
+                                   ("failed", failed, keys.STAT_FAILED)):
+            if count:
+                daily = keys.stat_daily(name, day)
+                pipe.incrby(total, count)
+                pipe.incrby(daily, count)
+                pipe.expire(daily, STATS_TTL)
+
     def stop(self) -> None:
         """Stop beating, flush the last counts, and remove this process's entries."""
         self._stop.set()
@@ -141,12 +147,8 @@ class Heartbeat:
             self._thread.join(5)
         processed, failed = self.stats.processed.reset(), self.stats.failed.reset()
         try:
-            day = datetime.now(timezone.utc).strftime("%Y-%m-%d")
             pipe = self.redis.pipeline(transaction=True)
-            pipe.incrby(keys.STAT_PROCESSED, processed)
-            pipe.incrby(keys.stat_daily("processed", day), processed)
-            pipe.incrby(keys.STAT_FAILED, failed)
-            pipe.incrby(keys.stat_daily("failed", day), failed)
+            self._count(pipe, processed, failed)
             pipe.srem(keys.PROCESSES, self.identity)
             pipe.unlink(keys.process(self.identity), keys.work(self.identity), keys.workers(self.identity),
                         keys.signals(self.identity))

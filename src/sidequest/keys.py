@@ -78,7 +78,6 @@ def identity_of_reserved(key: str) -> str:
 
 
 RECOVERY_LOCK = f"{PREFIX}:recovery-lock"
-SCHEDULER_WAKE = f"{PREFIX}:scheduler-wake"
 
 
 

@@ -23,7 +23,7 @@ from .config import Config
 from .errors import PayloadError
 from .executor import Executor
 from .fetch import Fetch, UnitOfWork
-from .payload import decode, encode
+from .payload import decode, encode, new_jid
 from .registry import Registry
 from .retry import Retrier, error_class_name
 from .stats import Stats
@@ -102,6 +102,7 @@ class Processor:
                     self._settle(unit.requeue)
                     break
                 self.process(unit)
+            self._settle(self.fetch.flush)
         except BaseException as exc:  # thread boundary: report and let the manager replace us
             self.manager.processor_died(self, exc)
         else:
@@ -125,12 +126,14 @@ class Processor:
                 payload = decode(unit.raw)
             except PayloadError as exc:
                 self._bury(unit, exc)
-                return
-            self._perform(unit, payload)
+            else:
+                self._perform(unit, payload)
         finally:
             self.rt.stats.work.finish(self.tid)
             self.rt.stats.processed.incr()
-            self.unit = None
+        # Cleared only on a normal return: if anything escaped, the manager still sees the
+        # unit in hand and puts it back when it replaces this processor.
+        self.unit = None
 
     def _perform(self, unit: UnitOfWork, payload: dict[str, Any]) -> None:
         name, jid = payload["class"], str(payload.get("jid", ""))
@@ -168,9 +171,15 @@ class Processor:
         log.error("payload in queue %r is not a job, moved to the dead set: %s", unit.queue, exc)
         blob: str | bytes = unit.raw
         try:
-            data = decode_object(unit.raw)
+            data = json.loads(unit.raw.decode("utf-8"))
         except ValueError:
-            data = None
+            data = None  # not JSON at all: kept byte for byte (Sidekiq's API shows such entries raw)
+        else:
+            if not isinstance(data, dict):
+                # JSON, but not an object: Sidekiq's DeadSet cannot read that, so wrap it; the
+                # original text is kept exactly, as the only argument.
+                data = {"class": "sidequest.InvalidPayload", "args": [unit.raw.decode("utf-8")],
+                        "queue": unit.queue, "jid": new_jid(), "retry": False}
         if data is not None:
             data.update(error_class=error_class_name(exc), error_message=str(exc),
                         failed_at=time.time(), retry_count=0)
@@ -197,8 +206,3 @@ class Processor:
                     return
                 delay = min(delay * 2, BACKOFF_MAX)
 
-
-def decode_object(raw: bytes) -> dict[str, Any] | None:
-    """The payload as a dict if it is at least a JSON object, else None."""
-    data = json.loads(raw.decode("utf-8"))
-    return data if isinstance(data, dict) else None

@@ -49,6 +49,7 @@ class Recovery:
             return 0  # another process is at it; the scripts would make us no-ops anyway
         moved = 0
         try:
+            self._prune_processes()
             for raw_key in self.redis.scan_iter(match=keys.reserved_pattern(), count=200):
                 key = raw_key.decode()
                 owner = keys.identity_of_reserved(key)
@@ -59,6 +60,18 @@ class Recovery:
         finally:
             self.redis.delete(keys.RECOVERY_LOCK)
         return moved
+
+    def _prune_processes(self) -> None:
+        """Drop identities whose heartbeat expired from `processes` (Sidekiq's ProcessSet.cleanup)."""
+        members = list(self.redis.smembers(keys.PROCESSES))
+        if not members:
+            return
+        pipe = self.redis.pipeline(transaction=False)
+        for member in members:
+            pipe.exists(keys.process(member.decode()))
+        gone = [m for m, alive in zip(members, pipe.execute()) if not alive]
+        if gone:
+            self.redis.srem(keys.PROCESSES, *gone)
 
     def _recover(self, key: str, owner: str, raw: bytes) -> int:
         now = self.clock()

@@ -83,11 +83,11 @@ class Retrier:
         if job is not None:
             try:
                 custom = job.retry_in(count, exc)
+                if custom is not None and float(custom) > 0:
+                    return float(custom)
             except Exception:
-                log.exception("retry_in of %s raised; using the default backoff", payload_name(job))
-                custom = None
-            if custom is not None and custom > 0:
-                return float(custom)
+                log.exception("retry_in of %s failed or returned a non-number; using the default backoff",
+                              payload_name(job))
         return float(count**4 + 15 + self.rng.randrange(10) * (count + 1))
 
     def failed(self, job: Any, payload: dict[str, Any], queue: str, exc: BaseException) -> Callable[[Any], None] | None:

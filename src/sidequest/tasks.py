@@ -31,6 +31,7 @@ import redis
 from . import keys
 from .client import Client, default_client
 from .job import JobSetter
+from .payload import encode
 from .scripts import Scripts
 
 RETENTION = 7 * 24 * 3600.0
@@ -73,7 +74,9 @@ class Task:
                 job, options = _unpack(callback)
                 entries, _ = task.client.build(job, [[task.id]], [None], now, options)
                 if entries:
-                    fields[field] = json.dumps(entries[0][0], separators=(",", ":"))
+                    payload = entries[0][0]
+                    fields[field] = encode(payload)[:-1]  # the script appends enqueued_at and "}"
+                    fields[f"{field}:queue"] = payload["queue"]
         task.redis.hset(keys.task(task.id), mapping=fields)
         return task
 

@@ -1,0 +1,100 @@
+"""The multi-process supervisor (`sidequest worker --processes N`) as a real process tree.
+
+Uses the process helpers of test_reliability: workers log to files, and every supervisor and
+each of its children is gone after the test, whatever happened.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+from collections import Counter
+
+from conftest import wait_until
+from helpers import ran
+from test_reliability import (  # noqa: F401  (procs is a fixture)
+    alive, children, done_set, live_processes, no_reserved_left, procs, wait_children,
+)
+
+from jobs_for_tests import echo, work
+
+
+def restart_delay(output: str, pid: int) -> tuple[str, float]:
+    """The (slot, back-off) the supervisor logged when child `pid` died."""
+    found = re.search(rf"worker process (\d+) \(pid {pid}\) exited with code -9 after [\d.]+ s; "
+                      rf"restarting in ([\d.]+) s", output)
+    assert found, output
+    return found.group(1), float(found.group(2))
+
+
+def test_supervisor_starts_n_children_and_restarts_a_killed_one_with_backoff(procs, r):
+    sup = procs("--processes", "3", "-c", "2")
+    first = wait_children(r, sup, 3)
+    assert len(set(first.values())) == 3 and sup.pid not in first.values()
+    assert not any(f":{sup.pid}:" in ident for ident in live_processes(r))  # it runs no jobs itself
+
+    def replaced(gone: int):
+        kids = children(sup.pid)
+        return kids if len(kids) == 3 and gone not in kids else None
+
+    victim = min(first.values())
+    os.kill(victim, signal.SIGKILL)
+    killed = time.monotonic()
+    [second] = set(wait_until(lambda: replaced(victim), 10, 0.01, "a replacement child")) - set(first.values())
+    first_wait = time.monotonic() - killed
+
+    # the replacement dies young too: the back-off for that slot doubles
+    os.kill(second, signal.SIGKILL)
+    killed = time.monotonic()
+    [third] = set(wait_until(lambda: replaced(second), 10, 0.01, "a second replacement")) - set(first.values())
+    second_wait = time.monotonic() - killed
+    now = wait_children(r, sup, 3)
+    assert third in now.values() and victim not in now.values() and second not in now.values()
+
+    out = sup.output()
+    slot, delay = restart_delay(out, victim)
+    assert delay == 0.25 and first_wait >= 0.25
+    assert restart_delay(out, second) == (slot, 0.5) and second_wait >= 0.5
+    assert sup.stop() == 0
+
+
+def test_supervisor_forwards_tstp_and_stops_every_child_on_term(procs, r, client):
+    sup = procs("--processes", "2", "-c", "2")
+    kids = wait_children(r, sup, 2)
+    sup.signal(signal.SIGTSTP)
+    wait_until(lambda: all(r.hget(ident, "quiet") == b"true" for ident in kids), 5, 0.05,
+               "both children quiet")
+    assert sup.proc.poll() is None  # TSTP is forwarded, not obeyed by the supervisor
+    client.push(echo, ["while quiet"])
+    time.sleep(1.0)  # a quiet worker must not take it: give it the chance to
+    assert r.llen("queue:default") == 1 and not ran(r, "echo")
+
+    sup.signal(signal.SIGTERM)
+    assert sup.proc.wait(15) == 0, sup.output()
+    assert not any(alive(pid) for pid in kids.values())
+    assert live_processes(r) == {} and r.scard("processes") == 0  # each child deregistered
+    out = sup.output()
+    assert out.count("TSTP received: quiet") == 2 and out.count("SIGTERM received: shutting down") == 2
+    assert "all worker processes stopped" in out
+
+
+def test_max_jobs_recycles_children_and_every_job_completes(procs, r, client):
+    sup = procs("--processes", "2", "-c", "2", "--max-jobs", "5", "--heartbeat-interval", "0.25")
+    first = wait_children(r, sup, 2)
+    client.push_bulk(work, [[n, 0.1] for n in range(30)])
+    wait_until(lambda: done_set(r) == set(range(30)), 30, 0.1, "all 30 jobs")
+    wait_until(lambda: no_reserved_left(r), 10, 0.05, "no job left reserved")
+    assert r.llen("queue:default") == 0 and r.zcard("retry") == 0 and r.zcard("dead") == 0
+
+    per_pid = Counter(pid for _, pid in ran(r, "work-done"))
+    print(f"\njobs per child process life: {sorted(per_pid.values(), reverse=True)}")
+    assert len(per_pid) > 2  # children were replaced along the way
+    assert not all(alive(pid) for pid in first.values())
+    assert max(per_pid.values()) <= 12  # each recycled after about 5 jobs, not at the end
+    assert len(ran(r, "work-start")) == 30  # a recycle puts nothing back to run twice
+    out = sup.output()
+    assert "recycling this worker process: processed" in out and "(max_jobs 5)" in out
+    wait_children(r, sup, 2)
+    assert sup.stop() == 0
