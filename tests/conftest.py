@@ -123,6 +123,29 @@ def client(config: Config) -> Client:
     return Client(config)
 
 
+@pytest.fixture
+def start(config: Config, monkeypatch: pytest.MonkeyPatch, redis_url: str):
+    """Start in-process workers: `start(concurrency=2, death_handlers=[...])`; stopped after the test.
+
+    Keywords naming Launcher arguments go to the Launcher, the rest change the configuration.
+    """
+    from sidequest.launcher import Launcher
+
+    monkeypatch.setenv("SQ_TEST_REDIS_URL", redis_url)
+    launchers = []
+
+    def start_worker(**changes):
+        launcher_args = {k: changes.pop(k) for k in ("death_handlers", "on_signal") if k in changes}
+        launcher = Launcher(config.replace(**changes) if changes else config, **launcher_args)
+        launcher.run()
+        launchers.append(launcher)
+        return launcher
+
+    yield start_worker
+    for launcher in launchers:
+        launcher.stop()
+
+
 def ruby_sidekiq_available() -> bool:
     if not shutil.which("ruby") or not shutil.which("sidekiq"):
         return False

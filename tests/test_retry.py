@@ -3,31 +3,13 @@
 import random
 import time
 
-import pytest
 
 from conftest import wait_until
 from helpers import ran, zset_items
 from sidequest.config import Config
-from sidequest.launcher import Launcher
 from sidequest.retry import Retrier, decompress_backtrace
 
 from jobs_for_tests import CustomDelay, FastBoom, boom, no_dead, no_retry
-
-
-@pytest.fixture
-def start(config, monkeypatch, redis_url):
-    monkeypatch.setenv("SQ_TEST_REDIS_URL", redis_url)
-    launchers = []
-
-    def start_worker(cfg=None, **kwargs):
-        launcher = Launcher(cfg or config, **kwargs)
-        launcher.run()
-        launchers.append(launcher)
-        return launcher
-
-    yield start_worker
-    for launcher in launchers:
-        launcher.stop()
 
 
 def test_first_failure_goes_to_retry_with_sidekiqs_fields(start, client, r):

@@ -1,7 +1,6 @@
 """The client's payloads against real Ruby Sidekiq 6.4: field by field, and run by Ruby itself."""
 
 import json
-import time
 
 import pytest
 

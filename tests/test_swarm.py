@@ -40,14 +40,14 @@ def test_supervisor_starts_n_children_and_restarts_a_killed_one_with_backoff(pro
         return kids if len(kids) == 3 and gone not in kids else None
 
     victim = min(first.values())
+    killed = time.monotonic()  # taken before the kill: the supervisor may notice it at once
     os.kill(victim, signal.SIGKILL)
-    killed = time.monotonic()
     [second] = set(wait_until(lambda: replaced(victim), 10, 0.01, "a replacement child")) - set(first.values())
     first_wait = time.monotonic() - killed
 
     # the replacement dies young too: the back-off for that slot doubles
-    os.kill(second, signal.SIGKILL)
     killed = time.monotonic()
+    os.kill(second, signal.SIGKILL)
     [third] = set(wait_until(lambda: replaced(second), 10, 0.01, "a second replacement")) - set(first.values())
     second_wait = time.monotonic() - killed
     now = wait_children(r, sup, 3)
@@ -83,16 +83,18 @@ def test_supervisor_forwards_tstp_and_stops_every_child_on_term(procs, r, client
 def test_max_jobs_recycles_children_and_every_job_completes(procs, r, client):
     sup = procs("--processes", "2", "-c", "2", "--max-jobs", "5", "--heartbeat-interval", "0.25")
     first = wait_children(r, sup, 2)
-    client.push_bulk(work, [[n, 0.1] for n in range(30)])
+    client.push_bulk(work, [[n, 0.15] for n in range(30)])
     wait_until(lambda: done_set(r) == set(range(30)), 30, 0.1, "all 30 jobs")
     wait_until(lambda: no_reserved_left(r), 10, 0.05, "no job left reserved")
     assert r.llen("queue:default") == 0 and r.zcard("retry") == 0 and r.zcard("dead") == 0
 
     per_pid = Counter(pid for _, pid in ran(r, "work-done"))
     print(f"\njobs per child process life: {sorted(per_pid.values(), reverse=True)}")
-    assert len(per_pid) > 2  # children were replaced along the way
+    assert len(per_pid) >= 3  # children were replaced along the way
     assert not all(alive(pid) for pid in first.values())
-    assert max(per_pid.values()) <= 12  # each recycled after about 5 jobs, not at the end
+    # Each life ends at the first beat (every 0.25 s) after its 5th job, plus the jobs in hand;
+    # without recycling one of the two children would run at least 15.
+    assert max(per_pid.values()) < 15
     assert len(ran(r, "work-start")) == 30  # a recycle puts nothing back to run twice
     out = sup.output()
     assert "recycling this worker process: processed" in out and "(max_jobs 5)" in out

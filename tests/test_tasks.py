@@ -8,24 +8,8 @@ import pytest
 from conftest import wait_until
 from helpers import WorkerProcess, ran
 from sidequest import Task
-from sidequest.launcher import Launcher
 
 from jobs_for_tests import AlwaysBroken, FlakyOnce, blocker, noop, on_complete, on_success, signup
-
-
-@pytest.fixture
-def worker(config, monkeypatch, redis_url):
-    monkeypatch.setenv("SQ_TEST_REDIS_URL", redis_url)
-    launchers = []
-
-    def start(**changes):
-        launcher = Launcher(config.replace(**changes) if changes else config)
-        launcher.run()
-        launchers.append(launcher)
-        return launcher
-    yield start
-    for launcher in launchers:
-        launcher.stop()
 
 
 def test_create_add_and_read_before_any_worker(client, r):
@@ -47,11 +31,11 @@ def test_create_add_and_read_before_any_worker(client, r):
         found.events(status="lost")
 
 
-def test_finished_failed_and_messages(worker, client, r):
+def test_finished_failed_and_messages(start, client, r):
     task = Task.create("signups", client=client, on_complete=on_complete, on_success=on_success)
     task.add_bulk(signup, [[1], [2], [3], [4], [5], [6]])
     task.seal()
-    worker()
+    start()
     wait_until(lambda: Task.find(task.id, client=client).status()["done"], message="the task to complete")
     status = task.status()
     assert status["counts"] == {"enqueued": 0, "working": 0, "finished": 4, "failed": 2, "error": 0}
@@ -71,11 +55,11 @@ def test_finished_failed_and_messages(worker, client, r):
     assert ran(r, "on_complete") == [[task.id]] and ran(r, "on_success") == []
 
 
-def test_error_with_retry_goes_back_to_enqueued_then_finishes(worker, client, r):
+def test_error_with_retry_goes_back_to_enqueued_then_finishes(start, client, r):
     task = Task.create("flaky", client=client, on_success=on_success)
     [jid] = task.add_bulk(FlakyOnce, [[7]])
     task.seal()
-    worker()
+    start()
     wait_until(lambda: ran(r, "on_success"), message="on_success after the retry worked")
     [event] = task.events()
     texts = [m["text"] for m in event["messages"]]
@@ -84,30 +68,30 @@ def test_error_with_retry_goes_back_to_enqueued_then_finishes(worker, client, r)
     assert task.status()["counts"]["finished"] == 1
 
 
-def test_error_without_retries_left_is_error_and_completes(worker, client, r):
+def test_error_without_retries_left_is_error_and_completes(start, client, r):
     task = Task.create("broken", client=client, on_complete=on_complete, on_success=on_success)
     task.add(AlwaysBroken)
     task.seal()
-    worker()
+    start()
     wait_until(lambda: ran(r, "on_complete"))
     [event] = task.events(status="error")
     assert event["error_class"] == "RuntimeError" and event["messages"][-1]["text"].endswith("no retries left")
     assert r.zcard("dead") == 1 and ran(r, "on_success") == []
 
 
-def test_unknown_job_in_a_task_ends_in_error(worker, client, r):
+def test_unknown_job_in_a_task_ends_in_error(start, client, r):
     task = Task.create("typo", client=client, on_complete=on_complete)
     task.add("NotAJob", retry=0)
     task.seal()
-    worker()
+    start()
     wait_until(lambda: ran(r, "on_complete"))
     assert task.status()["counts"]["error"] == 1
 
 
-def test_seal_after_everything_ran_fires_callbacks_at_seal(worker, client, r):
+def test_seal_after_everything_ran_fires_callbacks_at_seal(start, client, r):
     task = Task.create("late seal", client=client, on_complete=on_complete, on_success=on_success)
     task.add_bulk(noop, [[1], [2]])
-    worker()
+    start()
     wait_until(lambda: task.status()["counts"]["finished"] == 2)
     assert not task.status()["done"] and ran(r, "on_complete") == []
     task.seal()
@@ -115,11 +99,11 @@ def test_seal_after_everything_ran_fires_callbacks_at_seal(worker, client, r):
     assert ran(r, "on_complete") == [[task.id]] and task.status()["done"]
 
 
-def test_completed_task_expires_after_retention(worker, client, r):
+def test_completed_task_expires_after_retention(start, client, r):
     task = Task.create("short-lived", client=client, retention=120)
     task.add(noop, 1)
     task.seal()
-    worker(task_retention=120)
+    start(task_retention=120)
     wait_until(lambda: task.status()["done"])
     for key in r.scan_iter(f"sidequest:task:{task.id}*"):
         assert 0 < r.ttl(key) <= 120, key

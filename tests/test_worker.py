@@ -1,32 +1,14 @@
 """The worker in-process: processors, the job path, middleware, async jobs, stats."""
 
-import json
-import threading
 
 import pytest
 
 from conftest import wait_until
-from helpers import queue_items, ran
+from helpers import ran
 from sidequest.fetch import BasicFetch
 from sidequest.launcher import Launcher
 
-from jobs_for_tests import Resize, async_echo, async_wait, echo, noop
-
-
-@pytest.fixture
-def start(config, monkeypatch, redis_url):
-    monkeypatch.setenv("SQ_TEST_REDIS_URL", redis_url)
-    launchers = []
-
-    def start_worker(**changes):
-        launcher = Launcher(config.replace(**changes) if changes else config)
-        launcher.run()
-        launchers.append(launcher)
-        return launcher
-
-    yield start_worker
-    for launcher in launchers:
-        launcher.stop()
+from jobs_for_tests import Resize, async_echo, async_wait, echo
 
 
 @pytest.mark.parametrize("fetch", ["reliable", "basic"])

@@ -24,7 +24,7 @@ from . import keys
 from .config import Config
 from .connection import connect
 from .errors import JobArgumentError
-from .job import Job, job_class_of
+from .job import job_class_of
 from .options import DEFAULTS, check_options, schedule_at
 from .payload import check_args, encode, new_jid
 
@@ -90,7 +90,7 @@ class Client:
         entries: list[tuple[dict[str, Any], float | None]] = []
         jids: list[str | None] = []
         middleware = len(self.config.client_middleware) > 0
-        for args, when in zip(checked, times):
+        for args, when in zip(checked, times, strict=True):
             payload = self._payload(name, base, args, now)
             if middleware:
                 pushed = self._through_middleware(name, payload)

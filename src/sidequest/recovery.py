@@ -69,7 +69,7 @@ class Recovery:
         pipe = self.redis.pipeline(transaction=False)
         for member in members:
             pipe.exists(keys.process(member.decode()))
-        gone = [m for m, alive in zip(members, pipe.execute()) if not alive]
+        gone = [m for m, alive in zip(members, pipe.execute(), strict=True) if not alive]
         if gone:
             self.redis.srem(keys.PROCESSES, *gone)
 

@@ -141,7 +141,7 @@ class Retrier:
         if self.tasks is None or not isinstance(payload.get("task_id"), str):
             return None
         tasks, now = self.tasks, self.clock()
-        fields = {"error_class": error_class_name(exc), "error_message": str(exc)[:MAX_MESSAGE]}
+        fields: dict[str, Any] = {"error_class": error_class_name(exc), "error_message": str(exc)[:MAX_MESSAGE]}
         if status in ("failed", "error"):
             fields["finished_at"] = now
         return lambda pipe: tasks.transition(payload, None, status, message, pipe=pipe, **fields)
