@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-BENCHES = ["bulk_push.py", "throughput.py"]
+BENCHES = ["bulk_push.py", "throughput.py", "tasks.py"]
 
 for name in BENCHES:
     print(f"== {name}", flush=True)

@@ -53,7 +53,7 @@ class RedisServer:
         self.port = free_port()
         self.dir = tempfile.mkdtemp(prefix="sq-redis-")
         self.args = [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                     "--appendonly", "no", "--dir", self.dir, "--databases", "64"] + (extra or [])
+                     "--appendonly", "no", "--dir", self.dir, "--databases", "1000"] + (extra or [])
         self.start()
 
     def start(self) -> None:
@@ -92,7 +92,7 @@ def redis_server() -> Iterator[RedisServer]:
     server.stop()
 
 
-_dbs = itertools.cycle(range(1, 64))
+_dbs = itertools.cycle(range(1, 1000))
 
 
 @pytest.fixture

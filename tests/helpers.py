@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import tempfile
 import time
 
 from conftest import PYTHON, python_env, wait_until
@@ -25,15 +26,24 @@ def zset_items(r, key: str) -> list[tuple[dict, float]]:
 
 
 class WorkerProcess:
-    """`sidequest worker` as a real subprocess, with short test intervals."""
+    """`sidequest worker` as a real subprocess, with short test intervals.
+
+    Its output goes to a file, not a pipe: a busy worker logs more than a pipe buffer holds,
+    and a full pipe would block every thread that logs.
+    """
 
     def __init__(self, redis_url: str, *args: str, cwd: str | None = None) -> None:
         self.args = [PYTHON, "-m", "sidequest.cli", "worker", "-r", "jobs_for_tests",
                      "--heartbeat-interval", "0.5", "--heartbeat-ttl", "3", "--poll-interval", "0.2",
                      "--recovery-interval", "1", *args]
+        self.log = tempfile.NamedTemporaryFile(prefix="sq-worker-", suffix=".log", delete=False)
         self.proc = subprocess.Popen(self.args, env=python_env(REDIS_URL=redis_url, SQ_TEST_REDIS_URL=redis_url),
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=cwd)
-        self.output = ""
+                                     stdout=self.log, stderr=subprocess.STDOUT, cwd=cwd)
+
+    @property
+    def output(self) -> str:
+        with open(self.log.name, encoding="utf-8", errors="replace") as f:
+            return f.read()
 
     def wait_registered(self, r, timeout: float = 15.0) -> str:
         """Wait until this process is in the `processes` set; return its identity."""
@@ -41,7 +51,7 @@ class WorkerProcess:
             for ident in r.smembers("processes"):
                 if f":{self.proc.pid}:" in ident.decode():
                     return ident.decode()
-            assert self.proc.poll() is None, self.finish()
+            assert self.proc.poll() is None, self.output
             return None
         return wait_until(find, timeout, message="worker to register")
 
@@ -50,11 +60,11 @@ class WorkerProcess:
 
     def finish(self, timeout: float = 30.0) -> str:
         try:
-            out, _ = self.proc.communicate(timeout=timeout)
+            self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            out, _ = self.proc.communicate()
-        self.output += out or ""
+            self.proc.wait()
+        self.log.close()
         return self.output
 
     def stop(self, timeout: float = 30.0) -> str:

@@ -31,7 +31,7 @@ def test_worker_survives_a_redis_restart_mid_job(durable_redis):
         durable_redis.halt()  # the job is still running; its acknowledgement will fail
         assert w.proc.poll() is None
         # stay down long enough for several fetch timeouts and retries
-        wait_until(lambda: "Redis is unreachable" in _peek(w), 10, 0.1, "the outage to be logged")
+        wait_until(lambda: "Redis is unreachable" in w.output, 10, 0.1, "the outage to be logged")
         durable_redis.start()
         r = Client(Config(redis_url=url)).redis
         wait_until(lambda: ran(r, "sleepy-done"), 20, message="the job to finish")
@@ -48,17 +48,3 @@ def test_worker_survives_a_redis_restart_mid_job(durable_redis):
     assert "Redis is back after" in out
     assert r.llen("queue:default") == 0 and r.zcard("retry") == 0
 
-
-def _peek(w: WorkerProcess) -> str:
-    """Read what the worker has printed so far without waiting for it to exit."""
-    import os
-    import select
-
-    fd = w.proc.stdout.fileno()
-    os.set_blocking(fd, False)
-    while select.select([fd], [], [], 0)[0]:
-        chunk = os.read(fd, 65536)
-        if not chunk:
-            break
-        w.output += chunk.decode(errors="replace")
-    return w.output

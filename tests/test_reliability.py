@@ -9,6 +9,7 @@ and ("work-done", n, pid), so runs are counted per job and per process.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
@@ -67,13 +68,14 @@ class Worker:
 
     def __init__(self, redis_url: str, log_dir: Path, *args: str, knobs: bool = True) -> None:
         self.log_path = log_dir / f"worker-{time.monotonic_ns()}.log"
-        self._log = open(self.log_path, "w")
+        self._log = open(self.log_path, "w")  # noqa: SIM115  (open while the process runs)
         command = [PYTHON, "-m", "sidequest.cli", "worker", "-r", "jobs_for_tests",
                    *(KNOBS if knobs else []), *args]
         self.proc = subprocess.Popen(command, env=python_env(REDIS_URL=redis_url, SQ_TEST_REDIS_URL=redis_url,
                                                     SIDEQUEST_FETCH_TIMEOUT=FETCH_TIMEOUT),
                                      stdout=self._log, stderr=subprocess.STDOUT)
         self.pid = self.proc.pid
+        self.termed = False
 
     def output(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -97,16 +99,18 @@ class Worker:
         self.proc.wait(10)
 
     def stop(self, timeout: float = 20.0) -> int:
-        """TERM and wait; the exit code (a worker that hangs fails the test)."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+        """TERM (once) and wait; the exit code (a worker that hangs fails the test)."""
+        self.term()
         try:
             return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             raise AssertionError(f"worker {self.pid} did not exit {timeout} s after TERM:\n{self.output()}")
 
     def term(self) -> None:
-        if self.proc.poll() is None:
+        # Only once: a second TERM that lands after the worker has finished its shutdown, while
+        # the interpreter is exiting (handlers gone), ends it with -SIGTERM instead of 0.
+        if not self.termed and self.proc.poll() is None:
+            self.termed = True
             self.proc.send_signal(signal.SIGTERM)
 
     def cleanup(self) -> None:
@@ -129,13 +133,12 @@ class Worker:
         self._log.close()
 
 
-@pytest.fixture
-def procs(redis_url, tmp_path):
-    """Start workers with `procs(*args)`; every one (and any child of it) is gone after the test."""
+def worker_factory(redis_url: str, log_dir: Path):
+    """Generator behind the `procs` fixtures (here and in test_swarm): yields the starter."""
     started: list[Worker] = []
 
     def start(*args: str, url: str | None = None, knobs: bool = True) -> Worker:
-        worker = Worker(url or redis_url, tmp_path, *args, knobs=knobs)
+        worker = Worker(url or redis_url, log_dir, *args, knobs=knobs)
         started.append(worker)
         return worker
 
@@ -144,6 +147,12 @@ def procs(redis_url, tmp_path):
     finally:
         for worker in started:
             worker.cleanup()
+
+
+@pytest.fixture
+def procs(redis_url, tmp_path):
+    """Start workers with `procs(*args)`; every one (and any child of it) is gone after the test."""
+    yield from worker_factory(redis_url, tmp_path)
 
 
 def stop_all(*workers: Worker) -> list[int]:
@@ -201,7 +210,7 @@ def wait_children(r, supervisor: Worker, count: int, timeout: float = 20.0) -> d
 
 def test_sigkill_with_jobs_in_flight_loses_nothing_and_reruns_only_those(procs, r, client):
     gate = "gate:after-kill"
-    first = list(range(0, 20))  # quick jobs that finish before the kill
+    first = list(range(20))  # quick jobs that finish before the kill
     held = list(range(20, 25))  # one per processor, still running when the kill comes
     rest = list(range(25, 50))  # waiting in the queue behind them
     a = procs("-c", "5")
@@ -441,7 +450,7 @@ def test_term_while_redis_is_down_loses_nothing(procs, durable_redis):
 
 def test_reliability_knobs_work_from_a_config_file(procs, r, client, tmp_path):
     basic = tmp_path / "basic.yml"
-    basic.write_text(":fetch: basic\n:heartbeat_interval: 0.5\n:heartbeat_ttl: 2\n:job_timeout: 0.5\n"
+    basic.write_text(":fetch: basic\n:heartbeat_interval: 0.5\n:heartbeat_ttl: 2.5\n:job_timeout: 0.5\n"
                      ":concurrency: 2\n:queues:\n  - basicq\n")
     reliable = tmp_path / "reliable.yml"
     reliable.write_text(":fetch: reliable\n:heartbeat_interval: 0.5\n:heartbeat_ttl: 2\n"
@@ -451,9 +460,10 @@ def test_reliability_knobs_work_from_a_config_file(procs, r, client, tmp_path):
     ident_a, ident_b = a.wait_registered(r), b.wait_registered(r)
 
     # heartbeat_ttl and heartbeat_interval (defaults 60 s and 5 s)
-    assert 0 < r.ttl(ident_a) <= 2 and 0 < r.ttl(ident_b) <= 2
+    assert 0 < r.ttl(ident_a) <= 3 and 0 < r.ttl(ident_b) <= 2
     beat = r.hget(ident_a, "beat")
-    wait_until(lambda: r.hget(ident_a, "beat") != beat, 1.5, 0.05, "a beat within 1.5 s")
+    wait_until(lambda: r.hget(ident_a, "beat") != beat, 1.5, 0.02, "a beat within 1.5 s")
+    assert 2000 < r.pttl(ident_a) <= 2500  # just after a beat: 2.5 s, not cut to 2
 
     # fetch: basic keeps no reserved list; job_timeout (default none) applies to a job without its own
     jid = client.push(work, [1, 5], queue="basicq")
@@ -496,10 +506,10 @@ def test_heartbeat_keeps_its_pace_while_jobs_burn_cpu(procs, r, client):
             beats.append(float(raw))
             busy_seen = busy_seen or r.hget(ident, "busy") == b"2"
         time.sleep(0.05)
-    gaps = [b - a for a, b in zip(beats, beats[1:])]
+    gaps = [b - a for a, b in itertools.pairwise(beats)]
     print(f"\nheartbeat gaps under CPU load (interval {interval} s): max {max(gaps):.3f} s, "
           f"mean {sum(gaps) / len(gaps):.3f} s over {len(gaps)} gaps")
     assert busy_seen, "no beat showed both spin jobs running"
-    assert len(gaps) >= 4
+    assert len(gaps) >= 3
     assert max(gaps) < interval + 1.0
     assert w.stop() == 0

@@ -12,13 +12,19 @@ import signal
 import time
 from collections import Counter
 
+import pytest
+
 from conftest import wait_until
 from helpers import ran
-from test_reliability import (  # noqa: F401  (procs is a fixture)
-    alive, children, done_set, live_processes, no_reserved_left, procs, wait_children,
-)
+from test_reliability import alive, children, done_set, live_processes, no_reserved_left, wait_children, worker_factory
 
 from jobs_for_tests import echo, work
+
+
+@pytest.fixture
+def procs(redis_url, tmp_path):
+    """Start a supervisor with `procs("--processes", "N", ...)`; it and its children are gone after the test."""
+    yield from worker_factory(redis_url, tmp_path)
 
 
 def restart_delay(output: str, pid: int) -> tuple[str, float]:

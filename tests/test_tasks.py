@@ -118,9 +118,9 @@ def test_interrupted_job_is_error_then_enqueued_again(redis_url, r, client):
         w.wait_registered(r)
         wait_until(lambda: task.status()["counts"]["working"] == 1)
     finally:
-        w.stop()
+        out = w.stop()
     [event] = task.events()
-    assert event["status"] == "enqueued"
+    assert event["status"] == "enqueued", (event, out)
     assert event["messages"][-1]["text"] == "error: interrupted by shutdown; requeued"
     assert task.status()["counts"] == {"enqueued": 1, "working": 0, "finished": 0, "failed": 0, "error": 0}
 

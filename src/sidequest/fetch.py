@@ -12,7 +12,9 @@ there for `recovery` to put back. Every blocking call is bounded by `fetch_timeo
 
 from __future__ import annotations
 
+import json
 import random
+import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -26,19 +28,22 @@ from .scripts import Scripts
 class UnitOfWork:
     """One job taken from a queue. It owns its acknowledgement: the processor never touches keys."""
 
-    __slots__ = ("queue", "raw", "_fetch", "done")
+    __slots__ = ("queue", "raw", "_fetch", "done", "task_marked")
 
-    def __init__(self, queue: str, raw: bytes, fetch: Fetch) -> None:
+    def __init__(self, queue: str, raw: bytes, fetch: Fetch, task_marked: bool = False) -> None:
         self.queue = queue  # the queue name, without `queue:`
         self.raw = raw  # the payload exactly as it was in Redis
         self._fetch = fetch
         self.done = False
+        self.task_marked = task_marked  # the fetch already marked its task event working
 
-    def acknowledge(self, also: Callable[[Any], None] | None = None) -> None:
-        """Finish the job; `also(pipe)` adds commands (a retry, a dead entry) to the same MULTI."""
+    def acknowledge(self, also: Callable[[Any], None] | None = None,
+                    task: tuple[str, str] | None = None) -> None:
+        """Finish the job; `also(pipe)` adds commands (a retry, a dead entry) to the same MULTI;
+        `task` = (task id, jid) marks a task job's event finished with the acknowledgement."""
         if self.done:
             return
-        self._fetch.acknowledge(self, also)
+        self._fetch.acknowledge(self, also, task)
         self.done = True
 
     def requeue(self) -> None:
@@ -51,7 +56,8 @@ class UnitOfWork:
 
 class Fetch(Protocol):
     def retrieve_work(self) -> UnitOfWork | None: ...
-    def acknowledge(self, unit: UnitOfWork, also: Callable[[Any], None] | None) -> None: ...
+    def acknowledge(self, unit: UnitOfWork, also: Callable[[Any], None] | None,
+                    task: tuple[str, str] | None) -> None: ...
     def requeue(self, units: list[UnitOfWork]) -> None: ...
     def flush(self) -> None: ...
 
@@ -76,10 +82,14 @@ class QueueOrder:
 class BasicFetch:
     """Sidekiq's BasicFetch: BRPOP over the queues; at-most-once if the process is killed."""
 
-    def __init__(self, config: Config, client: redis.Redis, rng: random.Random | None = None) -> None:
+    def __init__(self, config: Config, client: redis.Redis, rng: random.Random | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
         self.redis = client
         self.order = QueueOrder(config, rng)
         self.timeout = config.fetch_timeout
+        self.retention = int(config.task_retention)
+        self.scripts = Scripts(client)
+        self.clock = clock
 
     def retrieve_work(self) -> UnitOfWork | None:
         # BRPOP wakes at least every `timeout` seconds so the caller can notice a stop.
@@ -89,7 +99,12 @@ class BasicFetch:
         key, raw = got
         return UnitOfWork(keys.queue_name(key.decode()), raw, self)
 
-    def acknowledge(self, unit: UnitOfWork, also: Callable[[Any], None] | None) -> None:
+    def acknowledge(self, unit: UnitOfWork, also: Callable[[Any], None] | None,
+                    task: tuple[str, str] | None) -> None:
+        if task is not None:
+            now = self.clock()
+            self.scripts.task_transition(keys=keys.task_keys(task[0]), args=[
+                task[1], "finished", now, "finished", json.dumps({"finished_at": now}), self.retention])
         if also is not None:
             pipe = self.redis.pipeline(transaction=True)
             also(pipe)
@@ -111,22 +126,30 @@ class ReliableFetch:
     """Jobs stay in a per-process reserved list until acknowledged (see module docstring)."""
 
     def __init__(self, config: Config, client: redis.Redis, identity: str,
-                 rng: random.Random | None = None, slot: int = 0) -> None:
+                 rng: random.Random | None = None, slot: int = 0,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.retention = int(config.task_retention)
+        self.clock = clock
         self.redis = client
         self.order = QueueOrder(config, rng)
         self.timeout = config.fetch_timeout
         self.reserved = keys.reserved(identity)
         self.scripts = Scripts(client)
         self.slot = slot  # which queue this fetcher blocks on when all are empty
-        self.pending: bytes | None = None  # a finished job whose removal rides on the next fetch
+        # a finished job (raw, task id, jid) whose removal rides on the next fetch
+        self.pending: tuple[bytes, str, str] | None = None
+
+    def _ack_args(self) -> list[Any]:
+        raw, task_id, jid = self.pending or (b"", "", "")
+        return [raw, task_id, jid, self.clock(), self.retention]
 
     def retrieve_work(self) -> UnitOfWork | None:
         order = self.order()
-        got = self.scripts.reserve(keys=[*order, self.reserved], args=[self.pending or b""])
+        got = self.scripts.reserve(keys=[*order, self.reserved], args=self._ack_args())
         self.pending = None
         if got:
-            key, raw = got
-            return UnitOfWork(keys.queue_name(key.decode()), raw, self)
+            key, raw, marked = got
+            return UnitOfWork(keys.queue_name(key.decode()), raw, self, task_marked=bool(marked))
         # Nothing anywhere: block on one queue (each processor on a different one, so with
         # concurrency >= queue count every queue has a waiter). BLMOVE is atomic: the job is
         # in the reserved list the moment it leaves its queue. The other queues are checked
@@ -137,12 +160,14 @@ class ReliableFetch:
             return None
         return UnitOfWork(keys.queue_name(key), raw, self)
 
-    def acknowledge(self, unit: UnitOfWork, also: Callable[[Any], None] | None) -> None:
-        """A plain success is removed by this processor's next fetch (same script, no extra round
-        trip); anything with more to write (a retry, a task event) is written now, in one MULTI."""
+    def acknowledge(self, unit: UnitOfWork, also: Callable[[Any], None] | None,
+                    task: tuple[str, str] | None) -> None:
+        """A success is removed (and its task event finished) by this processor's next fetch, in
+        the same script, with no extra round trip; a failure with a retry or dead entry to write
+        is acknowledged now, in one MULTI with those writes."""
         self.flush()
         if also is None:
-            self.pending = unit.raw
+            self.pending = (unit.raw, *(task or ("", "")))
             return
         pipe = self.redis.pipeline(transaction=True)
         also(pipe)
@@ -150,9 +175,9 @@ class ReliableFetch:
         pipe.execute()
 
     def flush(self) -> None:
-        """Remove a finished job now rather than with the next fetch (before stopping)."""
+        """Acknowledge a finished job now rather than with the next fetch (before stopping)."""
         if self.pending is not None:
-            self.redis.lrem(self.reserved, -1, self.pending)
+            self.scripts.acknowledge(keys=[self.reserved], args=self._ack_args())
             self.pending = None
 
     def requeue(self, units: list[UnitOfWork]) -> None:

@@ -101,7 +101,9 @@ class Heartbeat:
         self.beats += 1
 
     def _write(self, processed: int, failed: int) -> None:
-        ttl = max(int(self.config.heartbeat_ttl), 1)
+        # milliseconds: a fractional TTL (1.5 s) must not be cut to whole seconds, or the hash
+        # could expire before the next beat and recovery would take a live process's jobs
+        ttl_ms = max(int(self.config.heartbeat_ttl * 1000), 1)
         work = self.stats.work.snapshot()
         pipe = self.redis.pipeline(transaction=True)
         self._count(pipe, processed, failed)
@@ -110,13 +112,13 @@ class Heartbeat:
             if work:
                 pipe.hset(work_key, mapping={tid: json.dumps(entry, separators=(",", ":"))
                                              for tid, entry in work.items()})
-                pipe.expire(work_key, ttl)
+                pipe.pexpire(work_key, ttl_ms)
         pipe.sadd(keys.PROCESSES, self.identity)
         pipe.hset(keys.process(self.identity), mapping={
             "info": self.info, "busy": len(work), "beat": time.time(),
             "quiet": "true" if self.quiet else "false", "rss": rss_kb(), "rtt_us": 0,
         })
-        pipe.expire(keys.process(self.identity), ttl)
+        pipe.pexpire(keys.process(self.identity), ttl_ms)
         pipe.rpop(keys.signals(self.identity))
         remote: Any = pipe.execute()[-1]
         if remote:

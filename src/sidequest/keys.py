@@ -103,6 +103,11 @@ def task_index(task_id: str, status: str) -> str:
     return f"{PREFIX}:task:{task_id}:status:{status}"
 
 
+def task_key_suffixes() -> list[str]:
+    """What follows `task(id)` in the names of a task's other keys (the Lua scripts build them)."""
+    return [":events", ":order", *(f":status:{s}" for s in TASK_STATUSES)]
+
+
 def task_keys(task_id: str) -> list[str]:
     """Every key of a task, in the order the task scripts expect them."""
     return [task(task_id), task_events(task_id), task_order(task_id),

@@ -32,7 +32,7 @@ from .registry import Registry, default_registry
 from .retry import Retrier
 from .scheduled import Poller
 from .stats import Stats
-from .tasks import TaskRecorder, TaskTracker
+from .tasks import TaskRecorder
 
 log = logging.getLogger(__name__)
 
@@ -52,8 +52,6 @@ class Launcher:
         self.recycle_on_timeout = recycle_on_timeout
         self._recycling = False
         self.tasks = TaskRecorder(self.redis, config.task_retention, clock=clock)
-        if TaskTracker not in config.server_middleware:  # outermost, so it sees every outcome
-            config.server_middleware.prepend(TaskTracker, self.tasks)
         self.runtime = Runtime(
             config=config, registry=registry or default_registry, stats=self.stats,
             retrier=Retrier(config, death_handlers, clock=clock, rng=rng, tasks=self.tasks),

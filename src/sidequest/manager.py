@@ -78,15 +78,15 @@ class Manager:
             log.info("quieting: no new jobs will be fetched")
             self.quieting.set()
 
-    def _record_requeue(self, unit: UnitOfWork) -> None:
-        """A task job put back by shutdown: its event says so and shows it enqueued again."""
+    def record_requeue(self, unit: UnitOfWork, message: str) -> None:
+        """A task job put back on its queue: its event says why and shows it enqueued again."""
         if self.rt.tasks is None or b"task_id" not in unit.raw:
             return
         try:
             payload = decode(unit.raw)
         except PayloadError:
             return
-        self.rt.tasks.transition(payload, None, "enqueued", "error: interrupted by shutdown; requeued")
+        self.rt.tasks.transition(payload, None, "enqueued", message)
 
     def stop(self, deadline: float) -> list[UnitOfWork]:
         """Quiet, wait until `deadline` (monotonic) for running jobs, then requeue what remains."""
@@ -107,7 +107,7 @@ class Manager:
             for unit in leftovers:
                 try:
                     unit.requeue()
-                    self._record_requeue(unit)
+                    self.record_requeue(unit, "error: interrupted by shutdown; requeued")
                 except Exception as exc:  # Redis down: reliable fetch keeps it reserved for recovery
                     log.error("could not requeue a job (%s); it stays reserved and will be recovered", exc)
         # An idle processor may still be inside a blocking fetch and take a job (even one just put

@@ -9,11 +9,13 @@ manager logs it and starts a replacement.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import json
 import logging
 import threading
 import time
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -27,10 +29,10 @@ from .payload import decode, encode, new_jid
 from .registry import Registry
 from .retry import Retrier, error_class_name
 from .stats import Stats
+from .tasks import TaskRecorder, running
 
 if TYPE_CHECKING:
     from .manager import Manager
-    from .tasks import TaskRecorder
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +102,8 @@ class Processor:
                     continue
                 if self.manager.quieting.is_set():
                     self._settle(unit.requeue)
+                    if unit.task_marked:
+                        self.manager.record_requeue(unit, "requeued: its worker is stopping")
                     break
                 self.process(unit)
             self._settle(self.fetch.flush)
@@ -148,8 +152,9 @@ class Processor:
             args = payload["args"]
             limit = payload.get("timeout") or self.rt.config.job_timeout
             limit = float(limit) if isinstance(limit, (int, float)) and limit > 0 else None
-            self.rt.config.server_middleware.invoke(
-                job, payload, unit.queue, final=lambda: self.rt.executor.run(job, args, limit))
+            with self._task(unit, payload):
+                self.rt.config.server_middleware.invoke(
+                    job, payload, unit.queue, final=lambda: self.rt.executor.run(job, args, limit))
         except BaseException as exc:  # SystemExit from a job's sys.exit() is a job failure too
             self.rt.stats.failed.incr()
             log.warning("fail: %.3f sec: %s: %s", time.monotonic() - started, error_class_name(exc), exc)
@@ -160,10 +165,21 @@ class Processor:
             self._settle(lambda: unit.acknowledge(also=commands))
         else:
             log.info("done: %.3f sec", time.monotonic() - started)
-            also = getattr(job, "on_acknowledge", None)  # e.g. a task event, in the same MULTI
-            self._settle(lambda: unit.acknowledge(also=also))
+            task_id = payload.get("task_id")
+            task = (task_id, jid) if isinstance(task_id, str) and self.rt.tasks is not None else None
+            self._settle(lambda: unit.acknowledge(task=task))
         finally:
             job_context.reset(token)
+
+    def _task(self, unit: UnitOfWork, payload: dict[str, Any]) -> AbstractContextManager[None]:
+        """For a task job: mark it working (unless the fetch did) and open its message context."""
+        task_id = payload.get("task_id")
+        if not isinstance(task_id, str) or self.rt.tasks is None:
+            return contextlib.nullcontext()
+        jid = str(payload.get("jid", ""))
+        if not unit.task_marked:
+            self.rt.tasks.transition(task_id, jid, "working", "working", started_at=time.time())
+        return running(self.rt.tasks, task_id, jid)
 
     def _bury(self, unit: UnitOfWork, exc: PayloadError) -> None:
         """A payload that is not a job goes to dead as it was, with the reason when it can hold one."""

@@ -13,22 +13,6 @@ import redis
 
 from . import keys
 
-# KEYS: queue:<q>... (in fetch order), sidequest:reserved:<identity>   ARGV: job to acknowledge or ''
-# Acknowledge the previous job of this processor (if any), then take the oldest job of the
-# first non-empty queue into the reserved list; return {queue key, job}. Folding the previous
-# acknowledgement in saves a round trip per job on a busy worker.
-RESERVE = """
-if ARGV[1] ~= '' then redis.call('lrem', KEYS[#KEYS], -1, ARGV[1]) end
-for i = 1, #KEYS - 1 do
-  local job = redis.call('rpop', KEYS[i])
-  if job then
-    redis.call('lpush', KEYS[#KEYS], job)
-    return {KEYS[i], job}
-  end
-end
-return false
-"""
-
 # KEYS: sidequest:reserved:<identity>, queue:<q>   ARGV: job
 # Put a reserved job back at the head (consuming end) of its queue, unchanged.
 REQUEUE = """
@@ -70,69 +54,125 @@ return 0
 """
 
 
-# Shared by the task scripts. KEYS: task hash, events hash, order zset, then the status zsets
-# in keys.TASK_STATUSES order. When a sealed task has every job finished, failed or error, mark
-# it complete exactly once (the script runs atomically, so only one caller sees this), push its
-# callbacks (payloads built at creation, enqueued_at appended now; no cjson, so the JSON
-# stays exactly as the client wrote it) onto
-# `<queue prefix><queue>`, and let every key of the task expire after the retention time.
-_TASK_COMMON = """
+# The task library, shared by the task scripts and by reserve/ack (which record a task job's
+# working/finished in the same call that takes/acknowledges it). A task's keys (keys.task_keys)
+# are a table K: hash, events hash, order zset, then the status zsets in keys.TASK_STATUSES
+# order; `task_keys(id)` builds the same names from keys' prefix. When a sealed task has every
+# job finished, failed or error, it is marked complete exactly once (scripts run atomically, so
+# only one caller sees this), its callbacks (payloads built at creation, enqueued_at appended
+# now; no cjson, so the JSON stays as the client wrote it) are pushed onto their queues, and
+# every key of the task is set to expire after the retention time.
+_TASK_LIB = """
 local STATUSES = {'enqueued', 'working', 'finished', 'failed', 'error'}
-local function index_key(status)
-  for i, s in ipairs(STATUSES) do if s == status then return KEYS[3 + i] end end
+local function task_keys(id)
+  local base = '%(task_prefix)s' .. id
+  local k = {base}
+  for _, suffix in ipairs({%(suffixes)s}) do k[#k + 1] = base .. suffix end
+  return k
 end
-local function complete_if_done(now, retention)
-  local t = redis.call('hmget', KEYS[1], 'sealed', 'total', 'count:finished', 'count:failed',
+local function index_key(K, status)
+  for i, s in ipairs(STATUSES) do if s == status then return K[3 + i] end end
+end
+local function complete_if_done(K, now, retention)
+  local t = redis.call('hmget', K[1], 'sealed', 'total', 'count:finished', 'count:failed',
                        'count:error', 'completed_at')
   if t[1] ~= '1' or t[6] then return 0 end
   local finished = tonumber(t[3] or '0')
   if finished + tonumber(t[4] or '0') + tonumber(t[5] or '0') < tonumber(t[2] or '0') then return 0 end
-  redis.call('hset', KEYS[1], 'completed_at', now)
+  redis.call('hset', K[1], 'completed_at', now)
   local names = {'on_complete'}
   if finished == tonumber(t[2]) then names[2] = 'on_success' end
   for _, name in ipairs(names) do
-    -- the template is the payload's JSON without its closing brace; only enqueued_at is added
-    local cb = redis.call('hmget', KEYS[1], name, name .. ':queue')
+    local cb = redis.call('hmget', K[1], name, name .. ':queue')
     if cb[1] then
       redis.call('sadd', '%(queues)s', cb[2])
       redis.call('lpush', '%(queue_prefix)s' .. cb[2], cb[1] .. ',"enqueued_at":' .. now .. '}')
     end
   end
-  for i = 1, #KEYS do redis.call('expire', KEYS[i], retention) end
+  for i = 1, #K do redis.call('expire', K[i], retention) end
   return 1
 end
-""" % {"queues": keys.QUEUES, "queue_prefix": keys.QUEUE_PREFIX}
+-- Move the event of `jid` to `new` ('' keeps it), set `fields`, append `message` ('' for none).
+-- Returns {changed, completed}; a jid the task does not know is left alone.
+local function transition(K, jid, new, now, message, fields, retention)
+  local raw = redis.call('hget', K[2], jid)
+  if not raw then return {0, 0} end
+  local event = cjson.decode(raw)
+  local old = event['status']
+  if new == '' then new = old end
+  for k, v in pairs(fields) do event[k] = v end
+  if message ~= '' then
+    if type(event['messages']) ~= 'table' or next(event['messages']) == nil then event['messages'] = {} end
+    table.insert(event['messages'], {at = tonumber(now), text = message})
+  end
+  event['status'] = new
+  redis.call('hset', K[2], jid, cjson.encode(event))
+  local changed = 0
+  if new ~= old then
+    redis.call('hincrby', K[1], 'count:' .. old, -1)
+    redis.call('hincrby', K[1], 'count:' .. new, 1)
+    redis.call('zrem', index_key(K, old), jid)
+    redis.call('zadd', index_key(K, new), redis.call('zscore', K[3], jid) or 0, jid)
+    changed = 1
+  end
+  return {changed, complete_if_done(K, now, retention)}
+end
+-- A finished job leaves the reserved list; a task job's event becomes finished with it.
+local function acknowledge(reserved, job, task_id, jid, now, retention)
+  redis.call('lrem', reserved, -1, job)
+  if task_id ~= '' then
+    transition(task_keys(task_id), jid, 'finished', now, 'finished', {finished_at = tonumber(now)}, retention)
+  end
+end
+""" % {"queues": keys.QUEUES, "queue_prefix": keys.QUEUE_PREFIX, "task_prefix": keys.task(""),
+       "suffixes": ", ".join(f"'{suffix}'" for suffix in keys.task_key_suffixes())}
 
-# ARGV: jid, new status ('' keeps it), now, message ('' for none), JSON of fields to set, retention
-# Returns {changed (0/1), completed (0/1)}; a jid the task does not know is left alone.
-TASK_TRANSITION = _TASK_COMMON + """
-local raw = redis.call('hget', KEYS[2], ARGV[1])
-if not raw then return {0, 0} end
-local event = cjson.decode(raw)
-local old = event['status']
-local new = ARGV[2] ~= '' and ARGV[2] or old
-for k, v in pairs(cjson.decode(ARGV[5])) do event[k] = v end
-if ARGV[4] ~= '' then
-  if type(event['messages']) ~= 'table' or next(event['messages']) == nil then event['messages'] = {} end
-  table.insert(event['messages'], {at = tonumber(ARGV[3]), text = ARGV[4]})
-end
-event['status'] = new
-redis.call('hset', KEYS[2], ARGV[1], cjson.encode(event))
-local changed = 0
-if new ~= old then
-  redis.call('hincrby', KEYS[1], 'count:' .. old, -1)
-  redis.call('hincrby', KEYS[1], 'count:' .. new, 1)
-  redis.call('zrem', index_key(old), ARGV[1])
-  redis.call('zadd', index_key(new), redis.call('zscore', KEYS[3], ARGV[1]) or 0, ARGV[1])
-  changed = 1
-end
-return {changed, complete_if_done(ARGV[3], tonumber(ARGV[6]))}
+# KEYS: the task's keys (keys.task_keys)
+# ARGV: jid, new status ('' keeps it), now, message ('' for none), JSON of fields, retention
+TASK_TRANSITION = _TASK_LIB + """
+return transition(KEYS, ARGV[1], ARGV[2], ARGV[3], ARGV[4], cjson.decode(ARGV[5]), tonumber(ARGV[6]))
 """
 
-# ARGV: now, retention. Seal the task (no more jobs); it may complete at once.
-TASK_SEAL = _TASK_COMMON + """
+# KEYS: the task's keys   ARGV: now, retention. Seal the task (no more jobs); it may complete at once.
+TASK_SEAL = _TASK_LIB + """
 redis.call('hset', KEYS[1], 'sealed', '1')
-return complete_if_done(ARGV[1], tonumber(ARGV[2]))
+return complete_if_done(KEYS, ARGV[1], tonumber(ARGV[2]))
+"""
+
+# KEYS: sidequest:reserved:<identity>   ARGV: job, task id or '', jid, now, retention
+ACKNOWLEDGE = _TASK_LIB + """
+acknowledge(KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]))
+return 1
+"""
+
+
+# KEYS: queue:<q>... (in fetch order), sidequest:reserved:<identity>
+# ARGV: previous job to acknowledge or '', its task id or '', its jid, now, retention
+# Acknowledge this processor's previous job (if any), then take the oldest job of the first
+# non-empty queue into the reserved list, and if it belongs to a task, mark its event working.
+# Returns {queue key, job, 1 if a task event was marked}. One round trip per job on a busy
+# worker, task bookkeeping included.
+RESERVE = _TASK_LIB + """
+local reserved = KEYS[#KEYS]
+if ARGV[1] ~= '' then acknowledge(reserved, ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])) end
+for i = 1, #KEYS - 1 do
+  local job = redis.call('rpop', KEYS[i])
+  if job then
+    redis.call('lpush', reserved, job)
+    local marked = 0
+    local task_id = string.match(job, '"task_id":"(%x+)"')
+    if task_id then
+      local jid = string.match(job, '"jid":"(%x+)"')
+      if jid then
+        transition(task_keys(task_id), jid, 'working', ARGV[4], 'working',
+                   {started_at = tonumber(ARGV[4])}, tonumber(ARGV[5]))
+        marked = 1
+      end
+    end
+    return {KEYS[i], job, marked}
+  end
+end
+return false
 """
 
 
@@ -146,6 +186,7 @@ class Scripts:
         self.enqueue_due = client.register_script(ENQUEUE_DUE)
         self.task_transition = client.register_script(TASK_TRANSITION)
         self.task_seal = client.register_script(TASK_SEAL)
+        self.acknowledge = client.register_script(ACKNOWLEDGE)
 
     @staticmethod
     def call(script: Any, keys: list[str], args: list[Any], client: Any = None) -> Any:

@@ -8,22 +8,28 @@
 
 Each job of a task carries `task_id` in its payload and has an event record: `status` (enqueued,
 working, finished, failed, error), `params`, timestamped `messages`, start and finish times,
-and the error's class and message. The worker keeps them current (see `TaskTracker`, the
-retrier and recovery): working when a job starts; finished when it returns; failed when it
+and the error's class and message. The worker keeps them current (fetch, processor, the
+retrier and recovery): working when a job is taken; finished when it returns; failed when it
 raises `JobFailed` (a business failure, never retried); back to enqueued with an "error ...
 waiting for retry" message when a retry is scheduled, or when shutdown or recovery puts it back;
 error when no retry is left. Every change is one Lua call that moves the counters and the
 status index together and, for the change that completes a sealed task, enqueues its
 callbacks, so counts never drift and `on_complete`/`on_success` are enqueued exactly once.
+
+The seed did this in server middleware; sidequest does it in the fetch and acknowledgement
+scripts instead, so "working" is recorded in the same atomic call that takes the job and
+"finished" in the one that acknowledges it: no extra round trips per job, and no window in
+which a job is taken but its event still says enqueued.
 """
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import json
 import secrets
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import redis
@@ -200,31 +206,14 @@ class TaskRecorder:
             client=pipe if pipe is not None else self.redis)
 
 
-class TaskTracker:
-    """Server middleware: marks task jobs working before they run, and finished after.
-
-    Failures are recorded by the retrier (which knows whether a retry follows), so a job that
-    fails before or outside this middleware (an unknown name, say) is still accounted for.
-    """
-
-    def __init__(self, recorder: TaskRecorder) -> None:
-        self.recorder = recorder
-
-    def __call__(self, job: Any, payload: dict[str, Any], queue: str, call_next: Any) -> Any:
-        task_id = payload.get("task_id")
-        if not isinstance(task_id, str):
-            return call_next()
-        jid = payload["jid"]
-        self.recorder.transition(task_id, jid, "working", "working", started_at=self.recorder.clock())
-        token = _current.set((self.recorder, task_id, jid))
-        try:
-            result = call_next()
-        finally:
-            _current.reset(token)
-        # "finished" goes out in the same MULTI as the acknowledgement (see Processor)
-        job.on_acknowledge = lambda pipe: self.recorder.transition(
-            task_id, jid, "finished", "finished", pipe=pipe, finished_at=self.recorder.clock())
-        return result
+@contextlib.contextmanager
+def running(recorder: TaskRecorder, task_id: str, jid: str) -> Iterator[None]:
+    """While a task job runs: what `task_message` writes to."""
+    token = _current.set((recorder, task_id, jid))
+    try:
+        yield
+    finally:
+        _current.reset(token)
 
 
 def task_message(text: str, *, progress: Any = None) -> None:
