@@ -3,7 +3,8 @@
 The supervisor runs no jobs and holds no Redis connection. It starts N worker processes (each
 a full `sidequest worker` with its own threads and identity), restarts any that exits without
 being asked to, with a back-off per slot so a crash loop does not spin (0.25 s doubling to
-30 s, reset once a child has lived 10 s), forwards TSTP and TTIN to every child, and on
+30 s, reset once a child has lived 10 s; a child that exits 0 recycled itself on purpose and
+is replaced at once), forwards TSTP and TTIN to every child, and on
 INT/TERM sends TERM to all and waits for them (each has its own shutdown deadline), killing
 stragglers after `timeout + 10` seconds.
 
@@ -83,7 +84,12 @@ class Swarm:
                 if code is None:
                     continue
                 lived = now - slot.started
-                slot.delay = BACKOFF_START if lived >= HEALTHY_AFTER else min(max(slot.delay * 2, BACKOFF_START), BACKOFF_MAX)
+                if code == 0:  # a planned recycle (--max-jobs, --max-memory, a stuck job): at once
+                    slot.delay = 0.0
+                elif lived >= HEALTHY_AFTER:
+                    slot.delay = BACKOFF_START
+                else:
+                    slot.delay = min(max(slot.delay * 2, BACKOFF_START), BACKOFF_MAX)
                 slot.restart_at = now + slot.delay
                 slot.restarts += 1
                 log.warning("worker process %d (pid %d) exited with code %s after %.1f s; restarting in %.2f s",
