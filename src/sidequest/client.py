@@ -58,7 +58,7 @@ class Client:
         `at` is an epoch time or aware datetime, `in_` a delay; both follow Sidekiq's rule.
         """
         now = self.clock()
-        when = self._when(at, in_, now)
+        when = self.schedule_time(at, in_, now)
         entries, jids = self.build(job, [args], [when], now, options)
         self.write(entries, now)
         return jids[0]
@@ -72,7 +72,7 @@ class Client:
         """
         now = self.clock()
         all_args = list(args_list)
-        entries, jids = self.build(job, all_args, self._bulk_times(at, len(all_args), now), now, options)
+        entries, jids = self.build(job, all_args, self.bulk_times(at, len(all_args), now), now, options)
         self.write(entries, now)
         return jids
 
@@ -129,7 +129,8 @@ class Client:
         return result if isinstance(result, dict) else None
 
     @staticmethod
-    def _when(at: Any, in_: Any, now: float) -> float | None:
+    def schedule_time(at: Any, in_: Any, now: float) -> float | None:
+        """Epoch seconds for `at` (time) or `in_` (delay), or None to enqueue now."""
         if at is not None and in_ is not None:
             raise JobArgumentError("give `at` or `in_`, not both")
         if at is not None:
@@ -139,7 +140,8 @@ class Client:
         return None
 
     @staticmethod
-    def _bulk_times(at: Any, count: int, now: float) -> list[float | None]:
+    def bulk_times(at: Any, count: int, now: float) -> list[float | None]:
+        """One schedule time per job of a bulk: `at` is one time for all, or a list of them."""
         if isinstance(at, (list, tuple)):
             if len(at) != count:
                 raise JobArgumentError(f"bulk `at` has {len(at)} times for {count} jobs")

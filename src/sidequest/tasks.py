@@ -89,14 +89,14 @@ class Task:
     def add(self, job: Any, *args: Any, at: Any = None, in_: Any = None, **options: Any) -> str | None:
         """Add one job: a job, `job.set(...)`, or a job name, with job options as keywords."""
         now = self.client.clock()
-        when = self.client._when(at, in_, now)
+        when = self.client.schedule_time(at, in_, now)
         return self._add(job, [list(args)], [when], now, options)[0]
 
     def add_bulk(self, job: Any, args_list: Iterable[Any], *, at: Any = None, **options: Any) -> list[str | None]:
         """Add many jobs in one transaction (events and counters included)."""
         now = self.client.clock()
         all_args = list(args_list)
-        return self._add(job, all_args, self.client._bulk_times(at, len(all_args), now), now, options)
+        return self._add(job, all_args, self.client.bulk_times(at, len(all_args), now), now, options)
 
     def _add(self, job: Any, args_list: list[Any], times: list[float | None], now: float,
              extra: dict[str, Any]) -> list[str | None]:
