@@ -199,3 +199,25 @@ def on_complete(task_id):
 @sidequest.job(name="OnSuccess")
 def on_success(task_id):
     record("on_success", task_id)
+
+
+# -- a worker hook: `sidequest worker -r jobs_for_tests` runs it -------------------------------
+class Tagger:
+    """Server middleware added by the hook below: records each job it wraps."""
+
+    def __call__(self, job, payload, queue, call_next):
+        if payload["class"] == "HookedEcho":
+            record("middleware", payload["jid"])
+        return call_next()
+
+
+@sidequest.configure_worker
+def _setup(worker):
+    worker.config.server_middleware.add(Tagger)
+    worker.death_handlers.append(lambda payload, exc: record("death-handler", payload["jid"], type(exc).__name__))
+
+
+@sidequest.job(name="HookedEcho", retry=0)
+def hooked_echo(fail=False):
+    if fail:
+        raise LookupError("to the dead set")

@@ -11,7 +11,7 @@ from helpers import WorkerProcess, ran
 from sidequest import __version__
 from sidequest.cli import main
 
-from jobs_for_tests import blocker, echo, sleepy
+from jobs_for_tests import blocker, echo, hooked_echo, sleepy
 
 
 def test_help_reads_well():
@@ -117,3 +117,15 @@ def test_config_file_and_logfile(redis_url, r, client, tmp_path):
     w.stop()
     text = log.read_text()
     assert "class=Resize jid=" in text and "done:" in text
+
+
+def test_configure_worker_hooks_add_middleware_and_death_handlers(redis_url, r, client):
+    w = WorkerProcess(redis_url)
+    w.wait_registered(r)
+    ok = client.push(hooked_echo, [])
+    dead = client.push(hooked_echo, [True])
+    wait_until(lambda: ran(r, "death-handler"), message="the death handler")
+    wait_until(lambda: len(ran(r, "middleware")) == 2)
+    w.stop()
+    assert sorted(x[0] for x in ran(r, "middleware")) == sorted([ok, dead])
+    assert ran(r, "death-handler") == [[dead, "LookupError"]]

@@ -10,7 +10,9 @@
 Run them with `sidequest worker -r myapp.jobs`.
 """
 
-from .client import Client, configure, default_client
+__version__ = "0.1.0"  # first: modules below read it
+
+from .client import Client, configure, default_client  # noqa: E402
 from .config import Config
 from .errors import (
     ConfigError,
@@ -24,11 +26,11 @@ from .errors import (
     UnknownJobError,
 )
 from .job import Job, JobFunction, job
+from .launcher import WorkerSetup, configure_worker
 from .middleware import Chain
 from .registry import Registry, default_registry
 from .tasks import Task, task_message
 
-__version__ = "0.1.0"
 
 
 def push(job_name: str, args: list, **options):  # type: ignore[no-untyped-def,type-arg]
@@ -53,7 +55,9 @@ __all__ = [
     "SidequestError",
     "Task",
     "UnknownJobError",
+    "WorkerSetup",
     "configure",
+    "configure_worker",
     "default_client",
     "default_registry",
     "job",

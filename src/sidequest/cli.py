@@ -202,7 +202,7 @@ def run_supervisor(config: Config) -> int:
 
 def run_worker(config: Config, swarm_child: bool = False) -> int:
     from .embedded import resolve_url
-    from .launcher import Launcher
+    from .launcher import Launcher, run_worker_hooks
 
     try:
         for module in config.require:
@@ -216,7 +216,8 @@ def run_worker(config: Config, swarm_child: bool = False) -> int:
     try:
         url = resolve_url(config)
         config = config.replace(redis_url=url)
-        launcher = Launcher(config, recycle_on_timeout=swarm_child)
+        setup = run_worker_hooks(config)
+        launcher = Launcher(config, death_handlers=setup.death_handlers, recycle_on_timeout=swarm_child)
     except (RedisUnavailableError, ConfigError) as exc:
         log.error("%s", exc)
         return 1

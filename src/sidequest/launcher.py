@@ -15,6 +15,7 @@ import secrets
 import signal
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import redis
@@ -36,11 +37,42 @@ from .tasks import TaskRecorder
 
 log = logging.getLogger(__name__)
 
+DeathHandler = Callable[[dict[str, Any], BaseException], None]
+_worker_hooks: list[Callable[[WorkerSetup], None]] = []
+
+
+@dataclass
+class WorkerSetup:
+    """What a `configure_worker` hook may change before `sidequest worker` starts."""
+
+    config: Config  # config.server_middleware / client_middleware are chains to add to
+    death_handlers: list[DeathHandler] = field(default_factory=list)
+
+
+def configure_worker(hook: Callable[[WorkerSetup], None]) -> Callable[[WorkerSetup], None]:
+    """Register a hook, run by `sidequest worker` after importing the `-r` modules, like
+    Sidekiq's `configure_server`:
+
+        @sidequest.configure_worker
+        def setup(worker):
+            worker.config.server_middleware.add(Timing)
+            worker.death_handlers.append(page_someone)
+    """
+    _worker_hooks.append(hook)
+    return hook
+
+
+def run_worker_hooks(config: Config) -> WorkerSetup:
+    setup = WorkerSetup(config)
+    for hook in _worker_hooks:
+        hook(setup)
+    return setup
+
 
 class Launcher:
     def __init__(self, config: Config, *, registry: Registry | None = None,
                  redis_client: redis.Redis | None = None,
-                 death_handlers: list[Callable[[dict[str, Any], BaseException], None]] | None = None,
+                 death_handlers: list[DeathHandler] | None = None,
                  on_signal: Callable[[int], None] | None = None,
                  recycle_on_timeout: bool = False,
                  clock: Callable[[], float] = time.time, rng: random.Random | None = None) -> None:
