@@ -106,3 +106,20 @@ def test_max_jobs_recycles_children_and_every_job_completes(procs, r, client):
     assert "recycling this worker process: processed" in out and "(max_jobs 5)" in out
     wait_children(r, sup, 2)
     assert sup.stop() == 0
+
+
+def test_max_memory_recycles_a_child_over_its_limit(redis_url, r):
+    """Every Python child is over 1 MB, so each recycles itself at its first heartbeat."""
+    from helpers import WorkerProcess
+
+    supervisor = WorkerProcess(redis_url, "--processes", "2", "--max-memory", "1", "-t", "2")
+    seen = set()
+    try:
+        def many_lives():
+            seen.update(m.decode() for m in r.smembers("processes"))
+            return len(seen) >= 4
+        wait_until(many_lives, 30, 0.05, "children to recycle and be replaced")
+    finally:
+        out = supervisor.stop()
+    assert supervisor.proc.returncode == 0, out
+    assert "is over max_memory 1 MB" in out
