@@ -121,11 +121,13 @@ def test_config_file_and_logfile(redis_url, r, client, tmp_path):
 
 def test_configure_worker_hooks_add_middleware_and_death_handlers(redis_url, r, client):
     w = WorkerProcess(redis_url)
-    w.wait_registered(r)
-    ok = client.push(hooked_echo, [])
-    dead = client.push(hooked_echo, [True])
-    wait_until(lambda: ran(r, "death-handler"), message="the death handler")
-    wait_until(lambda: len(ran(r, "middleware")) == 2)
-    w.stop()
+    try:
+        w.wait_registered(r)
+        ok = client.push(hooked_echo, [])
+        dead = client.push(hooked_echo, [True])
+        wait_until(lambda: ran(r, "death-handler"), message="the death handler")
+        wait_until(lambda: len(ran(r, "middleware")) == 2)
+    finally:
+        w.stop()
     assert sorted(x[0] for x in ran(r, "middleware")) == sorted([ok, dead])
     assert ran(r, "death-handler") == [[dead, "LookupError"]]
