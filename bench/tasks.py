@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -36,7 +35,7 @@ import redis
 
 sys.path.insert(0, os.path.dirname(__file__))
 from common import PrivateRedis  # noqa: E402
-from throughput import PYTHON_JOB, QUEUE, STAGING, blocked_fetches, wait_for, worker_command  # noqa: E402
+from throughput import PYTHON_JOB, QUEUE, STAGING, blocked_fetches, stop_worker, wait_for, worker_command  # noqa: E402
 
 import sidequest  # noqa: E402
 from sidequest import keys  # noqa: E402
@@ -85,14 +84,7 @@ def measure(tracked: bool, url: str, workdir: Path, jobs: int, concurrency: int)
             time.sleep(0.001)
         first = float(r.get("bench:first"))
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-        try:
-            code = proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            raise
+        code = stop_worker(proc)
     kind = "tracked" if tracked else "untracked"
     assert code == 0, f"{kind}: the worker exited with {code}"
     processed, failed = int(r.get(keys.STAT_PROCESSED) or 0), int(r.get(keys.STAT_FAILED) or 0)

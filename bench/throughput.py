@@ -100,6 +100,19 @@ end
 '''
 
 
+
+def stop_worker(proc: subprocess.Popen) -> int:
+    """TERM a worker and return its exit code; kill it (and fail) if it does not stop in 30 s."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise
+
+
 def worker_command(kind: str, workdir: Path, concurrency: int) -> list[str]:
     if kind == "ruby":
         return ["sidekiq", "-r", str(workdir / "bench_noop.rb"), "-c", str(concurrency), "-q", QUEUE, "-t", "10"]
@@ -158,14 +171,7 @@ def measure(kind: str, url: str, workdir: Path, jobs: int, concurrency: int) -> 
             end = max(end, time.time())
         first = float(r.get("bench:first"))
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-        try:
-            code = proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            raise
+        code = stop_worker(proc)
     assert code == 0, f"{kind} exited with {code}"
     processed, failed = int(r.get("stat:processed") or 0), int(r.get("stat:failed") or 0)
     assert processed == jobs and failed == 0, f"{kind}: stat:processed={processed} stat:failed={failed}"

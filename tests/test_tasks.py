@@ -117,6 +117,7 @@ def test_interrupted_job_is_error_then_enqueued_again(redis_url, r, client):
     try:
         w.wait_registered(r)
         wait_until(lambda: task.status()["counts"]["working"] == 1)
+        wait_until(lambda: ran(r, "blocker-start"), message="the job to be running, not just taken")
     finally:
         out = w.stop()
     [event] = task.events()

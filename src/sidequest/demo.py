@@ -20,6 +20,7 @@ from .config import Config
 from .embedded import resolve_url
 from .job import job
 from .launcher import Launcher
+from .payload import epoch
 from .retry import error_class_name
 
 QUEUE = "sidequest-demo"
@@ -67,8 +68,9 @@ class Narrator:
             click.echo(f"  ✗ {name}{payload['args']} raised {error_class_name(exc)}")
             raise
         late = ""
-        if "enqueued_at" in payload and payload.get("created_at"):
-            late = f" (queued {payload['enqueued_at'] - payload['created_at']:.1f} s after creation)"
+        created, enqueued = epoch(payload.get("created_at")), epoch(payload.get("enqueued_at"))
+        if created is not None and enqueued is not None:
+            late = f" (queued {enqueued - created:.1f} s after creation)"
         retry = f" on retry {attempt}" if attempt is not None else ""
         click.echo(f"  ✓ {name}{payload['args']} -> {result!r}{retry} in {time.monotonic() - started:.3f} s{late}")
         with Narrator.lock:

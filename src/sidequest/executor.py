@@ -35,7 +35,6 @@ class ThreadExecutor:
 
     def __init__(self, on_abandon: Callable[[Any], None] | None = None) -> None:
         self.on_abandon = on_abandon
-        self.abandoned = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -80,7 +79,6 @@ class ThreadExecutor:
         runner.start()
         runner.join(timeout)
         if runner.is_alive():
-            self.abandoned += 1
             if self.on_abandon is not None:
                 self.on_abandon(job)
             raise JobTimeoutError(f"job ran longer than its {timeout:g} s time limit; its thread was abandoned")

@@ -12,7 +12,6 @@ there for `recovery` to put back. Every blocking call is bounded by `fetch_timeo
 
 from __future__ import annotations
 
-import json
 import random
 import time
 from collections.abc import Callable
@@ -23,6 +22,7 @@ import redis
 from . import keys
 from .config import Config
 from .scripts import Scripts
+from .tasks import TaskRecorder
 
 
 class UnitOfWork:
@@ -46,19 +46,22 @@ class UnitOfWork:
         self._fetch.acknowledge(self, also, task)
         self.done = True
 
-    def requeue(self) -> None:
-        """Put the job back at the head of its queue, byte for byte as it was fetched."""
+    def requeue(self) -> bool:
+        """Put the job back at the head of its queue, byte for byte as it was fetched.
+
+        False if there was nothing to put back (the job had finished meanwhile)."""
         if self.done:
-            return
-        self._fetch.requeue([self])
+            return False
+        moved = self._fetch.requeue(self)
         self.done = True
+        return moved
 
 
 class Fetch(Protocol):
     def retrieve_work(self) -> UnitOfWork | None: ...
     def acknowledge(self, unit: UnitOfWork, also: Callable[[Any], None] | None,
                     task: tuple[str, str] | None) -> None: ...
-    def requeue(self, units: list[UnitOfWork]) -> None: ...
+    def requeue(self, unit: UnitOfWork) -> bool: ...
     def flush(self) -> None: ...
 
 
@@ -83,13 +86,11 @@ class BasicFetch:
     """Sidekiq's BasicFetch: BRPOP over the queues; at-most-once if the process is killed."""
 
     def __init__(self, config: Config, client: redis.Redis, rng: random.Random | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 tasks: TaskRecorder | None = None) -> None:
         self.redis = client
         self.order = QueueOrder(config, rng)
         self.timeout = config.fetch_timeout
-        self.retention = int(config.task_retention)
-        self.scripts = Scripts(client)
-        self.clock = clock
+        self.tasks = tasks or TaskRecorder(client, config.task_retention)
 
     def retrieve_work(self) -> UnitOfWork | None:
         # BRPOP wakes at least every `timeout` seconds so the caller can notice a stop.
@@ -102,9 +103,7 @@ class BasicFetch:
     def acknowledge(self, unit: UnitOfWork, also: Callable[[Any], None] | None,
                     task: tuple[str, str] | None) -> None:
         if task is not None:
-            now = self.clock()
-            self.scripts.task_transition(keys=keys.task_keys(task[0]), args=[
-                task[1], "finished", now, "finished", json.dumps({"finished_at": now}), self.retention])
+            self.tasks.transition(task[0], task[1], "finished", "finished", finished_at=self.tasks.clock())
         if also is not None:
             pipe = self.redis.pipeline(transaction=True)
             also(pipe)
@@ -113,13 +112,9 @@ class BasicFetch:
     def flush(self) -> None:
         """Nothing is held back: BRPOP already removed the job."""
 
-    def requeue(self, units: list[UnitOfWork]) -> None:
-        if not units:
-            return
-        pipe = self.redis.pipeline(transaction=True)
-        for unit in units:
-            pipe.rpush(keys.queue(unit.queue), unit.raw)
-        pipe.execute()
+    def requeue(self, unit: UnitOfWork) -> bool:
+        self.redis.rpush(keys.queue(unit.queue), unit.raw)
+        return True
 
 
 class ReliableFetch:
@@ -180,12 +175,13 @@ class ReliableFetch:
             self.scripts.acknowledge(keys=[self.reserved], args=self._ack_args())
             self.pending = None
 
-    def requeue(self, units: list[UnitOfWork]) -> None:
-        for unit in units:
-            self.scripts.requeue(keys=[self.reserved, keys.queue(unit.queue)], args=[unit.raw])
+    def requeue(self, unit: UnitOfWork) -> bool:
+        """Moved only if still reserved (an acknowledgement may have removed it meanwhile)."""
+        return bool(self.scripts.requeue(keys=[self.reserved, keys.queue(unit.queue)], args=[unit.raw]))
 
 
-def build_fetch(config: Config, client: redis.Redis, identity: str, slot: int = 0) -> BasicFetch | ReliableFetch:
+def build_fetch(config: Config, client: redis.Redis, identity: str, slot: int = 0,
+                tasks: TaskRecorder | None = None) -> BasicFetch | ReliableFetch:
     if config.fetch == "basic":
-        return BasicFetch(config, client)
+        return BasicFetch(config, client, tasks=tasks)
     return ReliableFetch(config, client, identity, slot=slot)

@@ -71,7 +71,6 @@ class Heartbeat:
         }, separators=(",", ":"))
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.beats = 0
 
     def start(self) -> None:
         self.beat()
@@ -98,7 +97,6 @@ class Heartbeat:
             log.debug("heartbeat failed: %s", exc)
             return
         self.stats.flushed += processed
-        self.beats += 1
 
     def _write(self, processed: int, failed: int) -> None:
         # milliseconds: a fractional TTL (1.5 s) must not be cut to whole seconds, or the hash

@@ -94,7 +94,8 @@ class Launcher:
         self.heartbeat = Heartbeat(config, self.redis, self.identity, self.stats, __version__,
                                    on_signal=self.on_signal, extra=[self._maybe_recover, self._check_limits])
         self.poller = Poller(config, self.redis, clock=clock, rng=rng)
-        self.manager = Manager(self.runtime, lambda slot: build_fetch(config, self.redis, self.identity, slot))
+        self.manager = Manager(self.runtime, lambda slot: build_fetch(config, self.redis, self.identity, slot,
+                                                                       self.tasks))
         self.stopped = False
 
     def run(self) -> None:

@@ -102,18 +102,18 @@ class Manager:
             busy = {p for p in self._processors if p.unit is not None and not p.unit.done}
         leftovers = [p.unit for p in busy if p.unit is not None]
         self.hard_stop.set()
-        if leftovers:
-            log.warning("deadline reached: putting %d unfinished job(s) back on their queues", len(leftovers))
-            for unit in leftovers:
-                try:
-                    unit.requeue()
-                    self.record_requeue(unit, "error: interrupted by shutdown; requeued")
-                except Exception as exc:  # Redis down: reliable fetch keeps it reserved for recovery
-                    log.error("could not requeue a job (%s); it stays reserved and will be recovered", exc)
-        # An idle processor may still be inside a blocking fetch and take a job (even one just put
-        # back) after quiet; it puts that job back itself. Let those fetches end before we return.
+        # Idle processors may still be inside a blocking fetch (quiet stops only the next one).
+        # Let those fetches end first, so none of them takes a job we are about to put back.
         with self._changed:
             end = time.monotonic() + self.rt.config.fetch_timeout + 1.0
             while self._processors - busy and time.monotonic() < end:
                 self._changed.wait(end - time.monotonic())
+        if leftovers:
+            log.warning("deadline reached: putting %d unfinished job(s) back on their queues", len(leftovers))
+            for unit in leftovers:
+                try:
+                    if unit.requeue():
+                        self.record_requeue(unit, "error: interrupted by shutdown; requeued")
+                except Exception as exc:  # Redis down: reliable fetch keeps it reserved for recovery
+                    log.error("could not requeue a job (%s); it stays reserved and will be recovered", exc)
         return leftovers

@@ -102,7 +102,7 @@ class Processor:
                     continue
                 if self.manager.quieting.is_set():
                     self._settle(unit.requeue)
-                    if unit.task_marked:
+                    if unit.task_marked:  # the fetch marked it working; it is waiting again
                         self.manager.record_requeue(unit, "requeued: its worker is stopping")
                     break
                 self.process(unit)
@@ -152,7 +152,8 @@ class Processor:
             args = payload["args"]
             limit = payload.get("timeout") or self.rt.config.job_timeout
             limit = float(limit) if isinstance(limit, (int, float)) and limit > 0 else None
-            with self._task(unit, payload):
+            task = self._task_of(payload)
+            with self._tracking(unit, task):
                 self.rt.config.server_middleware.invoke(
                     job, payload, unit.queue, final=lambda: self.rt.executor.run(job, args, limit))
         except BaseException as exc:  # SystemExit from a job's sys.exit() is a job failure too
@@ -165,21 +166,24 @@ class Processor:
             self._settle(lambda: unit.acknowledge(also=commands))
         else:
             log.info("done: %.3f sec", time.monotonic() - started)
-            task_id = payload.get("task_id")
-            task = (task_id, jid) if isinstance(task_id, str) and self.rt.tasks is not None else None
             self._settle(lambda: unit.acknowledge(task=task))
         finally:
             job_context.reset(token)
 
-    def _task(self, unit: UnitOfWork, payload: dict[str, Any]) -> AbstractContextManager[None]:
-        """For a task job: mark it working (unless the fetch did) and open its message context."""
+    def _task_of(self, payload: dict[str, Any]) -> tuple[str, str] | None:
+        """(task id, jid) for a job that belongs to a task, else None."""
         task_id = payload.get("task_id")
         if not isinstance(task_id, str) or self.rt.tasks is None:
+            return None
+        return task_id, str(payload.get("jid", ""))
+
+    def _tracking(self, unit: UnitOfWork, task: tuple[str, str] | None) -> AbstractContextManager[None]:
+        """For a task job: mark it working (unless the fetch did) and open its message context."""
+        if task is None or self.rt.tasks is None:
             return contextlib.nullcontext()
-        jid = str(payload.get("jid", ""))
         if not unit.task_marked:
-            self.rt.tasks.transition(task_id, jid, "working", "working", started_at=time.time())
-        return running(self.rt.tasks, task_id, jid)
+            self.rt.tasks.transition(*task, "working", "working", started_at=time.time())
+        return running(self.rt.tasks, *task)
 
     def _bury(self, unit: UnitOfWork, exc: PayloadError) -> None:
         """A payload that is not a job goes to dead as it was, with the reason when it can hold one."""
