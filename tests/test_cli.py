@@ -7,7 +7,7 @@ import subprocess
 from click.testing import CliRunner
 
 from conftest import PYTHON, free_port, python_env, wait_until
-from helpers import WorkerProcess, ran
+from helpers import WorkerProcess, ran, reserved
 from sidequest import __version__
 from sidequest.cli import main
 
@@ -87,7 +87,7 @@ def test_term_requeues_unfinished_jobs_byte_for_byte(redis_url, r, client):
     out = w.finish()
     assert w.proc.returncode == 0, out
     assert r.lrange("queue:default", 0, -1) == [original], out
-    assert r.llen(f"sidequest:reserved:{ident}") == 0
+    assert not reserved(r, ident)
     assert "putting 1 unfinished job(s) back" in out
 
 
@@ -100,7 +100,7 @@ def test_tstp_quiets_and_ttin_dumps_stacks(redis_url, r, client):
     client.push(echo, ["ignored while quiet"])
     out = w.stop()
     assert w.proc.returncode == 0
-    assert "sidequest-heartbeat" in out and "TSTP received: quiet" in out
+    assert "sidequest-heartbeat" in out and "SIGTSTP received" in out and "quiet: finishing running jobs" in out
     assert not ran(r) and r.llen("queue:default") == 1
 
 

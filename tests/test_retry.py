@@ -1,13 +1,18 @@
 """Retries and the dead set, Sidekiq-compatible, through a real worker."""
 
+import json
 import random
 import time
 
 
 from conftest import wait_until
-from helpers import ran, zset_items
+from helpers import reserved, ran, zset_items
 from sidequest.config import Config
+from sidequest.errors import JobFailed
+from sidequest.fetch import BasicFetch, UnitOfWork
+from sidequest.outcome import Outcome
 from sidequest.retry import Retrier, decompress_backtrace
+from sidequest.scripts import Scripts
 
 from jobs_for_tests import CustomDelay, FastBoom, boom, no_dead, no_retry
 
@@ -46,7 +51,7 @@ def test_retry_false_is_not_retried_nor_dead(start, client, r):
     launcher = start()
     client.push(no_retry, [])
     wait_until(lambda: ran(r, "noretry"))
-    wait_until(lambda: r.llen(f"sidequest:reserved:{launcher.identity}") == 0)
+    wait_until(lambda: not reserved(r, launcher.identity))
     assert r.zcard("retry") == 0 and r.zcard("dead") == 0
 
 
@@ -54,7 +59,7 @@ def test_dead_false_drops_after_exhaustion(start, client, r):
     launcher = start()
     client.push(no_dead, [])
     wait_until(lambda: launcher.stats.failed.value or int(r.get("stat:failed") or 0), message="failure")
-    wait_until(lambda: r.llen(f"sidequest:reserved:{launcher.identity}") == 0)
+    wait_until(lambda: not reserved(r, launcher.identity))
     assert r.zcard("retry") == 0 and r.zcard("dead") == 0
 
 
@@ -84,36 +89,68 @@ def test_unregistered_job_is_retried_like_a_name_error(start, client, r):
     assert "no job named 'NoSuchJob' is registered" in p["error_message"]
 
 
-def test_dead_set_is_trimmed_by_size_and_age(redis_url, r):
+def test_dead_set_is_trimmed_by_size_and_age(config, r):
+    """Written through the unit of work's settle script, as a worker writes them."""
     clock = [1_000_000.0]
-    retrier = Retrier(Config(redis_url=redis_url, dead_max_jobs=3, dead_timeout=100), clock=lambda: clock[0])
-    for i in range(5):
-        pipe = r.pipeline()
-        retrier.to_dead(f'{{"jid":"{i}"}}')(pipe)
-        pipe.execute()
+    settle_config = config.replace(dead_max_jobs=3, dead_timeout=100)
+    fetch = BasicFetch(settle_config, r, Scripts(r), clock=lambda: clock[0])
+    for jid in ["0", "1", "2", "3", "4", "late"]:
+        if jid == "late":
+            clock[0] += 200
+        unit = UnitOfWork("default", b"{}", fetch)
+        assert unit.apply(Outcome("dead", blob=f'{{"jid":"{jid}"}}', at=clock[0]), [0])
         clock[0] += 1
-    assert [p["jid"] for p, _ in zset_items(r, "dead")] == ["2", "3", "4"]
-    clock[0] += 200
-    pipe = r.pipeline()
-    retrier.to_dead('{"jid":"late"}')(pipe)
-    pipe.execute()
+        if jid == "4":
+            assert [p["jid"] for p, _ in zset_items(r, "dead")] == ["2", "3", "4"]
     assert [p["jid"] for p, _ in zset_items(r, "dead")] == ["late"]
 
 
-def test_backoff_formula_and_error_message_cap(redis_url):
+def decide(exc, payload=None, retrier=None, job=None):
+    retrier = retrier or Retrier(Config(), clock=lambda: 1000.0, rng=random.Random(3))
+    payload = payload or {"class": "X", "args": [], "jid": "j", "queue": "q", "retry": True}
+    return retrier.decide(job, payload, json.dumps(payload).encode(), "q", exc)
+
+
+def test_outcomes_are_values_computed_without_redis():
+    first = decide(ValueError("boom"))
+    assert first.kind == "retry" and 1015 <= first.at <= 1024 and not first.exhausted
+    filed = json.loads(first.blob)
+    assert filed["retry_count"] == 0 and filed["failed_at"] == 1000.0 and filed["error_class"] == "ValueError"
+    last = decide(ValueError("boom"), {"class": "X", "args": [], "jid": "j", "retry": 2, "retry_count": 1})
+    assert last.kind == "dead" and last.exhausted and json.loads(last.blob)["retry_count"] == 2
+    assert decide(ValueError(), {"class": "X", "args": [], "retry": False}).kind == "dropped"
+    quiet = decide(ValueError(), {"class": "X", "args": [], "retry": 0, "dead": False})
+    assert quiet.kind == "dropped" and quiet.exhausted
+    assert decide(JobFailed("no")).kind == "dropped"
+    assert "recovery_count" not in json.loads(decide(ValueError(), {"class": "X", "args": [],
+                                                                    "recovery_count": 1}).blob)
+
+
+def test_a_payload_that_cannot_be_written_back_is_dead_as_it_was():
+    """A failing job whose payload decoded but cannot be encoded again: dead, its bytes unchanged."""
+    retrier = Retrier(Config(), clock=lambda: 5.0)
+    raw = b'{"class":"X","args":[1],"jid":"j","retry":true}'
+    payload = json.loads(raw)
+    payload["args"] = [float("nan")]  # what a lenient decoder would have let through
+    outcome = retrier.decide(None, payload, raw, "q", ValueError("boom"))
+    entry = json.loads(outcome.blob)
+    assert outcome.kind == "dead" and outcome.exhausted and entry["args"] == [raw.decode()]
+    assert entry["class"] == "sidequest.InvalidPayload" and "cannot be written back" in entry["error_message"]
+
+
+def test_backoff_formula_and_error_message_cap():
     rng = random.Random(7)
-    retrier = Retrier(Config(redis_url=redis_url), clock=lambda: 0.0, rng=rng)
+    retrier = Retrier(Config(), clock=lambda: 0.0, rng=rng)
     for count in (0, 1, 5, 24):
         delay = retrier.delay(None, count, ValueError())
         assert count**4 + 15 <= delay <= count**4 + 15 + 9 * (count + 1)
-    payload = {"class": "X", "args": [], "jid": "j", "queue": "q", "retry": True}
-    commands = retrier.failed(None, payload, "q", ValueError("x" * 20_000))
-    assert commands is not None and len(payload["error_message"]) == 10_000
+    outcome = decide(ValueError("x" * 20_000), retrier=retrier)
+    assert outcome.kind == "retry" and len(outcome.payload["error_message"]) == 10_000
 
 
-def test_a_retry_in_that_returns_nonsense_falls_back_to_the_default(redis_url):
+def test_a_retry_in_that_returns_nonsense_falls_back_to_the_default():
     class Odd:
         def retry_in(self, count, exc):
             return "kill"
-    retrier = Retrier(Config(redis_url=redis_url), rng=random.Random(1))
+    retrier = Retrier(Config(), rng=random.Random(1))
     assert 15 <= retrier.delay(Odd(), 0, ValueError()) <= 24

@@ -82,7 +82,7 @@ def test_supervisor_forwards_tstp_and_stops_every_child_on_term(procs, r, client
     assert not any(alive(pid) for pid in kids.values())
     assert live_processes(r) == {} and r.scard("processes") == 0  # each child deregistered
     out = sup.output()
-    assert out.count("TSTP received: quiet") == 2 and out.count("SIGTERM received: shutting down") == 2
+    assert out.count("quiet: finishing running jobs") == 2 and out.count("SIGTERM received") == 3
     assert "all worker processes stopped" in out
 
 

@@ -4,8 +4,9 @@
 import pytest
 
 from conftest import wait_until
-from helpers import ran
+from helpers import ran, reserved
 from sidequest.fetch import BasicFetch
+from sidequest.scripts import Scripts
 from sidequest.launcher import Launcher
 
 from jobs_for_tests import Resize, async_echo, async_wait, echo
@@ -20,7 +21,7 @@ def test_jobs_run_with_their_args_and_are_acknowledged(start, client, r, fetch):
     assert sorted(x[0] for x in ran(r, "echo")) == list(range(50))
     assert ran(r, "resize") == [["a.png", 300, jid]]
     assert r.llen("queue:default") == 0 and r.llen("queue:images") == 0
-    wait_until(lambda: r.llen(f"sidequest:reserved:{launcher.identity}") == 0, message="acks")
+    wait_until(lambda: not reserved(r, launcher.identity), message="acks")
     assert len(jids) == 50
     launcher.stop()
     assert int(r.get("stat:processed")) == 51 and int(r.get("stat:failed") or 0) == 0
@@ -70,7 +71,7 @@ def test_middleware_can_skip_a_job_which_is_then_acknowledged(config, start, cli
     config.server_middleware.add(lambda job, payload, queue, call_next: None)
     launcher = start()
     client.push(echo, [1])
-    wait_until(lambda: r.llen("queue:default") == 0 and r.llen(f"sidequest:reserved:{launcher.identity}") == 0)
+    wait_until(lambda: r.llen("queue:default") == 0 and not reserved(r, launcher.identity))
     assert ran(r) == []
 
 
@@ -95,13 +96,13 @@ def test_a_processor_that_dies_is_replaced(config, monkeypatch, redis_url, clien
             return super().retrieve_work()
 
     launcher = Launcher(config.replace(concurrency=2, fetch="basic"))
-    launcher.manager.make_fetch = lambda slot: FaultyFetch(launcher.config, launcher.redis)
+    launcher.manager.make_fetch = lambda slot: FaultyFetch(launcher.config, launcher.redis, Scripts(launcher.redis))
     launcher.run()
     try:
         wait_until(lambda: "fetch exploded" in caplog.text, message="the processor to die")
         client.push_bulk(echo, [["first"], ["second"]])
         wait_until(lambda: len(ran(r)) == 2, message="both jobs despite the dead processor")
         assert launcher.manager.alive() == 2
-        assert "processor 0 died: RuntimeError: fetch exploded" in caplog.text or "died: RuntimeError" in caplog.text
+        assert "processor 0 died (RuntimeError: fetch exploded); replacing it in 0.5 s" in caplog.text
     finally:
         launcher.stop()

@@ -1,7 +1,5 @@
-"""The `sidequest` command: `worker`, `demo`. The only place that configures logging.
-
-Signals only record: handlers write the signal number to a self-pipe; the main thread reads
-it and dispatches through `SIGNAL_ACTIONS` (INT/TERM stop, TSTP quiet, TTIN dump stacks).
+"""The `sidequest` command: `worker`, `web`, `demo`. The only place that configures logging,
+and (through `signals`) the only place that maps OS signals to a launcher's methods.
 """
 
 from __future__ import annotations
@@ -11,11 +9,8 @@ import importlib
 import importlib.util
 import logging
 import os
-import select
-import signal
 import sys
 import threading
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +21,7 @@ from .config import Config
 from .connection import mask_url
 from .errors import ConfigError, RedisUnavailableError, SidequestError
 from .processor import job_context
+from .signals import SignalPipe
 
 log = logging.getLogger("sidequest")
 
@@ -83,34 +79,6 @@ def build_config(config_file: str | None, **flags: Any) -> Config:
     return config.replace(**{k: v for k, v in flags.items() if v not in (None, ())})
 
 
-class SignalPipe:
-    """Self-pipe: handlers write a byte, the main loop reads and acts."""
-
-    def __init__(self, signals: list[int]) -> None:
-        self.read_fd, self.write_fd = os.pipe()
-        os.set_blocking(self.write_fd, False)
-        for sig in signals:
-            signal.signal(sig, self._record)
-
-    def _record(self, signum: int, frame: Any) -> None:
-        try:
-            os.write(self.write_fd, bytes([signum]))
-        except BlockingIOError:
-            pass
-
-    def wait(self, timeout: float) -> list[int]:
-        ready, _, _ = select.select([self.read_fd], [], [], timeout)
-        return list(os.read(self.read_fd, 64)) if ready else []
-
-
-def dump_threads() -> None:
-    frames = sys._current_frames()
-    for thread in threading.enumerate():
-        frame = frames.get(thread.ident or 0)
-        stack = "".join(traceback.format_stack(frame)) if frame else "(no frame)\n"
-        log.warning("thread %s (%s):\n%s", thread.name, format(thread.ident or 0, "x"), stack.rstrip())
-
-
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="sidequest")
 def main() -> None:
@@ -139,11 +107,13 @@ def main() -> None:
 @click.option("--max-recoveries", type=click.IntRange(min=0), help="Recoveries before a job goes to dead (3).")
 @click.option("--job-timeout", type=float, help="Default time limit of a job, in seconds (none).")
 @click.option("--poll-interval", type=float, help="Longest wait of the scheduled poller (1).")
-@click.option("--processes", type=click.IntRange(min=1), help="Run this many worker processes under a supervisor.")
+@click.option("--processes", type=click.IntRange(min=1),
+              help="Run this many worker processes under a supervisor that restarts them (1 or more).")
 @click.option("--max-jobs", type=click.IntRange(min=1), help="A worker process restarts after this many jobs.")
 @click.option("--max-memory", type=click.FloatRange(min=0, min_open=True),
               help="A worker process restarts once its memory passes this many MB.")
 @click.option("--swarm-child", is_flag=True, hidden=True)
+@click.option("--swarm-error-file", hidden=True, type=click.Path(dir_okay=False))
 @click.option("-v", "--verbose", is_flag=True, default=None, help="Debug logging.")
 @click.option("-L", "--logfile", type=click.Path(dir_okay=False), help="Log to this file instead of stdout.")
 @click.option("-P", "--pidfile", type=click.Path(dir_okay=False), help="Write the process id here.")
@@ -152,7 +122,7 @@ def worker(requires: tuple[str, ...], queues: tuple[str, ...], concurrency: int 
            heartbeat_interval: float | None, heartbeat_ttl: float | None, recovery_interval: float | None,
            max_recoveries: int | None, job_timeout: float | None, poll_interval: float | None,
            processes: int | None, max_jobs: int | None, max_memory: float | None, swarm_child: bool,
-           verbose: bool | None, logfile: str | None, pidfile: str | None) -> None:
+           swarm_error_file: str | None, verbose: bool | None, logfile: str | None, pidfile: str | None) -> None:
     """Run jobs from Redis until INT or TERM.
 
     \b
@@ -161,7 +131,8 @@ def worker(requires: tuple[str, ...], queues: tuple[str, ...], concurrency: int 
       sidequest worker -r myapp.jobs -q critical,3 -q default,1 -c 20
       sidequest worker -C config/sidekiq.yml
     Signals: TERM/INT stop (jobs get --timeout seconds, the rest go back to their queues),
-    TSTP quiet (finish running jobs, take no new ones), TTIN log every thread's stack.
+    a second TERM/INT stops at once (running jobs go back to their queues); TSTP quiet (finish
+    running jobs, take no new ones), TTIN log every thread's stack.
     """
     try:
         config = build_config(config_file, require=requires, queues=queues, concurrency=concurrency,
@@ -172,13 +143,13 @@ def worker(requires: tuple[str, ...], queues: tuple[str, ...], concurrency: int 
                               max_memory=max_memory, verbose=verbose, logfile=logfile, pidfile=pidfile)
         if swarm_child:
             # the supervisor owns the pidfile; replace() ignores None, hence dataclasses.replace
-            config = dataclasses.replace(config, processes=1, pidfile=None)
+            config = dataclasses.replace(config, processes=0, pidfile=None)
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
     configure_logging(config.verbose, config.logfile)
-    if config.processes > 1:
+    if config.processes >= 1:
         sys.exit(run_supervisor(config))
-    sys.exit(run_worker(config, swarm_child))
+    sys.exit(run_worker(config, swarm_child, swarm_error_file))
 
 
 def run_supervisor(config: Config) -> int:
@@ -200,48 +171,57 @@ def run_supervisor(config: Config) -> int:
             Path(config.pidfile).unlink(missing_ok=True)
 
 
-def run_worker(config: Config, swarm_child: bool = False) -> int:
+def run_worker(config: Config, swarm_child: bool = False, error_file: str | None = None) -> int:
     from .embedded import resolve_url
     from .launcher import Launcher, run_worker_hooks
+
+    def cannot_start(message: str, exc: BaseException | None = None) -> int:
+        log.error("%s", message, exc_info=exc)
+        if error_file:  # the supervisor reads why this child could not start
+            Path(error_file).write_text(message + "\n", encoding="utf-8")
+        return 1
 
     try:
         for module in config.require:
             require(module)
     except SidequestError as exc:
-        log.error("%s", exc)
-        return 1
+        return cannot_start(str(exc))
     except Exception as exc:
-        log.error("cannot import required module: %s: %s", type(exc).__name__, exc, exc_info=exc)
-        return 1
+        return cannot_start(f"cannot import required module: {type(exc).__name__}: {exc}", exc)
     try:
         url = resolve_url(config)
         config = config.replace(redis_url=url)
         setup = run_worker_hooks(config)
         launcher = Launcher(config, death_handlers=setup.death_handlers, recycle_on_timeout=swarm_child)
     except (RedisUnavailableError, ConfigError) as exc:
-        log.error("%s", exc)
-        return 1
+        return cannot_start(str(exc))
+    pipe = SignalPipe()
     if config.pidfile:
         Path(config.pidfile).write_text(f"{os.getpid()}\n")
-    if sys.stdout.isatty() or config.verbose:
-        print(BANNER)
-    queues = ", ".join(f"{n},{w}" if w else n for n, w in config.queues)
-    log.info("sidequest %s starting: redis=%s queues=[%s] concurrency=%d fetch=%s identity=%s",
-             __version__, mask_url(config.url), queues, config.concurrency, config.fetch, launcher.identity)
-    pipe = SignalPipe([signal.SIGINT, signal.SIGTERM, signal.SIGTSTP, signal.SIGTTIN])
-    launcher.run()
     try:
-        while True:
-            for sig in pipe.wait(1.0):
-                if sig in (signal.SIGINT, signal.SIGTERM):
-                    log.info("%s received: shutting down", signal.Signals(sig).name)
-                    launcher.stop()
-                    return 0
-                if sig == signal.SIGTSTP:
-                    log.info("TSTP received: quiet")
+        try:
+            launcher.run()
+        except (RedisUnavailableError, ConfigError) as exc:
+            return cannot_start(str(exc))
+        if sys.stdout.isatty() or config.verbose:
+            print(BANNER)
+        queues = ", ".join(f"{n},{w}" if w else n for n, w in config.queues)
+        log.info("sidequest %s starting: redis=%s queues=[%s] concurrency=%d fetch=%s identity=%s",
+                 __version__, mask_url(config.url), queues, config.concurrency, config.fetch, launcher.identity)
+        stopping = False
+        while not launcher.wait(0):
+            for action in pipe.wait(0.5):
+                if action == "stop":
+                    if stopping:
+                        launcher.stop_now()
+                    else:
+                        launcher.request_stop()
+                    stopping = True
+                elif action == "quiet":
                     launcher.quiet()
-                elif sig == signal.SIGTTIN:
-                    dump_threads()
+                elif action == "dump":
+                    launcher.dump_threads()
+        return 0
     finally:
         if config.pidfile:
             Path(config.pidfile).unlink(missing_ok=True)

@@ -24,7 +24,6 @@ from . import keys
 from .config import Config
 from .connection import connect
 from .errors import JobArgumentError
-from .job import job_class_of
 from .options import DEFAULTS, check_options, schedule_at
 from .payload import check_args, encode, new_jid
 
@@ -105,9 +104,11 @@ class Client:
     # -- building ------------------------------------------------------------------------------
     @staticmethod
     def _describe(job: Any, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        job_class = job_class_of(job)
-        if job_class is not None:
-            return job_class.name, {**job_class.payload_options(), **check_options(options)}
+        """The wire name and options of a job: a Job class or `@job` function (anything with a
+        `name` and `payload_options()`), or a bare wire name."""
+        name, defaults = getattr(job, "name", None), getattr(job, "payload_options", None)
+        if not isinstance(job, str) and isinstance(name, str) and name and callable(defaults):
+            return name, {**defaults(), **check_options(options)}
         if isinstance(job, str) and job:
             return job, {**DEFAULTS, **check_options(options)}
         raise JobArgumentError(f"push needs a Job class, a @job function or a job name, got {job!r}")
@@ -174,12 +175,19 @@ class Client:
             also(pipe)
         pipe.execute()
 
-    @staticmethod
-    def _encode(payload: dict[str, Any]) -> str:
+    def _encode(self, payload: dict[str, Any]) -> str:
         try:
-            return encode(payload)
-        except (TypeError, ValueError) as exc:  # client middleware added something that is not JSON
+            blob = encode(payload)
+        except (TypeError, ValueError, RecursionError) as exc:  # client middleware added something
             raise JobArgumentError(f"payload of job {payload.get('class')!r} is not JSON: {exc}") from None
+        limit = self.config.max_payload_size
+        if len(blob) * 4 > limit and len(blob.encode("utf-8")) > limit:
+            size = len(blob.encode("utf-8"))
+            raise JobArgumentError(
+                f"job {payload.get('class')!r} is {size:,} bytes of JSON, over max_payload_size "
+                f"({limit:,}); pass a reference (an id, a path, a URL) instead of the data, "
+                "or raise max_payload_size")
+        return blob
 
 
 _default: Client | None = None

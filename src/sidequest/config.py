@@ -21,25 +21,27 @@ from .errors import ConfigError
 from .middleware import Chain
 
 DEFAULT_REDIS_PORT = 6379
-QUEUE_NAME = re.compile(r"^[^\s\x00-\x1f\x7f]+$")
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def check_queue_name(name: Any, what: str = "queue name") -> str:
-    """Return `name` if it is a usable queue name, else raise ConfigError saying why."""
+    """Return `name` if it is a usable queue name, else raise ConfigError saying why.
+
+    Every name Ruby Sidekiq accepts works (spaces, `:`, any Unicode, any length), so a Ruby
+    app's queues can be worked; only an empty name and control characters are refused.
+    """
     if not isinstance(name, str):
         raise ConfigError(f"{what} must be a string, got {type(name).__name__}")
-    if not name or len(name) > 200 or not QUEUE_NAME.match(name):
-        raise ConfigError(
-            f"{what} {name!r} is not valid: use 1-200 characters with no spaces or control characters"
-        )
+    if not name or CONTROL.search(name):
+        raise ConfigError(f"{what} {name!r} is not valid: it must be non-empty, without control characters")
     return name
 
 
 def parse_queue_spec(spec: Any) -> tuple[str, int]:
     """`"critical"`, `"critical,3"`, `["critical", 3]` -> ("critical", 3); weight 0 means unweighted."""
     if isinstance(spec, str):
-        name, _, weight = spec.partition(",")
-        spec = [name.strip(), weight.strip() or 0]
+        name, _, weight = spec.partition(",")  # as Sidekiq's -q (a name with a comma: use a list)
+        spec = [name, weight.strip() or 0]
     if not isinstance(spec, (list, tuple)) or not 1 <= len(spec) <= 2:
         raise ConfigError(f"queue {spec!r} must be NAME or [NAME, WEIGHT]")
     name = check_queue_name(spec[0])
@@ -75,9 +77,10 @@ class Config:
     dead_max_jobs: int = 10_000
     dead_timeout: float = 180 * 24 * 3600.0
     task_retention: float = 7 * 24 * 3600.0  # how long a completed task's records are kept
+    max_payload_size: int = 16 * 1024 * 1024  # bytes; a bigger job is refused at push
     embedded_dir: str = ".sidequest"
     embedded_port: int = DEFAULT_REDIS_PORT
-    processes: int = 1  # more than 1: a supervisor runs this many worker processes
+    processes: int = 0  # 1 or more: a supervisor runs (and restarts) this many worker processes
     max_jobs: int | None = None  # a worker process restarts itself after this many jobs
     max_memory: float | None = None  # ... or once its resident memory passes this many MB
     require: tuple[str, ...] = ()
@@ -96,8 +99,8 @@ class Config:
         if len(queues) > 1 and 0 in weights and weights != {0}:
             raise ConfigError("give every queue a weight, or none (strict order)")
         for name in ("concurrency", "max_recoveries", "max_retries", "dead_max_jobs", "embedded_port",
-                     "processes"):
-            _positive_int(name, getattr(self, name), allow_zero=name in ("max_recoveries", "max_retries"))
+                     "processes", "max_payload_size"):
+            _positive_int(name, getattr(self, name), allow_zero=name in ("max_recoveries", "max_retries", "processes"))
         for name in ("timeout", "fetch_timeout", "poll_interval", "heartbeat_interval",
                      "heartbeat_ttl", "recovery_interval", "dead_timeout", "task_retention"):
             _positive_number(name, getattr(self, name))

@@ -8,9 +8,12 @@ reached or refused the credentials.
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from .errors import RedisUnavailableError
 
@@ -33,15 +36,30 @@ def mask_url(url: str) -> str:
 
 
 def connect(url: str, *, check: bool = True, max_connections: int | None = None) -> redis.Redis:
-    """A client for `url`; with `check`, PING first and raise RedisUnavailableError on failure."""
+    """A client for `url`; with `check`, PING first and raise RedisUnavailableError on failure.
+
+    The client never re-sends a command by itself (redis-py retries up to 10 times by default):
+    a push, a fetch or a move whose reply was lost may have run, and sending it again could
+    write a job twice. sidequest's callers decide instead: pushes raise, fetches reconcile their
+    own reserved list (see `fetch`), settling is idempotent.
+    """
+    options: dict[str, Any] = {}
+    try:  # redis-py 7+: no maintenance-notification handshake (Redis Enterprise only; noisy at -v)
+        from redis.maint_notifications import MaintNotificationsConfig
+        options["maint_notifications_config"] = MaintNotificationsConfig(enabled=False)
+    except ImportError:
+        pass
+    if not url.startswith("unix:"):
+        options["socket_keepalive"] = True  # TCP only: unix sockets refuse the option
     try:
         client = redis.Redis.from_url(
             url,
             socket_timeout=SOCKET_TIMEOUT,
             socket_connect_timeout=CONNECT_TIMEOUT,
-            socket_keepalive=True,
             health_check_interval=30,
             max_connections=max_connections,
+            retry=Retry(NoBackoff(), 0),
+            **options,
         )
     except ValueError as exc:
         raise RedisUnavailableError(f"invalid Redis URL {mask_url(url)}: {exc}") from None
@@ -73,3 +91,25 @@ def answers(url: str) -> bool:
             client.close()
     except (redis.RedisError, OSError):
         return False
+
+
+MIN_VERSION = (6, 2)
+
+
+def check_server(client: redis.Redis, url: str) -> list[str]:
+    """Refuse a Redis older than 6.2 (RedisUnavailableError); return warnings to log.
+
+    sidequest needs BLMOVE and LPOS (6.2). Like Sidekiq, it warns when Redis may evict keys:
+    under memory pressure an eviction policy other than `noeviction` silently deletes jobs.
+    """
+    info: dict[str, Any] = client.info()  # type: ignore[assignment]
+    version = str(info.get("redis_version", "0"))
+    parts = tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
+    if parts < MIN_VERSION:
+        raise RedisUnavailableError(
+            f"Redis at {mask_url(url)} is version {version}; sidequest needs Redis 6.2 or newer (or Valkey)")
+    policy = str(info.get("maxmemory_policy", "noeviction"))
+    if policy != "noeviction":
+        return [f"Redis at {mask_url(url)} has maxmemory-policy {policy}: under memory pressure it may "
+                "delete jobs; set maxmemory-policy noeviction"]
+    return []

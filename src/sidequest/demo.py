@@ -21,7 +21,7 @@ from .embedded import resolve_url
 from .job import job
 from .launcher import Launcher
 from .payload import epoch
-from .retry import error_class_name
+from .outcome import error_class_name
 
 QUEUE = "sidequest-demo"
 

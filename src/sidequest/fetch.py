@@ -5,9 +5,20 @@ given (strict); with weights, each fetch shuffles a list holding each queue `wei
 so a queue comes first with probability proportional to its weight.
 
 Basic fetch BRPOPs: a job lives only in the worker's memory while it runs, so `kill -9` loses it.
-Reliable fetch moves the job atomically from its queue into `sidequest:reserved:<identity>`
-and removes it only when the job is done, retried or dead; a process that dies leaves its jobs
-there for `recovery` to put back. Every blocking call is bounded by `fetch_timeout`.
+Reliable fetch moves the job atomically from its queue into this processor's own reserved list
+`sidequest:reserved:<identity>:<slot>` and removes it only when its outcome is applied; a process
+that dies leaves its jobs there for `recovery` to put back. Every blocking call is bounded by
+`fetch_timeout`.
+
+The unit of work owns the job's end: `apply(outcome)` writes it in one script that first removes
+the reserved copy, and writes nothing if that copy is gone (another process recovered the job
+while this one was paused: its copy is the live one). A success is applied lazily: its removal
+rides on the processor's next fetch, so a busy worker makes one round trip per job.
+
+Commands are never re-sent by the Redis client (see `connection`): if a fetch's reply is lost,
+the job may be in our list without us knowing. Because the list is this processor's alone, the
+next fetch after such an error reads it back and adopts whatever it holds besides the success it
+was acknowledging, so the job runs instead of waiting for recovery.
 """
 
 from __future__ import annotations
@@ -21,48 +32,49 @@ import redis
 
 from . import keys
 from .config import Config
+from .lifecycle import has_ops
+from .outcome import Outcome
+from .payload import decode
 from .scripts import Scripts
-from .tasks import TaskRecorder
 
 
 class UnitOfWork:
-    """One job taken from a queue. It owns its acknowledgement: the processor never touches keys."""
+    """One job taken from a queue. It owns its end: the processor never touches keys."""
 
-    __slots__ = ("queue", "raw", "_fetch", "done", "task_marked")
+    __slots__ = ("queue", "raw", "_fetch", "done")
 
-    def __init__(self, queue: str, raw: bytes, fetch: Fetch, task_marked: bool = False) -> None:
+    def __init__(self, queue: str, raw: bytes, fetch: Fetch) -> None:
         self.queue = queue  # the queue name, without `queue:`
         self.raw = raw  # the payload exactly as it was in Redis
         self._fetch = fetch
         self.done = False
-        self.task_marked = task_marked  # the fetch already marked its task event working
 
-    def acknowledge(self, also: Callable[[Any], None] | None = None,
-                    task: tuple[str, str] | None = None) -> None:
-        """Finish the job; `also(pipe)` adds commands (a retry, a dead entry) to the same MULTI;
-        `task` = (task id, jid) marks a task job's event finished with the acknowledgement."""
-        if self.done:
-            return
-        self._fetch.acknowledge(self, also, task)
-        self.done = True
+    def taken(self, ops: list[Any]) -> bool:
+        """Run the features' `taken` operations, if any; False if the job is no longer ours."""
+        return not has_ops(ops) or self._fetch.mark(self, ops)
 
-    def requeue(self) -> bool:
-        """Put the job back at the head of its queue, byte for byte as it was fetched.
-
-        False if there was nothing to put back (the job had finished meanwhile)."""
+    def apply(self, outcome: Outcome, ops: list[Any]) -> bool:
+        """Write `outcome` (with the features' operations) atomically. False if the job was no
+        longer held by this processor, in which case nothing was written."""
         if self.done:
             return False
-        moved = self._fetch.requeue(self)
+        applied = self._fetch.apply(self, outcome, ops)
         self.done = True
-        return moved
+        return applied
+
+    def put_back(self, ops: list[Any]) -> bool:
+        """Put the job back at the head of its queue, byte for byte as it was fetched.
+
+        False if there was nothing to put back (its outcome was applied meanwhile)."""
+        return self.apply(Outcome.put_back(), ops)
 
 
 class Fetch(Protocol):
     def retrieve_work(self) -> UnitOfWork | None: ...
-    def acknowledge(self, unit: UnitOfWork, also: Callable[[Any], None] | None,
-                    task: tuple[str, str] | None) -> None: ...
-    def requeue(self, unit: UnitOfWork) -> bool: ...
+    def apply(self, unit: UnitOfWork, outcome: Outcome, ops: list[Any]) -> bool: ...
+    def mark(self, unit: UnitOfWork, ops: list[Any]) -> bool: ...
     def flush(self) -> None: ...
+    def lost_reply(self) -> None: ...
 
 
 class QueueOrder:
@@ -82,15 +94,52 @@ class QueueOrder:
         return list(dict.fromkeys(shuffled))
 
 
+class _Settler:
+    """Writes outcomes through the SETTLE script (shared by both fetches)."""
+
+    def __init__(self, config: Config, client: redis.Redis, scripts: Scripts, reserved: str | None,
+                 clock: Callable[[], float]) -> None:
+        self.config = config
+        self.redis = client
+        self.scripts = scripts
+        self.reserved = reserved  # None: basic fetch holds no reserved copy to check
+        self.clock = clock
+
+    def settle(self, unit: UnitOfWork, outcome: Outcome, ops: list[Any]) -> bool:
+        mode, dest, point = {
+            "done": ("ack", keys.QUEUES, "finished"),
+            "retry": ("retry", keys.RETRY, "retried"),
+            "dead": ("dead", keys.DEAD, "dead"),
+            "dropped": ("ack", keys.QUEUES, "dropped"),
+            "put_back": ("queue", keys.queue(unit.queue), "put_back"),
+        }[outcome.kind]
+        blob = unit.raw if outcome.kind == "put_back" else (outcome.blob or b"")
+        now = self.clock()
+        checked = "0" if self.reserved is None else "1"
+        return self._run(checked, unit.raw, mode, dest, blob, outcome.at or now, unit.queue, now, point, ops)
+
+    def mark(self, unit: UnitOfWork, ops: list[Any]) -> bool:
+        checked = "0" if self.reserved is None else "1"
+        now = self.clock()
+        return self._run(checked, unit.raw, "taken", keys.QUEUES, b"", now, unit.queue, now, "taken", ops)
+
+    def _run(self, checked: str, raw: bytes, mode: str, dest: str, blob: bytes | str, score: float,
+             queue: str, now: float, point: str, ops: list[Any]) -> bool:
+        cutoff = now - self.config.dead_timeout
+        return bool(self.scripts.settle(
+            keys=[self.reserved or keys.QUEUES, dest],
+            args=[checked, raw, mode, blob, score, queue, cutoff, self.config.dead_max_jobs, now, point, *ops]))
+
+
 class BasicFetch:
     """Sidekiq's BasicFetch: BRPOP over the queues; at-most-once if the process is killed."""
 
-    def __init__(self, config: Config, client: redis.Redis, rng: random.Random | None = None,
-                 tasks: TaskRecorder | None = None) -> None:
+    def __init__(self, config: Config, client: redis.Redis, scripts: Scripts,
+                 rng: random.Random | None = None, clock: Callable[[], float] = time.time) -> None:
         self.redis = client
         self.order = QueueOrder(config, rng)
         self.timeout = config.fetch_timeout
-        self.tasks = tasks or TaskRecorder(client, config.task_retention)
+        self.settler = _Settler(config, client, scripts, None, clock)
 
     def retrieve_work(self) -> UnitOfWork | None:
         # BRPOP wakes at least every `timeout` seconds so the caller can notice a stop.
@@ -100,51 +149,52 @@ class BasicFetch:
         key, raw = got
         return UnitOfWork(keys.queue_name(key.decode()), raw, self)
 
-    def acknowledge(self, unit: UnitOfWork, also: Callable[[Any], None] | None,
-                    task: tuple[str, str] | None) -> None:
-        if task is not None:
-            self.tasks.transition(task[0], task[1], "finished", "finished", finished_at=self.tasks.clock())
-        if also is not None:
-            pipe = self.redis.pipeline(transaction=True)
-            also(pipe)
-            pipe.execute()
+    def apply(self, unit: UnitOfWork, outcome: Outcome, ops: list[Any]) -> bool:
+        if outcome.kind in ("done", "dropped") and not has_ops(ops):
+            return True  # BRPOP already removed it: nothing to write
+        return self.settler.settle(unit, outcome, ops)
+
+    def mark(self, unit: UnitOfWork, ops: list[Any]) -> bool:
+        return self.settler.mark(unit, ops)
 
     def flush(self) -> None:
-        """Nothing is held back: BRPOP already removed the job."""
+        """Nothing is held back."""
 
-    def requeue(self, unit: UnitOfWork) -> bool:
-        self.redis.rpush(keys.queue(unit.queue), unit.raw)
-        return True
+    def lost_reply(self) -> None:
+        """A lost BRPOP reply loses that job: basic fetch is at-most-once by design."""
 
 
 class ReliableFetch:
-    """Jobs stay in a per-process reserved list until acknowledged (see module docstring)."""
+    """Jobs stay in this processor's reserved list until their outcome is applied (see module)."""
 
-    def __init__(self, config: Config, client: redis.Redis, identity: str,
+    def __init__(self, config: Config, client: redis.Redis, identity: str, scripts: Scripts,
                  rng: random.Random | None = None, slot: int = 0,
                  clock: Callable[[], float] = time.time) -> None:
-        self.retention = int(config.task_retention)
         self.clock = clock
         self.redis = client
         self.order = QueueOrder(config, rng)
         self.timeout = config.fetch_timeout
-        self.reserved = keys.reserved(identity)
-        self.scripts = Scripts(client)
+        self.reserved = keys.reserved(identity, slot)
+        self.scripts = scripts
+        self.settler = _Settler(config, client, scripts, self.reserved, clock)
         self.slot = slot  # which queue this fetcher blocks on when all are empty
-        # a finished job (raw, task id, jid) whose removal rides on the next fetch
-        self.pending: tuple[bytes, str, str] | None = None
-
-    def _ack_args(self) -> list[Any]:
-        raw, task_id, jid = self.pending or (b"", "", "")
-        return [raw, task_id, jid, self.clock(), self.retention]
+        # a finished job (raw, its 'finished' ops) whose removal rides on the next fetch
+        self.pending: tuple[bytes, list[Any]] | None = None
+        self._suspect = False  # a call's reply was lost: our list may hold a job we do not know
 
     def retrieve_work(self) -> UnitOfWork | None:
+        if self._suspect:
+            adopted = self._reconcile()
+            if adopted is not None:
+                return adopted
         order = self.order()
-        got = self.scripts.reserve(keys=[*order, self.reserved], args=self._ack_args())
+        raw_prev, ops = self.pending or (b"", [0])
+        got = self.scripts.reserve(keys=[*order, self.reserved, keys.RESERVATIONS],
+                                   args=[raw_prev, self.clock(), *ops])
         self.pending = None
         if got:
-            key, raw, marked = got
-            return UnitOfWork(keys.queue_name(key.decode()), raw, self, task_marked=bool(marked))
+            key, raw = got
+            return UnitOfWork(keys.queue_name(key.decode()), raw, self)
         # Nothing anywhere: block on one queue (each processor on a different one, so with
         # concurrency >= queue count every queue has a waiter). BLMOVE is atomic: the job is
         # in the reserved list the moment it leaves its queue. The other queues are checked
@@ -155,33 +205,46 @@ class ReliableFetch:
             return None
         return UnitOfWork(keys.queue_name(key), raw, self)
 
-    def acknowledge(self, unit: UnitOfWork, also: Callable[[Any], None] | None,
-                    task: tuple[str, str] | None) -> None:
-        """A success is removed (and its task event finished) by this processor's next fetch, in
-        the same script, with no extra round trip; a failure with a retry or dead entry to write
-        is acknowledged now, in one MULTI with those writes."""
+    def lost_reply(self) -> None:
+        """A call to Redis failed without a reply: check our list before the next fetch."""
+        self._suspect = True
+
+    def _reconcile(self) -> UnitOfWork | None:
+        """Adopt a job that is in our list though no fetch returned it (its reply was lost)."""
+        held = self.redis.lrange(self.reserved, 0, -1)
+        pending = self.pending[0] if self.pending else None
+        unknown = [raw for raw in held if raw != pending]
+        self._suspect = len(unknown) > 1  # one at a time; look again next fetch
+        if not unknown:
+            return None
+        raw = unknown[-1]  # the oldest (LPUSH puts the newest first)
+        try:
+            queue = decode(raw).get("queue")
+        except ValueError:
+            queue = None
+        return UnitOfWork(queue if isinstance(queue, str) else "default", raw, self)
+
+    def apply(self, unit: UnitOfWork, outcome: Outcome, ops: list[Any]) -> bool:
+        """A success is removed by this processor's next fetch, in the same script (its ops
+        with it); any other outcome is applied now, with the pending success flushed first."""
         self.flush()
-        if also is None:
-            self.pending = (unit.raw, *(task or ("", "")))
-            return
-        pipe = self.redis.pipeline(transaction=True)
-        also(pipe)
-        pipe.lrem(self.reserved, -1, unit.raw)
-        pipe.execute()
+        if outcome.kind == "done":
+            self.pending = (unit.raw, ops)
+            return True
+        return self.settler.settle(unit, outcome, ops)
+
+    def mark(self, unit: UnitOfWork, ops: list[Any]) -> bool:
+        return self.settler.mark(unit, ops)
 
     def flush(self) -> None:
-        """Acknowledge a finished job now rather than with the next fetch (before stopping)."""
+        """Apply a finished job now rather than with the next fetch (before waiting or stopping)."""
         if self.pending is not None:
-            self.scripts.acknowledge(keys=[self.reserved], args=self._ack_args())
+            self.settler.settle(UnitOfWork("", self.pending[0], self), Outcome.done(), self.pending[1])
             self.pending = None
 
-    def requeue(self, unit: UnitOfWork) -> bool:
-        """Moved only if still reserved (an acknowledgement may have removed it meanwhile)."""
-        return bool(self.scripts.requeue(keys=[self.reserved, keys.queue(unit.queue)], args=[unit.raw]))
 
-
-def build_fetch(config: Config, client: redis.Redis, identity: str, slot: int = 0,
-                tasks: TaskRecorder | None = None) -> BasicFetch | ReliableFetch:
+def build_fetch(config: Config, client: redis.Redis, identity: str, scripts: Scripts,
+                slot: int = 0) -> BasicFetch | ReliableFetch:
     if config.fetch == "basic":
-        return BasicFetch(config, client, tasks=tasks)
-    return ReliableFetch(config, client, identity, slot=slot)
+        return BasicFetch(config, client, scripts)
+    return ReliableFetch(config, client, identity, scripts, slot=slot)

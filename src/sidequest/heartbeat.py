@@ -4,8 +4,11 @@ Every `heartbeat_interval` seconds, one MULTI: add the counts since the last bea
 `stat:processed`/`stat:failed` and today's keys; rewrite the `<identity>:work` hash (and its
 Sidekiq 6 twin `<identity>:workers`) with the running jobs; `SADD processes`; write the
 `<identity>` hash (`info`, `busy`, `beat`, `quiet`, `rss`); expire everything after
-`heartbeat_ttl`; and pop one remote signal from `<identity>-signals`. A process that vanishes
-disappears from Redis by itself; a clean stop removes its entries at once.
+`heartbeat_ttl`; and pop one remote signal from `<identity>-signals` (Sidekiq's Web UI and API
+write TSTP/USR1 for quiet, TERM for stop, TTIN to dump thread stacks). A remote signal calls
+the launcher's own method: no OS signal is sent, so a worker embedded in an application stops
+or quiets itself, never the application. A process that vanishes disappears from Redis by
+itself; a clean stop removes its entries at once. A failed beat is a warning, once per outage.
 """
 
 from __future__ import annotations
@@ -13,7 +16,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
 import socket
 import threading
 import time
@@ -30,8 +32,8 @@ from .stats import Stats
 log = logging.getLogger(__name__)
 
 STATS_TTL = 5 * 365 * 24 * 3600  # daily stat keys live five years, as Sidekiq's
-REMOTE_SIGNALS = {"TSTP": signal.SIGTSTP, "TERM": signal.SIGTERM, "TTIN": signal.SIGTTIN,
-                  "INT": signal.SIGINT, "USR1": signal.SIGTSTP}
+# Remote signal names (Sidekiq's) -> the command they ask of the launcher.
+REMOTE_SIGNALS = {"TSTP": "quiet", "USR1": "quiet", "TERM": "stop", "INT": "stop", "TTIN": "dump"}
 
 
 def make_identity(nonce: str) -> str:
@@ -52,15 +54,16 @@ def rss_kb() -> int:
 
 class Heartbeat:
     def __init__(self, config: Config, client: redis.Redis, identity: str, stats: Stats, version: str,
-                 on_signal: Callable[[int], None] | None = None,
+                 commands: dict[str, Callable[[], None]] | None = None,
                  extra: list[Callable[[], None]] | None = None) -> None:
         self.config = config
         self.redis = client
         self.identity = identity
         self.stats = stats
         self.quiet = False
-        self.on_signal = on_signal or (lambda sig: os.kill(os.getpid(), sig))
-        self.extra = extra or []  # other periodic duties (orphan recovery)
+        self.commands = commands or {}  # "quiet" | "stop" | "dump" -> the launcher's method
+        self.extra = extra or []  # other periodic duties (limits)
+        self._failing = False
         self.info = json.dumps({
             "hostname": socket.gethostname(), "started_at": time.time(), "pid": os.getpid(),
             "tag": config.tag, "concurrency": config.concurrency,
@@ -94,8 +97,14 @@ class Heartbeat:
             # don't lose the counts: they go out with the next beat that reaches Redis
             self.stats.processed.incr(processed)
             self.stats.failed.incr(failed)
-            log.debug("heartbeat failed: %s", exc)
+            if not self._failing:
+                log.warning("heartbeat failed (%s); past heartbeat_ttl (%.0f s) other processes will "
+                            "count this one as dead and recover its jobs", exc, self.config.heartbeat_ttl)
+            self._failing = True
             return
+        if self._failing:
+            log.warning("heartbeat written again")
+            self._failing = False
         self.stats.flushed += processed
 
     def _write(self, processed: int, failed: int) -> None:
@@ -115,18 +124,19 @@ class Heartbeat:
         pipe.hset(keys.process(self.identity), mapping={
             "info": self.info, "busy": len(work), "beat": time.time(),
             "quiet": "true" if self.quiet else "false", "rss": rss_kb(), "rtt_us": 0,
+            "concurrency": self.config.concurrency,  # Sidekiq 8.1.2+ reads it here, not from info
         })
         pipe.pexpire(keys.process(self.identity), ttl_ms)
         pipe.rpop(keys.signals(self.identity))
         remote: Any = pipe.execute()[-1]
         if remote:
             name = remote.decode() if isinstance(remote, bytes) else str(remote)
-            sig = REMOTE_SIGNALS.get(name.upper())
-            if sig is None:
+            command = self.commands.get(REMOTE_SIGNALS.get(name.upper(), ""))
+            if command is None:
                 log.warning("ignoring unknown remote signal %r", name)
             else:
                 log.info("remote signal %s received", name)
-                self.on_signal(sig)
+                command()
 
     @staticmethod
     def _count(pipe: Any, processed: int, failed: int) -> None:

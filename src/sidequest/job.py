@@ -23,6 +23,7 @@ import inspect
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
+from .client import default_client
 from .errors import JobArgumentError, JobDefinitionError
 from .options import DEFAULTS, check_options
 from .registry import Registry, default_registry
@@ -110,11 +111,7 @@ class JobSetter:
         return JobSetter(self.job_class, {**self.options, **options}, self.client)
 
     def _client(self) -> Any:
-        if self.client is not None:
-            return self.client
-        from .client import default_client
-
-        return default_client()
+        return self.client if self.client is not None else default_client()
 
     def perform_async(self, *args: Any) -> str | None:
         return self._client().push(self.job_class, list(args), **self.options)
@@ -182,6 +179,9 @@ class JobFunction:
     def set(self, **options: Any) -> JobSetter:
         return self.job_class.set(**options)
 
+    def payload_options(self) -> dict[str, Any]:
+        return self.job_class.payload_options()
+
     def perform_async(self, *args: Any) -> str | None:
         return self.job_class.perform_async(*args)
 
@@ -193,12 +193,3 @@ class JobFunction:
 
     def perform_bulk(self, args_list: Iterable[Any], *, at: Any = None) -> list[str | None]:
         return self.job_class.perform_bulk(args_list, at=at)
-
-
-def job_class_of(target: Any) -> type[Job] | None:
-    """The Job class behind a Job subclass or a `@job` function; None for anything else."""
-    if isinstance(target, JobFunction):
-        return target.job_class
-    if isinstance(target, type) and issubclass(target, Job):
-        return target
-    return None

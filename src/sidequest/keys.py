@@ -14,8 +14,9 @@ Sidekiq's own layout (shared with Ruby Sidekiq, unprefixed):
 
 sidequest's own keys live under the `sidequest:` prefix so Ruby Sidekiq never trips on them:
 
-    sidequest:reserved:<identity>   list of payloads a process has taken and not acknowledged
-    sidequest:recovery-lock         short lock while orphaned work is put back
+    sidequest:reserved:<identity>:<slot>  list of payloads one processor has taken and not settled
+    sidequest:reservations          set of every reserved list's key (recovery reads it, no SCAN)
+    sidequest:recovery-lock         short lock while orphaned work is put back (value: the owner)
     sidequest:task:<id>[:...]       a task (batch) and its per-job events; see below
 
 A test fails if a key literal appears in any other module.
@@ -65,18 +66,18 @@ def stat_daily(name: str, day: str) -> str:
     return f"stat:{name}:{day}"
 
 
-def reserved(identity: str) -> str:
-    return f"{PREFIX}:reserved:{identity}"
-
-
-def reserved_pattern() -> str:
-    return f"{PREFIX}:reserved:*"
+def reserved(identity: str, slot: int) -> str:
+    """The reserved list of processor `slot` of a process: one list per processor, so each
+    can tell exactly what it holds (see fetch: a lost reply is reconciled from it)."""
+    return f"{PREFIX}:reserved:{identity}:{slot}"
 
 
 def identity_of_reserved(key: str) -> str:
-    return key[len(f"{PREFIX}:reserved:"):]
+    """`sidequest:reserved:host:12:ab12:3` -> `host:12:ab12`."""
+    return key[len(f"{PREFIX}:reserved:"):].rsplit(":", 1)[0]
 
 
+RESERVATIONS = f"{PREFIX}:reservations"
 RECOVERY_LOCK = f"{PREFIX}:recovery-lock"
 
 

@@ -3,16 +3,18 @@
     launcher = Launcher(config)
     launcher.run()       # returns at once; work happens on threads
     ...
-    launcher.stop()      # quiet, wait up to config.timeout, requeue leftovers, deregister
+    launcher.stop()      # quiet, wait up to config.timeout, put back leftovers, deregister
+
+The tasks feature is plugged into the job lifecycle here (see `lifecycle`): the parts below
+never name a feature.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import random
 import secrets
-import signal
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,22 +24,24 @@ import redis
 
 from . import __version__
 from .config import Config
-from .connection import connect
+from .connection import check_server, connect
 from .executor import ThreadExecutor
 from .fetch import build_fetch
 from .heartbeat import Heartbeat, make_identity, rss_kb
+from .lifecycle import Lifecycle
 from .manager import Manager
 from .processor import Runtime
 from .recovery import Recovery
 from .registry import Registry, default_registry
-from .retry import Retrier
+from .retry import DeathHandler, Retrier
 from .scheduled import Poller
+from .scripts import Scripts
+from .signals import dump_threads
 from .stats import Stats
-from .tasks import TaskRecorder
+from .tasks import TaskFeature, TaskRecorder
 
 log = logging.getLogger(__name__)
 
-DeathHandler = Callable[[dict[str, Any], BaseException], None]
 _worker_hooks: list[Callable[[WorkerSetup], None]] = []
 
 
@@ -70,58 +74,55 @@ def run_worker_hooks(config: Config) -> WorkerSetup:
 
 
 class Launcher:
+    """Control is method calls: `quiet()`, `stop()`, `request_stop()` (returns at once),
+    `stop_now()`, `dump_threads()`. Remote signals from Redis, recycles and stuck jobs call
+    these methods too; only the CLI maps OS signals to them (see `signals`)."""
+
     def __init__(self, config: Config, *, registry: Registry | None = None,
                  redis_client: redis.Redis | None = None,
                  death_handlers: list[DeathHandler] | None = None,
-                 on_signal: Callable[[int], None] | None = None,
                  recycle_on_timeout: bool = False,
                  clock: Callable[[], float] = time.time, rng: random.Random | None = None) -> None:
         self.config = config
         self.redis = redis_client or connect(config.url)
         self.identity = make_identity(secrets.token_hex(6))
         self.stats = Stats()
-        self.on_signal = on_signal or (lambda sig: os.kill(os.getpid(), sig))
         self.recycle_on_timeout = recycle_on_timeout
-        self._recycling = False
         self.tasks = TaskRecorder(self.redis, config.task_retention, clock=clock)
+        lifecycle = Lifecycle([TaskFeature(self.tasks)])
+        scripts = Scripts(self.redis, lifecycle.lua)
         self.runtime = Runtime(
             config=config, registry=registry or default_registry, stats=self.stats,
-            retrier=Retrier(config, death_handlers, clock=clock, rng=rng, tasks=self.tasks),
-            executor=ThreadExecutor(on_abandon=self._abandoned), identity=self.identity, tasks=self.tasks,
+            retrier=Retrier(config, death_handlers, clock=clock, rng=rng),
+            executor=ThreadExecutor(on_abandon=self._abandoned), identity=self.identity, lifecycle=lifecycle,
         )
-        self.recovery = Recovery(config, self.redis, self.identity, clock=clock, tasks=self.tasks)
-        self._last_recovery = 0.0
+        self.recovery = Recovery(config, self.redis, self.identity, scripts, lifecycle, clock=clock)
         self.heartbeat = Heartbeat(config, self.redis, self.identity, self.stats, __version__,
-                                   on_signal=self.on_signal, extra=[self._maybe_recover, self._check_limits])
+                                   commands={"quiet": self.quiet, "stop": self.request_stop,
+                                             "dump": self.dump_threads},
+                                   extra=[self._check_limits])
         self.poller = Poller(config, self.redis, clock=clock, rng=rng)
-        self.manager = Manager(self.runtime, lambda slot: build_fetch(config, self.redis, self.identity, slot,
-                                                                       self.tasks))
-        self.stopped = False
+        self.manager = Manager(self.runtime, lambda slot: build_fetch(config, self.redis, self.identity,
+                                                                       scripts, slot))
+        self.stopped = threading.Event()  # set once stop() has finished
+        self._stopping = threading.Lock()
+        self._stop_requested = False
 
     def run(self) -> None:
+        """Check the server, register, then start working; returns at once."""
+        for warning in check_server(self.redis, self.config.url):
+            log.warning("%s", warning)
         self.heartbeat.start()  # registered before anything is fetched
         if self.config.fetch == "reliable":
-            self._maybe_recover(force=True)
+            self.recovery.start()
         self.poller.start()
         self.manager.start()
 
-    def _maybe_recover(self, force: bool = False) -> None:
-        if self.config.fetch != "reliable":
-            return
-        now = time.monotonic()
-        if force or now - self._last_recovery >= self.config.recovery_interval:
-            self._last_recovery = now
-            try:
-                self.recovery.run()
-            except (redis.RedisError, OSError) as exc:
-                log.warning("orphan recovery skipped: %s", exc)
-
     def _recycle(self, reason: str) -> None:
         """Stop this process gracefully (its supervisor or service manager starts a fresh one)."""
-        if not self._recycling:
-            self._recycling = True
+        if not self._stop_requested:
             log.warning("recycling this worker process: %s", reason)
-            self.on_signal(signal.SIGTERM)
+            self.request_stop()
 
     def _abandoned(self, job: Any) -> None:
         if self.recycle_on_timeout:
@@ -135,21 +136,51 @@ class Launcher:
         if self.config.max_memory is not None and megabytes > self.config.max_memory:
             self._recycle(f"resident memory {megabytes:.0f} MB is over max_memory {self.config.max_memory:g} MB")
 
+    # -- control ---------------------------------------------------------------------------------
     def quiet(self) -> None:
         """Stop fetching new jobs; running ones finish. Shown as quiet in Sidekiq's UI."""
+        log.info("quiet: finishing running jobs, taking no new ones")
         self.manager.quiet()
         self.heartbeat.quiet = True
-        self.heartbeat.beat()
+        try:
+            self.heartbeat.beat()
+        except Exception:  # shown at the next beat instead
+            log.debug("could not show quiet at once", exc_info=True)
+
+    def request_stop(self) -> None:
+        """Start a graceful stop on a thread of its own and return at once (see `stopped`)."""
+        if self._stop_requested:
+            return
+        self._stop_requested = True
+        threading.Thread(target=self.stop, name="sidequest-stop", daemon=True).start()
+
+    def stop_now(self) -> None:
+        """Stop without waiting for running jobs: they go back to their queues."""
+        log.warning("stopping now: running jobs go back to their queues")
+        self.manager.hurry()
+        self.request_stop()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until the launcher has stopped; True if it has."""
+        return self.stopped.wait(timeout)
+
+    def dump_threads(self) -> None:
+        dump_threads()
 
     def stop(self) -> None:
-        if self.stopped:
-            return
-        self.stopped = True
-        deadline = time.monotonic() + self.config.timeout
-        self.manager.quiet()
-        self.heartbeat.quiet = True
-        self.poller.stop()
-        self.manager.stop(deadline)
-        self.heartbeat.stop()
-        self.runtime.executor.close()
-        log.info("stopped")
+        """Quiet, give running jobs `config.timeout` seconds, put back the rest, deregister.
+        Safe to call from any thread and more than once; returns when stopped."""
+        self._stop_requested = True
+        with self._stopping:
+            if self.stopped.is_set():
+                return
+            deadline = time.monotonic() + self.config.timeout
+            self.manager.quiet()
+            self.heartbeat.quiet = True
+            self.poller.stop()
+            self.recovery.stop()
+            self.manager.stop(deadline)
+            self.heartbeat.stop()
+            self.runtime.executor.close()
+            log.info("stopped")
+            self.stopped.set()

@@ -1,10 +1,15 @@
 """The pool of processors: start them, replace any that dies, quiet them, stop by a deadline.
 
 Shutdown is staged, as in Sidekiq: quiet (no processor fetches again) -> wait until the
-deadline for running jobs to finish -> put every job still running back at the head of its
-queue, unchanged -> return, so the process can exit. It is worse to lose a job than to run it
-twice: a job put back here may run again while this process exits (at-least-once). Python
-cannot safely kill a thread, so the threads are abandoned (they are daemons), not killed.
+deadline for running jobs to finish (`hurry()` ends the wait at once: a second TERM) -> put
+every job still running back at the head of its queue, unchanged -> return, so the process can
+exit. It is worse to lose a job than to run it twice: a job put back here may run again while
+this process exits (at-least-once). Python cannot safely kill a thread, so the threads are
+abandoned (they are daemons), not killed.
+
+A processor that dies (a fault outside any job's code) is replaced after a back-off that
+doubles while deaths follow each other (0.5 s up to 30 s), so a fault can never spin; the job
+it held is filed in `dead` with the fault, its bytes kept, rather than run into it again.
 """
 
 from __future__ import annotations
@@ -16,10 +21,13 @@ from collections.abc import Callable
 
 from .errors import PayloadError
 from .fetch import Fetch, UnitOfWork
+from .outcome import error_class_name, invalid
 from .payload import decode
 from .processor import Processor, Runtime
 
 log = logging.getLogger(__name__)
+
+RESPAWN_START, RESPAWN_MAX, RESPAWN_CALM = 0.5, 30.0, 60.0
 
 
 class Manager:
@@ -28,19 +36,22 @@ class Manager:
         self.make_fetch = make_fetch
         self.quieting = threading.Event()
         self.hard_stop = threading.Event()
+        self._hurry = threading.Event()
         self._processors: set[Processor] = set()
         self._changed = threading.Condition()
         self._next_index = 0
+        self._respawn_delay = 0.0
+        self._last_death = 0.0
 
     def start(self) -> None:
         for _ in range(self.rt.config.concurrency):
             self._spawn()
 
-    def _spawn(self) -> None:
+    def _spawn(self, delay: float = 0.0) -> None:
         with self._changed:
             index = self._next_index
             self._next_index += 1
-            processor = Processor(self.rt, self.make_fetch(index), self, index)
+            processor = Processor(self.rt, self.make_fetch(index), self, index, start_delay=delay)
             self._processors.add(processor)
         processor.start()
 
@@ -59,18 +70,27 @@ class Manager:
             self._changed.notify_all()
 
     def processor_died(self, processor: Processor, exc: BaseException) -> None:
-        log.error("processor %d died: %s: %s", processor.index, type(exc).__name__, exc, exc_info=exc)
+        now = time.monotonic()
+        with self._changed:
+            calm = now - self._last_death > RESPAWN_CALM
+            self._respawn_delay = RESPAWN_START if calm else min(self._respawn_delay * 2, RESPAWN_MAX)
+            self._last_death = now
+            delay = self._respawn_delay
+        log.error("processor %d died (%s: %s); replacing it in %.1f s", processor.index,
+                  type(exc).__name__, exc, delay, exc_info=exc)
         unit = processor.unit
         if unit is not None and not unit.done:
+            outcome = invalid(unit.raw, unit.queue, error_class_name(exc),
+                              f"sidequest failed while processing this job (not the job's own code): {exc}")
             try:
-                unit.requeue()  # the job it held goes back, unchanged
-            except Exception as requeue_exc:
-                log.error("could not requeue the job of a dead processor (%s); it stays reserved", requeue_exc)
+                unit.apply(outcome, [0])
+            except Exception as apply_exc:
+                log.error("could not file the job of a dead processor (%s); it stays reserved", apply_exc)
         with self._changed:
             self._processors.discard(processor)
             self._changed.notify_all()
         if not self.quieting.is_set():
-            self._spawn()
+            self._spawn(delay)
 
     # -- lifecycle (main thread) ---------------------------------------------------------------
     def quiet(self) -> None:
@@ -78,23 +98,19 @@ class Manager:
             log.info("quieting: no new jobs will be fetched")
             self.quieting.set()
 
-    def record_requeue(self, unit: UnitOfWork, message: str) -> None:
-        """A task job put back on its queue: its event says why and shows it enqueued again."""
-        if self.rt.tasks is None or b"task_id" not in unit.raw:
-            return
-        try:
-            payload = decode(unit.raw)
-        except PayloadError:
-            return
-        self.rt.tasks.transition(payload, None, "enqueued", message)
+    def hurry(self) -> None:
+        """End the wait for running jobs now: they are put back (a second TERM/INT)."""
+        self._hurry.set()
+        with self._changed:
+            self._changed.notify_all()
 
     def stop(self, deadline: float) -> list[UnitOfWork]:
-        """Quiet, wait until `deadline` (monotonic) for running jobs, then requeue what remains."""
+        """Quiet, wait until `deadline` (monotonic) for running jobs, then put back what remains."""
         self.quiet()
         with self._changed:
             if self._processors:
                 log.info("waiting up to %.1f s for %d running job(s)", max(deadline - time.monotonic(), 0), self.busy)
-            while self._processors:
+            while self._processors and not self._hurry.is_set():
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
@@ -109,11 +125,17 @@ class Manager:
             while self._processors - busy and time.monotonic() < end:
                 self._changed.wait(end - time.monotonic())
         if leftovers:
-            log.warning("deadline reached: putting %d unfinished job(s) back on their queues", len(leftovers))
+            log.warning("putting %d unfinished job(s) back on their queues", len(leftovers))
             for unit in leftovers:
-                try:
-                    if unit.requeue():
-                        self.record_requeue(unit, "error: interrupted by shutdown; requeued")
-                except Exception as exc:  # Redis down: reliable fetch keeps it reserved for recovery
-                    log.error("could not requeue a job (%s); it stays reserved and will be recovered", exc)
+                self._put_back(unit)
         return leftovers
+
+    def _put_back(self, unit: UnitOfWork) -> None:
+        try:
+            payload = decode(unit.raw)
+        except PayloadError:
+            payload = None
+        try:
+            unit.put_back(self.rt.lifecycle.ops("put_back", payload))
+        except Exception as exc:  # Redis down: reliable fetch keeps it reserved for recovery
+            log.error("could not put a job back (%s); it stays reserved and will be recovered", exc)

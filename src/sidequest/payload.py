@@ -37,6 +37,20 @@ def encode(payload: dict[str, Any]) -> str:
     return _ENCODER.encode(payload)
 
 
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text[:40]} is too large for a float")
+    return value
+
+
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)
+
+
 def check_args(args: Any) -> list[Any]:
     """Return `args` as a list if every argument is native JSON; raise JobArgumentError otherwise.
 
@@ -51,7 +65,10 @@ def check_args(args: Any) -> list[Any]:
     for position, value in enumerate(args):
         if type(value) in _SCALARS:
             continue
-        problem = _json_problem(value, f"args[{position}]")
+        try:
+            problem = _json_problem(value, f"args[{position}]")
+        except RecursionError:
+            problem = f"args[{position}] is nested too deeply"
         if problem:
             raise JobArgumentError(
                 f"argument {position} ({type(value).__name__}) is not native JSON: {problem}. "
@@ -62,7 +79,10 @@ def check_args(args: Any) -> list[Any]:
 
 def check_json_value(value: Any, where: str) -> None:
     """Raise JobArgumentError if `value` (an option, say) is not native JSON."""
-    problem = _json_problem(value, where)
+    try:
+        problem = _json_problem(value, where)
+    except RecursionError:
+        problem = f"{where} is nested too deeply"
     if problem:
         raise JobArgumentError(f"{where} is not native JSON: {problem}")
 
@@ -96,7 +116,9 @@ def _json_problem(value: Any, path: str) -> str | None:
 def decode(raw: bytes | str) -> dict[str, Any]:
     """Parse a payload read from Redis; raise PayloadError saying exactly what is wrong.
 
-    Extra keys are kept as they are, so a payload written by Ruby Sidekiq round-trips.
+    Extra keys are kept as they are, so a payload written by Ruby Sidekiq round-trips. Whatever
+    the bytes are (deep nesting, NaN, numbers too large for a float, invalid UTF-8), the only
+    exception is PayloadError.
     """
     if isinstance(raw, bytes):
         try:
@@ -106,9 +128,11 @@ def decode(raw: bytes | str) -> dict[str, Any]:
     else:
         text = raw
     try:
-        data = json.loads(text)
+        data = _DECODER.decode(text)
     except ValueError as exc:
         raise PayloadError(f"payload is not valid JSON ({exc})") from None
+    except RecursionError:
+        raise PayloadError("payload is nested too deeply to decode") from None
     if not isinstance(data, dict):
         raise PayloadError(f"payload is a JSON {type(data).__name__}, not an object")
     if not isinstance(data.get("class"), str) or not data["class"]:

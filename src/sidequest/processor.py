@@ -1,23 +1,26 @@
-"""One worker thread: fetch -> decode -> resolve -> server middleware -> run -> acknowledge.
+"""One worker thread: gate -> fetch -> decode -> taken -> middleware -> run -> outcome -> apply -> hooks.
 
-The loop checks its manager's quiet flag between jobs; every fetch is bounded, so a stop is
-noticed within `fetch_timeout`. Errors from a job are the retrier's business; errors from
-Redis are logged once per outage and retried with back-off, so a dropped connection neither
-spins nor loses the job in hand. Anything else that escapes kills only this thread: the
-manager logs it and starts a replacement.
+Only a job's own code can fail a job. Everything else has a designed path:
+- bytes that do not decode (or whose failure cannot be encoded again) are a `dead` outcome,
+  kept as they were (`outcome.invalid`), so a bad payload never loops;
+- any Redis error (lost connection, OOM, READONLY, NOPERM, an unknown command) is an outage:
+  logged once per outage with a count, retried with back-off, never a tight loop;
+- a recovered job (its process died running it) runs alone (`gate`), so a poison pill takes
+  no neighbour down with it.
+An outcome is applied in one atomic call that checks the job is still ours (`fetch`); hooks
+run only after it committed. Anything else that escapes kills only this thread: the pool logs
+it, files the job it held in `dead`, and starts a replacement after a back-off.
 """
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
-import json
 import logging
 import threading
 import time
-from contextlib import AbstractContextManager
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, TypeVar
 
 import redis
 
@@ -25,14 +28,13 @@ from .config import Config
 from .errors import PayloadError
 from .executor import Executor
 from .fetch import Fetch, UnitOfWork
-from .payload import decode, encode, new_jid
+from .gate import Gate
+from .lifecycle import Lifecycle
+from .outcome import Outcome, error_class_name, invalid
+from .payload import decode
 from .registry import Registry
-from .retry import Retrier, error_class_name
+from .retry import Retrier
 from .stats import Stats
-from .tasks import TaskRecorder, running
-
-if TYPE_CHECKING:
-    from .manager import Manager
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +42,45 @@ log = logging.getLogger(__name__)
 job_context: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar("sidequest_job", default=None)
 
 BACKOFF_START, BACKOFF_MAX = 0.5, 5.0
+REDIS_ERRORS = (redis.RedisError, OSError)
+POINT_OF = {"done": "finished", "retry": "retried", "dead": "dead", "dropped": "dropped", "put_back": "put_back"}
+T = TypeVar("T")
+
+
+class Pool(Protocol):
+    """What a processor needs from the pool that runs it (the manager)."""
+
+    quieting: threading.Event
+    hard_stop: threading.Event
+
+    def processor_stopped(self, processor: Processor) -> None: ...
+    def processor_died(self, processor: Processor, exc: BaseException) -> None: ...
+
+
+class RedisOutage:
+    """Logs an outage once when it starts and once when it ends, however many threads see it."""
+
+    def __init__(self) -> None:
+        self._since: float | None = None
+        self._failures = 0
+        self._lock = threading.Lock()
+
+    def down(self, exc: BaseException) -> None:
+        with self._lock:
+            self._failures += 1
+            if self._since is None:
+                self._since = time.monotonic()
+                log.error("Redis is unavailable (%s: %s); retrying with back-off until it answers",
+                          type(exc).__name__, exc)
+
+    def up(self) -> None:
+        if self._since is None:
+            return
+        with self._lock:
+            if self._since is not None:
+                log.warning("Redis answers again after %.1f s (%d failed calls meanwhile)",
+                            time.monotonic() - self._since, self._failures)
+                self._since, self._failures = None, 0
 
 
 @dataclass
@@ -52,39 +93,20 @@ class Runtime:
     retrier: Retrier
     executor: Executor
     identity: str
-    tasks: TaskRecorder | None = None
-    outage: RedisOutage = field(default_factory=lambda: RedisOutage())
-
-
-class RedisOutage:
-    """Logs a lost Redis connection once, and its return once, however many threads notice."""
-
-    def __init__(self) -> None:
-        self._since: float | None = None
-        self._lock = threading.Lock()
-
-    def down(self, exc: BaseException) -> None:
-        with self._lock:
-            if self._since is None:
-                self._since = time.monotonic()
-                log.error("Redis is unreachable (%s); retrying until it is back", exc)
-
-    def up(self) -> None:
-        if self._since is None:
-            return
-        with self._lock:
-            if self._since is not None:
-                log.info("Redis is back after %.1f s", time.monotonic() - self._since)
-                self._since = None
+    lifecycle: Lifecycle = field(default_factory=Lifecycle)
+    outage: RedisOutage = field(default_factory=RedisOutage)
+    gate: Gate = field(default_factory=Gate)
 
 
 class Processor:
-    def __init__(self, runtime: Runtime, fetch: Fetch, manager: Manager, index: int) -> None:
+    def __init__(self, runtime: Runtime, fetch: Fetch, pool: Pool, index: int, start_delay: float = 0.0) -> None:
         self.rt = runtime
         self.fetch = fetch
-        self.manager = manager
+        self.pool = pool
         self.index = index
+        self.start_delay = start_delay  # a replacement for a processor that died waits this long
         self.unit: UnitOfWork | None = None  # the job in hand, for hard shutdown
+        self._delay = BACKOFF_START
         self.thread = threading.Thread(target=self.run, name=f"sidequest-processor-{index}", daemon=True)
 
     def start(self) -> None:
@@ -95,30 +117,42 @@ class Processor:
         return format(self.thread.ident or 0, "x")
 
     def run(self) -> None:
+        gate = self.rt.gate
         try:
-            while not self.manager.quieting.is_set():
-                unit = self._fetch()
-                if unit is None:
+            if self.start_delay:
+                self.pool.quieting.wait(self.start_delay)
+            while not self.pool.quieting.is_set():
+                if not gate.enter(lambda: self._settle(self.fetch.flush), timeout=0.5):
                     continue
-                if self.manager.quieting.is_set():
-                    self._settle(unit.requeue)
-                    if unit.task_marked:  # the fetch marked it working; it is waiting again
-                        self.manager.record_requeue(unit, "requeued: its worker is stopping")
-                    break
-                self.process(unit)
+                try:
+                    unit = self._fetch()
+                    if unit is None:
+                        continue
+                    if self.pool.quieting.is_set():
+                        self._settle(lambda u=unit: u.put_back([0]))  # never taken: nothing to record
+                        break
+                    self.process(unit)
+                finally:
+                    if gate.closed:  # someone waits to run a recovered job alone: hold nothing
+                        self._settle(self.fetch.flush)
+                    gate.leave()
             self._settle(self.fetch.flush)
-        except BaseException as exc:  # thread boundary: report and let the manager replace us
-            self.manager.processor_died(self, exc)
+        except BaseException as exc:  # thread boundary: report and let the pool replace us
+            self.pool.processor_died(self, exc)
         else:
-            self.manager.processor_stopped(self)
+            self.pool.processor_stopped(self)
 
     def _fetch(self) -> UnitOfWork | None:
         try:
             unit = self.fetch.retrieve_work()
-        except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+        except REDIS_ERRORS as exc:
+            if isinstance(exc, (redis.ConnectionError, redis.TimeoutError, OSError)):
+                self.fetch.lost_reply()  # it may have taken a job whose reply never came
             self.rt.outage.down(exc)
-            self.manager.quieting.wait(BACKOFF_START)
+            self.pool.quieting.wait(self._delay)
+            self._delay = min(self._delay * 2, BACKOFF_MAX)
             return None
+        self._delay = BACKOFF_START
         self.rt.outage.up()
         return unit
 
@@ -129,17 +163,42 @@ class Processor:
             try:
                 payload = decode(unit.raw)
             except PayloadError as exc:
-                self._bury(unit, exc)
+                self.rt.stats.failed.incr()
+                log.error("payload in queue %r is not a job, moved to the dead set: %s", unit.queue, exc)
+                self._finish(unit, None, None, invalid(unit.raw, unit.queue, error_class_name(exc), str(exc)))
             else:
-                self._perform(unit, payload)
+                if self._isolate(unit, payload):
+                    try:
+                        self._perform(unit, payload)
+                    finally:
+                        self.rt.gate.release(self.index)
         finally:
             self.rt.stats.work.finish(self.tid)
             self.rt.stats.processed.incr()
-        # Cleared only on a normal return: if anything escaped, the manager still sees the
-        # unit in hand and puts it back when it replaces this processor.
+        # Cleared only on a normal return: if anything escaped, the pool still sees the unit
+        # in hand and files it when it replaces this processor.
         self.unit = None
 
+    def _isolate(self, unit: UnitOfWork, payload: dict[str, Any]) -> bool:
+        """True when the job may run now: at once, or (a recovered job) once it is alone."""
+        recovered = payload.get("recovery_count")
+        if not isinstance(recovered, int) or isinstance(recovered, bool) or recovered < 1:
+            return True
+        if self.rt.gate.isolate(self.index, give_up=self.pool.quieting.is_set):
+            log.warning("%s %s: its process died while running it (%d time(s)); running it alone",
+                        payload["class"], payload.get("jid"), recovered)
+            return True
+        self._settle(lambda: unit.put_back([0]))  # another job runs alone now; this one waits its turn
+        return False
+
     def _perform(self, unit: UnitOfWork, payload: dict[str, Any]) -> None:
+        taken = self._settle(lambda: unit.taken(self.rt.lifecycle.ops("taken", payload)))
+        if not taken:  # None: Redis stayed down past the hard deadline; shutdown puts it back
+            if taken is False:
+                log.warning("%s %s was recovered by another process before it started here; skipped",
+                            payload["class"], payload.get("jid"))
+                unit.done = True
+            return
         name, jid = payload["class"], str(payload.get("jid", ""))
         token = job_context.set((name, jid))
         started = time.monotonic()
@@ -152,77 +211,54 @@ class Processor:
             args = payload["args"]
             limit = payload.get("timeout") or self.rt.config.job_timeout
             limit = float(limit) if isinstance(limit, (int, float)) and limit > 0 else None
-            task = self._task_of(payload)
-            with self._tracking(unit, task):
+            with self.rt.lifecycle.running(payload):
                 self.rt.config.server_middleware.invoke(
                     job, payload, unit.queue, final=lambda: self.rt.executor.run(job, args, limit))
         except BaseException as exc:  # SystemExit from a job's sys.exit() is a job failure too
             self.rt.stats.failed.incr()
             log.warning("fail: %.3f sec: %s: %s", time.monotonic() - started, error_class_name(exc), exc)
-            if unit.done:  # put back by a hard shutdown while it ran
-                return
-            pristine = decode(unit.raw)  # retry what was fetched, not what middleware changed
-            commands = self.rt.retrier.failed(job, pristine, unit.queue, exc)
-            self._settle(lambda: unit.acknowledge(also=commands))
+            outcome = self._decide(job, unit, exc)
         else:
             log.info("done: %.3f sec", time.monotonic() - started)
-            self._settle(lambda: unit.acknowledge(task=task))
+            outcome = Outcome.done()
         finally:
             job_context.reset(token)
+        self._finish(unit, outcome.payload or payload, job, outcome)
 
-    def _task_of(self, payload: dict[str, Any]) -> tuple[str, str] | None:
-        """(task id, jid) for a job that belongs to a task, else None."""
-        task_id = payload.get("task_id")
-        if not isinstance(task_id, str) or self.rt.tasks is None:
-            return None
-        return task_id, str(payload.get("jid", ""))
-
-    def _tracking(self, unit: UnitOfWork, task: tuple[str, str] | None) -> AbstractContextManager[None]:
-        """For a task job: mark it working (unless the fetch did) and open its message context."""
-        if task is None or self.rt.tasks is None:
-            return contextlib.nullcontext()
-        if not unit.task_marked:
-            self.rt.tasks.transition(*task, "working", "working", started_at=time.time())
-        return running(self.rt.tasks, *task)
-
-    def _bury(self, unit: UnitOfWork, exc: PayloadError) -> None:
-        """A payload that is not a job goes to dead as it was, with the reason when it can hold one."""
-        self.rt.stats.failed.incr()
-        log.error("payload in queue %r is not a job, moved to the dead set: %s", unit.queue, exc)
-        blob: str | bytes = unit.raw
+    def _decide(self, job: Any, unit: UnitOfWork, exc: BaseException) -> Outcome:
+        """The retrier's outcome for the payload as fetched (not what middleware changed)."""
         try:
-            data = json.loads(unit.raw.decode("utf-8"))
-        except ValueError:
-            data = None  # not JSON at all: kept byte for byte (Sidekiq's API shows such entries raw)
-        else:
-            if not isinstance(data, dict):
-                # JSON, but not an object: Sidekiq's DeadSet cannot read that, so wrap it; the
-                # original text is kept exactly, as the only argument.
-                data = {"class": "sidequest.InvalidPayload", "args": [unit.raw.decode("utf-8")],
-                        "queue": unit.queue, "jid": new_jid(), "retry": False}
-        if data is not None:
-            data.update(error_class=error_class_name(exc), error_message=str(exc),
-                        failed_at=time.time(), retry_count=0)
-            data.setdefault("queue", unit.queue)
-            blob = encode(data)
-        self._settle(lambda: unit.acknowledge(also=self.rt.retrier.to_dead(blob)))
+            return self.rt.retrier.decide(job, decode(unit.raw), unit.raw, unit.queue, exc)
+        except Exception as bug:  # a fault outside the job's code must not decide its fate twice
+            log.exception("could not decide the outcome of a failed job; filing it in the dead set")
+            return invalid(unit.raw, unit.queue, error_class_name(bug), f"{error_class_name(exc)}: {exc}")
 
-    def _settle(self, action: Any) -> None:
-        """Run an acknowledgement or requeue, retrying through a Redis outage.
+    def _finish(self, unit: UnitOfWork, payload: dict[str, Any] | None, job: Any, outcome: Outcome) -> None:
+        if unit.done:  # put back by a hard shutdown while it ran
+            return
+        ops = self.rt.lifecycle.ops(POINT_OF[outcome.kind], payload, outcome)
+        applied = self._settle(lambda: unit.apply(outcome, ops))
+        if applied:
+            if outcome.kind != "done":
+                self.rt.retrier.after(outcome, job)
+        elif applied is False:
+            log.warning("the %s outcome of %s was not written: this processor no longer held the job "
+                        "(another process recovered it, and its copy is the live one)",
+                        outcome.kind, (payload or {}).get("jid", "a job"))
 
-        It gives up only when the manager's hard deadline has passed; under reliable fetch the
-        job then stays reserved and is recovered, so it runs again rather than being lost.
+    def _settle(self, action: Callable[[], T]) -> T | None:
+        """Run a Redis action that ends a job's stay here, through any Redis outage.
+
+        It gives up (None) only when the pool's hard deadline has passed; under reliable fetch
+        the job then stays reserved and is recovered, so it runs again rather than being lost.
         """
         delay = BACKOFF_START
         while True:
             try:
-                action()
-                self.rt.outage.up()
-                return
-            except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+                return action()
+            except REDIS_ERRORS as exc:
                 self.rt.outage.down(exc)
-                if self.manager.hard_stop.wait(delay):
-                    log.error("gave up finishing a job while Redis was unreachable; it stays reserved")
-                    return
+                if self.pool.hard_stop.wait(delay):
+                    log.error("gave up finishing a job while Redis was unavailable; it stays reserved")
+                    return None
                 delay = min(delay * 2, BACKOFF_MAX)
-

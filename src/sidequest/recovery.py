@@ -1,31 +1,36 @@
-"""Putting back the jobs of worker processes that died (reliable fetch).
+"""Putting back the jobs of worker processes that died (reliable fetch), on a thread of its own.
 
-A reserved list `sidequest:reserved:<identity>` whose owner's heartbeat hash `<identity>` has
-expired belongs to a dead process. Any live process moves its jobs back to the head of their
+Every reserved list is named in `sidequest:reservations` (the fetch script adds it), so
+recovery reads that set instead of scanning the keyspace. A list whose owner's heartbeat hash
+`<identity>` has expired belongs to a dead process: its jobs go back to the head of their
 queues, one Lua call per job that checks the owner is still silent and that the job is still
 reserved, so two recovering processes cannot both move a job, and a process that was only
-paused (SIGSTOP) and beats again keeps its work. Each recovery adds one to `recovery_count` in
-the payload; past `max_recoveries` the job goes to `dead` with error_class
-`sidequest.RecoveryLimitExceeded`, so a job that crashes its process cannot crash workers forever.
+paused (SIGSTOP) and beats again keeps its work. An emptied list of a dead owner leaves the set.
+
+Each recovery adds one to `recovery_count` in the payload (which makes the job run alone next
+time, see `gate`); past `max_recoveries` the job goes to `dead` with error_class
+`sidequest.RecoveryLimitExceeded`, so a job that crashes its process cannot crash workers
+forever. Only one process recovers at a time (a lock that only its owner releases), and the
+work runs on its own thread so it never delays a heartbeat.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import redis
 
 from . import keys
 from .config import Config
 from .errors import PayloadError
+from .lifecycle import Lifecycle
+from .outcome import Outcome, invalid
 from .payload import decode, encode
 from .scripts import Scripts
-
-if TYPE_CHECKING:
-    from .tasks import TaskRecorder
 
 log = logging.getLogger(__name__)
 
@@ -33,33 +38,77 @@ LIMIT_ERROR = "sidequest.RecoveryLimitExceeded"
 
 
 class Recovery:
-    def __init__(self, config: Config, client: redis.Redis, identity: str,
-                 clock: Callable[[], float] = time.time, tasks: TaskRecorder | None = None) -> None:
-        self.tasks = tasks
+    def __init__(self, config: Config, client: redis.Redis, identity: str, scripts: Scripts,
+                 lifecycle: Lifecycle | None = None, clock: Callable[[], float] = time.time) -> None:
         self.config = config
         self.redis = client
         self.identity = identity
-        self.scripts = Scripts(client)
+        self.scripts = scripts
+        self.lifecycle = lifecycle or Lifecycle()
         self.clock = clock
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
 
+    # -- thread ----------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="sidequest-recovery", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(5)
+
+    def _loop(self) -> None:
+        failing = False
+        while True:
+            try:
+                self.run()
+            except (redis.RedisError, OSError) as exc:
+                if not failing:
+                    log.warning("orphan recovery failed (%s); trying again every %.0f s", exc,
+                                self.config.recovery_interval)
+                failing = True
+            except Exception:  # thread boundary: keep recovering
+                log.exception("orphan recovery failed")
+            else:
+                failing = False
+            if self._stop.wait(self.config.recovery_interval):
+                return
+
+    # -- work ------------------------------------------------------------------------------------
     def run(self) -> int:
         """Recover every orphaned job now; return how many were moved."""
-        lock_ttl = max(int(self.config.recovery_interval * 1000), 1000)
+        lock_ttl = max(int(self.config.recovery_interval * 1000), 1000) * 5
         if not self.redis.set(keys.RECOVERY_LOCK, self.identity, nx=True, px=lock_ttl):
             return 0  # another process is at it; the scripts would make us no-ops anyway
         moved = 0
         try:
             self._prune_processes()
-            for raw_key in self.redis.scan_iter(match=keys.reserved_pattern(), count=200):
+            for raw_key in self.redis.smembers(keys.RESERVATIONS):
                 key = raw_key.decode()
                 owner = keys.identity_of_reserved(key)
                 if owner == self.identity or self.redis.exists(keys.process(owner)):
                     continue
                 for raw in self.redis.lrange(key, 0, -1):
                     moved += self._recover(key, owner, raw)
+                self._forget_if_empty(key, owner)
         finally:
-            self.redis.delete(keys.RECOVERY_LOCK)
+            self.scripts.release_lock(keys=[keys.RECOVERY_LOCK], args=[self.identity])
         return moved
+
+    def _forget_if_empty(self, key: str, owner: str) -> None:
+        """Drop an emptied list of a dead owner from the set (a WATCH keeps a late job safe)."""
+        with self.redis.pipeline(transaction=True) as pipe:
+            try:
+                pipe.watch(key, keys.process(owner))
+                if pipe.llen(key) or pipe.exists(keys.process(owner)):
+                    return
+                pipe.multi()
+                pipe.srem(keys.RESERVATIONS, key)
+                pipe.execute()
+            except redis.WatchError:
+                pass
 
     def _prune_processes(self) -> None:
         """Drop identities whose heartbeat expired from `processes` (Sidekiq's ProcessSet.cleanup)."""
@@ -75,35 +124,34 @@ class Recovery:
 
     def _recover(self, key: str, owner: str, raw: bytes) -> int:
         now = self.clock()
+        payload: dict[str, Any] | None = None
         try:
-            payload: dict[str, Any] | None = decode(raw)
-        except PayloadError:
-            payload = None
-            mode, queue, blob = "dead", "", raw  # not a job: the dead set, unchanged
-        else:
-            count = payload.get("recovery_count", 0)
-            count = (count if isinstance(count, int) else 0) + 1
-            payload["recovery_count"] = count
-            queue = payload.get("queue") if isinstance(payload.get("queue"), str) else "default"
-            if count > self.config.max_recoveries:
-                payload.update(error_class=LIMIT_ERROR, failed_at=now, error_message=(
-                    f"the worker running this job died {count} times (limit {self.config.max_recoveries});"
-                    " the job may be what kills it"))
-                mode = "dead"
-            else:
-                mode = "queue"
-            blob = encode(payload).encode("utf-8")
-        dest = keys.queue(str(queue)) if mode == "queue" else keys.DEAD
-        result = int(self.scripts.recover(keys=[key, keys.process(owner), dest, keys.QUEUES],
-                                          args=[raw, blob, mode, queue, now]))
-        if result == 1 and self.tasks is not None and payload is not None:
-            if mode == "queue":
-                self.tasks.transition(payload, None, "enqueued", "error: its worker process died; recovered")
-            else:
-                self.tasks.transition(payload, None, "error", str(payload["error_message"]),
-                                      error_class=LIMIT_ERROR, error_message=payload["error_message"],
-                                      finished_at=now)
+            payload = decode(raw)
+            outcome, queue = self._outcome(payload, now)
+        except (ValueError, TypeError, RecursionError) as exc:  # not a job: dead, bytes kept
+            payload, queue = None, "default"
+            outcome = invalid(raw, queue, "sidequest.errors.PayloadError", str(exc), now)
+        mode = "queue" if outcome.kind == "put_back" else "dead"
+        dest = keys.queue(queue) if mode == "queue" else keys.DEAD
+        ops = self.lifecycle.ops("recovered", outcome.payload if payload is not None else None, outcome)
+        result = int(self.scripts.recover(
+            keys=[key, keys.process(owner), dest],
+            args=[raw, outcome.blob or b"", mode, now, queue, now - self.config.dead_timeout,
+                  self.config.dead_max_jobs, now, *ops]))
         if result == 1:
-            log.warning("recovered job from dead process %s into %s", owner,
-                        f"queue {queue!r}" if mode == "queue" else "the dead set (recovery limit)")
+            log.warning("recovered a job of dead process %s into %s", owner,
+                        f"queue {queue!r}" if mode == "queue" else "the dead set")
         return max(result, 0)
+
+    def _outcome(self, payload: dict[str, Any], now: float) -> tuple[Outcome, str]:
+        """Back to its queue with one more `recovery_count`, or past the limit, dead."""
+        count = payload.get("recovery_count", 0)
+        count = (count if isinstance(count, int) and not isinstance(count, bool) else 0) + 1
+        payload["recovery_count"] = count
+        queue = payload["queue"] if isinstance(payload.get("queue"), str) and payload["queue"] else "default"
+        if count <= self.config.max_recoveries:
+            return Outcome("put_back", blob=encode(payload), at=now, payload=payload), queue
+        payload.update(error_class=LIMIT_ERROR, failed_at=now, error_message=(
+            f"the worker running this job died {count} times (limit {self.config.max_recoveries});"
+            " the job may be what kills it"))
+        return Outcome("dead", blob=encode(payload), at=now, payload=payload, exhausted=True), queue

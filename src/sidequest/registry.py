@@ -8,22 +8,22 @@ run, whatever the payload says. Nothing is ever imported because a payload named
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
+from typing import Any
 
 from .errors import JobDefinitionError, UnknownJobError
 
-if TYPE_CHECKING:
-    from .job import Job
+# A job class: a `sidequest.Job` subclass (job imports this module, so it is not named here).
+JobClass = type[Any]
 
 
 class Registry:
     """Maps wire names (`class` in the payload) to Job classes."""
 
     def __init__(self) -> None:
-        self._jobs: dict[str, type[Job]] = {}
+        self._jobs: dict[str, JobClass] = {}
         self._lock = threading.Lock()
 
-    def register(self, job_class: type[Job]) -> None:
+    def register(self, job_class: JobClass) -> None:
         name = job_class.name
         with self._lock:
             existing = self._jobs.get(name)
@@ -41,7 +41,7 @@ class Registry:
         with self._lock:
             self._jobs.pop(name, None)
 
-    def get(self, name: str) -> type[Job]:
+    def get(self, name: str) -> JobClass:
         try:
             return self._jobs[name]
         except KeyError:

@@ -3,6 +3,12 @@
 Payload rewriting is done in Python before a script runs (Lua's cjson would reformat floats
 and reorder fields); the scripts only move bytes, and each checks that the job is still where
 it was expected, so two processes racing on the same job cannot both move it.
+
+The scripts that end a job's stay in a processor (SETTLE, RESERVE's acknowledgement, RECOVER)
+also run the commands that features contribute to that point of the job's life (see
+`lifecycle`): after the core's own ARGV come the features' operations, each `name, n, arg1..argn`,
+run by `run_ops` through the `FEATURES` table that the lifecycle's Lua fills. An operation runs
+only when the core move happened, so a feature never records a fate that was not applied.
 """
 
 from __future__ import annotations
@@ -13,32 +19,92 @@ import redis
 
 from . import keys
 
-# KEYS: sidequest:reserved:<identity>, queue:<q>   ARGV: job
-# Put a reserved job back at the head (consuming end) of its queue, unchanged.
-REQUEUE = """
-if redis.call('lrem', KEYS[1], -1, ARGV[1]) > 0 then
-  redis.call('rpush', KEYS[2], ARGV[1])
+# Shared by the scripts below. `settle` applies one outcome to a job a processor holds:
+#   mode 'ack'    remove it (done, dropped)          'retry'  remove it, ZADD dest score blob
+#   mode 'dead'   remove it, ZADD dest, trim dest    'queue'  remove it, RPUSH dest blob (the head)
+#   mode 'taken'  only check it is still held
+# With checked = '1' it first removes `raw` from `reserved` and does nothing at all (returns 0)
+# if it was not there: another process recovered the job meanwhile, and its copy is the live one.
+# Basic fetch keeps no reserved copy and passes checked = '0'.
+_CORE_LIB = """
+local FEATURES = {}
+%(features)s
+local function run_ops(argv, i, point, now)
+  local n = tonumber(argv[i])
+  i = i + 1
+  for _ = 1, n do
+    local name, count = argv[i], tonumber(argv[i + 1])
+    local a = {}
+    for j = 1, count do a[j] = argv[i + 1 + j] end
+    i = i + 2 + count
+    FEATURES[name](point, now, a)
+  end
+  return i
+end
+local function settle(reserved, checked, raw, mode, dest, blob, score, queue, cutoff, cap)
+  if checked == '1' then
+    if mode == 'taken' then
+      if not redis.call('lpos', reserved, raw) then return 0 end
+    elseif redis.call('lrem', reserved, -1, raw) == 0 then
+      return 0
+    end
+  end
+  if mode == 'retry' then
+    redis.call('zadd', dest, score, blob)
+  elseif mode == 'dead' then
+    redis.call('zadd', dest, score, blob)
+    redis.call('zremrangebyscore', dest, '-inf', cutoff)
+    redis.call('zremrangebyrank', dest, 0, -(tonumber(cap) + 1))
+  elseif mode == 'queue' then
+    redis.call('sadd', '%(queues)s', queue)
+    redis.call('rpush', dest, blob)
+  end
   return 1
 end
-return 0
 """
 
-# KEYS: sidequest:reserved:<identity>, <identity>, queue:<q> or dead, queues
-# ARGV: job as reserved, job to write, "queue" | "dead", queue name, score (dead)
-# Recover one job of a dead process: only if that process is still silent, and only once.
+# KEYS: reserved list, destination (retry | dead | queue:<q> | any key for 'ack'/'taken')
+# ARGV: checked, raw, mode, blob, score, queue name, dead cutoff, dead cap, now, point, ops...
+SETTLE = """
+if settle(KEYS[1], ARGV[1], ARGV[2], ARGV[3], KEYS[2], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]) == 0 then
+  return 0
+end
+run_ops(ARGV, 11, ARGV[10], ARGV[9])
+return 1
+"""
+
+# KEYS: queue:<q>... (in fetch order), this processor's reserved list, sidequest:reservations
+# ARGV: previous job to acknowledge or '', now, its 'finished' ops...
+# Acknowledge this processor's previous job (the success whose removal was deferred to this
+# call: one round trip per job on a busy worker), then take the oldest job of the first
+# non-empty queue into the reserved list. Returns {queue key, job} or false.
+RESERVE = """
+local reserved = KEYS[#KEYS - 1]
+if ARGV[1] ~= '' and redis.call('lrem', reserved, -1, ARGV[1]) > 0 then
+  run_ops(ARGV, 3, 'finished', ARGV[2])
+end
+redis.call('sadd', KEYS[#KEYS], reserved)
+for i = 1, #KEYS - 2 do
+  local job = redis.call('rpop', KEYS[i])
+  if job then
+    redis.call('lpush', reserved, job)
+    return {KEYS[i], job}
+  end
+end
+return false
+"""
+
+# KEYS: a dead process's reserved list, its heartbeat hash <identity>, queue:<q> or dead
+# ARGV: job as reserved, job to write, 'queue' | 'dead', score, queue name, cutoff, cap, now, ops...
+# Recover one job of a dead process: only while that process is still silent, and only once.
 RECOVER = """
 if redis.call('exists', KEYS[2]) == 1 then
   return -1
 end
-if redis.call('lrem', KEYS[1], -1, ARGV[1]) == 0 then
+if settle(KEYS[1], '1', ARGV[1], ARGV[3], KEYS[3], ARGV[2], ARGV[4], ARGV[5], ARGV[6], ARGV[7]) == 0 then
   return 0
 end
-if ARGV[3] == 'queue' then
-  redis.call('sadd', KEYS[4], ARGV[4])
-  redis.call('rpush', KEYS[3], ARGV[2])
-else
-  redis.call('zadd', KEYS[3], ARGV[5], ARGV[2])
-end
+run_ops(ARGV, 9, 'recovered', ARGV[8])
 return 1
 """
 
@@ -53,16 +119,23 @@ end
 return 0
 """
 
+# KEYS: sidequest:recovery-lock   ARGV: owner. Release the lock only if we still own it.
+RELEASE_LOCK = """
+if redis.call('get', KEYS[1]) == ARGV[1] then
+  return redis.call('del', KEYS[1])
+end
+return 0
+"""
 
-# The task library, shared by the task scripts and by reserve/ack (which record a task job's
-# working/finished in the same call that takes/acknowledges it). A task's keys (keys.task_keys)
-# are a table K: hash, events hash, order zset, then the status zsets in keys.TASK_STATUSES
-# order; `task_keys(id)` builds the same names from keys' prefix. When a sealed task has every
-# job finished, failed or error, it is marked complete exactly once (scripts run atomically, so
-# only one caller sees this), its callbacks (payloads built at creation, enqueued_at appended
-# now; no cjson, so the JSON stays as the client wrote it) are pushed onto their queues, and
-# every key of the task is set to expire after the retention time.
-_TASK_LIB = """
+
+# The task library (see `tasks`): a task's keys (keys.task_keys) are a table K: hash, events
+# hash, order zset, then the status zsets in keys.TASK_STATUSES order; `task_keys(id)` builds the
+# same names from keys' prefix. When a sealed task has every job finished, failed or error, it
+# is marked complete exactly once (scripts run atomically, so only one caller sees this), its
+# callbacks (payloads built at creation, enqueued_at appended now; no cjson, so the JSON stays as
+# the client wrote it) are pushed onto their queues, and every key of the task is set to expire
+# after the retention time.
+TASK_LIB = """
 local STATUSES = {'enqueued', 'working', 'finished', 'failed', 'error'}
 local function task_keys(id)
   local base = '%(task_prefix)s' .. id
@@ -117,76 +190,45 @@ local function transition(K, jid, new, now, message, fields, retention)
   end
   return {changed, complete_if_done(K, now, retention)}
 end
--- A finished job leaves the reserved list; a task job's event becomes finished with it.
-local function acknowledge(reserved, job, task_id, jid, now, retention)
-  redis.call('lrem', reserved, -1, job)
-  if task_id ~= '' then
-    transition(task_keys(task_id), jid, 'finished', now, 'finished', {finished_at = tonumber(now)}, retention)
-  end
-end
 """ % {"queues": keys.QUEUES, "queue_prefix": keys.QUEUE_PREFIX, "task_prefix": keys.task(""),
        "suffixes": ", ".join(f"'{suffix}'" for suffix in keys.task_key_suffixes())}
 
-# KEYS: the task's keys (keys.task_keys)
-# ARGV: jid, new status ('' keeps it), now, message ('' for none), JSON of fields, retention
-TASK_TRANSITION = _TASK_LIB + """
+# The task feature's lifecycle operation: args task id, jid, status, message, fields JSON, retention.
+TASK_FEATURE = TASK_LIB + """
+FEATURES['task'] = function(point, now, a)
+  transition(task_keys(a[1]), a[2], a[3], now, a[4], cjson.decode(a[5]), tonumber(a[6]))
+end
+"""
+
+# KEYS: the task's keys   ARGV: jid, new status ('' keeps it), now, message, fields JSON, retention
+TASK_TRANSITION = TASK_LIB + """
 return transition(KEYS, ARGV[1], ARGV[2], ARGV[3], ARGV[4], cjson.decode(ARGV[5]), tonumber(ARGV[6]))
 """
 
 # KEYS: the task's keys   ARGV: now, retention. Seal the task (no more jobs); it may complete at once.
-TASK_SEAL = _TASK_LIB + """
+TASK_SEAL = TASK_LIB + """
 redis.call('hset', KEYS[1], 'sealed', '1')
 return complete_if_done(KEYS, ARGV[1], tonumber(ARGV[2]))
 """
 
-# KEYS: sidequest:reserved:<identity>   ARGV: job, task id or '', jid, now, retention
-ACKNOWLEDGE = _TASK_LIB + """
-acknowledge(KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]))
-return 1
-"""
 
-
-# KEYS: queue:<q>... (in fetch order), sidequest:reserved:<identity>
-# ARGV: previous job to acknowledge or '', its task id or '', its jid, now, retention
-# Acknowledge this processor's previous job (if any), then take the oldest job of the first
-# non-empty queue into the reserved list, and if it belongs to a task, mark its event working.
-# Returns {queue key, job, 1 if a task event was marked}. One round trip per job on a busy
-# worker, task bookkeeping included.
-RESERVE = _TASK_LIB + """
-local reserved = KEYS[#KEYS]
-if ARGV[1] ~= '' then acknowledge(reserved, ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])) end
-for i = 1, #KEYS - 1 do
-  local job = redis.call('rpop', KEYS[i])
-  if job then
-    redis.call('lpush', reserved, job)
-    local marked = 0
-    local task_id = string.match(job, '"task_id":"(%x+)"')
-    if task_id then
-      local jid = string.match(job, '"jid":"(%x+)"')
-      if jid then
-        transition(task_keys(task_id), jid, 'working', ARGV[4], 'working',
-                   {started_at = tonumber(ARGV[4])}, tonumber(ARGV[5]))
-        marked = 1
-      end
-    end
-    return {KEYS[i], job, marked}
-  end
-end
-return false
-"""
+def core_lib(features_lua: str) -> str:
+    return _CORE_LIB % {"features": features_lua, "queues": keys.QUEUES}
 
 
 class Scripts:
-    """The scripts registered on one Redis client (EVALSHA, loading them again when flushed)."""
+    """The core scripts registered on one Redis client (EVALSHA, loading them again when flushed).
 
-    def __init__(self, client: redis.Redis) -> None:
-        self.reserve = client.register_script(RESERVE)
-        self.requeue = client.register_script(REQUEUE)
-        self.recover = client.register_script(RECOVER)
+    `features_lua` is the lifecycle's Lua (`Lifecycle.lua`): the functions its operations call.
+    """
+
+    def __init__(self, client: redis.Redis, features_lua: str = "") -> None:
+        lib = core_lib(features_lua)
+        self.settle = client.register_script(lib + SETTLE)
+        self.reserve = client.register_script(lib + RESERVE)
+        self.recover = client.register_script(lib + RECOVER)
         self.enqueue_due = client.register_script(ENQUEUE_DUE)
-        self.task_transition = client.register_script(TASK_TRANSITION)
-        self.task_seal = client.register_script(TASK_SEAL)
-        self.acknowledge = client.register_script(ACKNOWLEDGE)
+        self.release_lock = client.register_script(RELEASE_LOCK)
 
     @staticmethod
     def call(script: Any, keys: list[str], args: list[Any], client: Any = None) -> Any:

@@ -1,12 +1,17 @@
-"""The multi-process supervisor: `sidequest worker --processes N`.
+"""The multi-process supervisor: `sidequest worker --processes N` (N >= 1).
 
 The supervisor runs no jobs and holds no Redis connection. It starts N worker processes (each
 a full `sidequest worker` with its own threads and identity), restarts any that exits without
 being asked to, with a back-off per slot so a crash loop does not spin (0.25 s doubling to
 30 s, reset once a child has lived 10 s; a child that exits 0 recycled itself on purpose and
-is replaced at once), forwards TSTP and TTIN to every child, and on
-INT/TERM sends TERM to all and waits for them (each has its own shutdown deadline), killing
-stragglers after `timeout + 10` seconds.
+is replaced at once), forwards TSTP and TTIN to every child, and on INT/TERM sends TERM to all
+and waits for them (each has its own shutdown deadline; a second INT/TERM is forwarded too,
+and makes them stop now), killing stragglers after `timeout + 10` seconds.
+
+A child that cannot start (an import error, Redis refused) writes its one-line reason to a
+file the supervisor gave it and exits non-zero. When children fail at start
+`START_FAILURES` times in a row, restarting cannot help: the supervisor stops and exits 1
+with the last reason.
 
 Children are fresh interpreters started with the supervisor's own arguments, not forks: the
 job code is imported cleanly in each, and nothing is inherited from a process with threads.
@@ -19,13 +24,18 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
+
+from .signals import SignalPipe
 
 log = logging.getLogger(__name__)
 
 BACKOFF_START, BACKOFF_MAX, HEALTHY_AFTER = 0.25, 30.0, 10.0
+START_FAILURES = 5
 
 
 @dataclass
@@ -36,6 +46,7 @@ class Slot:
     delay: float = 0.0
     restart_at: float | None = None
     restarts: int = field(default=0)
+    error_file: Path | None = None
 
 
 def child_arguments(argv: list[str]) -> list[str]:
@@ -55,6 +66,13 @@ def child_arguments(argv: list[str]) -> list[str]:
     return [*out, "--swarm-child"]
 
 
+def read_error(path: Path | None) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace").strip() if path else ""
+    except OSError:
+        return ""
+
+
 class Swarm:
     def __init__(self, count: int, child_args: list[str], timeout: float, env: dict[str, str] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -64,9 +82,21 @@ class Swarm:
         self.timeout = timeout
         self.clock = clock
         self.stopping = False
+        self.start_failures = 0  # children in a row that exited before they could start
+        self.last_error = ""
+        self._errors = tempfile.TemporaryDirectory(prefix="sidequest-swarm-")
+        for slot in self.slots:
+            slot.error_file = Path(self._errors.name) / f"child-{slot.index}.err"
+
+    @property
+    def failing(self) -> bool:
+        """Children keep failing at start: restarting them cannot help."""
+        return self.start_failures >= START_FAILURES
 
     def _spawn(self, slot: Slot) -> None:
-        slot.proc = subprocess.Popen(self.command, env=self.env)
+        assert slot.error_file is not None
+        slot.error_file.write_text("")
+        slot.proc = subprocess.Popen([*self.command, "--swarm-error-file", str(slot.error_file)], env=self.env)
         slot.started = self.clock()
         slot.restart_at = None
         log.info("started worker process %d (pid %d)", slot.index, slot.proc.pid)
@@ -84,6 +114,12 @@ class Swarm:
                 if code is None:
                     continue
                 lived = now - slot.started
+                error = read_error(slot.error_file)
+                if code != 0 and error:
+                    self.start_failures += 1
+                    self.last_error = error
+                elif code == 0 or lived >= HEALTHY_AFTER:
+                    self.start_failures = 0
                 if code == 0:  # a planned recycle (--max-jobs, --max-memory, a stuck job): at once
                     slot.delay = 0.0
                 elif lived >= HEALTHY_AFTER:
@@ -94,7 +130,7 @@ class Swarm:
                 slot.restarts += 1
                 log.warning("worker process %d (pid %d) exited with code %s after %.1f s; restarting in %.2f s",
                             slot.index, slot.proc.pid, code, lived, slot.delay)
-            if slot.restart_at is not None and now >= slot.restart_at and not self.stopping:
+            if slot.restart_at is not None and now >= slot.restart_at and not self.stopping and not self.failing:
                 self._spawn(slot)
 
     def forward(self, sig: int) -> None:
@@ -102,40 +138,52 @@ class Swarm:
             if slot.proc is not None and slot.proc.poll() is None:
                 slot.proc.send_signal(sig)
 
-    def stop(self) -> int:
-        """TERM every child, wait for all, kill any past the deadline. Returns the exit code."""
+    def begin_stop(self) -> None:
+        """TERM every child (again: a second TERM makes them stop now)."""
         self.stopping = True
         self.forward(signal.SIGTERM)
-        deadline = self.clock() + self.timeout + 10.0
-        for slot in self.slots:
-            if slot.proc is None:
-                continue
-            try:
-                slot.proc.wait(max(deadline - self.clock(), 0.1))
-            except subprocess.TimeoutExpired:
-                log.error("worker process %d (pid %d) did not stop in time; killing it", slot.index, slot.proc.pid)
-                slot.proc.kill()
-                slot.proc.wait()
+
+    def wait_stopped(self, deadline: float) -> bool:
+        """Reap children; kill those still running at `deadline`. True once all are gone."""
+        running = [s for s in self.slots if s.proc is not None and s.proc.poll() is None]
+        if running and self.clock() < deadline:
+            return False
+        for slot in running:
+            assert slot.proc is not None
+            log.error("worker process %d (pid %d) did not stop in time; killing it", slot.index, slot.proc.pid)
+            slot.proc.kill()
+            slot.proc.wait()
+        self._errors.cleanup()
         log.info("all worker processes stopped")
-        return 0
+        return True
 
     def pids(self) -> list[int]:
         return [s.proc.pid for s in self.slots if s.proc is not None and s.proc.poll() is None]
 
 
 def run_swarm(count: int, argv: list[str], timeout: float, redis_url: str) -> int:
-    """Main loop of the supervisor; signals arrive through the CLI's self-pipe."""
-    from .cli import SignalPipe
-
+    """Main loop of the supervisor; signals arrive through the self-pipe."""
     # Children use the Redis the supervisor resolved (the embedded one, say), not each their own.
     swarm = Swarm(count, child_arguments(argv), timeout, env={**os.environ, "REDIS_URL": redis_url})
-    pipe = SignalPipe([signal.SIGINT, signal.SIGTERM, signal.SIGTSTP, signal.SIGTTIN])
-    log.info("supervisor %d starting %d worker processes", os.getpid(), count)
+    pipe = SignalPipe()
+    log.info("supervisor %d starting %d worker process(es)", os.getpid(), count)
     swarm.start()
-    while True:
-        for sig in pipe.wait(0.2):
-            if sig in (signal.SIGINT, signal.SIGTERM):
-                log.info("%s received: stopping all worker processes", signal.Signals(sig).name)
-                return swarm.stop()
-            swarm.forward(sig)
+    deadline: float | None = None
+    code = 0
+    while deadline is None or not swarm.wait_stopped(deadline):
+        for action in pipe.wait(0.2):
+            if action == "stop":
+                log.info("stopping all worker processes" if deadline is None else "stopping them now")
+                swarm.begin_stop()
+                deadline = deadline or swarm.clock() + timeout + 10.0
+            elif action == "quiet":
+                swarm.forward(signal.SIGTSTP)
+            elif action == "dump":
+                swarm.forward(signal.SIGTTIN)
         swarm.tend()
+        if swarm.failing and deadline is None:
+            log.error("worker processes failed at start %d times in a row; giving up. Last error: %s",
+                      swarm.start_failures, swarm.last_error)
+            swarm.begin_stop()
+            deadline, code = swarm.clock() + timeout + 10.0, 1
+    return code

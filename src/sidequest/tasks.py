@@ -8,18 +8,18 @@
 
 Each job of a task carries `task_id` in its payload and has an event record: `status` (enqueued,
 working, finished, failed, error), `params`, timestamped `messages`, start and finish times,
-and the error's class and message. The worker keeps them current (fetch, processor, the
-retrier and recovery): working when a job is taken; finished when it returns; failed when it
-raises `JobFailed` (a business failure, never retried); back to enqueued with an "error ...
-waiting for retry" message when a retry is scheduled, or when shutdown or recovery puts it back;
-error when no retry is left. Every change is one Lua call that moves the counters and the
-status index together and, for the change that completes a sealed task, enqueues its
-callbacks, so counts never drift and `on_complete`/`on_success` are enqueued exactly once.
+and the error's class and message. The worker keeps them current through `TaskFeature`, a
+feature of the job lifecycle (see `lifecycle`): working when a job is taken; finished when it
+returns; failed when it raises `JobFailed` (a business failure, never retried); back to
+enqueued with an "error ... waiting for retry" message when a retry is scheduled, or when
+shutdown or recovery puts it back; error when no retry is left. Every change runs inside the
+atomic call that moves the job, and moves the counters and the status index together; the
+change that completes a sealed task enqueues its callbacks, so counts never drift and
+`on_complete`/`on_success` are enqueued exactly once.
 
-The seed did this in server middleware; sidequest does it in the fetch and acknowledgement
-scripts instead, so "working" is recorded in the same atomic call that takes the job and
-"finished" in the one that acknowledges it: no extra round trips per job, and no window in
-which a job is taken but its event still says enqueued.
+The seed did this in server middleware (four round trips per job); here "finished" rides on the
+processor's next fetch and the failures on the call that files them, so a task job costs one
+extra round trip (its "working" record) over a plain job.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import json
 import secrets
 import time
 from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager
 from typing import Any
 
 import redis
@@ -37,8 +38,10 @@ import redis
 from . import keys
 from .client import Client, default_client
 from .job import JobSetter
+from .errors import JobFailed
+from .outcome import Outcome, error_class_name
 from .payload import encode
-from .scripts import Scripts
+from .scripts import TASK_FEATURE, TASK_SEAL, TASK_TRANSITION
 
 RETENTION = 7 * 24 * 3600.0
 FINAL = ("finished", "failed", "error")
@@ -126,7 +129,8 @@ class Task:
 
     def seal(self) -> None:
         """No more jobs will be added; the task completes when every job has reached an end."""
-        Scripts(self.redis).task_seal(keys=keys.task_keys(self.id), args=[self.client.clock(), int(self.retention)])
+        seal = self.redis.register_script(TASK_SEAL)
+        seal(keys=keys.task_keys(self.id), args=[self.client.clock(), int(self.retention)])
 
     # -- reading ---------------------------------------------------------------------------
     @classmethod
@@ -176,38 +180,89 @@ def _event(data: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-# -- recording (used by the worker) ------------------------------------------------------------
+# -- recording: the tasks feature of the job lifecycle ------------------------------------------
 class TaskRecorder:
-    """Writes event changes; each is one atomic script call, alone or inside a caller's MULTI."""
+    """Writes event changes outside a job's lifecycle calls (`task_message` from inside a job)."""
 
-    def __init__(self, client: redis.Redis, retention: float = RETENTION,
-                 clock: Any = time.time) -> None:
+    def __init__(self, client: redis.Redis, retention: float = RETENTION, clock: Any = time.time) -> None:
         self.redis = client
-        self.scripts = Scripts(client)
+        self.script = client.register_script(TASK_TRANSITION)
         self.retention = retention
         self.clock = clock
 
-    def transition(self, payload_or_task: Any, jid: str | None, status: str, message: str = "",
-                   pipe: Any = None, **fields: Any) -> None:
-        """Move the event of `jid` to `status` ('' keeps it) and append `message`.
+    def transition(self, task_id: str, jid: str, status: str, message: str = "", **fields: Any) -> None:
+        """Move the event of `jid` to `status` ('' keeps it) and append `message`."""
+        self.script(keys=keys.task_keys(task_id),
+                    args=[jid, status, self.clock(), message, json.dumps(fields), int(self.retention)])
 
-        The first argument is a task id, or a payload (then a payload without `task_id` is
-        ignored, so callers need not check).
-        """
-        if isinstance(payload_or_task, dict):
-            task_id, jid = payload_or_task.get("task_id"), payload_or_task.get("jid")
-            if not isinstance(task_id, str) or not isinstance(jid, str):
-                return
-        else:
-            task_id = payload_or_task
-        self.scripts.task_transition(
-            keys=keys.task_keys(task_id),
-            args=[jid, status, self.clock(), message, json.dumps(fields), int(self.retention)],
-            client=pipe if pipe is not None else self.redis)
+
+class TaskFeature:
+    """Keeps each task job's event current at every point of its life (see `lifecycle`).
+
+    The operation runs in the same atomic call that moves the job, with the task id and jid
+    read from the decoded payload, so a job's event can never disagree with where the job is.
+    """
+
+    name = "task"
+    lua = TASK_FEATURE
+
+    def __init__(self, recorder: TaskRecorder) -> None:
+        self.recorder = recorder
+
+    def ops(self, point: str, payload: dict[str, Any], outcome: Outcome | None) -> list[Any] | None:
+        task_id, jid = payload.get("task_id"), payload.get("jid")
+        if not isinstance(task_id, str) or not isinstance(jid, str):
+            return None
+        now = self.recorder.clock()
+        change = _event_change(point, payload, outcome, now)
+        if change is None:
+            return None
+        status, message, fields = change
+        return [task_id, jid, status, message, json.dumps(fields), int(self.recorder.retention)]
+
+    def running(self, payload: dict[str, Any]) -> AbstractContextManager[None] | None:
+        task_id, jid = payload.get("task_id"), payload.get("jid")
+        if not isinstance(task_id, str) or not isinstance(jid, str):
+            return None
+        return _running(self.recorder, task_id, jid)
+
+
+def _event_change(point: str, payload: dict[str, Any], outcome: Outcome | None,
+                  now: float) -> tuple[str, str, dict[str, Any]] | None:
+    """(status, message, fields) of a task job's event at a point of its life."""
+    exc = outcome.error if outcome is not None else None
+    error: dict[str, Any] = {}
+    if exc is not None:
+        error = {"error_class": error_class_name(exc), "error_message": str(exc)[:10_000]}
+    described = f"{error_class_name(exc)}: {exc}" if exc is not None else ""
+    if point == "taken":
+        return "working", "working", {"started_at": now}
+    if point == "finished":
+        return "finished", "finished", {"finished_at": now}
+    if point == "retried" and outcome is not None and outcome.at is not None:
+        return "enqueued", (f"error: {described}; waiting for retry {payload.get('retry_count', 0) + 1} "
+                            f"in {outcome.at - now:.0f} s"), error
+    if point == "dropped":
+        if isinstance(exc, JobFailed):
+            return "failed", f"failed: {exc}", {**error, "finished_at": now}
+        return "error", f"error: {described}", {**error, "finished_at": now}
+    if point == "dead":
+        reason = f"{described}; no retries left" if exc is not None else (outcome.reason if outcome else "")
+        fields = error or {"error_class": payload.get("error_class"), "error_message": payload.get("error_message")}
+        return "error", f"error: {reason}", {**fields, "finished_at": now}
+    if point == "put_back":
+        return "enqueued", "error: interrupted by shutdown; requeued", {}
+    if point == "recovered":
+        if outcome is not None and outcome.kind == "dead":
+            message = str(payload.get("error_message", ""))
+            return "error", message, {"error_class": payload.get("error_class"), "error_message": message,
+                                      "finished_at": now}
+        return "enqueued", "error: its worker process died; recovered", {}
+    return None
 
 
 @contextlib.contextmanager
-def running(recorder: TaskRecorder, task_id: str, jid: str) -> Iterator[None]:
+def _running(recorder: TaskRecorder, task_id: str, jid: str) -> Iterator[None]:
     """While a task job runs: what `task_message` writes to."""
     token = _current.set((recorder, task_id, jid))
     try:

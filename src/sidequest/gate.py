@@ -1,0 +1,69 @@
+"""Poison-pill isolation: a recovered job runs alone in its process.
+
+A job whose process died while running it (`recovery_count` in its payload, set by recovery)
+may be what killed the process. If it ran next to other jobs and killed the process again,
+they would be recovered with it, counted with it, and could reach the recovery limit with it.
+So such a job runs only when nothing else runs in this process: processors pass the gate
+before each fetch; a processor holding a recovered job closes the gate (no more fetches),
+waits until every other processor has finished its job and settled it, and runs the job alone.
+If it kills the process, it is the only job the process held, so only it is counted again.
+
+At most one processor isolates at a time; another that fetches a recovered job meanwhile puts
+it back and waits at the gate (the job is fetched again once the gate opens).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+
+class Gate:
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._active = 0  # processors past the gate (fetching or holding a job)
+        self._owner: int | None = None  # the processor that isolates, while it does
+
+    def enter(self, before_waiting: Callable[[], None], timeout: float) -> bool:
+        """Pass the gate before a fetch. When it is closed, call `before_waiting` (settle what
+        the caller still holds) and wait up to `timeout`; False if it stayed closed."""
+        with self._cond:
+            if self._owner is None:
+                self._active += 1
+                return True
+        before_waiting()
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._owner is None, timeout):
+                return False
+            self._active += 1
+            return True
+
+    def leave(self) -> None:
+        with self._cond:
+            self._active -= 1
+            self._cond.notify_all()
+
+    @property
+    def closed(self) -> bool:
+        return self._owner is not None
+
+    def isolate(self, who: int, give_up: Callable[[], bool], poll: float = 0.2) -> bool:
+        """Close the gate and wait until `who` is the only processor past it. False (gate left
+        as it was) if another processor isolates already, or `give_up()` turns true first."""
+        with self._cond:
+            if self._owner is not None and self._owner != who:
+                return False
+            self._owner = who
+            while self._active > 1:
+                if give_up():
+                    self._owner = None
+                    self._cond.notify_all()
+                    return False
+                self._cond.wait(poll)
+            return True
+
+    def release(self, who: int) -> None:
+        with self._cond:
+            if self._owner == who:
+                self._owner = None
+                self._cond.notify_all()

@@ -1,0 +1,79 @@
+"""The points of a job's life, and the seam features plug into.
+
+    taken      a processor decoded the job and is about to run it
+    finished   it returned (applied with the processor's next fetch, see fetch)
+    retried    it failed and waits in `retry`
+    dead       it failed for the last time, or could not be decoded, and is in `dead`
+    dropped    it ended without a trace in Redis (retry=False, dead=False, a business failure)
+    put_back   shutdown put it back at the head of its queue, unchanged
+    recovered  its process died; another process put it back (or, past the limit, in `dead`)
+
+A feature (tasks today; metrics, unique jobs and limiters next) contributes Lua functions to the
+scripts that apply these points (`lua`), and for each job and point the operations to run
+there (`ops`), with their values taken from the decoded payload in Python and passed as script
+arguments. The operations run inside the same atomic call that moves the job, and only if the
+move happened. The core (fetch, processor, manager, retry, recovery) calls `Lifecycle.ops` and
+never names a feature.
+
+A feature may also wrap the run of a job (`running`), e.g. to let the job report progress.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
+
+from .outcome import Outcome
+
+POINTS = ("taken", "finished", "retried", "dead", "dropped", "put_back", "recovered")
+
+Op = tuple[str, list[Any]]  # (feature's Lua name, its arguments)
+
+
+class Feature(Protocol):
+    """What a feature gives the lifecycle."""
+
+    name: str  # the key of its function in the scripts' FEATURES table
+    lua: str  # Lua defining FEATURES[name] = function(point, now, args) ... end
+
+    def ops(self, point: str, payload: dict[str, Any], outcome: Outcome | None) -> list[Any] | None:
+        """The arguments of this feature's operation for `payload` at `point`, or None."""
+        ...
+
+    def running(self, payload: dict[str, Any]) -> AbstractContextManager[None] | None:
+        """A context entered while the job runs, or None."""
+        ...
+
+
+class Lifecycle:
+    def __init__(self, features: Sequence[Feature] = ()) -> None:
+        self.features = list(features)
+        self.lua = "\n".join(f.lua for f in self.features)
+
+    def ops(self, point: str, payload: dict[str, Any] | None, outcome: Outcome | None = None) -> list[Any]:
+        """The script arguments for every feature's operation at `point`: `n, (name, k, args...)*`."""
+        if payload is None or not self.features:
+            return [0]
+        flat: list[Any] = []
+        count = 0
+        for feature in self.features:
+            args = feature.ops(point, payload, outcome)
+            if args is not None:
+                flat += [feature.name, len(args), *args]
+                count += 1
+        return [count, *flat]
+
+    @contextlib.contextmanager
+    def running(self, payload: dict[str, Any]) -> Iterator[None]:
+        with contextlib.ExitStack() as stack:
+            for feature in self.features:
+                context = feature.running(payload)
+                if context is not None:
+                    stack.enter_context(context)
+            yield
+
+
+def has_ops(ops: list[Any]) -> bool:
+    return bool(ops) and ops[0] != 0
