@@ -221,3 +221,15 @@ def _setup(worker):
 def hooked_echo(fail=False):
     if fail:
         raise LookupError("to the dead set")
+
+
+@sidequest.job(name="FailsInPid", retry=3)
+def fails_in_pid(n, gate, pid_key):
+    """Waits for `gate`, then raises only in the process whose pid the test stored at `pid_key`."""
+    record("fip-start", n, os.getpid())
+    while not _r().exists(gate):
+        time.sleep(0.01)
+    if int(_r().get(pid_key) or 0) == os.getpid():
+        record("fip-fail", n, os.getpid())
+        raise RuntimeError(f"failing in {os.getpid()}")
+    record("fip-done", n, os.getpid())

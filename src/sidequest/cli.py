@@ -186,7 +186,10 @@ def run_worker(config: Config, swarm_child: bool = False, error_file: str | None
             require(module)
     except SidequestError as exc:
         return cannot_start(str(exc))
-    except Exception as exc:
+    except ModuleNotFoundError as exc:  # the module itself is missing: one line, with the fix
+        return cannot_start(f"cannot import required module: {exc}; check the -r name and that its "
+                            "folder is the current directory or on PYTHONPATH")
+    except Exception as exc:  # the module raised while importing: its traceback helps
         return cannot_start(f"cannot import required module: {type(exc).__name__}: {exc}", exc)
     try:
         url = resolve_url(config)

@@ -58,26 +58,33 @@ class Pool(Protocol):
 
 
 class RedisOutage:
-    """Logs an outage once when it starts and once when it ends, however many threads see it."""
+    """Logs an outage once when it starts and once when it ends, however many threads see it.
+
+    It ends only with a success of a call that began after the last failure: a blocking fetch
+    that started before the outage and returns empty-handed proves nothing.
+    """
 
     def __init__(self) -> None:
         self._since: float | None = None
+        self._last_failure = 0.0
         self._failures = 0
         self._lock = threading.Lock()
 
     def down(self, exc: BaseException) -> None:
         with self._lock:
             self._failures += 1
+            self._last_failure = time.monotonic()
             if self._since is None:
-                self._since = time.monotonic()
+                self._since = self._last_failure
                 log.error("Redis is unavailable (%s: %s); retrying with back-off until it answers",
                           type(exc).__name__, exc)
 
-    def up(self) -> None:
+    def up(self, began: float) -> None:
+        """A call that began at `began` (monotonic) succeeded."""
         if self._since is None:
             return
         with self._lock:
-            if self._since is not None:
+            if self._since is not None and began > self._last_failure:
                 log.warning("Redis answers again after %.1f s (%d failed calls meanwhile)",
                             time.monotonic() - self._since, self._failures)
                 self._since, self._failures = None, 0
@@ -143,6 +150,7 @@ class Processor:
             self.pool.processor_stopped(self)
 
     def _fetch(self) -> UnitOfWork | None:
+        began = time.monotonic()
         try:
             unit = self.fetch.retrieve_work()
         except REDIS_ERRORS as exc:
@@ -153,7 +161,7 @@ class Processor:
             self._delay = min(self._delay * 2, BACKOFF_MAX)
             return None
         self._delay = BACKOFF_START
-        self.rt.outage.up()
+        self.rt.outage.up(began)
         return unit
 
     def process(self, unit: UnitOfWork) -> None:

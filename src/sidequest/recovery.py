@@ -66,7 +66,7 @@ class Recovery:
                 self.run()
             except (redis.RedisError, OSError) as exc:
                 if not failing:
-                    log.warning("orphan recovery failed (%s); trying again every %.0f s", exc,
+                    log.warning("orphan recovery failed (%s); trying again every %g s", exc,
                                 self.config.recovery_interval)
                 failing = True
             except Exception:  # thread boundary: keep recovering

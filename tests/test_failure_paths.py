@@ -1,0 +1,222 @@
+"""Failure paths through real worker processes and a real Redis, with counts (issue: failure paths).
+
+Nothing outside a job's own code may loop, fork a job, or take an innocent job down: bad
+payloads go to dead once while the jobs behind them run; Redis errors of any kind are outages
+logged once; a stale process cannot file a failure for a job another process recovered; a job
+that kills its process reaches dead alone; control is by method calls and a second TERM means now.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import time
+
+import pytest
+
+from conftest import RedisServer, wait_until
+from helpers import ran, reserved, zset_items
+from sidequest import Client, Config
+from sidequest.embedded import server_binary
+from test_reliability import done_set, no_reserved_left, procs, wait_children  # noqa: F401 (fixture)
+
+from jobs_for_tests import blocker, exit_hard, fails_in_pid, work
+
+
+def log_lines(text: str) -> list[str]:
+    """Log records (continuation lines of a traceback or stack dump excluded)."""
+    return [line for line in text.splitlines() if " pid=" in line]
+
+
+# -- bad payloads -----------------------------------------------------------------------------------
+
+def test_bad_payloads_go_to_dead_once_and_every_job_behind_them_runs(procs, r, client):
+    deep = b'{"class":"Work","args":' + b"[" * 100_000 + b"]" * 100_000 + b',"jid":"deep"}'
+    nan = b'{"class":"Work","args":[1,NaN],"jid":"nan","retry":true}'
+    huge = b'{"class":"Work","args":[1e400],"jid":"huge"}'
+    r.lpush("queue:default", deep, nan, huge)
+    client.push_bulk(work, [[n] for n in range(20)])
+    w = procs("-c", "2")
+    w.wait_registered(r)
+    wait_until(lambda: done_set(r) == set(range(20)), 15, 0.05, "the 20 good jobs behind the bad ones")
+    wait_until(lambda: r.zcard("dead") == 3, 5, 0.05, "the three bad payloads in dead")
+    dead = [entry for entry, _ in zset_items(r, "dead")]
+    assert sorted(d["args"][0].encode() for d in dead) == sorted([deep, nan, huge])  # bytes kept as they were
+    assert {d["error_class"] for d in dead} == {"sidequest.errors.PayloadError"}
+    assert not any(n == 1 for n, _ in ran(r, "work-start")) or done_set(r) == set(range(20))
+    assert r.zcard("retry") == 0 and r.llen("queue:default") == 0
+    time.sleep(0.5)  # nothing keeps happening afterwards: no respawns, no repeats
+    assert r.zcard("dead") == 3 and len(ran(r, "work-start")) == 20
+    assert w.stop() == 0
+    out = w.output()
+    assert "Traceback" not in out and out.count("is not a job") == 3 and "died" not in out
+
+
+# -- Redis errors that are not connection errors ------------------------------------------------------
+
+@pytest.fixture
+def own_redis():
+    """A private server, for tests that misconfigure Redis on purpose."""
+    servers = []
+
+    def start(*extra: str) -> RedisServer:
+        server = RedisServer(server_binary(), list(extra))
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+def test_a_redis_out_of_memory_is_an_outage_logged_once_not_a_loop(procs, own_redis):
+    server = own_redis()
+    url = server.url(0)
+    r = Client(Config(redis_url=url)).redis
+    w = procs("-c", "10", url=url)
+    w.wait_registered(r)
+    before = len(log_lines(w.output()))
+    r.config_set("maxmemory", "1")  # with noeviction, every write is refused with OOM
+    try:
+        wait_until(lambda: "OOM" in w.output(), 5, 0.05, "the outage to be noticed")
+        time.sleep(2.0)  # a 2 s outage
+        during = log_lines(w.output())[before:]
+    finally:
+        r.config_set("maxmemory", "0")
+    assert len(during) < 20, "\n".join(during)
+    assert sum("Redis is unavailable" in line for line in during) == 1
+    assert w.proc.poll() is None and "died" not in w.output()
+    client = Client(Config(redis_url=url))
+    client.push_bulk(work, [[n] for n in range(5)])
+    wait_until(lambda: done_set(r) == set(range(5)), 10, 0.05, "jobs after the outage")
+    assert w.stop() == 0
+    assert "Redis answers again" in w.output()
+
+
+def test_a_redis_without_a_command_we_need_is_an_outage_not_a_loop(procs, own_redis):
+    """BLMOVE missing (an old or locked-down Redis): idle fetches fail, logged once, no spin."""
+    server = own_redis("--rename-command", "BLMOVE", "")
+    url = server.url(0)
+    r = Client(Config(redis_url=url)).redis
+    w = procs("-c", "10", url=url)
+    w.wait_registered(r)
+    wait_until(lambda: "Redis is unavailable" in w.output(), 5, 0.05, "the unknown command to be noticed")
+    time.sleep(2.0)
+    lines = log_lines(w.output())
+    assert len(lines) < 20, "\n".join(lines)
+    assert w.stop() == 0
+
+
+def test_a_processor_that_keeps_dying_is_replaced_only_after_a_growing_back_off(config, monkeypatch,
+                                                                                 redis_url, caplog):
+    from sidequest.fetch import BasicFetch
+    from sidequest.launcher import Launcher
+    from sidequest.scripts import Scripts
+
+    monkeypatch.setenv("SQ_TEST_REDIS_URL", redis_url)
+
+    class Broken(BasicFetch):
+        def retrieve_work(self):
+            raise RuntimeError("always broken")
+
+    launcher = Launcher(config.replace(concurrency=1, fetch="basic"))
+    launcher.manager.make_fetch = lambda slot: Broken(launcher.config, launcher.redis, Scripts(launcher.redis))
+    launcher.run()
+    try:
+        time.sleep(3.0)
+    finally:
+        launcher.stop()
+    deaths = caplog.text.count("died (RuntimeError: always broken)")
+    assert 2 <= deaths <= 4, caplog.text  # 0.5 s, 1 s, 2 s apart: not hundreds a second
+
+
+# -- a stale process cannot fork a job ------------------------------------------------------------------
+
+def test_a_failure_filed_after_recovery_leaves_exactly_one_live_copy(procs, r, client):
+    gate, pid_key = "gate:fork", "test:fail-pid"
+    a = procs("-c", "1")
+    ident_a = a.wait_registered(r)
+    jid = client.push(fails_in_pid, [7, gate, pid_key])
+    wait_until(lambda: ran(r, "fip-start"), 10, 0.05, "the job to start on a")
+    r.set(pid_key, a.pid)  # a's copy will fail; any other copy succeeds
+    a.signal(signal.SIGSTOP)
+    b = procs("-c", "1")
+    b.wait_registered(r)
+    wait_until(lambda: not r.exists(ident_a), 10, 0.05, "a's heartbeat to expire")
+    wait_until(lambda: [n for n, pid in ran(r, "fip-start") if pid == b.pid], 10, 0.05,
+               "b to run the recovered job")
+    a.signal(signal.SIGCONT)
+    wait_until(lambda: r.exists(ident_a), 5, 0.05, "a to beat again")
+    r.set(gate, 1)  # both copies go on: a's fails, b's succeeds
+    wait_until(lambda: ran(r, "fip-fail") and ran(r, "fip-done"), 10, 0.05, "both copies to end")
+    wait_until(lambda: "was not written" in a.output(), 5, 0.05, "a to discard its stale outcome")
+    wait_until(lambda: no_reserved_left(r), 5, 0.05, "no copy left reserved")
+    # exactly one live copy, which succeeded: nothing in retry, dead or any queue
+    assert r.zcard("retry") == 0 and r.zcard("dead") == 0 and r.llen("queue:default") == 0
+    assert ran(r, "fip-done") == [[7, b.pid]] and ran(r, "fip-fail") == [[7, a.pid]]
+    assert jid in a.output() and stop_codes(a, b) == [0, 0]
+
+
+def stop_codes(*workers) -> list[int]:
+    return [w.stop() for w in workers]
+
+
+# -- poison pills -----------------------------------------------------------------------------------
+
+def test_a_poison_pill_reaches_dead_alone_and_its_neighbours_all_complete(procs, r, client):
+    sup = procs("--processes", "1", "-c", "10", "--max-recoveries", "2", "-t", "3",
+                "--heartbeat-interval", "0.25", "--heartbeat-ttl", "1")
+    wait_children(r, sup, 1)
+    client.push_bulk(work, [[n, 0.3] for n in range(25)])
+    pill = client.push(exit_hard)
+    client.push_bulk(work, [[n, 0.3] for n in range(25, 49)])
+    wait_until(lambda: r.zcard("dead") == 1, 40, 0.1, "the pill in the dead set")
+    wait_until(lambda: done_set(r) == set(range(49)), 30, 0.1, "the 49 other jobs")
+    [(entry, _)] = zset_items(r, "dead")
+    assert entry["jid"] == pill and entry["error_class"] == "sidequest.RecoveryLimitExceeded"
+    assert entry["recovery_count"] == 3
+    wait_until(lambda: no_reserved_left(r), 10, 0.1, "no job left reserved")
+    assert r.llen("queue:default") == 0 and r.zcard("retry") == 0
+    assert sup.stop() == 0
+    out = sup.output()
+    assert out.count("exited with code 3") == 3, out
+    assert "running it alone" in out
+
+
+# -- control ----------------------------------------------------------------------------------------
+
+def test_a_second_term_stops_at_once_and_puts_the_running_job_back(procs, r, client):
+    client.push(blocker, ["never:opened"])
+    original = r.lrange("queue:default", 0, -1)
+    w = procs("-c", "2", "-t", "30")
+    w.wait_registered(r)
+    wait_until(lambda: ran(r, "blocker-start"), 10, 0.05, "the job to run")
+    began = time.monotonic()
+    w.signal(signal.SIGTERM)
+    wait_until(lambda: "waiting up to" in w.output(), 5, 0.05, "the graceful stop to begin")
+    w.signal(signal.SIGTERM)
+    assert w.proc.wait(10) == 0, w.output()
+    assert time.monotonic() - began < 8  # not the 30 s timeout
+    assert r.lrange("queue:default", 0, -1) == original and not reserved(r)
+    assert "stopping now" in w.output()
+
+
+def test_processes_1_runs_a_supervisor_that_restarts_its_child(procs, r):
+    sup = procs("--processes", "1", "-c", "2")
+    [first] = wait_children(r, sup, 1).values()
+    assert first != sup.pid
+    import os
+    os.kill(first, signal.SIGKILL)
+    wait_until(lambda: [p for p in wait_children(r, sup, 1).values() if p != first], 20, 0.1,
+               "a new child")
+    assert sup.stop() == 0
+
+
+def test_a_supervisor_whose_children_cannot_start_exits_with_their_error(procs, r):
+    sup = procs("--processes", "2", "-r", "no_such_module_for_the_supervisor")
+    code = sup.proc.wait(60)
+    out = sup.output()
+    assert code == 1, out
+    assert re.search(r"failed at start \d+ times in a row; giving up", out), out
+    assert "No module named 'no_such_module_for_the_supervisor'" in out.splitlines()[-2]
+    assert "Traceback" not in out
