@@ -74,11 +74,13 @@ def measure(tracked: bool, url: str, workdir: Path, jobs: int, concurrency: int)
                 raise RuntimeError(f"the worker exited ({proc.returncode}) before the last job")
         pipe = r.pipeline(transaction=False)
         while True:
-            pipe.llen(keys.queue(QUEUE)).llen(keys.reserved(identity))
+            pipe.llen(keys.queue(QUEUE))
+            for slot in range(concurrency):
+                pipe.llen(keys.reserved(identity, slot))
             if task is not None:
                 pipe.hexists(keys.task(task.id), "completed_at")
-            queued, reserved, *complete = pipe.execute()
-            if not queued and not reserved and all(complete):
+            counts = pipe.execute()
+            if not any(counts[:concurrency + 1]) and all(counts[concurrency + 1:]):
                 end = time.time()
                 break
             time.sleep(0.001)

@@ -20,7 +20,7 @@ Method, identical for the three workers:
   5. Timed interval = from the first job's start to the moment every job is finished AND
      acknowledged. Basic fetch (sidequest's and Sidekiq's) has nothing to acknowledge: the job
      left Redis when it was popped, so the end is `bench:last`. Reliable fetch acknowledges each
-     job after it ran (LREM from `sidequest:reserved:<identity>`), so once `bench:last` is
+     job after it ran (LREM from `sidequest:reserved:<identity>:<slot>`), so once `bench:last` is
      there we poll (every 1 ms) until that list and the queue are empty and take the time the
      poll that saw them empty returned: an upper bound, late by at most the wake-up of the
      BLPOP plus one poll (about a millisecond, against seconds of run). Counters
@@ -154,7 +154,7 @@ def measure(kind: str, url: str, workdir: Path, jobs: int, concurrency: int) -> 
         identity = wait_for(lambda: next(iter(r.smembers("processes")), None), 30, "the worker to register", proc)
         identity = identity.decode()
         wait_for(lambda: blocked_fetches(r) >= concurrency, 30, "every processor to wait on its fetch", proc)
-        reserved = f"sidequest:reserved:{identity}"
+        reserved = [f"sidequest:reserved:{identity}:{slot}" for slot in range(concurrency)]  # one per processor
 
         renamed_at = time.time()
         r.rename(STAGING, f"queue:{QUEUE}")
@@ -166,7 +166,13 @@ def measure(kind: str, url: str, workdir: Path, jobs: int, concurrency: int) -> 
         end = float(got[1])
         if kind == "sidequest-reliable":  # done only once the last acknowledgement is in
             pipe = r.pipeline(transaction=False)
-            while any(pipe.llen(f"queue:{QUEUE}").llen(reserved).execute()):
+            pipe.llen(f"queue:{QUEUE}")
+            for key in reserved:
+                pipe.llen(key)
+            while any(pipe.execute()):
+                pipe.llen(f"queue:{QUEUE}")
+                for key in reserved:
+                    pipe.llen(key)
                 time.sleep(0.001)
             end = max(end, time.time())
         first = float(r.get("bench:first"))

@@ -4,12 +4,11 @@ import base64
 import json
 
 import pytest
-
 from conftest import wait_until
 from helpers import ran, reserved, zset_items
-from sidequest.launcher import Launcher
-
 from jobs_for_tests import echo
+
+from sidequest.launcher import Launcher
 
 
 @pytest.fixture

@@ -5,13 +5,12 @@ import signal
 import subprocess
 
 from click.testing import CliRunner
-
 from conftest import PYTHON, free_port, python_env, wait_until
 from helpers import WorkerProcess, ran, reserved
+from jobs_for_tests import blocker, echo, hooked_echo, sleepy
+
 from sidequest import __version__
 from sidequest.cli import main
-
-from jobs_for_tests import blocker, echo, hooked_echo, sleepy
 
 
 def test_help_reads_well():

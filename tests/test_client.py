@@ -1,14 +1,13 @@
 import json
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
+from jobs_for_tests import Resize, plain
 
 import sidequest
 from sidequest import Client, Config, JobArgumentError, JobDefinitionError
 from sidequest.registry import Registry
-
-from jobs_for_tests import Resize, plain
 
 
 def queued(r, queue="default"):
@@ -51,7 +50,7 @@ def test_perform_in_and_at_schedule_without_enqueued_at(client, r):
     now = time.time()
     jid_in = client.push(plain, [1], in_=60)
     jid_td = client.push(plain, [2], in_=timedelta(minutes=2))
-    jid_at = client.push(plain, [3], at=datetime.now(timezone.utc) + timedelta(hours=1))
+    jid_at = client.push(plain, [3], at=datetime.now(UTC) + timedelta(hours=1))
     jid_epoch = client.push(plain, [4], at=now + 7200)
     entries = {json.loads(m)["jid"]: (json.loads(m), s) for m, s in r.zrange("schedule", 0, -1, withscores=True)}
     assert set(entries) == {jid_in, jid_td, jid_at, jid_epoch}
@@ -99,7 +98,7 @@ def test_bulk_with_times_per_job(client, r):
     (lambda c: c.push(plain, [1], in_=-5), "negative delay"),
     (lambda c: c.push(plain, [1], in_="soon"), "takes a number of seconds"),
     (lambda c: c.push(plain, [1], in_=float("nan")), "finite"),
-    (lambda c: c.push(plain, [1], in_=datetime.now(timezone.utc)), "use perform_at"),
+    (lambda c: c.push(plain, [1], in_=datetime.now(UTC)), "use perform_at"),
     (lambda c: c.push(plain, [1], at=datetime.now() + timedelta(hours=1)), "naive datetime"),
     (lambda c: c.push(plain, [1], at=timedelta(1)), "use perform_in"),
     (lambda c: c.push_bulk(plain, [[1], [2], [set()]]), "job 2 of the bulk: argument 0 (set)"),
@@ -154,8 +153,9 @@ def test_middleware_adding_non_json_is_refused_before_writing(config, r):
 
 
 def test_unreachable_redis_is_a_clear_error():
-    from sidequest.errors import RedisUnavailableError
     from conftest import free_port
+
+    from sidequest.errors import RedisUnavailableError
 
     c = Client(Config(redis_url=f"redis://:hunter2@127.0.0.1:{free_port()}/0"))
     with pytest.raises(RedisUnavailableError) as info:

@@ -1,6 +1,6 @@
 import pytest
-
 from conftest import RedisServer, free_port
+
 from sidequest.connection import connect, mask_url
 from sidequest.embedded import server_binary
 from sidequest.errors import RedisUnavailableError

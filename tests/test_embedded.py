@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 import redis
-
 from conftest import PYTHON, free_port, python_env, redis_server_binary, wait_until
+
 from sidequest import Config, embedded
 from sidequest.connection import answers
 from sidequest.errors import RedisUnavailableError

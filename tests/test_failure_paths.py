@@ -13,14 +13,13 @@ import signal
 import time
 
 import pytest
-
 from conftest import RedisServer, wait_until
 from helpers import ran, reserved, zset_items
-from sidequest import Client, Config
-from sidequest.embedded import server_binary
+from jobs_for_tests import blocker, exit_hard, fails_in_pid, work
 from test_reliability import done_set, no_reserved_left, procs, wait_children  # noqa: F401 (fixture)
 
-from jobs_for_tests import blocker, exit_hard, fails_in_pid, work
+from sidequest import Client, Config
+from sidequest.embedded import server_binary
 
 
 def log_lines(text: str) -> list[str]:

@@ -5,12 +5,11 @@ import os
 import socket
 
 import pytest
-
 from conftest import wait_until
 from helpers import ran
-from sidequest.launcher import Launcher
-
 from jobs_for_tests import blocker, echo
+
+from sidequest.launcher import Launcher
 
 
 @pytest.fixture

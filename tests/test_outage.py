@@ -3,13 +3,12 @@
 import signal
 
 import pytest
-
 from conftest import RedisServer, wait_until
 from helpers import WorkerProcess, ran
+from jobs_for_tests import echo, sleepy
+
 from sidequest import Client, Config
 from sidequest.embedded import server_binary
-
-from jobs_for_tests import echo, sleepy
 
 
 @pytest.fixture

@@ -20,13 +20,12 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-
 from conftest import PYTHON, RedisServer, python_env, wait_until
 from helpers import ran, reserved, zset_items
+from jobs_for_tests import exit_hard, spin, work
+
 from sidequest import Client, Config
 from sidequest.embedded import server_binary
-
-from jobs_for_tests import exit_hard, spin, work
 
 KNOBS = ["--heartbeat-interval", "0.5", "--heartbeat-ttl", "2", "--recovery-interval", "0.5",
          "--poll-interval", "0.2"]

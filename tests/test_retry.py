@@ -4,17 +4,16 @@ import json
 import random
 import time
 
-
 from conftest import wait_until
-from helpers import reserved, ran, zset_items
+from helpers import ran, reserved, zset_items
+from jobs_for_tests import CustomDelay, FastBoom, boom, no_dead, no_retry
+
 from sidequest.config import Config
 from sidequest.errors import JobFailed
 from sidequest.fetch import BasicFetch, UnitOfWork
 from sidequest.outcome import Outcome
 from sidequest.retry import Retrier, decompress_backtrace
 from sidequest.scripts import Scripts
-
-from jobs_for_tests import CustomDelay, FastBoom, boom, no_dead, no_retry
 
 
 def test_first_failure_goes_to_retry_with_sidekiqs_fields(start, client, r):

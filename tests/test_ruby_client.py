@@ -3,11 +3,9 @@
 import json
 
 import pytest
-
 from conftest import wait_until
-from ruby_peer import RubySidekiq, ruby_push
-
 from jobs_for_tests import echo
+from ruby_peer import RubySidekiq, ruby_push
 
 
 def only(r, key):

@@ -6,10 +6,10 @@ import time
 
 from conftest import wait_until
 from helpers import queue_items, ran
+from jobs_for_tests import echo, stamp
+
 from sidequest.launcher import Launcher
 from sidequest.scheduled import Poller
-
-from jobs_for_tests import echo, stamp
 
 
 def test_due_jobs_move_to_their_queue_with_a_fresh_enqueued_at(config, client, r):
@@ -32,7 +32,7 @@ def test_retry_set_is_polled_too(config, client, r):
 
 def test_many_pollers_racing_move_each_job_exactly_once(config, client, r):
     jids = client.push_bulk(echo, [[i] for i in range(600)], at=time.time() + 30)
-    clock = lambda: time.time() + 31  # noqa: E731
+    clock = lambda: time.time() + 31
     pollers = [Poller(config, r.__class__.from_url(config.url), clock=clock) for _ in range(4)]
     threads = [threading.Thread(target=p.enqueue_due) for p in pollers]
     for t in threads:

@@ -13,12 +13,18 @@ import time
 from collections import Counter
 
 import pytest
-
 from conftest import wait_until
 from helpers import ran
-from test_reliability import alive, children, done_set, live_processes, no_reserved_left, wait_children, worker_factory
-
 from jobs_for_tests import echo, work
+from test_reliability import (
+    alive,
+    children,
+    done_set,
+    live_processes,
+    no_reserved_left,
+    wait_children,
+    worker_factory,
+)
 
 
 @pytest.fixture

@@ -4,12 +4,19 @@ import json
 import time
 
 import pytest
-
 from conftest import wait_until
 from helpers import WorkerProcess, ran
-from sidequest import Task
+from jobs_for_tests import (
+    AlwaysBroken,
+    FlakyOnce,
+    blocker,
+    noop,
+    on_complete,
+    on_success,
+    signup,
+)
 
-from jobs_for_tests import AlwaysBroken, FlakyOnce, blocker, noop, on_complete, on_success, signup
+from sidequest import Task
 
 
 def test_create_add_and_read_before_any_worker(client, r):

@@ -2,14 +2,13 @@
 
 
 import pytest
-
 from conftest import wait_until
 from helpers import ran, reserved
-from sidequest.fetch import BasicFetch
-from sidequest.scripts import Scripts
-from sidequest.launcher import Launcher
-
 from jobs_for_tests import Resize, async_echo, async_wait, echo
+
+from sidequest.fetch import BasicFetch
+from sidequest.launcher import Launcher
+from sidequest.scripts import Scripts
 
 
 @pytest.mark.parametrize("fetch", ["reliable", "basic"])

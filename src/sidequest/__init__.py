@@ -12,7 +12,7 @@ Run them with `sidequest worker -r myapp.jobs`.
 
 __version__ = "0.1.0"  # first: modules below read it
 
-from .client import Client, configure, default_client  # noqa: E402
+from .client import Client, configure, default_client
 from .config import Config
 from .errors import (
     ConfigError,
@@ -30,7 +30,6 @@ from .launcher import WorkerSetup, configure_worker
 from .middleware import Chain
 from .registry import Registry, default_registry
 from .tasks import Task, task_message
-
 
 
 def push(job_name: str, args: list, **options):  # type: ignore[no-untyped-def,type-arg]

@@ -20,8 +20,8 @@ from .config import Config
 from .embedded import resolve_url
 from .job import job
 from .launcher import Launcher
-from .payload import epoch
 from .outcome import error_class_name
+from .payload import epoch
 
 QUEUE = "sidequest-demo"
 

@@ -41,7 +41,7 @@ from .scripts import Scripts
 class UnitOfWork:
     """One job taken from a queue. It owns its end: the processor never touches keys."""
 
-    __slots__ = ("queue", "raw", "_fetch", "done")
+    __slots__ = ("_fetch", "done", "queue", "raw")
 
     def __init__(self, queue: str, raw: bytes, fetch: Fetch) -> None:
         self.queue = queue  # the queue name, without `queue:`

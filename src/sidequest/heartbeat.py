@@ -20,7 +20,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import redis
@@ -141,7 +141,7 @@ class Heartbeat:
     @staticmethod
     def _count(pipe: Any, processed: int, failed: int) -> None:
         """Add counts to the totals and today's keys (which expire, as Sidekiq's do)."""
-        day = datetime.now(timezone.utc).strftime("%Y-%m-%d")
+        day = datetime.now(UTC).strftime("%Y-%m-%d")
         for name, count, total in (("processed", processed, keys.STAT_PROCESSED),
                                    ("failed", failed, keys.STAT_FAILED)):
             if count:

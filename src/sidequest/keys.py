@@ -42,7 +42,7 @@ def queue(name: str) -> str:
 
 def queue_name(key: str) -> str:
     """The queue name of a `queue:<name>` key."""
-    return key[len(QUEUE_PREFIX):] if key.startswith(QUEUE_PREFIX) else key
+    return key.removeprefix(QUEUE_PREFIX)
 
 
 def process(identity: str) -> str:

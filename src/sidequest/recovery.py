@@ -26,7 +26,6 @@ import redis
 
 from . import keys
 from .config import Config
-from .errors import PayloadError
 from .lifecycle import Lifecycle
 from .outcome import Outcome, invalid
 from .payload import decode, encode

@@ -37,8 +37,8 @@ import redis
 
 from . import keys
 from .client import Client, default_client
-from .job import JobSetter
 from .errors import JobFailed
+from .job import JobSetter
 from .outcome import Outcome, error_class_name
 from .payload import encode
 from .scripts import TASK_FEATURE, TASK_SEAL, TASK_TRANSITION
