@@ -233,3 +233,35 @@ def fails_in_pid(n, gate, pid_key):
         record("fip-fail", n, os.getpid())
         raise RuntimeError(f"failing in {os.getpid()}")
     record("fip-done", n, os.getpid())
+
+
+class WithHooks(sidequest.Job, name="WithHooks", retry=1):
+    """Per-job hooks (the reliable-queue seed's afterSucceeded/afterFailed)."""
+
+    def perform(self, fail):
+        if fail:
+            raise ValueError("asked to fail")
+
+    def retry_in(self, count, exc):
+        return 0.05
+
+    def after_succeeded(self, *args):
+        record("after-ok", *args)
+
+    def after_failed(self, exc, *args):
+        record("after-fail", type(exc).__name__, self.payload.get("retry_count"), *args)
+
+
+def _fn_ok(*args):
+    record("fn-after-ok", *args)
+
+
+def _fn_fail(exc, *args):
+    record("fn-after-fail", str(exc), *args)
+    raise RuntimeError("a broken hook is logged, not a job failure")
+
+
+@sidequest.job(name="FnWithHooks", retry=0, dead=False, after_succeeded=_fn_ok, after_failed=_fn_fail)
+def fn_with_hooks(fail):
+    if fail:
+        raise KeyError("fn asked to fail")

@@ -195,7 +195,8 @@ def run_worker(config: Config, swarm_child: bool = False, error_file: str | None
         url = resolve_url(config)
         config = config.replace(redis_url=url)
         setup = run_worker_hooks(config)
-        launcher = Launcher(config, death_handlers=setup.death_handlers, recycle_on_timeout=swarm_child)
+        launcher = Launcher(config, death_handlers=setup.death_handlers, error_handlers=setup.error_handlers,
+                            recycle_on_timeout=swarm_child)
     except (RedisUnavailableError, ConfigError) as exc:
         return cannot_start(str(exc))
     pipe = SignalPipe()

@@ -34,7 +34,10 @@ class Job:
 
     While a job runs, `self.jid` and `self.payload` describe the payload being worked.
     Override `retry_in(count, exc)` to choose retry delays (return seconds, or None for the
-    default backoff) and `retries_exhausted(payload, exc)` to act when retries run out.
+    default backoff) and `retries_exhausted(payload, exc)` to act when retries run out;
+    `after_succeeded(*args)` and `after_failed(exc, *args)` run in the worker once the outcome
+    of a run has been handed to Redis (after_failed on every failed attempt). An exception in a
+    hook is logged, never a job failure.
     """
 
     name: ClassVar[str] = ""
@@ -69,6 +72,12 @@ class Job:
 
     def retries_exhausted(self, payload: dict[str, Any], exc: BaseException) -> None:
         """Called once when a job has failed its last allowed attempt."""
+
+    def after_succeeded(self, *args: Any) -> None:
+        """Called after a run returned, with the job's arguments."""
+
+    def after_failed(self, exc: BaseException, *args: Any) -> None:
+        """Called after each failed run (retried, dead or dropped), with the exception and the arguments."""
 
     # -- enqueueing (class-level) --------------------------------------------------------------
     @classmethod
@@ -129,6 +138,8 @@ class JobSetter:
 def job(func: Callable[..., Any] | None = None, *, name: str | None = None,
         retry_in: Callable[[int, BaseException], float | None] | None = None,
         retries_exhausted: Callable[[dict[str, Any], BaseException], None] | None = None,
+        after_succeeded: Callable[..., None] | None = None,
+        after_failed: Callable[..., None] | None = None,
         registry: Registry | None = None, **options: Any) -> Any:
     """Turn a function (sync or `async def`) into a job. Usable bare (`@job`) or with options."""
 
@@ -153,6 +164,10 @@ def job(func: Callable[..., Any] | None = None, *, name: str | None = None,
             body["retry_in"] = lambda self, count, exc: retry_in(count, exc)
         if retries_exhausted is not None:
             body["retries_exhausted"] = lambda self, payload, exc: retries_exhausted(payload, exc)
+        if after_succeeded is not None:
+            body["after_succeeded"] = lambda self, *args: after_succeeded(*args)
+        if after_failed is not None:
+            body["after_failed"] = lambda self, exc, *args: after_failed(exc, *args)
         kwargs: dict[str, Any] = dict(options, name=name)
         if registry is not None:
             kwargs["registry"] = registry

@@ -33,7 +33,7 @@ from .manager import Manager
 from .processor import Runtime
 from .recovery import Recovery
 from .registry import Registry, default_registry
-from .retry import DeathHandler, Retrier
+from .retry import DeathHandler, ErrorHandler, Retrier
 from .scheduled import Poller
 from .scripts import Scripts
 from .signals import dump_threads
@@ -50,7 +50,8 @@ class WorkerSetup:
     """What a `configure_worker` hook may change before `sidequest worker` starts."""
 
     config: Config  # config.server_middleware / client_middleware are chains to add to
-    death_handlers: list[DeathHandler] = field(default_factory=list)
+    death_handlers: list[DeathHandler] = field(default_factory=list)  # when a job is dead
+    error_handlers: list[ErrorHandler] = field(default_factory=list)  # on every failure (Sentry)
 
 
 def configure_worker(hook: Callable[[WorkerSetup], None]) -> Callable[[WorkerSetup], None]:
@@ -81,6 +82,7 @@ class Launcher:
     def __init__(self, config: Config, *, registry: Registry | None = None,
                  redis_client: redis.Redis | None = None,
                  death_handlers: list[DeathHandler] | None = None,
+                 error_handlers: list[ErrorHandler] | None = None,
                  recycle_on_timeout: bool = False,
                  clock: Callable[[], float] = time.time, rng: random.Random | None = None) -> None:
         self.config = config
@@ -93,7 +95,7 @@ class Launcher:
         scripts = Scripts(self.redis, lifecycle.lua)
         self.runtime = Runtime(
             config=config, registry=registry or default_registry, stats=self.stats,
-            retrier=Retrier(config, death_handlers, clock=clock, rng=rng),
+            retrier=Retrier(config, death_handlers, clock=clock, rng=rng, error_handlers=error_handlers),
             executor=ThreadExecutor(on_abandon=self._abandoned), identity=self.identity, lifecycle=lifecycle,
         )
         self.recovery = Recovery(config, self.redis, self.identity, scripts, lifecycle, clock=clock)

@@ -224,7 +224,8 @@ class Processor:
                     job, payload, unit.queue, final=lambda: self.rt.executor.run(job, args, limit))
         except BaseException as exc:  # SystemExit from a job's sys.exit() is a job failure too
             self.rt.stats.failed.incr()
-            log.warning("fail: %.3f sec: %s: %s", time.monotonic() - started, error_class_name(exc), exc)
+            log.warning("fail: %.3f sec: %s: %s", time.monotonic() - started, error_class_name(exc), exc,
+                        exc_info=exc)
             outcome = self._decide(job, unit, exc)
         else:
             log.info("done: %.3f sec", time.monotonic() - started)
@@ -247,8 +248,8 @@ class Processor:
         ops = self.rt.lifecycle.ops(POINT_OF[outcome.kind], payload, outcome)
         applied = self._settle(lambda: unit.apply(outcome, ops))
         if applied:
-            if outcome.kind != "done":
-                self.rt.retrier.after(outcome, job)
+            args = (payload or {}).get("args")
+            self.rt.retrier.after(outcome, job, args if isinstance(args, list) else [], unit.queue)
         elif applied is False:
             log.warning("the %s outcome of %s was not written: this processor no longer held the job "
                         "(another process recovered it, and its copy is the live one)",

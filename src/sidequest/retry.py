@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 
 MAX_MESSAGE = 10_000
 DeathHandler = Callable[[dict[str, Any], BaseException], None]
+# Called on every failure: the exception and {"job": payload, "queue", "jid", "class", "retry_count"}.
+ErrorHandler = Callable[[BaseException, dict[str, Any]], None]
 
 
 def compress_backtrace(lines: list[str]) -> str:
@@ -56,9 +58,11 @@ class Retrier:
     """Decides retry vs dead for one failed job; runs the hooks after the outcome is written."""
 
     def __init__(self, config: Config, death_handlers: list[DeathHandler] | None = None,
-                 clock: Callable[[], float] = time.time, rng: random.Random | None = None) -> None:
+                 clock: Callable[[], float] = time.time, rng: random.Random | None = None,
+                 error_handlers: list[ErrorHandler] | None = None) -> None:
         self.config = config
         self.death_handlers = death_handlers if death_handlers is not None else []
+        self.error_handlers = error_handlers if error_handlers is not None else []
         self.clock = clock
         self.rng = rng or random.Random()
 
@@ -122,10 +126,23 @@ class Retrier:
             return Outcome("dead", dead.blob, now, dead.payload, exc, exhausted=True, reason=dead.reason)
         return Outcome(kind, blob, at, payload, exc, exhausted=kind == "dead")
 
-    def after(self, outcome: Outcome, job: Any) -> None:
-        """Hooks for an outcome that has been written: log it, and on exhaustion call the job's
-        `retries_exhausted` and every death handler (their errors are logged, never raised)."""
+    def after(self, outcome: Outcome, job: Any, args: list[Any], queue: str) -> None:
+        """Hooks for an outcome that has been written (their errors are logged, never raised):
+        the job's `after_succeeded`/`after_failed`, the error handlers on every failure, and on
+        exhaustion the job's `retries_exhausted` and every death handler."""
         payload, exc = outcome.payload or {}, outcome.error
+        if outcome.kind == "done":
+            _call("after_succeeded", job, *args)
+            return
+        if exc is not None:
+            _call("after_failed", job, exc, *args)
+            context = {"job": payload, "queue": queue, "jid": payload.get("jid"), "class": payload.get("class"),
+                       "retry_count": payload.get("retry_count")}
+            for error_handler in self.error_handlers:
+                try:
+                    error_handler(exc, context)
+                except Exception:
+                    log.exception("error handler %r raised", error_handler)
         name, jid = payload.get("class"), payload.get("jid")
         if outcome.kind == "retry" and outcome.at is not None:
             log.info("%s %s failed (%s); retry %d of %d in %.0f s", name, jid, payload.get("error_class"),
@@ -147,3 +164,13 @@ class Retrier:
                 handler(payload, exc)
             except Exception:
                 log.exception("death handler %r raised", handler)
+
+
+def _call(hook: str, job: Any, *args: Any) -> None:
+    """Run one of a job's own hooks; an exception in it is logged, never a job failure."""
+    if job is None:
+        return
+    try:
+        getattr(job, hook)(*args)
+    except Exception:
+        log.exception("%s of %s raised", hook, getattr(job, "name", type(job).__name__))
