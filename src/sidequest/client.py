@@ -156,14 +156,19 @@ class Client:
         """One MULTI with every entry (and `also(pipe)`'s commands, e.g. a task's records)."""
         if not entries and also is None:
             return
-        queued: dict[str, list[str]] = {}
-        scheduled: list[tuple[str, float]] = []
-        for payload, when in entries:
+        queued: dict[str, list[bytes]] = {}
+        scheduled: list[tuple[bytes, float]] = []
+        for index, (payload, when) in enumerate(entries):
             if when is None:
                 payload["enqueued_at"] = now
-                queued.setdefault(payload["queue"], []).append(self._encode(payload))
+            try:
+                blob = self._encode(payload)
+            except JobArgumentError as exc:
+                raise JobArgumentError(f"job {index} of the bulk: {exc}" if len(entries) > 1 else str(exc)) from None
+            if when is None:
+                queued.setdefault(payload["queue"], []).append(blob)
             else:
-                scheduled.append((self._encode(payload), when))
+                scheduled.append((blob, when))
         pipe = self.redis.pipeline(transaction=True)
         for queue, blobs in queued.items():
             pipe.sadd(keys.QUEUES, queue)
@@ -175,14 +180,19 @@ class Client:
             also(pipe)
         pipe.execute()
 
-    def _encode(self, payload: dict[str, Any]) -> str:
+    def _encode(self, payload: dict[str, Any]) -> bytes:
+        """The payload as the UTF-8 bytes Redis stores, refused with a clear error if it cannot be."""
         try:
-            blob = encode(payload)
+            blob = encode(payload).encode("utf-8")
+        except UnicodeEncodeError as exc:  # a lone surrogate, from undecodable bytes in argv or a path
+            raise JobArgumentError(
+                f"job {payload.get('class')!r} has a string that is not valid Unicode ({exc.reason}: "
+                f"{exc.object[exc.start:exc.end]!r}); decode the bytes it came from properly") from None
         except (TypeError, ValueError, RecursionError) as exc:  # client middleware added something
             raise JobArgumentError(f"payload of job {payload.get('class')!r} is not JSON: {exc}") from None
         limit = self.config.max_payload_size
-        if len(blob) * 4 > limit and len(blob.encode("utf-8")) > limit:
-            size = len(blob.encode("utf-8"))
+        if len(blob) > limit:
+            size = len(blob)
             raise JobArgumentError(
                 f"job {payload.get('class')!r} is {size:,} bytes of JSON, over max_payload_size "
                 f"({limit:,}); pass a reference (an id, a path, a URL) instead of the data, "

@@ -21,7 +21,7 @@ from .errors import ConfigError
 from .middleware import Chain
 
 DEFAULT_REDIS_PORT = 6379
-CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def check_queue_name(name: Any, what: str = "queue name") -> str:
@@ -32,9 +32,18 @@ def check_queue_name(name: Any, what: str = "queue name") -> str:
     """
     if not isinstance(name, str):
         raise ConfigError(f"{what} must be a string, got {type(name).__name__}")
-    if not name or CONTROL.search(name):
-        raise ConfigError(f"{what} {name!r} is not valid: it must be non-empty, without control characters")
+    if not name or CONTROL.search(name) or _not_utf8(name):
+        raise ConfigError(f"{what} {name!r} is not valid: it must be non-empty text, without control characters")
     return name
+
+
+def _not_utf8(text: str) -> bool:
+    """Lone surrogates (from undecodable bytes in argv or file names) cannot be sent to Redis."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def parse_queue_spec(spec: Any) -> tuple[str, int]:

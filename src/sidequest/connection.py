@@ -103,13 +103,19 @@ def check_server(client: redis.Redis, url: str) -> list[str]:
     under memory pressure an eviction policy other than `noeviction` silently deletes jobs.
     """
     info: dict[str, Any] = client.info()  # type: ignore[assignment]
-    version = str(info.get("redis_version", "0"))
-    parts = tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
-    if parts < MIN_VERSION:
-        raise RedisUnavailableError(
-            f"Redis at {mask_url(url)} is version {version}; sidequest needs Redis 6.2 or newer (or Valkey)")
+    problem = version_problem(str(info.get("redis_version", "0")))
+    if problem is not None:
+        raise RedisUnavailableError(f"Redis at {mask_url(url)} {problem}")
     policy = str(info.get("maxmemory_policy", "noeviction"))
     if policy != "noeviction":
         return [f"Redis at {mask_url(url)} has maxmemory-policy {policy}: under memory pressure it may "
                 "delete jobs; set maxmemory-policy noeviction"]
     return []
+
+
+def version_problem(version: str) -> str | None:
+    """Why a server reporting `redis_version` cannot be used, or None (Valkey reports 7.2.x)."""
+    parts = tuple(int(p) if p.isdigit() else 0 for p in version.split(".")[:2])
+    if parts < MIN_VERSION:
+        return f"is version {version}; sidequest needs Redis 6.2 or newer (or Valkey)"
+    return None

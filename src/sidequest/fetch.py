@@ -125,6 +125,7 @@ class _Settler:
 
     def _run(self, checked: str, raw: bytes, mode: str, dest: str, blob: bytes | str, score: float,
              queue: str, now: float, point: str, ops: list[Any]) -> bool:
+        """True when the outcome is written (now, or by an earlier attempt whose reply was lost)."""
         cutoff = now - self.config.dead_timeout
         return bool(self.scripts.settle(
             keys=[self.reserved or keys.QUEUES, dest],

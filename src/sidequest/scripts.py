@@ -23,8 +23,9 @@ from . import keys
 #   mode 'ack'    remove it (done, dropped)          'retry'  remove it, ZADD dest score blob
 #   mode 'dead'   remove it, ZADD dest, trim dest    'queue'  remove it, RPUSH dest blob (the head)
 #   mode 'taken'  only check it is still held
-# With checked = '1' it first removes `raw` from `reserved` and does nothing at all (returns 0)
-# if it was not there: another process recovered the job meanwhile, and its copy is the live one.
+# With checked = '1' it first removes `raw` from `reserved` and does nothing at all if it was not
+# there: 0 when another process recovered the job meanwhile (its copy is the live one), 2 when
+# this very outcome is already written (an earlier attempt ran but its reply was lost).
 # Basic fetch keeps no reserved copy and passes checked = '0'.
 _CORE_LIB = """
 local FEATURES = {}
@@ -46,6 +47,8 @@ local function settle(reserved, checked, raw, mode, dest, blob, score, queue, cu
     if mode == 'taken' then
       if not redis.call('lpos', reserved, raw) then return 0 end
     elseif redis.call('lrem', reserved, -1, raw) == 0 then
+      if (mode == 'retry' or mode == 'dead') and redis.call('zscore', dest, blob) then return 2 end
+      if mode == 'queue' and redis.call('lpos', dest, blob) then return 2 end
       return 0
     end
   end
@@ -66,8 +69,9 @@ end
 # KEYS: reserved list, destination (retry | dead | queue:<q> | any key for 'ack'/'taken')
 # ARGV: checked, raw, mode, blob, score, queue name, dead cutoff, dead cap, now, point, ops...
 SETTLE = """
-if settle(KEYS[1], ARGV[1], ARGV[2], ARGV[3], KEYS[2], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]) == 0 then
-  return 0
+local settled = settle(KEYS[1], ARGV[1], ARGV[2], ARGV[3], KEYS[2], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8])
+if settled ~= 1 then
+  return settled
 end
 run_ops(ARGV, 11, ARGV[10], ARGV[9])
 return 1
@@ -101,7 +105,7 @@ RECOVER = """
 if redis.call('exists', KEYS[2]) == 1 then
   return -1
 end
-if settle(KEYS[1], '1', ARGV[1], ARGV[3], KEYS[3], ARGV[2], ARGV[4], ARGV[5], ARGV[6], ARGV[7]) == 0 then
+if settle(KEYS[1], '1', ARGV[1], ARGV[3], KEYS[3], ARGV[2], ARGV[4], ARGV[5], ARGV[6], ARGV[7]) ~= 1 then
   return 0
 end
 run_ops(ARGV, 9, 'recovered', ARGV[8])
