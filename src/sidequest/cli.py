@@ -34,6 +34,17 @@ BANNER = r"""
 """
 
 
+class UserError(click.ClickException):
+    """A mistake the user can fix (a setting, a flag, a path): one line, exit status 2."""
+
+    exit_code = 2
+
+
+def check_folder(flag: str, path: str | None) -> None:
+    if path and not Path(path).resolve().parent.is_dir():
+        raise UserError(f"{flag} {path}: the folder {Path(path).resolve().parent} does not exist; create it first")
+
+
 class JobContextFilter(logging.Filter):
     """Adds `tid` and, inside a job, `class=... jid=...` to every record."""
 
@@ -55,21 +66,32 @@ def configure_logging(verbose: bool, logfile: str | None) -> None:
 
 
 def require(module: str) -> None:
-    """Import a module by dotted name, or a .py file by path, so its jobs register."""
+    """Import a module by dotted name, or a .py file by path, so its jobs register.
+
+    A file is imported under its real dotted name: `-r app/jobs/mail.py` inside the package
+    `app.jobs` imports `app.jobs.mail` (with the package's parent folder on the path), so its
+    jobs get the same names as with `-r app.jobs.mail`, the names clients push.
+    """
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     if module.endswith(".py") or os.sep in module:
         path = Path(module).resolve()
         if not path.is_file():
             raise ConfigError(f"-r {module}: no such file")
-        spec = importlib.util.spec_from_file_location(path.stem, path)
-        if spec is None or spec.loader is None:
-            raise ConfigError(f"-r {module}: cannot import this file")
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[path.stem] = mod
-        spec.loader.exec_module(mod)
-    else:
-        importlib.import_module(module)
+        module, root = dotted_name(path)
+        if str(root) not in sys.path:
+            sys.path.insert(0, str(root))
+    importlib.import_module(module)
+
+
+def dotted_name(path: Path) -> tuple[str, Path]:
+    """(`pkg.sub.mod`, folder holding `pkg`) for a .py file, walking up through `__init__.py`s."""
+    parts = [] if path.stem == "__init__" else [path.stem]
+    folder = path.parent
+    while (folder / "__init__.py").is_file():
+        parts.insert(0, folder.name)
+        folder = folder.parent
+    return ".".join(parts), folder
 
 
 def build_config(config_file: str | None, **flags: Any) -> Config:
@@ -145,7 +167,9 @@ def worker(requires: tuple[str, ...], queues: tuple[str, ...], concurrency: int 
             # the supervisor owns the pidfile; replace() ignores None, hence dataclasses.replace
             config = dataclasses.replace(config, processes=0, pidfile=None)
     except ConfigError as exc:
-        raise click.UsageError(str(exc)) from None
+        raise UserError(str(exc)) from None
+    check_folder("-L/--logfile", config.logfile)
+    check_folder("-P/--pidfile", config.pidfile)
     configure_logging(config.verbose, config.logfile)
     if config.processes >= 1:
         sys.exit(run_supervisor(config))
@@ -158,7 +182,10 @@ def run_supervisor(config: Config) -> int:
 
     try:
         url = resolve_url(config)
-    except (RedisUnavailableError, ConfigError) as exc:
+    except ConfigError as exc:
+        log.error("%s", exc)
+        return 2
+    except RedisUnavailableError as exc:
         log.error("%s", exc)
         return 1
     argv = sys.argv[sys.argv.index("worker") + 1:] if "worker" in sys.argv else []
@@ -175,11 +202,11 @@ def run_worker(config: Config, swarm_child: bool = False, error_file: str | None
     from .embedded import resolve_url
     from .launcher import Launcher, run_worker_hooks
 
-    def cannot_start(message: str, exc: BaseException | None = None) -> int:
+    def cannot_start(message: str, exc: BaseException | None = None, code: int = 1) -> int:
         log.error("%s", message, exc_info=exc)
         if error_file:  # the supervisor reads why this child could not start
             Path(error_file).write_text(message + "\n", encoding="utf-8")
-        return 1
+        return code
 
     try:
         for module in config.require:
@@ -197,7 +224,9 @@ def run_worker(config: Config, swarm_child: bool = False, error_file: str | None
         setup = run_worker_hooks(config)
         launcher = Launcher(config, death_handlers=setup.death_handlers, error_handlers=setup.error_handlers,
                             recycle_on_timeout=swarm_child)
-    except (RedisUnavailableError, ConfigError) as exc:
+    except ConfigError as exc:  # a wrong setting (a bad Redis URL included): the user's to fix
+        return cannot_start(str(exc), code=2)
+    except RedisUnavailableError as exc:
         return cannot_start(str(exc))
     pipe = SignalPipe()
     if config.pidfile:
@@ -205,13 +234,20 @@ def run_worker(config: Config, swarm_child: bool = False, error_file: str | None
     try:
         try:
             launcher.run()
-        except (RedisUnavailableError, ConfigError) as exc:
+        except ConfigError as exc:
+            return cannot_start(str(exc), code=2)
+        except RedisUnavailableError as exc:
             return cannot_start(str(exc))
         if sys.stdout.isatty() or config.verbose:
             print(BANNER)
         queues = ", ".join(f"{n},{w}" if w else n for n, w in config.queues)
         log.info("sidequest %s starting: redis=%s queues=[%s] concurrency=%d fetch=%s identity=%s",
                  __version__, mask_url(config.url), queues, config.concurrency, config.fetch, launcher.identity)
+        names = launcher.runtime.registry.names()
+        if names:
+            log.info("%d job(s) registered: %s", len(names), ", ".join(names))
+        else:
+            log.warning("no jobs are registered: pass -r with the module that defines your jobs")
         stopping = False
         while not launcher.wait(0):
             for action in pipe.wait(0.5):
@@ -243,10 +279,12 @@ def web(host: str, port: int) -> None:
     from .tasks_http import tasks_app
 
     configure_logging(False, None)
-    config = Config.from_env()
     try:
+        config = Config.from_env()
         config = config.replace(redis_url=resolve_url(config))
-    except (RedisUnavailableError, ConfigError) as exc:
+    except ConfigError as exc:
+        raise UserError(str(exc)) from None
+    except RedisUnavailableError as exc:
         raise click.ClickException(str(exc)) from None
     log.info("serving the tasks API on http://%s:%d (redis=%s)", host, port, mask_url(config.url))
     uvicorn.run(tasks_app(Client(config)), host=host, port=port, log_level="warning")
@@ -263,9 +301,10 @@ def demo(jobs: int) -> None:
     logging.getLogger().setLevel(logging.ERROR)
     try:
         sys.exit(run_demo(Config.from_env(), jobs))
-    except (RedisUnavailableError, ConfigError) as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(1)
+    except ConfigError as exc:
+        raise UserError(str(exc)) from None
+    except RedisUnavailableError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 if __name__ == "__main__":

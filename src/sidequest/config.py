@@ -87,6 +87,7 @@ class Config:
     dead_timeout: float = 180 * 24 * 3600.0
     task_retention: float = 7 * 24 * 3600.0  # how long a completed task's records are kept
     max_payload_size: int = 16 * 1024 * 1024  # bytes; a bigger job is refused at push
+    sidekiq_version: int = 7  # payload times written: 6 or 7 float seconds, 8 integer milliseconds
     embedded_dir: str = ".sidequest"
     embedded_port: int = DEFAULT_REDIS_PORT
     processes: int = 0  # 1 or more: a supervisor runs (and restarts) this many worker processes
@@ -120,6 +121,8 @@ class Config:
             _positive_int("max_jobs", self.max_jobs)
         if self.fetch not in ("reliable", "basic"):
             raise ConfigError(f"fetch must be 'reliable' or 'basic', got {self.fetch!r}")
+        if type(self.sidekiq_version) is not int or self.sidekiq_version not in (6, 7, 8):
+            raise ConfigError(f"sidekiq_version must be 6, 7 or 8, got {self.sidekiq_version!r}")
         if self.heartbeat_ttl <= self.heartbeat_interval:
             raise ConfigError("heartbeat_ttl must be longer than heartbeat_interval")
         object.__setattr__(self, "labels", tuple(self.labels))
@@ -207,10 +210,11 @@ def load_file(path: str | os.PathLike[str]) -> dict[str, Any]:
 def _cast(name: str, raw: str, kind: Any) -> Any:
     text = str(kind)
     try:
-        if name == "queues":
-            return tuple(part for part in raw.split(";") if part)
-        if name in ("labels", "require"):
-            return tuple(part.strip() for part in raw.split(",") if part.strip())
+        if name in ("queues", "labels", "require"):
+            # one rule for every list: items separated by spaces or `;` (a queue item keeps its
+            # `NAME,WEIGHT` comma); module names and labels cannot hold commas, so `,` works there too
+            separators = r"[\s;]+" if name == "queues" else r"[\s;,]+"
+            return tuple(part for part in re.split(separators, raw) if part)
         if "bool" in text:
             return raw.strip().lower() in ("1", "true", "yes", "on")
         if text.startswith("int"):

@@ -15,7 +15,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from .errors import RedisUnavailableError
+from .errors import RedisUnavailableError, RedisURLError
 
 # A blocking fetch waits at most a few seconds; the socket timeout must be longer than any
 # blocking call we make, or redis-py would cut a healthy BRPOP short.
@@ -26,12 +26,15 @@ CONNECT_TIMEOUT = 5.0
 def mask_url(url: str) -> str:
     """`redis://user:secret@host:6379/0` -> `redis://user:****@host:6379/0`."""
     parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
+    try:
+        if parts.password is None:
+            return url
+        user = parts.username or ""
+        host = parts.hostname or ""
+        if parts.port:
+            host = f"{host}:{parts.port}"
+    except ValueError:  # a port that is not a number: show the host part no further
+        return f"{parts.scheme}://****@{parts.netloc.rpartition('@')[2]}" if "@" in parts.netloc else url
     return urlunsplit((parts.scheme, f"{user}:****@{host}", parts.path, parts.query, parts.fragment))
 
 
@@ -62,7 +65,8 @@ def connect(url: str, *, check: bool = True, max_connections: int | None = None)
             **options,
         )
     except ValueError as exc:
-        raise RedisUnavailableError(f"invalid Redis URL {mask_url(url)}: {exc}") from None
+        raise RedisURLError(f"invalid Redis URL {mask_url(url)}: {exc}; the form is "
+                            "redis://[[user]:password@]host[:port][/db] (rediss:// for TLS, unix:///path)") from None
     if check:
         ping(client, url)
     return client
@@ -79,6 +83,9 @@ def ping(client: redis.Redis, url: str) -> None:
         raise RedisUnavailableError(f"Redis at {mask_url(url)} answered with an error: {exc}") from None
     except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
         raise RedisUnavailableError(f"cannot reach Redis at {mask_url(url)}: {exc}") from None
+    except (redis.RedisError, ValueError) as exc:  # e.g. InvalidResponse: an HTTP server, a database...
+        raise RedisURLError(f"{mask_url(url)} does not answer as a Redis server ({exc}); check the host "
+                            "and port in REDIS_URL") from None
 
 
 def answers(url: str) -> bool:

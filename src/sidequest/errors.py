@@ -3,6 +3,7 @@
     SidequestError
     ├── ConfigError              a setting is missing, malformed or contradictory
     ├── RedisUnavailableError    Redis cannot be reached or refuses us (URL shown masked)
+    │   └── RedisURLError        ... because the URL is wrong: invalid, or not a Redis server (also a ConfigError)
     ├── JobArgumentError         an argument or option cannot travel as JSON (also TypeError, ValueError)
     ├── JobDefinitionError       a job is defined twice under one name, or with bad options
     ├── UnknownJobError          a payload names a job that is not registered
@@ -26,11 +27,15 @@ class RedisUnavailableError(SidequestError):
     """Redis cannot be reached, or refused authentication. The message names the masked URL."""
 
 
+class RedisURLError(RedisUnavailableError, ConfigError):
+    """The Redis URL is invalid, or what it points at does not speak Redis: a setting to fix."""
+
+
 class JobArgumentError(SidequestError, TypeError, ValueError):
     """An argument or option of a job cannot be stored as native JSON.
 
     It is both a TypeError (an object, set, bytes, tuple...) and a ValueError (NaN, a bad
-    queue name, a negative delay), so callers may catch whichever reads better.
+    queue name, an infinite time), so callers may catch whichever reads better.
     """
 
 

@@ -94,16 +94,11 @@ def schedule_at(when: Any, now: float, *, method: str) -> float | None:
     elif isinstance(when, timedelta):
         if method == "perform_at":
             raise JobArgumentError("perform_at takes an epoch time or a datetime; use perform_in for a timedelta")
-        ts = when.total_seconds()
-        if ts < 0:
-            raise JobArgumentError(f"{method} got a negative delay {when}")
-        ts += now
+        ts = now + when.total_seconds()  # a delay not in the future enqueues at once, as Sidekiq
     elif _is_number(when):
         if not math.isfinite(when):
             raise JobArgumentError(f"{method} got {when!r}; a time must be a finite number")
-        if when < 0:
-            raise JobArgumentError(f"{method} got a negative delay {when!r}")
-        ts = now + when if when < EPOCH_THRESHOLD else float(when)
+        ts = now + when if when < EPOCH_THRESHOLD else float(when)  # negative: now
     else:
         raise JobArgumentError(
             f"{method} takes a number of seconds, a timedelta or a datetime, got {type(when).__name__}"

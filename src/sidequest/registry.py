@@ -7,6 +7,7 @@ run, whatever the payload says. Nothing is ever imported because a payload named
 
 from __future__ import annotations
 
+import difflib
 import threading
 from typing import Any
 
@@ -45,7 +46,16 @@ class Registry:
         try:
             return self._jobs[name]
         except KeyError:
-            raise UnknownJobError(f"no job named {name!r} is registered in this worker") from None
+            raise UnknownJobError(self._unknown(name)) from None
+
+    def _unknown(self, name: str) -> str:
+        close = difflib.get_close_matches(name, list(self._jobs), n=3, cutoff=0.5)
+        # a job pushed from a script that defined it (`__main__.x`) or by a short module name
+        close += [known for known in self._jobs if known.rsplit(".", 1)[-1] == name.rsplit(".", 1)[-1]
+                  and known not in close]
+        hint = f"; did you mean {', '.join(repr(c) for c in close[:3])}?" if close else ""
+        return (f"no job named {name!r} is registered in this worker{hint} "
+                f"(it knows {len(self._jobs)}: start it with -r for the module that defines the job)")
 
     def __contains__(self, name: object) -> bool:
         return name in self._jobs

@@ -149,7 +149,8 @@ class Task:
         return {
             "id": self.id, "name": raw.get("name", ""), "total": total, "counts": counts,
             "done": "completed_at" in raw, "sealed": raw.get("sealed") == "1",
-            "percent": round(100.0 * ended / total, 2) if total else 0.0,
+            # an empty task is done once sealed: nothing is left to do
+            "percent": round(100.0 * ended / total, 2) if total else (100.0 if raw.get("sealed") == "1" else 0.0),
             "created_at": float(raw["created_at"]) if "created_at" in raw else None,
             "completed_at": float(raw["completed_at"]) if "completed_at" in raw else None,
             "meta": json.loads(raw.get("meta", "{}")),

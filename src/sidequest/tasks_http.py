@@ -9,6 +9,8 @@ or run it alone with `sidequest web`.
 
 from __future__ import annotations
 
+from typing import Any
+
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -36,8 +38,8 @@ def tasks_app(client: Client | None = None) -> Starlette:
             return JSONResponse({"error": "no such task (it may have expired)"}, status_code=404)
         query = request.query_params
         try:
-            offset = int(query.get("offset", "0"))
-            limit = min(int(query.get("limit", "50")), MAX_LIMIT)
+            offset = _whole(query, "offset", 0)
+            limit = min(_whole(query, "limit", 50), MAX_LIMIT)
             listed = task.events(status=query.get("status") or None, offset=offset, limit=limit)
         except ValueError as exc:
             return JSONResponse({"error": str(exc)}, status_code=400)
@@ -47,3 +49,14 @@ def tasks_app(client: Client | None = None) -> Starlette:
         Route("/tasks/{task_id}", status),
         Route("/tasks/{task_id}/events", events),
     ])
+
+
+def _whole(query: Any, name: str, default: int) -> int:
+    """A whole-number query parameter, or a ValueError that says which and what it got."""
+    raw = query.get(name)
+    if raw is None:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be a whole number, got {raw!r}") from None
