@@ -24,6 +24,7 @@ was acknowledging, so the job runs instead of waiting for recovery.
 from __future__ import annotations
 
 import random
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -77,21 +78,59 @@ class Fetch(Protocol):
     def lost_reply(self) -> None: ...
 
 
-class QueueOrder:
-    """Sidekiq's queue ordering: strict as given, or a weighted shuffle per fetch."""
+class PausedQueues:
+    """The names in `sidequest:paused`, read at most once a second for a whole process, so a
+    paused queue is skipped by every worker within about a second (see `blocking_timeout`)."""
 
-    def __init__(self, config: Config, rng: random.Random | None = None) -> None:
+    def __init__(self, client: redis.Redis, every: float = 1.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.redis = client
+        self.every = every
+        self.clock = clock
+        self._names: frozenset[str] = frozenset()
+        self._until = 0.0
+        self._lock = threading.Lock()
+
+    def names(self) -> frozenset[str]:
+        if self.clock() >= self._until:
+            with self._lock:
+                if self.clock() >= self._until:
+                    self._names = frozenset(n.decode() for n in self.redis.smembers(keys.PAUSED))
+                    self._until = self.clock() + self.every
+        return self._names
+
+
+class QueueOrder:
+    """Sidekiq's queue ordering: strict as given, or a weighted shuffle per fetch; paused
+    queues are left out."""
+
+    def __init__(self, config: Config, rng: random.Random | None = None,
+                 paused: PausedQueues | None = None) -> None:
         self.strict = config.strict
         self.rng = rng or random.Random()
+        self.paused = paused
         self.keys = [keys.queue(name) for name in dict.fromkeys(config.queue_names)]
         self.weighted = [keys.queue(name) for name, weight in config.queues for _ in range(max(weight, 1))]
 
     def __call__(self) -> list[str]:
         if self.strict:
-            return self.keys
-        shuffled = self.weighted[:]
-        self.rng.shuffle(shuffled)
-        return list(dict.fromkeys(shuffled))
+            order = self.keys
+        else:
+            shuffled = self.weighted[:]
+            self.rng.shuffle(shuffled)
+            order = list(dict.fromkeys(shuffled))
+        paused = self.paused.names() if self.paused is not None else frozenset()
+        return [key for key in order if keys.queue_name(key) not in paused] if paused else order
+
+
+def blocking_timeout(config: Config) -> float:
+    """How long an idle fetch blocks: `fetch_timeout`, at most 1 s, so a pause takes effect
+    within about a second even for a fetch already blocked on that queue."""
+    return min(config.fetch_timeout, 1.0)
+
+
+def wait_paused(seconds: float) -> None:
+    """Every queue of this worker is paused: idle for a bounded time, then look again."""
+    time.sleep(seconds)
 
 
 class _Settler:
@@ -136,15 +175,20 @@ class BasicFetch:
     """Sidekiq's BasicFetch: BRPOP over the queues; at-most-once if the process is killed."""
 
     def __init__(self, config: Config, client: redis.Redis, scripts: Scripts,
-                 rng: random.Random | None = None, clock: Callable[[], float] = time.time) -> None:
+                 rng: random.Random | None = None, clock: Callable[[], float] = time.time,
+                 paused: PausedQueues | None = None) -> None:
         self.redis = client
-        self.order = QueueOrder(config, rng)
-        self.timeout = config.fetch_timeout
+        self.order = QueueOrder(config, rng, paused)
+        self.timeout = blocking_timeout(config)
         self.settler = _Settler(config, client, scripts, None, clock)
 
     def retrieve_work(self) -> UnitOfWork | None:
+        order = self.order()
+        if not order:
+            wait_paused(self.timeout)
+            return None
         # BRPOP wakes at least every `timeout` seconds so the caller can notice a stop.
-        got = self.redis.brpop(self.order(), timeout=self.timeout)
+        got = self.redis.brpop(order, timeout=self.timeout)
         if not got:
             return None
         key, raw = got
@@ -170,11 +214,11 @@ class ReliableFetch:
 
     def __init__(self, config: Config, client: redis.Redis, identity: str, scripts: Scripts,
                  rng: random.Random | None = None, slot: int = 0,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, paused: PausedQueues | None = None) -> None:
         self.clock = clock
         self.redis = client
-        self.order = QueueOrder(config, rng)
-        self.timeout = config.fetch_timeout
+        self.order = QueueOrder(config, rng, paused)
+        self.timeout = blocking_timeout(config)
         self.reserved = keys.reserved(identity, slot)
         self.scripts = scripts
         self.settler = _Settler(config, client, scripts, self.reserved, clock)
@@ -200,6 +244,9 @@ class ReliableFetch:
         # concurrency >= queue count every queue has a waiter). BLMOVE is atomic: the job is
         # in the reserved list the moment it leaves its queue. The other queues are checked
         # again after at most `timeout` seconds.
+        if not order:
+            wait_paused(self.timeout)
+            return None
         key = order[self.slot % len(order)]
         raw = self.redis.blmove(key, self.reserved, self.timeout, "RIGHT", "LEFT")
         if raw is None:
@@ -245,7 +292,7 @@ class ReliableFetch:
 
 
 def build_fetch(config: Config, client: redis.Redis, identity: str, scripts: Scripts,
-                slot: int = 0) -> BasicFetch | ReliableFetch:
+                slot: int = 0, paused: PausedQueues | None = None) -> BasicFetch | ReliableFetch:
     if config.fetch == "basic":
-        return BasicFetch(config, client, scripts)
-    return ReliableFetch(config, client, identity, scripts, slot=slot)
+        return BasicFetch(config, client, scripts, paused=paused)
+    return ReliableFetch(config, client, identity, scripts, slot=slot, paused=paused)

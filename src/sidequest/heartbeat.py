@@ -27,6 +27,7 @@ import redis
 
 from . import keys
 from .config import Config
+from .metrics import MetricsFeature
 from .stats import Stats
 
 log = logging.getLogger(__name__)
@@ -55,7 +56,7 @@ def rss_kb() -> int:
 class Heartbeat:
     def __init__(self, config: Config, client: redis.Redis, identity: str, stats: Stats, version: str,
                  commands: dict[str, Callable[[], None]] | None = None,
-                 extra: list[Callable[[], None]] | None = None) -> None:
+                 extra: list[Callable[[], None]] | None = None, metrics: MetricsFeature | None = None) -> None:
         self.config = config
         self.redis = client
         self.identity = identity
@@ -63,6 +64,7 @@ class Heartbeat:
         self.quiet = False
         self.commands = commands or {}  # "quiet" | "stop" | "dump" -> the launcher's method
         self.extra = extra or []  # other periodic duties (limits)
+        self.metrics = metrics  # per-job counts, written with each beat
         self._failing = False
         self.info = json.dumps({
             "hostname": socket.gethostname(), "started_at": time.time(), "pid": os.getpid(),
@@ -91,12 +93,15 @@ class Heartbeat:
 
     def beat(self) -> None:
         processed, failed = self.stats.processed.reset(), self.stats.failed.reset()
+        minutes = self.metrics.take() if self.metrics is not None else {}
         try:
-            self._write(processed, failed)
+            self._write(processed, failed, minutes)
         except (redis.RedisError, OSError) as exc:
             # don't lose the counts: they go out with the next beat that reaches Redis
             self.stats.processed.incr(processed)
             self.stats.failed.incr(failed)
+            if self.metrics is not None:
+                self.metrics.give_back(minutes)
             if not self._failing:
                 log.warning("heartbeat failed (%s); past heartbeat_ttl (%.0f s) other processes will "
                             "count this one as dead and recover its jobs", exc, self.config.heartbeat_ttl)
@@ -107,13 +112,15 @@ class Heartbeat:
             self._failing = False
         self.stats.flushed += processed
 
-    def _write(self, processed: int, failed: int) -> None:
+    def _write(self, processed: int, failed: int, minutes: dict[str, Any] | None = None) -> None:
         # milliseconds: a fractional TTL (1.5 s) must not be cut to whole seconds, or the hash
         # could expire before the next beat and recovery would take a live process's jobs
         ttl_ms = max(int(self.config.heartbeat_ttl * 1000), 1)
         work = self.stats.work.snapshot()
         pipe = self.redis.pipeline(transaction=True)
         self._count(pipe, processed, failed)
+        if minutes:
+            MetricsFeature.write(pipe, minutes)
         for work_key in (keys.work(self.identity), keys.workers(self.identity)):
             pipe.unlink(work_key)
             if work:
@@ -159,6 +166,8 @@ class Heartbeat:
         try:
             pipe = self.redis.pipeline(transaction=True)
             self._count(pipe, processed, failed)
+            if self.metrics is not None:
+                MetricsFeature.write(pipe, self.metrics.take())
             pipe.srem(keys.PROCESSES, self.identity)
             pipe.unlink(keys.process(self.identity), keys.work(self.identity), keys.workers(self.identity),
                         keys.signals(self.identity))

@@ -18,6 +18,8 @@ sidequest's own keys live under the `sidequest:` prefix so Ruby Sidekiq never tr
     sidequest:reservations          set of every reserved list's key (recovery reads it, no SCAN)
     sidequest:recovery-lock         short lock while orphaned work is put back (value: the owner)
     sidequest:task:<id>[:...]       a task (batch) and its per-job events; see below
+    sidequest:paused                set of paused queue names (no worker fetches from them)
+    sidequest:metrics:<YYYYMMDDHHMM>  hash of per-job counts and run times for one UTC minute
 
 A test fails if a key literal appears in any other module.
 """
@@ -78,6 +80,12 @@ def identity_of_reserved(key: str) -> str:
 
 
 RESERVATIONS = f"{PREFIX}:reservations"
+PAUSED = f"{PREFIX}:paused"
+
+
+def metrics(minute: str) -> str:
+    """Per-job metrics of one UTC minute, `minute` as `YYYYMMDDHHMM`."""
+    return f"{PREFIX}:metrics:{minute}"
 RECOVERY_LOCK = f"{PREFIX}:recovery-lock"
 
 

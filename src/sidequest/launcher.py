@@ -26,10 +26,11 @@ from . import __version__
 from .config import Config
 from .connection import check_server, connect
 from .executor import ThreadExecutor
-from .fetch import build_fetch
+from .fetch import PausedQueues, build_fetch
 from .heartbeat import Heartbeat, make_identity, rss_kb
 from .lifecycle import Lifecycle
 from .manager import Manager
+from .metrics import MetricsFeature
 from .processor import Runtime
 from .recovery import Recovery
 from .registry import Registry, default_registry
@@ -91,7 +92,8 @@ class Launcher:
         self.stats = Stats()
         self.recycle_on_timeout = recycle_on_timeout
         self.tasks = TaskRecorder(self.redis, config.task_retention, clock=clock)
-        lifecycle = Lifecycle([TaskFeature(self.tasks)])
+        self.metrics = MetricsFeature(clock=clock)
+        lifecycle = Lifecycle([TaskFeature(self.tasks), self.metrics])
         scripts = Scripts(self.redis, lifecycle.lua)
         self.runtime = Runtime(
             config=config, registry=registry or default_registry, stats=self.stats,
@@ -102,10 +104,11 @@ class Launcher:
         self.heartbeat = Heartbeat(config, self.redis, self.identity, self.stats, __version__,
                                    commands={"quiet": self.quiet, "stop": self.request_stop,
                                              "dump": self.dump_threads},
-                                   extra=[self._check_limits])
+                                   extra=[self._check_limits], metrics=self.metrics)
         self.poller = Poller(config, self.redis, clock=clock, rng=rng)
+        paused = PausedQueues(self.redis)
         self.manager = Manager(self.runtime, lambda slot: build_fetch(config, self.redis, self.identity,
-                                                                       scripts, slot))
+                                                                       scripts, slot, paused))
         self.stopped = threading.Event()  # set once stop() has finished
         self._stopping = threading.Lock()
         self._stop_requested = False

@@ -15,7 +15,8 @@ arguments. The operations run inside the same atomic call that moves the job, an
 move happened. The core (fetch, processor, manager, retry, recovery) calls `Lifecycle.ops` and
 never names a feature.
 
-A feature may also wrap the run of a job (`running`), e.g. to let the job report progress.
+A feature may also wrap the run of a job (`running`), e.g. to let the job report progress, and
+observe an outcome once it has been written (`observe`), e.g. to count it in memory.
 """
 
 from __future__ import annotations
@@ -46,6 +47,10 @@ class Feature(Protocol):
         """A context entered while the job runs, or None."""
         ...
 
+    def observe(self, point: str, payload: dict[str, Any], outcome: Outcome | None) -> None:
+        """Called in this process once the outcome at `point` has been written."""
+        ...
+
 
 class Lifecycle:
     def __init__(self, features: Sequence[Feature] = ()) -> None:
@@ -64,6 +69,11 @@ class Lifecycle:
                 flat += [feature.name, len(args), *args]
                 count += 1
         return [count, *flat]
+
+    def observe(self, point: str, payload: dict[str, Any] | None, outcome: Outcome | None) -> None:
+        if payload is not None:
+            for feature in self.features:
+                feature.observe(point, payload, outcome)
 
     @contextlib.contextmanager
     def running(self, payload: dict[str, Any]) -> Iterator[None]:

@@ -35,10 +35,11 @@ class Outcome:
     error: BaseException | None = field(default=None, compare=False)
     exhausted: bool = False  # the job used up its retries: retries_exhausted and death handlers run
     reason: str = ""  # a few words for logs and features (why dropped, why dead)
+    elapsed: float | None = None  # seconds the run took (None: it did not run)
 
     @classmethod
-    def done(cls) -> Outcome:
-        return cls("done")
+    def done(cls, elapsed: float | None = None) -> Outcome:
+        return cls("done", elapsed=elapsed)
 
     @classmethod
     def put_back(cls) -> Outcome:

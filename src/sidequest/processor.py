@@ -15,6 +15,7 @@ it, files the job it held in `dead`, and starts a replacement after a back-off.
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import logging
 import threading
 import time
@@ -224,12 +225,13 @@ class Processor:
                     job, payload, unit.queue, final=lambda: self.rt.executor.run(job, args, limit))
         except BaseException as exc:  # SystemExit from a job's sys.exit() is a job failure too
             self.rt.stats.failed.incr()
-            log.warning("fail: %.3f sec: %s: %s", time.monotonic() - started, error_class_name(exc), exc,
-                        exc_info=exc)
-            outcome = self._decide(job, unit, exc)
+            elapsed = time.monotonic() - started
+            log.warning("fail: %.3f sec: %s: %s", elapsed, error_class_name(exc), exc, exc_info=exc)
+            outcome = dataclasses.replace(self._decide(job, unit, exc), elapsed=elapsed)
         else:
-            log.info("done: %.3f sec", time.monotonic() - started)
-            outcome = Outcome.done()
+            elapsed = time.monotonic() - started
+            log.info("done: %.3f sec", elapsed)
+            outcome = Outcome.done(elapsed)
         finally:
             job_context.reset(token)
         self._finish(unit, outcome.payload or payload, job, outcome)
@@ -248,6 +250,7 @@ class Processor:
         ops = self.rt.lifecycle.ops(POINT_OF[outcome.kind], payload, outcome)
         applied = self._settle(lambda: unit.apply(outcome, ops))
         if applied:
+            self.rt.lifecycle.observe(POINT_OF[outcome.kind], payload, outcome)
             args = (payload or {}).get("args")
             self.rt.retrier.after(outcome, job, args if isinstance(args, list) else [], unit.queue)
         elif applied is False:

@@ -221,6 +221,9 @@ class TaskFeature:
         status, message, fields = change
         return [task_id, jid, status, message, json.dumps(fields), int(self.recorder.retention)]
 
+    def observe(self, point: str, payload: dict[str, Any], outcome: Outcome | None) -> None:
+        """Everything a task records is written by `ops`, with the job's move."""
+
     def running(self, payload: dict[str, Any]) -> AbstractContextManager[None] | None:
         task_id, jid = payload.get("task_id"), payload.get("jid")
         if not isinstance(task_id, str) or not isinstance(jid, str):

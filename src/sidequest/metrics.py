@@ -1,0 +1,171 @@
+"""Per-job metrics: runs, failures and run times per job name and UTC minute, kept 72 hours.
+
+A lifecycle feature that writes nothing per job: each worker process adds a finished run to an
+in-memory table (job name -> count, failures, total milliseconds, a histogram of run times),
+and the heartbeat writes the table into `sidequest:metrics:<YYYYMMDDHHMM>` (see `keys`) in its
+own MULTI, as Sidekiq 7 does with its metrics. One hash per minute, fields per job name:
+
+    <name>|p      runs that ended (done, retried, dead, dropped)
+    <name>|f      of which failed
+    <name>|ms     their total run time, in milliseconds
+    <name>|h<i>   runs whose time fell in bucket i of `BUCKETS` (upper bounds in ms)
+
+`read` turns a window of minutes into totals and percentiles (from the histogram), for the
+admin API, the dashboard and the CLI.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from bisect import bisect_left
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import redis
+
+from . import keys
+from .outcome import Outcome
+
+RETENTION = 72 * 3600  # seconds a minute of metrics is kept
+BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 30_000, 60_000, float("inf"))
+ENDS = ("finished", "retried", "dead", "dropped")
+
+
+def minute_of(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y%m%d%H%M")
+
+
+@dataclass
+class _Tally:
+    runs: int = 0
+    failed: int = 0
+    ms: float = 0.0
+    histogram: list[int] = field(default_factory=lambda: [0] * len(BUCKETS))
+
+
+class MetricsFeature:
+    """Counts every run that ended, in memory; `flush(pipe)` writes the counts (heartbeat)."""
+
+    name = "metrics"
+    lua = ""  # nothing runs in Redis per job
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._minutes: dict[str, dict[str, _Tally]] = {}
+
+    def ops(self, point: str, payload: dict[str, Any], outcome: Outcome | None) -> list[Any] | None:
+        return None
+
+    def running(self, payload: dict[str, Any]) -> AbstractContextManager[None] | None:
+        return None
+
+    def observe(self, point: str, payload: dict[str, Any], outcome: Outcome | None) -> None:
+        if point not in ENDS or outcome is None or outcome.elapsed is None:
+            return
+        name = str(payload.get("class", "?"))
+        bucket = bisect_left(BUCKETS, outcome.elapsed * 1000)
+        with self._lock:
+            tally = self._minutes.setdefault(minute_of(self.clock()), {}).setdefault(name, _Tally())
+            tally.runs += 1
+            tally.failed += point != "finished"
+            tally.ms += outcome.elapsed * 1000
+            tally.histogram[bucket] += 1
+
+    def take(self) -> dict[str, dict[str, _Tally]]:
+        with self._lock:
+            minutes, self._minutes = self._minutes, {}
+        return minutes
+
+    def give_back(self, minutes: dict[str, dict[str, _Tally]]) -> None:
+        """Counts a failed flush took: they go out with the next one."""
+        with self._lock:
+            for minute, names in minutes.items():
+                mine = self._minutes.setdefault(minute, {})
+                for name, tally in names.items():
+                    into = mine.setdefault(name, _Tally())
+                    into.runs += tally.runs
+                    into.failed += tally.failed
+                    into.ms += tally.ms
+                    into.histogram = [a + b for a, b in zip(into.histogram, tally.histogram, strict=True)]
+
+    @staticmethod
+    def write(pipe: Any, minutes: dict[str, dict[str, _Tally]]) -> None:
+        for minute, names in minutes.items():
+            key = keys.metrics(minute)
+            for name, tally in names.items():
+                pipe.hincrby(key, f"{name}|p", tally.runs)
+                if tally.failed:
+                    pipe.hincrby(key, f"{name}|f", tally.failed)
+                pipe.hincrbyfloat(key, f"{name}|ms", round(tally.ms, 3))
+                for index, count in enumerate(tally.histogram):
+                    if count:
+                        pipe.hincrby(key, f"{name}|h{index}", count)
+            pipe.expire(key, RETENTION)
+
+
+@dataclass
+class JobMetrics:
+    """One job name over a window: what the dashboard's metrics page shows."""
+
+    name: str
+    runs: int = 0
+    failed: int = 0
+    total_ms: float = 0.0
+    histogram: list[int] = field(default_factory=lambda: [0] * len(BUCKETS))
+    per_minute: dict[str, tuple[int, int, float]] = field(default_factory=dict)  # minute -> (runs, failed, ms)
+
+    @property
+    def failure_rate(self) -> float:
+        return self.failed / self.runs if self.runs else 0.0
+
+    @property
+    def mean_ms(self) -> float:
+        return self.total_ms / self.runs if self.runs else 0.0
+
+    def percentile(self, fraction: float) -> float:
+        """The upper bound (ms) of the bucket holding this fraction of runs; 0 with no runs."""
+        target, seen = fraction * self.runs, 0
+        for bound, count in zip(BUCKETS, self.histogram, strict=True):
+            seen += count
+            if count and seen >= target:
+                return float(bound)
+        return 0.0
+
+
+def window(now: float, minutes: int) -> list[str]:
+    """The last `minutes` UTC minutes up to `now`, oldest first."""
+    end = datetime.fromtimestamp(now, UTC).replace(second=0, microsecond=0)
+    return [(end - timedelta(minutes=i)).strftime("%Y%m%d%H%M") for i in range(minutes - 1, -1, -1)]
+
+
+def read(client: redis.Redis, minutes: int = 60, now: float | None = None,
+         names: Iterable[str] | None = None) -> dict[str, JobMetrics]:
+    """Metrics per job name over the last `minutes` minutes (at most 72 h), one round trip."""
+    span = window(time.time() if now is None else now, min(max(minutes, 1), RETENTION // 60))
+    pipe = client.pipeline(transaction=False)
+    for minute in span:
+        pipe.hgetall(keys.metrics(minute))
+    wanted = set(names) if names is not None else None
+    found: dict[str, JobMetrics] = {}
+    for minute, raw in zip(span, pipe.execute(), strict=True):
+        per_name: dict[str, dict[str, float]] = {}
+        for field_name, value in raw.items():
+            name, _, part = field_name.decode().rpartition("|")
+            per_name.setdefault(name, {})[part] = float(value)
+        for name, parts in per_name.items():
+            if wanted is not None and name not in wanted:
+                continue
+            entry = found.setdefault(name, JobMetrics(name))
+            runs, failed, ms = int(parts.get("p", 0)), int(parts.get("f", 0)), parts.get("ms", 0.0)
+            entry.runs += runs
+            entry.failed += failed
+            entry.total_ms += ms
+            entry.per_minute[minute] = (runs, failed, ms)
+            for index in range(len(BUCKETS)):
+                entry.histogram[index] += int(parts.get(f"h{index}", 0))
+    return found
