@@ -163,6 +163,8 @@ def test_non_json_arguments_are_refused_and_nothing_is_captured() -> None:
             add.perform_bulk([[1, 2], [{3}, 4]])
         with pytest.raises(JobArgumentError):
             sidequest.push("T.Add", [object()])
+        with pytest.raises(JobArgumentError, match="job 1 of the bulk"):  # not valid Unicode
+            add.perform_bulk([[1, 2], ["\udcff", 3]])
         assert jobs.pushed() == []
 
 
@@ -337,6 +339,31 @@ def test_the_timeout_option_applies() -> None:
         slow.perform_async()
         with pytest.raises(JobTimeoutError):
             jobs.drain()
+        time.sleep(0.1)  # let its event loop finish cancelling it before the block closes the loop
+
+
+def test_the_jobs_own_hooks_run_after_it(caplog: pytest.LogCaptureFixture) -> None:
+    class Hooked(sidequest.Job, name="T.Hooked", registry=REG):
+        def perform(self, n: int) -> None:
+            if n < 0:
+                raise ValueError("negative")
+
+        def after_succeeded(self, *args: Any) -> None:
+            ran.append(("succeeded", *args))
+            if args == (0,):
+                raise RuntimeError("hook bug")  # logged, not a failure
+
+        def after_failed(self, exc: BaseException, *args: Any) -> None:
+            ran.append(("failed", type(exc).__name__, *args))
+
+    with fake(registry=REG) as jobs:
+        Hooked.perform_async(1)
+        Hooked.perform_async(-1)
+        Hooked.perform_async(0)
+        jobs.drain(raise_errors=False)
+        assert len(jobs.performed) == 2 and len(jobs.failed) == 1
+    assert ran == [("succeeded", 1), ("failed", "ValueError", -1), ("succeeded", 0)]
+    assert "after_succeeded of T.Hooked raised" in caplog.text
 
 
 # -- no Redis in fake mode -----------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """pytest fixtures for testing your own jobs; pytest loads this plugin by itself (entry point
-`pytest11`) wherever sidequest is installed.
+`pytest11`, name `sidequest`; `pytest -p no:sidequest` turns it off) wherever sidequest is
+installed.
 
     def test_receipt(sidequest_fake):            # pushes captured, no Redis
         close_order.perform_async(7)
@@ -13,27 +14,21 @@ Each installs its client as the default one (`sidequest.configure(client=...)`) 
 and restores the previous one after. `sidequest_redis` uses one redis-server per test session
 (`sidequest_redis_server`, started on first use on a free port of 127.0.0.1 and stopped at
 the end) and flushes its database 0 before each test. See docs/testing.md.
-
-sidequest is imported only when a fixture is used, so the plugin costs nothing elsewhere.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 import pytest
 
-if TYPE_CHECKING:
-    from sidequest import Client
-    from sidequest.testing import FakeJobs, PrivateRedis
+from .client import Client, configure, default_client
+from .testing import FakeJobs, PrivateRedis, fake, inline
 
 
 @pytest.fixture
 def sidequest_fake() -> Iterator[FakeJobs]:
     """Capture the test's pushes (see `sidequest.testing.fake`): `.pushed()`, `.drain()`."""
-    from sidequest.testing import fake
-
     with fake() as jobs:
         yield jobs
 
@@ -41,8 +36,6 @@ def sidequest_fake() -> Iterator[FakeJobs]:
 @pytest.fixture
 def sidequest_inline() -> Iterator[FakeJobs]:
     """Run each job when the test pushes it (see `sidequest.testing.inline`)."""
-    from sidequest.testing import inline
-
     with inline() as jobs:
         yield jobs
 
@@ -50,8 +43,6 @@ def sidequest_inline() -> Iterator[FakeJobs]:
 @pytest.fixture(scope="session")
 def sidequest_redis_server() -> Iterator[PrivateRedis]:
     """A private redis-server for the session (`sidequest.embedded.server_binary()`)."""
-    from sidequest.testing import PrivateRedis
-
     with PrivateRedis() as server:
         yield server
 
@@ -61,14 +52,12 @@ def sidequest_redis(sidequest_redis_server: PrivateRedis) -> Iterator[Client]:
     """A `sidequest.Client` on an empty database of the private server, installed as the
     default client for the test. Its config is the previous default client's (middleware
     included) with `redis_url` pointing at the private server."""
-    import sidequest
-
-    previous = sidequest.default_client()
-    client = sidequest.Client(previous.config.replace(redis_url=sidequest_redis_server.url(0)))
+    previous = default_client()
+    client = Client(previous.config.replace(redis_url=sidequest_redis_server.url(0)))
     client.redis.flushdb()
-    sidequest.configure(client=client)
+    configure(client=client)
     try:
         yield client
     finally:
-        sidequest.configure(client=previous)
+        configure(client=previous)
         client.redis.close()

@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import itertools
+import logging
 import shutil
 import socket
 import subprocess
@@ -47,7 +48,7 @@ from .client import Client, configure, default_client
 from .config import Config
 from .connection import answers
 from .embedded import server_binary
-from .errors import RedisUnavailableError
+from .errors import JobArgumentError, RedisUnavailableError
 from .executor import ThreadExecutor
 from .payload import decode
 from .registry import Registry, default_registry
@@ -63,6 +64,8 @@ __all__ = [
     "fake",
     "inline",
 ]
+
+log = logging.getLogger(__name__)
 
 DRAIN_LIMIT = 10_000  # jobs one drain() may run before it decides a job keeps re-enqueueing itself
 
@@ -85,7 +88,7 @@ def _no_redis(mode: str, what: str) -> NoRedisError:
 
 @dataclass(frozen=True)
 class Failure:
-    """A job that raised while `drain(raise_errors=False)` ran it."""
+    """A job that raised while `drain()` ran it: the items of `jobs.failed`."""
 
     payload: dict[str, Any]  # as it was pushed (not as middleware changed it)
     error: BaseException
@@ -94,7 +97,7 @@ class Failure:
 @dataclass
 class _Pending:
     seq: int
-    blob: str  # the JSON a worker would read
+    blob: bytes  # what a worker would read from Redis
     at: float | None  # None: enqueued now; else scheduled for this epoch time
     name: str
 
@@ -108,6 +111,18 @@ def _job_name(job: Any) -> str:
     if isinstance(name, str) and name:
         return name
     raise TypeError(f"expected a job (a @job function, a Job class) or a job name, got {job!r}")
+
+
+def _hook(job: Any, name: str, *args: Any) -> None:
+    """A job's own `after_succeeded`/`after_failed`, as a worker calls it: an exception in it is
+    logged, never a job failure."""
+    hook = getattr(job, name, None)
+    if hook is None:
+        return
+    try:
+        hook(*args)
+    except Exception:
+        log.exception("%s of %s raised", name, getattr(job, "name", type(job).__name__))
 
 
 class _NoRedisRecorder:
@@ -210,28 +225,39 @@ class FakeJobs:
             self._pending.remove(chosen)
             return chosen
 
-    def _capture(self, entries: list[tuple[str, float | None, str]]) -> None:
+    def _capture(self, entries: list[tuple[bytes, float | None, str]]) -> None:
         with self._lock:
             for blob, at, name in entries:
                 self._pending.append(_Pending(next(self._seq), blob, at, name))
 
-    def _run(self, blob: str, *, raise_errors: bool) -> None:
+    def _run(self, blob: bytes, *, raise_errors: bool) -> None:
+        payload = decode(blob)
+        job: Any = None
         try:
-            self._perform(decode(blob))
+            job = self._job(payload)
+            self._perform(job, payload)
         except (Exception, SystemExit) as exc:  # SystemExit from a job is a job failure, as in a worker
-            self.failed.append(Failure(decode(blob), exc))
+            fetched = decode(blob)  # a failure is kept as pushed, not as middleware changed it
+            self.failed.append(Failure(fetched, exc))
+            _hook(job, "after_failed", exc, *fetched["args"])
             if raise_errors:
                 raise
         else:
             self.performed.append(decode(blob))
+            args = payload.get("args")
+            _hook(job, "after_succeeded", *(args if isinstance(args, list) else []))
 
-    def _perform(self, payload: dict[str, Any]) -> None:
-        """Run one payload the way a worker's processor does."""
-        depth = _depth.get()
-        executor = self._executor(depth)
+    def _job(self, payload: dict[str, Any]) -> Any:
+        """The job object a worker would build for `payload`."""
         job_class = self.registry.get(payload["class"])  # UnknownJobError, as in a worker
         job = job_class()
         job.jid, job.payload = str(payload.get("jid", "")), payload
+        return job
+
+    def _perform(self, job: Any, payload: dict[str, Any]) -> None:
+        """Run one job the way a worker's processor does: server middleware around `perform`."""
+        depth = _depth.get()
+        executor = self._executor(depth)
         args = payload["args"]
         limit = payload.get("timeout") or self.config.job_timeout
         limit = float(limit) if isinstance(limit, (int, float)) and limit > 0 else None
@@ -278,11 +304,15 @@ class FakeClient(Client):
               also: Callable[[Any], None] | None = None) -> None:
         """Encode every entry as `Client.write` does (all before any is kept), then keep or run
         them. `also` (a task's records) is not called: they live in Redis only."""
-        encoded: list[tuple[str, float | None, str]] = []
-        for payload, when in entries:
+        encoded: list[tuple[bytes, float | None, str]] = []
+        for index, (payload, when) in enumerate(entries):
             if when is None:
                 payload["enqueued_at"] = now
-            encoded.append((self._encode(payload), when, str(payload["class"])))
+            try:
+                blob = self._encode(payload)  # the UTF-8 JSON bytes Redis would store
+            except JobArgumentError as exc:
+                raise JobArgumentError(f"job {index} of the bulk: {exc}" if len(entries) > 1 else str(exc)) from None
+            encoded.append((blob, when, str(payload["class"])))
         if self.jobs.mode == "inline":
             for blob, _, _ in encoded:
                 self.jobs._run(blob, raise_errors=True)
@@ -351,11 +381,11 @@ class PrivateRedis:
         if self.proc is not None:
             return self
         self.dir = tempfile.mkdtemp(prefix="sidequest-test-redis-")
-        log = Path(self.dir) / "redis.log"
+        logfile = Path(self.dir) / "redis.log"
         last = ""
         for _ in range(3):  # the free port may be taken between finding it and binding it
             self.port = _free_port()
-            with open(log, "wb") as out:
+            with open(logfile, "wb") as out:
                 proc = subprocess.Popen(
                     [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
                      "--appendonly", "no", "--dir", self.dir, "--databases", str(self.databases)],
@@ -370,7 +400,7 @@ class PrivateRedis:
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
-            last = log.read_text(errors="replace").strip()[-2000:]
+            last = logfile.read_text(errors="replace").strip()[-2000:]
         shutil.rmtree(self.dir, ignore_errors=True)
         self.dir = None
         raise RedisUnavailableError(f"could not start a private {self.binary}: {last or 'no output'}")
