@@ -156,3 +156,19 @@ def test_the_first_retry_is_logged_as_retry_1(start, client, r, caplog):
     client.push(FastBoom, ["once"])
     wait_until(lambda: "retry 1 of 2" in caplog.text, message="the first retry's log line")
     assert "retry 0" not in caplog.text
+
+
+def test_log_level_and_json_format(redis_url, r, client):
+    from jobs_for_tests import boom
+    w = WorkerProcess(redis_url, "--log-level", "warning", "--log-format", "json")
+    w.wait_registered(r)
+    client.push(echo, ["quiet"])
+    client.push(boom, ["loud"])
+    wait_until(lambda: ran(r, "echo") and r.zcard("retry") == 1)
+    out = w.stop()
+    import json as json_lib
+    lines = [json_lib.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert lines and all({"ts", "level", "pid", "msg"} <= set(line) for line in lines)
+    assert not [line for line in lines if line["msg"] in ("start",) or line["msg"].startswith("done:")]
+    [fail] = [line for line in lines if line["msg"].startswith("fail:")]
+    assert fail["level"] == "warning" and fail["class"] == "Boom" and "Traceback" in fail["msg"]

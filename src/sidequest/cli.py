@@ -4,11 +4,15 @@ and (through `signals`) the only place that maps OS signals to a launcher's meth
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import importlib
 import importlib.util
+import json
 import logging
+import logging.handlers
 import os
+import queue
 import sys
 import threading
 from pathlib import Path
@@ -51,18 +55,51 @@ class JobContextFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         record.tid = format(threading.get_ident(), "x")[-6:]
         ctx = job_context.get()
+        record.ctx = ctx
         record.job = f" class={ctx[0]} jid={ctx[1]}" if ctx else ""
         return True
 
 
-def configure_logging(verbose: bool, logfile: str | None) -> None:
-    handler: logging.Handler = logging.FileHandler(logfile) if logfile else logging.StreamHandler(sys.stdout)
-    handler.setFormatter(logging.Formatter(
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, pid, tid, job class and jid (inside a job), message."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {"ts": self.formatTime(record), "level": record.levelname.lower(),
+                                 "pid": record.process, "tid": getattr(record, "tid", "")}
+        ctx = getattr(record, "ctx", None)
+        if ctx:
+            entry["class"], entry["jid"] = ctx
+        entry["msg"] = record.getMessage()
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        return json.dumps(entry, ensure_ascii=False)
+
+
+_listener: logging.handlers.QueueListener | None = None
+
+
+def configure_logging(verbose: bool, logfile: str | None, level: str = "info", fmt: str = "text") -> None:
+    """Log to stdout (or `logfile`) at `level` (`verbose` means debug), as text or JSON.
+
+    Threads hand records to a queue (a lock-free put) and one listener thread writes them, so
+    ten processors logging a line per job never contend for the stream's lock.
+    """
+    global _listener
+    output: logging.Handler = logging.FileHandler(logfile) if logfile else logging.StreamHandler(sys.stdout)
+    output.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(
         "%(asctime)s pid=%(process)d tid=%(tid)s%(job)s %(levelname)s: %(message)s"))
-    handler.addFilter(JobContextFilter())
+    if _listener is not None:
+        _listener.stop()
+    _listener = logging.handlers.QueueListener(queue.SimpleQueue(), output)
+    handler = logging.handlers.QueueHandler(_listener.queue)
+    handler.addFilter(JobContextFilter())  # runs in the logging thread: it reads the job's context
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(logging.DEBUG if verbose else logging.INFO)
+    root.setLevel(logging.DEBUG if verbose else getattr(logging, level.upper()))
+    for noisy in ("redis", "urllib3", "asyncio"):  # their debug lines are not ours to show
+        logging.getLogger(noisy).setLevel(max(root.level, logging.INFO))
+    _listener.start()
+    atexit.register(_listener.stop)
 
 
 def require(module: str) -> None:
@@ -136,7 +173,10 @@ def main() -> None:
               help="A worker process restarts once its memory passes this many MB.")
 @click.option("--swarm-child", is_flag=True, hidden=True)
 @click.option("--swarm-error-file", hidden=True, type=click.Path(dir_okay=False))
-@click.option("-v", "--verbose", is_flag=True, default=None, help="Debug logging.")
+@click.option("-v", "--verbose", is_flag=True, default=None, help="Debug logging (--log-level debug).")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
+              help="info (default) logs each job's start and end; warning keeps only problems.")
+@click.option("--log-format", type=click.Choice(["text", "json"]), help="text (default) or one JSON object per line.")
 @click.option("-L", "--logfile", type=click.Path(dir_okay=False), help="Log to this file instead of stdout.")
 @click.option("-P", "--pidfile", type=click.Path(dir_okay=False), help="Write the process id here.")
 def worker(requires: tuple[str, ...], queues: tuple[str, ...], concurrency: int | None,
@@ -144,7 +184,8 @@ def worker(requires: tuple[str, ...], queues: tuple[str, ...], concurrency: int 
            heartbeat_interval: float | None, heartbeat_ttl: float | None, recovery_interval: float | None,
            max_recoveries: int | None, job_timeout: float | None, poll_interval: float | None,
            processes: int | None, max_jobs: int | None, max_memory: float | None, swarm_child: bool,
-           swarm_error_file: str | None, verbose: bool | None, logfile: str | None, pidfile: str | None) -> None:
+           swarm_error_file: str | None, verbose: bool | None, log_level: str | None, log_format: str | None,
+           logfile: str | None, pidfile: str | None) -> None:
     """Run jobs from Redis until INT or TERM.
 
     \b
@@ -162,7 +203,8 @@ def worker(requires: tuple[str, ...], queues: tuple[str, ...], concurrency: int 
                               heartbeat_ttl=heartbeat_ttl, recovery_interval=recovery_interval,
                               max_recoveries=max_recoveries, job_timeout=job_timeout,
                               poll_interval=poll_interval, processes=processes, max_jobs=max_jobs,
-                              max_memory=max_memory, verbose=verbose, logfile=logfile, pidfile=pidfile)
+                              max_memory=max_memory, verbose=verbose, log_level=log_level, log_format=log_format,
+                              logfile=logfile, pidfile=pidfile)
         if swarm_child:
             # the supervisor owns the pidfile; replace() ignores None, hence dataclasses.replace
             config = dataclasses.replace(config, processes=0, pidfile=None)
@@ -170,7 +212,7 @@ def worker(requires: tuple[str, ...], queues: tuple[str, ...], concurrency: int 
         raise UserError(str(exc)) from None
     check_folder("-L/--logfile", config.logfile)
     check_folder("-P/--pidfile", config.pidfile)
-    configure_logging(config.verbose, config.logfile)
+    configure_logging(config.verbose, config.logfile, config.log_level, config.log_format)
     if config.processes >= 1:
         sys.exit(run_supervisor(config))
     sys.exit(run_worker(config, swarm_child, swarm_error_file))

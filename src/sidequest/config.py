@@ -21,6 +21,7 @@ from .errors import ConfigError
 from .middleware import Chain
 
 DEFAULT_REDIS_PORT = 6379
+LOG_LEVELS = ("debug", "info", "warning", "error")
 CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
@@ -49,8 +50,8 @@ def _not_utf8(text: str) -> bool:
 def parse_queue_spec(spec: Any) -> tuple[str, int]:
     """`"critical"`, `"critical,3"`, `["critical", 3]` -> ("critical", 3); weight 0 means unweighted."""
     if isinstance(spec, str):
-        name, _, weight = spec.partition(",")  # as Sidekiq's -q (a name with a comma: use a list)
-        spec = [name, weight.strip() or 0]
+        name, _, given = spec.partition(",")  # as Sidekiq's -q (a name with a comma: use a list)
+        spec = [name, given.strip() or 0]
     if not isinstance(spec, (list, tuple)) or not 1 <= len(spec) <= 2:
         raise ConfigError(f"queue {spec!r} must be NAME or [NAME, WEIGHT]")
     name = check_queue_name(spec[0])
@@ -94,7 +95,9 @@ class Config:
     max_jobs: int | None = None  # a worker process restarts itself after this many jobs
     max_memory: float | None = None  # ... or once its resident memory passes this many MB
     require: tuple[str, ...] = ()
-    verbose: bool = False
+    verbose: bool = False  # the same as log_level "debug"
+    log_level: str = "info"  # debug | info (a line per job start and end, as Sidekiq) | warning | error
+    log_format: str = "text"  # text | json (one JSON object per line)
     logfile: str | None = None
     pidfile: str | None = None
     client_middleware: Chain = field(default_factory=Chain, compare=False)
@@ -119,6 +122,10 @@ class Config:
                 _positive_number(name, getattr(self, name))
         if self.max_jobs is not None:
             _positive_int("max_jobs", self.max_jobs)
+        if self.log_level not in LOG_LEVELS:
+            raise ConfigError(f"log_level must be one of {', '.join(LOG_LEVELS)}; got {self.log_level!r}")
+        if self.log_format not in ("text", "json"):
+            raise ConfigError(f"log_format must be 'text' or 'json'; got {self.log_format!r}")
         if self.fetch not in ("reliable", "basic"):
             raise ConfigError(f"fetch must be 'reliable' or 'basic', got {self.fetch!r}")
         if type(self.sidekiq_version) is not int or self.sidekiq_version not in (6, 7, 8):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+import functools
 import logging
 import threading
 import time
@@ -137,7 +138,7 @@ class Processor:
                     if unit is None:
                         continue
                     if self.pool.quieting.is_set():
-                        self._settle(lambda u=unit: u.put_back([0]))  # never taken: nothing to record
+                        self._settle(functools.partial(unit.put_back, [0]))  # never taken: nothing to record
                         break
                     self.process(unit)
                 finally:
@@ -183,7 +184,6 @@ class Processor:
                         self.rt.gate.release(self.index)
         finally:
             self.rt.stats.work.finish(self.tid)
-            self.rt.stats.processed.incr()
         # Cleared only on a normal return: if anything escaped, the pool still sees the unit
         # in hand and files it when it replaces this processor.
         self.unit = None
@@ -247,6 +247,7 @@ class Processor:
     def _finish(self, unit: UnitOfWork, payload: dict[str, Any] | None, job: Any, outcome: Outcome) -> None:
         if unit.done:  # put back by a hard shutdown while it ran
             return
+        self.rt.stats.processed.incr()
         ops = self.rt.lifecycle.ops(POINT_OF[outcome.kind], payload, outcome)
         applied = self._settle(lambda: unit.apply(outcome, ops))
         if applied:
