@@ -38,6 +38,7 @@ def test_retries_count_up_then_exhaust_into_dead_with_hooks(config, start, clien
     start(death_handlers=[lambda payload, exc: deaths.append((payload["jid"], type(exc).__name__))])
     jid = client.push(FastBoom, ["again"])
     wait_until(lambda: r.zcard("dead") == 1, message="the job in the dead set after its retries")
+    wait_until(lambda: deaths, message="the hooks, which run once the dead entry is written")
     assert [x[1] for x in ran(r, "fastboom")] == [None, 0, 1]  # retry_count seen on each run
     [(p, _)] = zset_items(r, "dead")
     assert p["jid"] == jid and p["retry_count"] == 2 and "retried_at" in p and "failed_at" in p

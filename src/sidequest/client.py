@@ -25,7 +25,7 @@ from .config import Config
 from .connection import connect
 from .errors import JobArgumentError
 from .options import DEFAULTS, check_options, schedule_at
-from .payload import check_args, encode, new_jid
+from .payload import check_args, encode, in_millis, new_jid, stamp
 
 BULK_BATCH = 1000  # payloads per LPUSH/ZADD, as Sidekiq's push_bulk batches
 
@@ -79,18 +79,23 @@ class Client:
               options: dict[str, Any]) -> tuple[list[tuple[dict[str, Any], float | None]], list[str | None]]:
         """Checked payloads (through client middleware) with their times, and the jids in order."""
         name, base = self._describe(job, options)
+        # a job of this codebase binds each push to its signature; a bare name cannot be checked
+        fits = None if isinstance(job, str) else getattr(job, "check_arguments", None)
         checked = []
         for index, args in enumerate(args_list):
             try:
                 checked.append(check_args(list(args) if isinstance(args, tuple) else args))
+                if fits is not None:
+                    fits(checked[-1])
             except JobArgumentError as exc:
                 prefix = f"job {index} of the bulk: " if len(args_list) > 1 else ""
                 raise JobArgumentError(f"{prefix}{exc}") from None
         entries: list[tuple[dict[str, Any], float | None]] = []
         jids: list[str | None] = []
         middleware = len(self.config.client_middleware) > 0
+        created = stamp(now, self.config.sidekiq_version >= 8)
         for args, when in zip(checked, times, strict=True):
-            payload = self._payload(name, base, args, now)
+            payload = self._payload(name, base, args, created)
             if middleware:
                 pushed = self._through_middleware(name, payload)
                 if pushed is None:
@@ -114,12 +119,12 @@ class Client:
         raise JobArgumentError(f"push needs a Job class, a @job function or a job name, got {job!r}")
 
     @staticmethod
-    def _payload(name: str, base: dict[str, Any], args: list[Any], now: float) -> dict[str, Any]:
+    def _payload(name: str, base: dict[str, Any], args: list[Any], created: float | int) -> dict[str, Any]:
         payload = dict(base)
         payload["args"] = args  # Sidekiq 6.4 writes args before class; keep its field order
         payload["class"] = name
         payload["jid"] = new_jid()
-        payload["created_at"] = now
+        payload["created_at"] = created
         return payload
 
     def _through_middleware(self, name: str, payload: dict[str, Any]) -> dict[str, Any] | None:
@@ -160,7 +165,7 @@ class Client:
         scheduled: list[tuple[bytes, float]] = []
         for index, (payload, when) in enumerate(entries):
             if when is None:
-                payload["enqueued_at"] = now
+                payload["enqueued_at"] = stamp(now, self.config.sidekiq_version >= 8 or in_millis(payload))
             try:
                 blob = self._encode(payload)
             except JobArgumentError as exc:

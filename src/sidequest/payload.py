@@ -57,11 +57,10 @@ def check_args(args: Any) -> list[Any]:
     >>> check_args([1, "a", {"k": [None, 2.5]}])
     [1, 'a', {'k': [None, 2.5]}]
     """
+    if isinstance(args, tuple):
+        args = list(args)
     if not isinstance(args, list):
-        if isinstance(args, tuple):
-            args = list(args)
-        else:
-            raise JobArgumentError(f"job args must be a list, got {type(args).__name__}")
+        raise JobArgumentError(f"job args must be a list, got {type(args).__name__}")
     for position, value in enumerate(args):
         if type(value) in _SCALARS:
             continue
@@ -144,8 +143,24 @@ def decode(raw: bytes | str) -> dict[str, Any]:
     return data
 
 
+# A payload time above this is epoch milliseconds (1e11 ms is 1973; 1e11 s is the year 5138).
+MILLIS_ABOVE = 1e11
+
+
 def epoch(value: Any) -> float | None:
-    """A payload time as epoch seconds: Sidekiq 6 writes floats, Sidekiq 7+ integer milliseconds."""
+    """A payload time as epoch seconds: Sidekiq 6/7 write float seconds, Sidekiq 8 integer milliseconds."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    return value / 1000.0 if value > 1e11 else float(value)
+    return value / 1000.0 if value > MILLIS_ABOVE else float(value)
+
+
+def in_millis(payload: dict[str, Any]) -> bool:
+    """True when the payload's own times are Sidekiq 8's integer milliseconds (its `created_at`
+    or `enqueued_at`), so the times added to it keep that unit: a payload stays self-consistent."""
+    return any(type(payload.get(key)) is int and payload[key] > MILLIS_ABOVE for key in ("created_at", "enqueued_at"))
+
+
+def stamp(now: float, millis: bool) -> float | int:
+    """`now` (epoch seconds) as a payload time: float seconds (Sidekiq 6/7), or with `millis`
+    integer epoch milliseconds (Sidekiq 8). Sorted-set scores stay float seconds in every version."""
+    return int(now * 1000) if millis else now

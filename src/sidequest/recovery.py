@@ -20,7 +20,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import redis
 
@@ -28,7 +28,7 @@ from . import keys
 from .config import Config
 from .lifecycle import Lifecycle
 from .outcome import Outcome, invalid
-from .payload import decode, encode
+from .payload import decode, encode, in_millis, stamp
 from .scripts import Scripts
 
 log = logging.getLogger(__name__)
@@ -84,12 +84,12 @@ class Recovery:
         moved = 0
         try:
             self._prune_processes()
-            for raw_key in self.redis.smembers(keys.RESERVATIONS):
+            for raw_key in cast("set[bytes]", self.redis.smembers(keys.RESERVATIONS)):
                 key = raw_key.decode()
                 owner = keys.identity_of_reserved(key)
                 if owner == self.identity or self.redis.exists(keys.process(owner)):
                     continue
-                for raw in self.redis.lrange(key, 0, -1):
+                for raw in cast("list[bytes]", self.redis.lrange(key, 0, -1)):
                     moved += self._recover(key, owner, raw)
                 self._forget_if_empty(key, owner)
         finally:
@@ -100,7 +100,7 @@ class Recovery:
         """Drop an emptied list of a dead owner from the set (a WATCH keeps a late job safe)."""
         with self.redis.pipeline(transaction=True) as pipe:
             try:
-                pipe.watch(key, keys.process(owner))
+                pipe.watch(key, keys.process(owner))  # type: ignore[no-untyped-call]  # untyped in redis-py
                 if pipe.llen(key) or pipe.exists(keys.process(owner)):
                     return
                 pipe.multi()
@@ -111,7 +111,7 @@ class Recovery:
 
     def _prune_processes(self) -> None:
         """Drop identities whose heartbeat expired from `processes` (Sidekiq's ProcessSet.cleanup)."""
-        members = list(self.redis.smembers(keys.PROCESSES))
+        members = list(cast("set[bytes]", self.redis.smembers(keys.PROCESSES)))
         if not members:
             return
         pipe = self.redis.pipeline(transaction=False)
@@ -150,7 +150,8 @@ class Recovery:
         queue = payload["queue"] if isinstance(payload.get("queue"), str) and payload["queue"] else "default"
         if count <= self.config.max_recoveries:
             return Outcome("put_back", blob=encode(payload), at=now, payload=payload), queue
-        payload.update(error_class=LIMIT_ERROR, failed_at=now, error_message=(
+        failed = stamp(now, self.config.sidekiq_version >= 8 or in_millis(payload))
+        payload.update(error_class=LIMIT_ERROR, failed_at=failed, error_message=(
             f"the worker running this job died {count} times (limit {self.config.max_recoveries});"
             " the job may be what kills it"))
         return Outcome("dead", blob=encode(payload), at=now, payload=payload, exhausted=True), queue

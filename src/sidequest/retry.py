@@ -30,7 +30,7 @@ from typing import Any
 from .config import Config
 from .errors import JobFailed
 from .outcome import Outcome, error_class_name, invalid
-from .payload import encode
+from .payload import encode, in_millis, stamp
 
 log = logging.getLogger(__name__)
 
@@ -93,15 +93,18 @@ class Retrier:
         if payload.get("retry", True) is False:
             return Outcome("dropped", payload=payload, error=exc, reason="retry=False")
         now = self.clock()
+        # failure times in the payload's own unit (Sidekiq 8's milliseconds stay milliseconds),
+        # else the configured one; the retry and dead scores stay float seconds
+        failed = stamp(now, self.config.sidekiq_version >= 8 or in_millis(payload))
         payload["queue"] = payload.get("retry_queue") or queue
         payload["error_message"] = str(exc)[:MAX_MESSAGE]
         payload["error_class"] = error_class_name(exc)
         payload.pop("recovery_count", None)  # it ran to an end: it does not kill its process
         if isinstance(payload.get("retry_count"), int) and not isinstance(payload["retry_count"], bool):
-            payload["retried_at"] = now
+            payload["retried_at"] = failed
             payload["retry_count"] += 1
         else:
-            payload["failed_at"] = now
+            payload["failed_at"] = failed
             payload["retry_count"] = 0
         count = payload["retry_count"]
         wanted = payload.get("backtrace")

@@ -19,13 +19,14 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from typing import cast
 
 import redis
 
 from . import keys
 from .config import Config
 from .errors import PayloadError
-from .payload import decode, encode
+from .payload import decode, encode, in_millis, stamp
 from .scripts import Scripts
 
 log = logging.getLogger(__name__)
@@ -73,7 +74,7 @@ class Poller:
         for sorted_set in SETS:
             while not self._stop.is_set():
                 now = self.clock()
-                due = self.redis.zrangebyscore(sorted_set, "-inf", now, start=0, num=BATCH)
+                due = cast("list[bytes]", self.redis.zrangebyscore(sorted_set, "-inf", now, start=0, num=BATCH))
                 if not due:
                     break
                 for raw in due:
@@ -95,7 +96,7 @@ class Poller:
             queue, blob = "default", raw
         else:
             payload.pop("at", None)
-            payload["enqueued_at"] = now
+            payload["enqueued_at"] = stamp(now, self.config.sidekiq_version >= 8 or in_millis(payload))
             blob = encode(payload).encode("utf-8")
         return int(self.scripts.enqueue_due(keys=[sorted_set, keys.queue(queue), keys.QUEUES],
                                             args=[raw, blob, queue]))
@@ -105,7 +106,7 @@ class Poller:
         pipe = self.redis.pipeline(transaction=False)
         for sorted_set in SETS:
             pipe.zrange(sorted_set, 0, 0, withscores=True)
-        earliest = [entry[0][1] for entry in pipe.execute() if entry]
+        earliest: list[float] = [entry[0][1] for entry in pipe.execute() if entry]
         if not earliest:
             return cap
         return max(0.0, min(cap, min(earliest) - self.clock()))
