@@ -1,8 +1,9 @@
 """Per-job metrics: runs, failures and run times per job name and UTC minute, kept 72 hours.
 
-A lifecycle feature that writes nothing per job: each worker process adds a finished run to an
-in-memory table (job name -> count, failures, total milliseconds, a histogram of run times),
-and the heartbeat writes the table into `sidequest:metrics:<YYYYMMDDHHMM>` (see `keys`) in its
+A lifecycle feature that writes nothing per job: each finished run is appended to an in-memory
+deque (an append is atomic, so ten processors never wait on a lock), and the heartbeat folds
+them into a table (job name -> count, failures, total milliseconds, a histogram of run times)
+and writes it into `sidequest:metrics:<YYYYMMDDHHMM>` (see `keys`) in its
 own MULTI, as Sidekiq 7 does with its metrics. One hash per minute, fields per job name:
 
     <name>|p      runs that ended (done, retried, dead, dropped)
@@ -19,6 +20,7 @@ from __future__ import annotations
 import threading
 import time
 from bisect import bisect_left
+from collections import deque
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -55,7 +57,8 @@ class MetricsFeature:
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self.clock = clock
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # only between `take` and `give_back`, never per job
+        self._runs: deque[tuple[int, str, float, bool]] = deque()  # (minute, name, ms, failed)
         self._minutes: dict[str, dict[str, _Tally]] = {}
 
     def ops(self, point: str, payload: dict[str, Any], outcome: Outcome | None) -> list[Any] | None:
@@ -65,20 +68,22 @@ class MetricsFeature:
         return None
 
     def observe(self, point: str, payload: dict[str, Any], outcome: Outcome | None) -> None:
-        if point not in ENDS or outcome is None or outcome.elapsed is None:
-            return
-        name = str(payload.get("class", "?"))
-        bucket = bisect_left(BUCKETS, outcome.elapsed * 1000)
-        with self._lock:
-            tally = self._minutes.setdefault(minute_of(self.clock()), {}).setdefault(name, _Tally())
-            tally.runs += 1
-            tally.failed += point != "finished"
-            tally.ms += outcome.elapsed * 1000
-            tally.histogram[bucket] += 1
+        if point in ENDS and outcome is not None and outcome.elapsed is not None:
+            self._runs.append((int(self.clock() // 60), str(payload.get("class", "?")),
+                               outcome.elapsed * 1000, point != "finished"))
 
     def take(self) -> dict[str, dict[str, _Tally]]:
         with self._lock:
             minutes, self._minutes = self._minutes, {}
+            labels: dict[int, str] = {}
+            while self._runs:
+                minute, name, ms, failed = self._runs.popleft()
+                label = labels.get(minute) or labels.setdefault(minute, minute_of(minute * 60))
+                tally = minutes.setdefault(label, {}).setdefault(name, _Tally())
+                tally.runs += 1
+                tally.failed += failed
+                tally.ms += ms
+                tally.histogram[bisect_left(BUCKETS, ms)] += 1
         return minutes
 
     def give_back(self, minutes: dict[str, dict[str, _Tally]]) -> None:
