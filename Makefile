@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test bench clean
+.PHONY: demo test lint bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,6 +18,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+lint: $(STAMP)  # what .ci/run checks before the suites
+	$(BIN)/ruff check src tests bench examples
+	$(BIN)/mypy --strict src
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py

@@ -13,9 +13,9 @@ import time
 import redis
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import PrivateRedis, ruby_sidekiq  # noqa: E402
+from common import PrivateRedis, ruby_sidekiq
 
-import sidequest  # noqa: E402
+import sidequest
 
 RUBY = r"""
 require "sidekiq"

@@ -34,11 +34,11 @@ from pathlib import Path
 import redis
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import PrivateRedis  # noqa: E402
-from throughput import PYTHON_JOB, QUEUE, STAGING, blocked_fetches, stop_worker, wait_for, worker_command  # noqa: E402
+from common import PrivateRedis
+from throughput import PYTHON_JOB, QUEUE, STAGING, blocked_fetches, stop_worker, wait_for, worker_command
 
-import sidequest  # noqa: E402
-from sidequest import keys  # noqa: E402
+import sidequest
+from sidequest import keys
 
 
 def measure(tracked: bool, url: str, workdir: Path, jobs: int, concurrency: int) -> dict[str, float]:

@@ -68,7 +68,7 @@ def import_rows(csv_path: str, db_path: str, first: int, last: int) -> None:
         rows = itertools.islice(csv.reader(f), first, last + 1)  # line 0 is the header
         for start in range(first, last + 1, BATCH):
             good, bad = [], []
-            for row, record in zip(range(start, min(start + BATCH - 1, last) + 1), rows):
+            for row, record in zip(range(start, min(start + BATCH - 1, last) + 1), rows, strict=False):
                 try:
                     good.append((row, *check(record)))
                 except ValueError as exc:

@@ -42,7 +42,8 @@ class WorkerProcess:
         self.args = [PYTHON, "-m", "sidequest.cli", "worker", "-r", "jobs_for_tests",
                      "--heartbeat-interval", "0.5", "--heartbeat-ttl", "3", "--poll-interval", "0.2",
                      "--recovery-interval", "1", *args]
-        self.log = tempfile.NamedTemporaryFile(prefix="sq-worker-", suffix=".log", delete=False)
+        self.log = tempfile.NamedTemporaryFile(  # noqa: SIM115 (open while the worker runs)
+            prefix="sq-worker-", suffix=".log", delete=False)
         self.proc = subprocess.Popen(self.args, env=python_env(REDIS_URL=redis_url, SQ_TEST_REDIS_URL=redis_url),
                                      stdout=self.log, stderr=subprocess.STDOUT, cwd=cwd)
 

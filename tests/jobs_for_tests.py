@@ -127,8 +127,6 @@ async def async_wait(key):
 
 
 class FastBoom(sidequest.Job, name="FastBoom", retry=2):
-    exhausted = []
-
     def perform(self, message):
         record("fastboom", message, self.payload.get("retry_count"))
         raise ValueError(message)

@@ -80,10 +80,10 @@ def stop(config: Config) -> None:
         client.close()
     for pid in pids:
         try:
-            wait_until(lambda: not alive(pid), 3, message=f"redis-server {pid} to exit")
+            wait_until(lambda pid=pid: not alive(pid), 3, message=f"redis-server {pid} to exit")
         except AssertionError:
             os.kill(pid, signal.SIGKILL)
-            wait_until(lambda: not alive(pid), 3, message=f"redis-server {pid} to die")
+            wait_until(lambda pid=pid: not alive(pid), 3, message=f"redis-server {pid} to die")
 
 
 @pytest.fixture

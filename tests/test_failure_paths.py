@@ -216,6 +216,7 @@ def test_a_supervisor_whose_children_cannot_start_exits_with_their_error(procs, 
     code = sup.proc.wait(60)
     out = sup.output()
     assert code == 1, out
-    [giving_up] = [line for line in out.splitlines() if re.search(r"failed at start \d+ times in a row; giving up", line)]
+    [giving_up] = [line for line in out.splitlines()
+                   if re.search(r"failed at start \d+ times in a row; giving up", line)]
     assert "No module named 'no_such_module_for_the_supervisor'" in giving_up, out
     assert "Traceback" not in out

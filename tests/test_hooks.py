@@ -2,7 +2,6 @@
 
 from conftest import wait_until
 from helpers import ran, reserved
-
 from jobs_for_tests import WithHooks, fn_with_hooks
 
 
@@ -34,7 +33,8 @@ def test_error_handlers_run_on_every_failure_with_context(start, client, r, capl
                                                           ctx["retry_count"], ctx["job"]["args"]))])
     jid = client.push(WithHooks, [True])
     wait_until(lambda: len(seen) == 2, message="both failed attempts reported")
-    assert seen == [("ValueError", "WithHooks", "default", 0, [True]), ("ValueError", "WithHooks", "default", 1, [True])]
+    assert seen == [("ValueError", "WithHooks", "default", 0, [True]),
+                    ("ValueError", "WithHooks", "default", 1, [True])]
     # the traceback of each failure is in the log, at WARNING
     failures = [rec for rec in caplog.records if rec.getMessage().startswith("fail:")]
     assert len(failures) == 2 and all(rec.levelname == "WARNING" and rec.exc_info for rec in failures)

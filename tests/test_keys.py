@@ -17,7 +17,8 @@ REDIS_COMMANDS = {
 
 def _key_literals(tree: ast.AST):
     for node in ast.walk(tree):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith(PREFIXES) and " " not in node.value:
+        if (isinstance(node, ast.Constant) and isinstance(node.value, str)
+                and node.value.startswith(PREFIXES) and " " not in node.value):
             yield node.lineno, node.value
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                 and node.func.attr in REDIS_COMMANDS and node.args

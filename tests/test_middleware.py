@@ -9,7 +9,7 @@ def recorder(name, log):
             self.args = args
 
         def __call__(self, *a, call_next=None):
-            *rest, nxt = a
+            *_, nxt = a
             log.append(f"{name}>")
             result = nxt()
             log.append(f"<{name}")

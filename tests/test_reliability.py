@@ -103,7 +103,7 @@ class Worker:
         try:
             return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            raise AssertionError(f"worker {self.pid} did not exit {timeout} s after TERM:\n{self.output()}")
+            raise AssertionError(f"worker {self.pid} did not exit {timeout} s after TERM:\n{self.output()}") from None
 
     def term(self) -> None:
         # Only once: a second TERM that lands after the worker has finished its shutdown, while

@@ -32,7 +32,10 @@ def test_retry_set_is_polled_too(config, client, r):
 
 def test_many_pollers_racing_move_each_job_exactly_once(config, client, r):
     jids = client.push_bulk(echo, [[i] for i in range(600)], at=time.time() + 30)
-    clock = lambda: time.time() + 31
+
+    def clock() -> float:
+        return time.time() + 31
+
     pollers = [Poller(config, r.__class__.from_url(config.url), clock=clock) for _ in range(4)]
     threads = [threading.Thread(target=p.enqueue_due) for p in pollers]
     for t in threads:

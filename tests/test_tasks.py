@@ -64,7 +64,7 @@ def test_finished_failed_and_messages(start, client, r):
 
 def test_error_with_retry_goes_back_to_enqueued_then_finishes(start, client, r):
     task = Task.create("flaky", client=client, on_success=on_success)
-    [jid] = task.add_bulk(FlakyOnce, [[7]])
+    task.add_bulk(FlakyOnce, [[7]])
     task.seal()
     start()
     wait_until(lambda: ran(r, "on_success"), message="on_success after the retry worked")

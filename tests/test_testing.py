@@ -204,14 +204,13 @@ def test_fake_uses_the_default_clients_config_and_restores_it_after_an_error() -
     config.client_middleware.add(lambda name, payload, queue, call_next: {**call_next(), "mark": 1})
     mine = sidequest.configure(config)
     try:
-        with pytest.raises(ZeroDivisionError):
-            with fake(registry=REG) as jobs:
-                add.perform_async(1, 2)
-                assert jobs.pushed()[0]["mark"] == 1
-                with inline(registry=REG):  # nests, and gives the fake back on exit
-                    add.perform_async(3, 4)
-                assert sidequest.default_client() is jobs.client
-                1 / 0  # noqa: B018
+        with pytest.raises(ZeroDivisionError), fake(registry=REG) as jobs:
+            add.perform_async(1, 2)
+            assert jobs.pushed()[0]["mark"] == 1
+            with inline(registry=REG):  # nests, and gives the fake back on exit
+                add.perform_async(3, 4)
+            assert sidequest.default_client() is jobs.client
+            1 / 0  # noqa: B018
         assert sidequest.default_client() is mine
     finally:
         sidequest.configure(client=before)
@@ -380,9 +379,8 @@ def test_redis_use_raises_a_clear_error() -> None:
         assert [p["task_id"] for p in jobs.pushed()] == ["t" * 24] * 2
         with pytest.raises(NoRedisError, match="task_message"):
             jobs.drain()
-    with inline(registry=REG):
-        with pytest.raises(NoRedisError, match=r"inline\(\) has no Redis"):
-            _ = sidequest.default_client().redis
+    with inline(registry=REG), pytest.raises(NoRedisError, match=r"inline\(\) has no Redis"):
+        _ = sidequest.default_client().redis
 
 
 # -- inline ---------------------------------------------------------------------------------------
@@ -531,7 +529,8 @@ def test_the_example_in_the_docs_is_the_one_in_examples() -> None:
     for name in ("shop_jobs.py", "test_shop_jobs.py"):
         blocks = re.findall(rf"```python\n# examples/testing/{re.escape(name)}\n(.*?)```", doc, re.S)
         assert blocks, f"docs/testing.md shows no {name}"
-        assert blocks[0] == (EXAMPLE / name).read_text(encoding="utf-8"), f"docs/testing.md and examples/testing/{name} differ"
+        assert blocks[0] == (EXAMPLE / name).read_text(encoding="utf-8"), (
+            f"docs/testing.md and examples/testing/{name} differ")
 
 
 def test_the_example_runs(pytester: pytest.Pytester) -> None:

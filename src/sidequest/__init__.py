@@ -12,6 +12,8 @@ Run them with `sidequest worker -r myapp.jobs`.
 
 __version__ = "0.1.0"  # first: modules below read it
 
+from typing import Any
+
 from .client import Client, configure, default_client
 from .config import Config
 from .errors import (
@@ -32,7 +34,7 @@ from .registry import Registry, default_registry
 from .tasks import Task, task_message
 
 
-def push(job_name: str, args: list, **options):  # type: ignore[no-untyped-def,type-arg]
+def push(job_name: str, args: list[Any], **options: Any) -> str | None:
     """Push a job by name with the default client (e.g. a Ruby job: `push("HardWorker", [1])`)."""
     return default_client().push(job_name, args, **options)
 

@@ -109,7 +109,7 @@ def check_server(client: redis.Redis, url: str) -> list[str]:
     sidequest needs BLMOVE and LPOS (6.2). Like Sidekiq, it warns when Redis may evict keys:
     under memory pressure an eviction policy other than `noeviction` silently deletes jobs.
     """
-    info: dict[str, Any] = client.info()  # type: ignore[assignment]
+    info: dict[str, Any] = client.info()
     problem = version_problem(str(info.get("redis_version", "0")))
     if problem is not None:
         raise RedisUnavailableError(f"Redis at {mask_url(url)} {problem}")

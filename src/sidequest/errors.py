@@ -4,8 +4,8 @@
     ├── ConfigError              a setting is missing, malformed or contradictory
     ├── RedisUnavailableError    Redis cannot be reached or refuses us (URL shown masked)
     │   └── RedisURLError        ... because the URL is wrong: invalid, or not a Redis server (also a ConfigError)
-    ├── JobArgumentError         an argument or option cannot travel as JSON (also TypeError, ValueError)
-    ├── JobDefinitionError       a job is defined twice under one name, or with bad options
+    ├── JobArgumentError         an argument or option is not JSON, or does not fit the job (also TypeError, ValueError)
+    ├── JobDefinitionError       a job is defined twice under one name, with bad options, or in __main__ without a name
     ├── UnknownJobError          a payload names a job that is not registered
     ├── PayloadError             bytes from Redis that are not a job payload
     ├── JobTimeoutError          a job ran past its time limit
@@ -32,7 +32,8 @@ class RedisURLError(RedisUnavailableError, ConfigError):
 
 
 class JobArgumentError(SidequestError, TypeError, ValueError):
-    """An argument or option of a job cannot be stored as native JSON.
+    """An argument or option of a job cannot be stored as native JSON, or the arguments do not
+    fit the job's parameters (too many, too few, keywords).
 
     It is both a TypeError (an object, set, bytes, tuple...) and a ValueError (NaN, a bad
     queue name, an infinite time), so callers may catch whichever reads better.
@@ -40,7 +41,7 @@ class JobArgumentError(SidequestError, TypeError, ValueError):
 
 
 class JobDefinitionError(SidequestError, ValueError):
-    """A job definition is invalid: a duplicate name, an unknown option type."""
+    """A job definition is invalid: a duplicate name, an unknown option type, a default name in `__main__`."""
 
 
 class UnknownJobError(SidequestError, LookupError):

@@ -27,7 +27,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import redis
 
@@ -94,7 +94,7 @@ class PausedQueues:
         if self.clock() >= self._until:
             with self._lock:
                 if self.clock() >= self._until:
-                    self._names = frozenset(n.decode() for n in self.redis.smembers(keys.PAUSED))
+                    self._names = frozenset(n.decode() for n in cast("set[bytes]", self.redis.smembers(keys.PAUSED)))
                     self._until = self.clock() + self.every
         return self._names
 
@@ -191,7 +191,7 @@ class BasicFetch:
         got = self.redis.brpop(order, timeout=self.timeout)
         if not got:
             return None
-        key, raw = got
+        key, raw = cast("tuple[bytes, bytes]", got)
         return UnitOfWork(keys.queue_name(key.decode()), raw, self)
 
     def apply(self, unit: UnitOfWork, outcome: Outcome, ops: list[Any]) -> bool:
@@ -248,7 +248,9 @@ class ReliableFetch:
             wait_paused(self.timeout)
             return None
         key = order[self.slot % len(order)]
-        raw = self.redis.blmove(key, self.reserved, self.timeout, "RIGHT", "LEFT")
+        # redis-py types the timeout as int; BLMOVE takes fractional seconds
+        moved = self.redis.blmove(key, self.reserved, self.timeout, "RIGHT", "LEFT")  # type: ignore[arg-type]
+        raw = cast("bytes | None", moved)
         if raw is None:
             return None
         return UnitOfWork(keys.queue_name(key), raw, self)
@@ -259,7 +261,7 @@ class ReliableFetch:
 
     def _reconcile(self) -> UnitOfWork | None:
         """Adopt a job that is in our list though no fetch returned it (its reply was lost)."""
-        held = self.redis.lrange(self.reserved, 0, -1)
+        held = cast("list[bytes]", self.redis.lrange(self.reserved, 0, -1))
         pending = self.pending[0] if self.pending else None
         unknown = [raw for raw in held if raw != pending]
         self._suspect = len(unknown) > 1  # one at a time; look again next fetch

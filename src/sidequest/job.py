@@ -1,10 +1,10 @@
 """Defining jobs: the `@job` decorator on functions and the `Job` base class.
 
     @sidequest.job(queue="mail", retry=5)
-    def send_welcome(user_id): ...
+    def send_welcome(user_id: int) -> None: ...
 
     class Resize(sidequest.Job, queue="images", backtrace=True):
-        def perform(self, path, width): ...
+        def perform(self, path: str, width: int) -> None: ...
 
     send_welcome.perform_async(42)                    # -> jid
     Resize.perform_in(60, "a.png", 200)               # in a minute
@@ -14,19 +14,44 @@
 A decorated function becomes a `Job` subclass behind the scenes, so a worker runs both kinds
 the same way. Every job is registered under its wire name (`module.qualname` unless `name=`
 is given); only registered names are ever run by a worker.
+
+The enqueue methods are typed from the job's own parameters (`ParamSpec`): the function's for
+`@job`, `perform`'s for a `Job` subclass (through the classmethods' self-type, `_Performs`), so
+a type checker flags `send_welcome.perform_async("x")`. At run time the arguments are bound to
+that same signature at push, before anything is written; keyword arguments are refused, since
+a Sidekiq payload holds positional arguments only.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Iterable
-from typing import Any, ClassVar
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, ParamSpec, Protocol, TypeVar, cast, overload
 
+from .arguments import bind, function_signature, perform_signature, refuse_keywords
 from .client import default_client
 from .errors import JobArgumentError, JobDefinitionError
 from .options import DEFAULTS, check_options
 from .registry import Registry, default_registry
+
+if TYPE_CHECKING:
+    from .client import Client
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+Delay = float | timedelta  # perform_in: seconds (int or float) or a timedelta
+When = float | datetime  # perform_at: epoch seconds or an aware datetime
+BulkAt = When | Sequence[When] | None  # perform_bulk: one time for all, or one per job
+
+
+class _Performs(Protocol[P]):
+    """A Job class seen through its `perform`: the classmethods take `cls` as this, so a type
+    checker reads their argument types (P) from the subclass's own `perform`."""
+
+    def perform(self, *args: P.args, **kwargs: P.kwargs) -> object: ...
 
 
 class Job:
@@ -43,6 +68,9 @@ class Job:
     name: ClassVar[str] = ""
     options: ClassVar[dict[str, Any]] = {}
     registry: ClassVar[Registry] = default_registry
+    # perform's parameters without self (the function's, for @job), computed once per class and
+    # bound to every push's arguments; None when they cannot be read (pushes go unchecked).
+    _signature: ClassVar[inspect.Signature | None] = None
 
     jid: str
     payload: dict[str, Any]
@@ -59,11 +87,22 @@ class Job:
         cls.options = merged
         if name is not None and (not isinstance(name, str) or not name):
             raise JobDefinitionError(f"job name must be a non-empty string, got {name!r}")
+        if name is None and not abstract and cls.__module__ == "__main__":
+            # A worker finds jobs by importing their module; no worker can import `__main__`
+            # (the script that pushed), so the default name would never resolve.
+            raise JobDefinitionError(
+                f"job {cls.__qualname__} is defined in __main__ (a script run directly), so its "
+                f"default name would be '__main__.{cls.__qualname__}', which no worker can find; "
+                f'give it name="{cls.__name__}" (or define it in a module the worker imports '
+                "with -r, and import it from there)")
         cls.name = name or f"{cls.__module__}.{cls.__qualname__}"
+        cls._signature = perform_signature(cls)
         if not abstract:
             cls.registry.register(cls)
 
-    def perform(self, *args: Any) -> Any:
+    def perform(self, *args: Any, **kwargs: Any) -> Any:
+        # (*args: Any, **kwargs: Any) is the gradual signature: a type checker accepts any
+        # override of it, so each subclass types `perform` (and thereby its enqueue calls) itself.
         raise NotImplementedError(f"{type(self).__qualname__} must define perform()")
 
     def retry_in(self, count: int, exc: BaseException) -> float | None:
@@ -81,69 +120,96 @@ class Job:
 
     # -- enqueueing (class-level) --------------------------------------------------------------
     @classmethod
-    def set(cls, **options: Any) -> JobSetter:
+    def set(cls: type[_Performs[P]], **options: Any) -> JobSetter[P]:
         """Options for one call: `Resize.set(queue="urgent", retry=False).perform_async(...)`."""
-        return JobSetter(cls, options)
+        return _setter(cls, options)
 
     @classmethod
-    def perform_async(cls, *args: Any) -> str | None:
-        return JobSetter(cls, {}).perform_async(*args)
+    def perform_async(cls: type[_Performs[P]], *args: P.args, **kwargs: P.kwargs) -> str | None:
+        return _setter(cls).perform_async(*args, **kwargs)
 
     @classmethod
-    def perform_in(cls, delay: Any, *args: Any) -> str | None:
-        return JobSetter(cls, {}).perform_in(delay, *args)
+    def perform_in(cls: type[_Performs[P]], delay: Delay, /, *args: P.args, **kwargs: P.kwargs) -> str | None:
+        return _setter(cls).perform_in(delay, *args, **kwargs)
 
     @classmethod
-    def perform_at(cls, when: Any, *args: Any) -> str | None:
-        return JobSetter(cls, {}).perform_at(when, *args)
+    def perform_at(cls: type[_Performs[P]], when: When, /, *args: P.args, **kwargs: P.kwargs) -> str | None:
+        return _setter(cls).perform_at(when, *args, **kwargs)
 
     @classmethod
-    def perform_bulk(cls, args_list: Iterable[Any], *, at: Any = None) -> list[str | None]:
-        return JobSetter(cls, {}).perform_bulk(args_list, at=at)
+    def perform_bulk(cls, args_list: Iterable[Sequence[Any]], *, at: BulkAt = None) -> list[str | None]:
+        return JobSetter[Any](cls, {}).perform_bulk(args_list, at=at)
 
     @classmethod
     def payload_options(cls) -> dict[str, Any]:
         """The options stored in every payload of this job: Sidekiq's defaults, then the job's."""
         return {**DEFAULTS, **cls.options}
 
+    @classmethod
+    def check_arguments(cls, args: Sequence[Any]) -> None:
+        """Raise JobArgumentError unless `args` fit the job's parameters (called at every push)."""
+        bind(cls.name, cls._signature, args)
 
-class JobSetter:
-    """A job plus per-call options (and optionally a specific client)."""
 
-    def __init__(self, job_class: type[Job], options: dict[str, Any], client: Any = None) -> None:
+def _setter(job_class: type[_Performs[P]], options: dict[str, Any] | None = None) -> JobSetter[P]:
+    # Job's classmethods are the only callers, so `job_class` is a Job subclass.
+    return JobSetter(cast("type[Job]", job_class), options or {})
+
+
+class JobSetter(Generic[P]):
+    """A job plus per-call options (and optionally a specific client), typed like the job."""
+
+    def __init__(self, job_class: type[Job], options: dict[str, Any], client: Client | None = None) -> None:
         client = options.pop("client", client)
         self.job_class = job_class
         self.options = check_options(options)
         self.client = client
 
-    def set(self, **options: Any) -> JobSetter:
+    def set(self, **options: Any) -> JobSetter[P]:
         return JobSetter(self.job_class, {**self.options, **options}, self.client)
 
-    def _client(self) -> Any:
+    def _client(self) -> Client:
         return self.client if self.client is not None else default_client()
 
-    def perform_async(self, *args: Any) -> str | None:
+    def perform_async(self, *args: P.args, **kwargs: P.kwargs) -> str | None:
+        refuse_keywords(self.job_class.name, self.job_class._signature, "perform_async", kwargs)
         return self._client().push(self.job_class, list(args), **self.options)
 
-    def perform_in(self, delay: Any, *args: Any) -> str | None:
+    def perform_in(self, delay: Delay, /, *args: P.args, **kwargs: P.kwargs) -> str | None:
+        refuse_keywords(self.job_class.name, self.job_class._signature, "perform_in", kwargs)
         return self._client().push(self.job_class, list(args), in_=delay, **self.options)
 
-    def perform_at(self, when: Any, *args: Any) -> str | None:
+    def perform_at(self, when: When, /, *args: P.args, **kwargs: P.kwargs) -> str | None:
+        refuse_keywords(self.job_class.name, self.job_class._signature, "perform_at", kwargs)
         return self._client().push(self.job_class, list(args), at=when, **self.options)
 
-    def perform_bulk(self, args_list: Iterable[Any], *, at: Any = None) -> list[str | None]:
+    def perform_bulk(self, args_list: Iterable[Sequence[Any]], *, at: BulkAt = None) -> list[str | None]:
         return self._client().push_bulk(self.job_class, args_list, at=at, **self.options)
 
 
-def job(func: Callable[..., Any] | None = None, *, name: str | None = None,
+@overload
+def job(func: Callable[P, R], /) -> JobFunction[P, R]: ...
+
+
+@overload
+def job(*, name: str | None = None,
         retry_in: Callable[[int, BaseException], float | None] | None = None,
         retries_exhausted: Callable[[dict[str, Any], BaseException], None] | None = None,
         after_succeeded: Callable[..., None] | None = None,
         after_failed: Callable[..., None] | None = None,
-        registry: Registry | None = None, **options: Any) -> Any:
+        registry: Registry | None = None, **options: Any) -> Callable[[Callable[P, R]], JobFunction[P, R]]: ...
+
+
+def job(func: Callable[P, R] | None = None, *, name: str | None = None,
+        retry_in: Callable[[int, BaseException], float | None] | None = None,
+        retries_exhausted: Callable[[dict[str, Any], BaseException], None] | None = None,
+        after_succeeded: Callable[..., None] | None = None,
+        after_failed: Callable[..., None] | None = None,
+        registry: Registry | None = None,
+        **options: Any) -> JobFunction[P, R] | Callable[[Callable[P, R]], JobFunction[P, R]]:
     """Turn a function (sync or `async def`) into a job. Usable bare (`@job`) or with options."""
 
-    def wrap(fn: Callable[..., Any]) -> JobFunction:
+    def wrap(fn: Callable[P, R]) -> JobFunction[P, R]:
         if not callable(fn):
             raise JobDefinitionError(f"@job decorates a function, got {type(fn).__name__}")
         body: dict[str, Any] = {
@@ -152,13 +218,14 @@ def job(func: Callable[..., Any] | None = None, *, name: str | None = None,
             "__doc__": fn.__doc__,
             "function": staticmethod(fn),
         }
+        call: Callable[..., Any] = fn  # P is the caller's concern; the worker passes a payload's args
         if inspect.iscoroutinefunction(fn):
             async def perform_async_fn(self: Job, *args: Any) -> Any:
-                return await fn(*args)
+                return await call(*args)
             body["perform"] = perform_async_fn
         else:
             def perform(self: Job, *args: Any) -> Any:
-                return fn(*args)
+                return call(*args)
             body["perform"] = perform
         if retry_in is not None:
             body["retry_in"] = lambda self, count, exc: retry_in(count, exc)
@@ -171,40 +238,45 @@ def job(func: Callable[..., Any] | None = None, *, name: str | None = None,
         kwargs: dict[str, Any] = dict(options, name=name)
         if registry is not None:
             kwargs["registry"] = registry
-        job_class = type(fn.__name__, (Job,), body, **kwargs)
+        job_class = cast("type[Job]", type(fn.__name__, (Job,), body, **kwargs))
+        job_class._signature = function_signature(fn)  # the function's, not the wrapper's (*args)
         return JobFunction(fn, job_class)
 
     return wrap(func) if func is not None else wrap
 
 
-class JobFunction:
+class JobFunction(Generic[P, R]):
     """What `@job` returns: still callable as the function, plus the enqueue methods."""
 
-    def __init__(self, fn: Callable[..., Any], job_class: type[Job]) -> None:
+    def __init__(self, fn: Callable[P, R], job_class: type[Job]) -> None:
         functools.update_wrapper(self, fn)
+        self._fn = fn
         self.job_class = job_class
         self.name = job_class.name
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.__wrapped__(*args, **kwargs)  # type: ignore[attr-defined]
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self._fn(*args, **kwargs)
 
     def __repr__(self) -> str:
         return f"<sidequest job {self.name}>"
 
-    def set(self, **options: Any) -> JobSetter:
-        return self.job_class.set(**options)
+    def set(self, **options: Any) -> JobSetter[P]:
+        return JobSetter(self.job_class, options)
 
     def payload_options(self) -> dict[str, Any]:
         return self.job_class.payload_options()
 
-    def perform_async(self, *args: Any) -> str | None:
-        return self.job_class.perform_async(*args)
+    def check_arguments(self, args: Sequence[Any]) -> None:
+        self.job_class.check_arguments(args)
 
-    def perform_in(self, delay: Any, *args: Any) -> str | None:
-        return self.job_class.perform_in(delay, *args)
+    def perform_async(self, *args: P.args, **kwargs: P.kwargs) -> str | None:
+        return self.set().perform_async(*args, **kwargs)
 
-    def perform_at(self, when: Any, *args: Any) -> str | None:
-        return self.job_class.perform_at(when, *args)
+    def perform_in(self, delay: Delay, /, *args: P.args, **kwargs: P.kwargs) -> str | None:
+        return self.set().perform_in(delay, *args, **kwargs)
 
-    def perform_bulk(self, args_list: Iterable[Any], *, at: Any = None) -> list[str | None]:
-        return self.job_class.perform_bulk(args_list, at=at)
+    def perform_at(self, when: When, /, *args: P.args, **kwargs: P.kwargs) -> str | None:
+        return self.set().perform_at(when, *args, **kwargs)
+
+    def perform_bulk(self, args_list: Iterable[Sequence[Any]], *, at: BulkAt = None) -> list[str | None]:
+        return self.set().perform_bulk(args_list, at=at)

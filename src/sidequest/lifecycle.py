@@ -8,6 +8,13 @@
     put_back   shutdown put it back at the head of its queue, unchanged
     recovered  its process died; another process put it back (or, past the limit, in `dead`)
 
+and three that an operator causes through the admin API (`api`), on a job in a queue or in
+`schedule`, `retry` or `dead`:
+
+    requeued   an operator retried it or ran it now: it is back in its queue
+    deleted    an operator deleted it
+    killed     an operator moved it to `dead`
+
 A feature (tasks today; metrics, unique jobs and limiters next) contributes Lua functions to the
 scripts that apply these points (`lua`), and for each job and point the operations to run
 there (`ops`), with their values taken from the decoded payload in Python and passed as script
@@ -28,7 +35,8 @@ from typing import Any, Protocol
 
 from .outcome import Outcome
 
-POINTS = ("taken", "finished", "retried", "dead", "dropped", "put_back", "recovered")
+POINTS = ("taken", "finished", "retried", "dead", "dropped", "put_back", "recovered",
+          "requeued", "deleted", "killed")
 
 Op = tuple[str, list[Any]]  # (feature's Lua name, its arguments)
 

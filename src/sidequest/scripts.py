@@ -123,6 +123,59 @@ end
 return 0
 """
 
+# Operator actions (see `api`). Each names the exact stored entry (its bytes) and moves it only
+# if it is still there, so two operators acting on one entry at once get one move between them
+# (the other call returns 0 and writes nothing). The lifecycle's operations for the point
+# (requeued, killed, deleted) run in the same call, after the core's own ARGV, as in SETTLE.
+
+# KEYS: schedule|retry|dead, queue:<q>, queues   ARGV: entry, job to enqueue, queue name, now, point, ops...
+# Retry or run now: remove the entry and push the job onto its queue (LPUSH, as a push does).
+ADMIN_REQUEUE = """
+if redis.call('zrem', KEYS[1], ARGV[1]) == 0 then
+  return 0
+end
+redis.call('sadd', KEYS[3], ARGV[3])
+redis.call('lpush', KEYS[2], ARGV[2])
+run_ops(ARGV, 6, ARGV[5], ARGV[4])
+return 1
+"""
+
+# KEYS: schedule|retry|dead, dead   ARGV: entry, score (now), dead cutoff, dead cap, now, point, ops...
+# Kill: remove the entry and add it, unchanged, to `dead` (trimmed as a death is, see settle).
+ADMIN_KILL = """
+if redis.call('zrem', KEYS[1], ARGV[1]) == 0 then
+  return 0
+end
+settle(KEYS[2], '0', ARGV[1], 'dead', KEYS[2], ARGV[1], ARGV[2], '', ARGV[3], ARGV[4])
+run_ops(ARGV, 7, ARGV[6], ARGV[5])
+return 1
+"""
+
+# KEYS: schedule|retry|dead or queue:<q>   ARGV: entry, 'zset' or an LREM count (1 from the head,
+# -1 from the tail), now, point, ops...   Delete: remove the entry (one copy of it from a list).
+ADMIN_DELETE = """
+local removed
+if ARGV[2] == 'zset' then
+  removed = redis.call('zrem', KEYS[1], ARGV[1])
+else
+  removed = redis.call('lrem', KEYS[1], tonumber(ARGV[2]), ARGV[1])
+end
+if removed == 0 then
+  return 0
+end
+run_ops(ARGV, 5, ARGV[4], ARGV[3])
+return 1
+"""
+
+# KEYS: queue:<q>, queues   ARGV: queue name. Drop an emptied queue's name from `queues` (as
+# Sidekiq's Queue#clear does); a queue that got a job meanwhile keeps it.
+ADMIN_FORGET_QUEUE = """
+if redis.call('llen', KEYS[1]) == 0 then
+  return redis.call('srem', KEYS[2], ARGV[1])
+end
+return 0
+"""
+
 # KEYS: sidequest:recovery-lock   ARGV: owner. Release the lock only if we still own it.
 RELEASE_LOCK = """
 if redis.call('get', KEYS[1]) == ARGV[1] then

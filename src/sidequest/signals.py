@@ -23,7 +23,7 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-SIGNAL_ACTIONS = {signal.SIGINT: "stop", signal.SIGTERM: "stop", signal.SIGTSTP: "quiet",
+SIGNAL_ACTIONS: dict[int, str] = {signal.SIGINT: "stop", signal.SIGTERM: "stop", signal.SIGTSTP: "quiet",
                   signal.SIGTTIN: "dump"}
 
 

@@ -12,10 +12,12 @@ and the error's class and message. The worker keeps them current through `TaskFe
 feature of the job lifecycle (see `lifecycle`): working when a job is taken; finished when it
 returns; failed when it raises `JobFailed` (a business failure, never retried); back to
 enqueued with an "error ... waiting for retry" message when a retry is scheduled, or when
-shutdown or recovery puts it back; error when no retry is left. Every change runs inside the
-atomic call that moves the job, and moves the counters and the status index together; the
-change that completes a sealed task enqueues its callbacks, so counts never drift and
-`on_complete`/`on_success` are enqueued exactly once.
+shutdown or recovery puts it back; error when no retry is left. An operator's retry or run-now
+through the admin API (`api`) makes it enqueued again, a delete or kill makes it error, with
+a message saying an operator did it. Every change runs inside the atomic call that moves the
+job, and moves the counters and the status index together; the change that completes a sealed
+task enqueues its callbacks, so counts never drift and `on_complete`/`on_success` are enqueued
+exactly once.
 
 The seed did this in server middleware (four round trips per job); here "finished" rides on the
 processor's next fetch and the failures on the call that files them, so a task job costs one
@@ -31,7 +33,7 @@ import secrets
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, cast
 
 import redis
 
@@ -86,7 +88,7 @@ class Task:
                     payload = entries[0][0]
                     fields[field] = encode(payload)[:-1]  # the script appends enqueued_at and "}"
                     fields[f"{field}:queue"] = payload["queue"]
-        task.redis.hset(keys.task(task.id), mapping=fields)
+        task.redis.hset(keys.task(task.id), mapping=fields)  # type: ignore[arg-type]  # redis-py: invariant key type
         return task
 
     def add(self, job: Any, *args: Any, at: Any = None, in_: Any = None, **options: Any) -> str | None:
@@ -140,7 +142,8 @@ class Task:
         return task if task.redis.exists(keys.task(task_id)) else None
 
     def status(self) -> dict[str, Any]:
-        raw = {k.decode(): v.decode() for k, v in self.redis.hgetall(keys.task(self.id)).items()}
+        stored = cast("dict[bytes, bytes]", self.redis.hgetall(keys.task(self.id)))
+        raw = {k.decode(): v.decode() for k, v in stored.items()}
         if not raw:
             raise LookupError(f"task {self.id} does not exist (or has expired)")
         counts = {s: int(raw.get(f"count:{s}", 0)) for s in keys.TASK_STATUSES}
@@ -163,7 +166,7 @@ class Task:
         if offset < 0 or limit < 1:
             raise ValueError("offset must be >= 0 and limit >= 1")
         index = keys.task_index(self.id, status) if status else keys.task_order(self.id)
-        jids = self.redis.zrange(index, offset, offset + limit - 1)
+        jids = cast("list[bytes]", self.redis.zrange(index, offset, offset + limit - 1))
         if not jids:
             return []
         return [_event(json.loads(raw)) for raw in self.redis.hmget(keys.task_events(self.id), jids) if raw]
@@ -262,6 +265,12 @@ def _event_change(point: str, payload: dict[str, Any], outcome: Outcome | None,
             return "error", message, {"error_class": payload.get("error_class"), "error_message": message,
                                       "finished_at": now}
         return "enqueued", "error: its worker process died; recovered", {}
+    if point == "requeued":  # the admin API's points: an operator acted on the stored job
+        return "enqueued", "requeued by an operator", {}
+    if point == "deleted":
+        return "error", "deleted by an operator", {"finished_at": now}
+    if point == "killed":
+        return "error", "killed by an operator", {"finished_at": now}
     return None
 
 

@@ -1,0 +1,173 @@
+"""Defining jobs: arguments checked against the job's signature at push, and names that a
+worker can resolve (no `__main__.` default names)."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+
+import pytest
+
+import sidequest
+from sidequest import Client, JobArgumentError, JobDefinitionError, Registry
+
+REGISTRY = Registry()
+
+
+@sidequest.job(name="Def.send", registry=REGISTRY)
+def send(user_id: int) -> None:
+    pass
+
+
+@sidequest.job(name="Def.fetch", registry=REGISTRY)
+async def fetch(url: str, retries: int = 3) -> None:
+    pass
+
+
+@sidequest.job(name="Def.anything", registry=REGISTRY)
+def anything(first, *rest):
+    pass
+
+
+class Resize(sidequest.Job, name="Def.Resize", registry=REGISTRY):
+    def perform(self, path: str, width: int) -> None:
+        pass
+
+
+class Ping(sidequest.Job, name="Def.Ping", registry=REGISTRY):
+    @staticmethod
+    def perform() -> None:
+        pass
+
+
+def nothing_written(r) -> bool:
+    return r.dbsize() == 0
+
+
+# -- arguments against the signature -------------------------------------------------------------
+
+@pytest.mark.parametrize(("call", "expected"), [
+    (lambda c: send.set(client=c).perform_async(1, 2, 3),
+     "job Def.send takes (user_id: int), got 3 arguments [1, 2, 3]: too many positional arguments"),
+    (lambda c: send.set(client=c).perform_async(),
+     "job Def.send takes (user_id: int), got 0 arguments []: missing a required argument: 'user_id'"),
+    (lambda c: send.set(client=c).perform_in(60, 1, 2), "got 2 arguments [1, 2]"),
+    (lambda c: send.set(client=c).perform_at(datetime.now(UTC), 1, 2), "got 2 arguments [1, 2]"),
+    (lambda c: c.push(send, [1, 2]), "job Def.send takes (user_id: int), got 2 arguments"),
+    (lambda c: fetch.set(client=c).perform_async("u", 1, 2),
+     "job Def.fetch takes (url: str, retries: int = 3), got 3 arguments"),
+    (lambda c: Resize.set(client=c).perform_async("a.png"),
+     "job Def.Resize takes (path: str, width: int), got 1 argument ['a.png']: missing a required argument: 'width'"),
+    (lambda c: Resize.set(client=c, queue="urgent").perform_in(5, "a.png", 1, 2), "too many positional arguments"),
+    (lambda c: c.push(Resize, ["a.png", 1, 2]), "job Def.Resize takes (path: str, width: int)"),
+    (lambda c: c.push(Ping, [1]), "job Def.Ping takes (), got 1 argument [1]"),
+    (lambda c: anything.set(client=c).perform_async(), "missing a required argument: 'first'"),
+])
+def test_arguments_that_do_not_fit_the_signature_are_refused_and_nothing_is_written(client, r, call, expected):
+    with pytest.raises(JobArgumentError) as caught:
+        call(client)
+    assert expected in str(caught.value)
+    assert nothing_written(r)
+
+
+def test_arguments_that_fit_are_pushed(client, r):
+    assert send.set(client=client).perform_async(1)
+    assert fetch.set(client=client).perform_async("u")
+    assert fetch.set(client=client).perform_async("u", 5)
+    assert anything.set(client=client).perform_async(1, 2, 3, 4)
+    assert Resize.set(client=client).perform_in(60, "a.png", 100)
+    assert Ping.set(client=client).perform_async()
+    assert r.llen("queue:default") == 5 and r.zcard("schedule") == 1
+
+
+@pytest.mark.parametrize("call", [
+    lambda c: send.set(client=c).perform_async(user_id=1),
+    lambda c: send.set(client=c).perform_in(60, user_id=1),
+    lambda c: Resize.set(client=c).perform_at(time.time() + 60, "a.png", width=1),
+])
+def test_keyword_arguments_are_refused_with_a_hint_to_pass_them_positionally(client, r, call):
+    with pytest.raises(JobArgumentError, match="positional arguments only: pass them positionally") as caught:
+        call(client)
+    assert "=)" in str(caught.value) and "Def." in str(caught.value)
+    assert nothing_written(r)
+
+
+def test_a_bulk_with_one_bad_row_names_it_and_writes_nothing(client, r):
+    with pytest.raises(JobArgumentError, match=r"^job 2 of the bulk: job Def.send takes \(user_id: int\), got 2"):
+        send.set(client=client).perform_bulk([[1], [2], [3, 4], [5]])
+    with pytest.raises(JobArgumentError, match=r"^job 1 of the bulk: job Def.Resize .* got 1 argument"):
+        Resize.set(client=client).perform_bulk([["a.png", 1], ["b.png"]], at=time.time() + 60)
+    assert nothing_written(r)
+
+
+def test_a_push_by_name_is_not_checked(client, r):
+    """A job of another codebase: its parameters are unknown here."""
+    assert client.push("Def.send", [1, 2, 3])
+    assert r.llen("queue:default") == 1
+
+
+def test_the_signature_is_read_once_per_job_class(client, monkeypatch):
+    import inspect
+
+    def boom(*args, **kwargs):
+        raise AssertionError("inspect.signature called at push")
+
+    monkeypatch.setattr(inspect, "signature", boom)
+    with pytest.raises(JobArgumentError):
+        Resize.set(client=client).perform_async("a.png", 1, 2)
+    with pytest.raises(JobArgumentError):
+        send.set(client=client).perform_async()
+
+
+def test_the_function_stays_callable_with_keywords():
+    """Only enqueueing is positional; calling the function here and now is plain Python."""
+    assert send(user_id=1) is None
+
+
+# -- names a worker can resolve --------------------------------------------------------------------
+
+def run_as_main(code: str) -> dict:
+    """Execute `code` as a script run directly would be (its module is `__main__`)."""
+    namespace = {"__name__": "__main__", "sidequest": sidequest, "Registry": Registry}
+    exec(compile(code, "<script>", "exec"), namespace)
+    return namespace
+
+
+def test_a_decorated_function_in_main_needs_a_name():
+    with pytest.raises(JobDefinitionError) as caught:
+        run_as_main("@sidequest.job(registry=Registry())\ndef hello(who):\n    pass\n")
+    message = str(caught.value)
+    assert "job hello is defined in __main__" in message
+    assert "'__main__.hello'" in message and 'give it name="hello"' in message
+
+
+def test_a_job_class_in_main_needs_a_name():
+    code = "class Hello(sidequest.Job, registry=Registry()):\n    def perform(self):\n        pass\n"
+    with pytest.raises(JobDefinitionError, match=r'job Hello is defined in __main__.*name="Hello"'):
+        run_as_main(code)
+
+
+def test_in_main_a_name_or_abstract_is_enough():
+    namespace = run_as_main(
+        "registry = Registry()\n"
+        "@sidequest.job(name='hello', registry=registry)\n"
+        "def hello(who):\n    pass\n"
+        "class Base(sidequest.Job, abstract=True, queue='mail'):\n    pass\n"
+        "class Hello(Base, name='Hello', registry=registry):\n    def perform(self):\n        pass\n")
+    assert namespace["registry"].names() == ["Hello", "hello"]
+    assert namespace["Hello"].payload_options()["queue"] == "mail"
+
+
+def test_a_script_that_defines_and_pushes_a_job_without_a_name_fails_at_definition(tmp_path, redis_url):
+    import subprocess
+    import sys
+
+    from conftest import python_env
+
+    script = tmp_path / "enqueue.py"
+    script.write_text("import sidequest\n\n@sidequest.job\ndef hello():\n    pass\n\nhello.perform_async()\n")
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60,
+                            env=python_env(REDIS_URL=redis_url))
+    assert result.returncode == 1
+    assert "sidequest.errors.JobDefinitionError: job hello is defined in __main__" in result.stderr
+    assert Client(sidequest.Config(redis_url=redis_url)).redis.dbsize() == 0
