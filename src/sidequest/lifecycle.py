@@ -7,6 +7,8 @@
     dropped    it ended without a trace in Redis (retry=False, dead=False, a business failure)
     put_back   shutdown put it back at the head of its queue, unchanged
     recovered  its process died; another process put it back (or, past the limit, in `dead`)
+    snoozed    a rate limit was full (`limiter`): it waits in `schedule`, no retry spent
+    cancelled  it was cancelled (`cancellation`): stopped while running, or removed from where it waited
 
 and three that an operator causes through the admin API (`api`), on a job in a queue or in
 `schedule`, `retry` or `dead`:
@@ -36,7 +38,7 @@ from typing import Any, Protocol
 from .outcome import Outcome
 
 POINTS = ("taken", "finished", "retried", "dead", "dropped", "put_back", "recovered",
-          "requeued", "deleted", "killed")
+          "requeued", "deleted", "killed", "snoozed", "cancelled")
 
 Op = tuple[str, list[Any]]  # (feature's Lua name, its arguments)
 

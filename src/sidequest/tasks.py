@@ -12,9 +12,10 @@ and the error's class and message. The worker keeps them current through `TaskFe
 feature of the job lifecycle (see `lifecycle`): working when a job is taken; finished when it
 returns; failed when it raises `JobFailed` (a business failure, never retried); back to
 enqueued with an "error ... waiting for retry" message when a retry is scheduled, or when
-shutdown or recovery puts it back; error when no retry is left. An operator's retry or run-now
-through the admin API (`api`) makes it enqueued again, a delete or kill makes it error, with
-a message saying an operator did it. Every change runs inside the atomic call that moves the
+shutdown or recovery puts it back, or a full rate limit snoozes it ("waiting for a rate limit");
+error when no retry is left, or with the message "cancelled" when it was cancelled. An
+operator's retry or run-now through the admin API (`api`) makes it enqueued again, a delete or
+kill makes it error, with a message saying an operator did it. Every change runs inside the atomic call that moves the
 job, and moves the counters and the status index together; the change that completes a sealed
 task enqueues its callbacks, so counts never drift and `on_complete`/`on_success` are enqueued
 exactly once.
@@ -259,6 +260,10 @@ def _event_change(point: str, payload: dict[str, Any], outcome: Outcome | None,
         return "error", f"error: {reason}", {**fields, "finished_at": now}
     if point == "put_back":
         return "enqueued", "error: interrupted by shutdown; requeued", {}
+    if point == "snoozed":  # a full rate limit: it waits in `schedule`, nothing went wrong
+        return "enqueued", "waiting for a rate limit", {}
+    if point == "cancelled":  # no status of its own: an ended job that did not finish is an error
+        return "error", "cancelled", {"finished_at": now}
     if point == "recovered":
         if outcome is not None and outcome.kind == "dead":
             message = str(payload.get("error_message", ""))

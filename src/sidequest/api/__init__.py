@@ -1,0 +1,77 @@
+"""The admin API: read and act on queues, scheduled/retry/dead jobs, processes and metrics.
+
+Spelled as Sidekiq's Ruby API (`Sidekiq::Stats`, `Sidekiq::Queue`, `Sidekiq::RetrySet`...), in
+Python; the dashboard and the CLI use only this. Every class takes an optional `client`
+(default: `sidequest.default_client()`).
+
+    from sidequest.api import Stats, Queue, RetrySet, ScheduledSet, DeadSet, ProcessSet, Workers
+
+    Stats().processed, Stats().queues                   # {"default": 12, ...}
+    Queue("mail").latency; Queue("mail").pause()       # skipped by every worker within ~1 s
+    entry = RetrySet().find_job(jid)
+    entry.retry()                                       # True, or False if someone got there first
+    DeadSet().retry_all(name="SendWelcome")
+    for process in ProcessSet(): process.quiet()
+    for work in Workers(): print(work.process_id, work.job.klass, work.run_at)
+    MetricsQuery().top_jobs(minutes=60)
+
+Every action names the exact stored entry (its bytes) and moves it in one atomic call only if
+it is still there, so two operators acting on one entry at once never lose or double a job:
+one gets True, the other False. A task job's event records the action (see `tasks`). Times
+are epoch seconds whether Sidekiq 6/7 (float seconds) or Sidekiq 8 (integer ms) wrote them.
+
+    Stats(client=None)                 processed failed enqueued scheduled_size retry_size dead_size
+                                       processes_size workers_size default_queue_latency
+                                       queues (name -> size) queue_summaries history(days) reset()
+    History(days=30, start=None)       processed failed: {"YYYY-MM-DD": n}, newest first
+    Queue(name="default")              Queue.all() size latency paused pause() unpause()
+                                       iteration page(offset, limit) find_job(jid) clear()
+    ScheduledSet() RetrySet() DeadSet()
+                                       size iteration page(offset, limit) find_job(jid) get(key)
+                                       fetch(score, jid) scan(text) select(name, text)
+                                       retry_all add_all_to_queue kill_all delete_all (name, text)
+                                       clear()
+    JobRecord (in a queue)             jid klass args queue item value enqueued_at created_at
+                                       failed_at retried_at retry_count error_class error_message
+                                       error_backtrace tags latency() delete() as_dict()
+    SortedEntry (in a set)             the same, and score/at key retry() add_to_queue() kill()
+                                       delete() reschedule(at)
+    ProcessSet(clean=True)             iteration get(identity) size cleanup() total_concurrency
+    Process                            identity hostname pid busy beat stopping concurrency rss
+                                       quiet() stop() dump_threads() as_dict()
+    Workers() (WorkSet)                iteration of Work (process_id thread_id queue run_at
+                                       payload job) size find_work(jid)
+    MetricsQuery()                     top_jobs(minutes, limit) for_job(name, minutes) ->
+                                       JobSummary (runs failed total_ms p50/p95/p99_ms series)
+"""
+
+from .metrics import JobSummary, MetricsQuery, MinutePoint
+from .processes import Process, ProcessDict, ProcessSet, Work, Workers, WorkSet
+from .queues import Queue
+from .records import JobDict, JobRecord, SortedEntry
+from .sets import DeadSet, JobSet, RetrySet, ScheduledSet
+from .stats import History, QueueSummary, Stats, StatsDict
+
+__all__ = [
+    "DeadSet",
+    "History",
+    "JobDict",
+    "JobRecord",
+    "JobSet",
+    "JobSummary",
+    "MetricsQuery",
+    "MinutePoint",
+    "Process",
+    "ProcessDict",
+    "ProcessSet",
+    "Queue",
+    "QueueSummary",
+    "RetrySet",
+    "ScheduledSet",
+    "SortedEntry",
+    "Stats",
+    "StatsDict",
+    "Work",
+    "WorkSet",
+    "Workers",
+]

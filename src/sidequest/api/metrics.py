@@ -1,0 +1,90 @@
+"""Per-job metrics over a window of minutes (Sidekiq's `Metrics::Query`), kept 72 hours.
+
+Worker processes count every run that ended (done, retried, dead, dropped) per job name and UTC
+minute and write the counts with their heartbeat (see `sidequest.metrics`); this reads them back
+as summaries: runs, failures, total and mean run time, p50/p95/p99 (upper bounds of the
+histogram bucket holding that share of runs), and a per-minute series for charts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from .. import metrics
+from ..client import Client, default_client
+
+MAX_MINUTES = metrics.RETENTION // 60  # 72 h
+
+
+@dataclass(frozen=True)
+class MinutePoint:
+    """One UTC minute of one job name."""
+
+    minute: str  # "YYYYMMDDHHMM", UTC
+    at: float  # the minute's start, epoch seconds
+    runs: int  # runs that ended in it
+    failed: int  # of which failed
+    total_ms: float  # their total run time, milliseconds
+
+
+@dataclass(frozen=True)
+class JobSummary:
+    """One job name over the window."""
+
+    name: str  # the job's registered name
+    runs: int
+    failed: int
+    total_ms: float
+    mean_ms: float
+    failure_rate: float  # failed / runs (0.0 without runs)
+    p50_ms: float
+    p95_ms: float
+    p99_ms: float
+    series: list[MinutePoint]  # every minute of the window, oldest first (zeros included)
+
+
+class MetricsQuery:
+    """Read per-job metrics.
+
+        query = MetricsQuery()
+        for job in query.top_jobs(minutes=60):           # most total run time first
+            job.name, job.runs, job.failed, job.p95_ms
+        query.for_job("SendWelcome", minutes=24 * 60).series
+    """
+
+    def __init__(self, client: Client | None = None) -> None:
+        self.client = client or default_client()
+
+    def top_jobs(self, minutes: int = 60, limit: int | None = None) -> list[JobSummary]:
+        """Every job name that ran in the last `minutes` (at most 72 h), most total time first."""
+        found = self._read(minutes, None)
+        ranked = sorted(found, key=lambda s: (-s.total_ms, s.name))
+        return ranked if limit is None else ranked[:limit]
+
+    def for_job(self, name: str, minutes: int = 60) -> JobSummary:
+        """One job name over the last `minutes` (all zeros if it did not run)."""
+        found = self._read(minutes, [name])
+        return found[0] if found else _summary(metrics.JobMetrics(name), self._window(minutes))
+
+    def _window(self, minutes: int) -> list[str]:
+        return metrics.window(self.client.clock(), _span(minutes))
+
+    def _read(self, minutes: int, names: list[str] | None) -> list[JobSummary]:
+        span = self._window(minutes)
+        found = metrics.read(self.client.redis, _span(minutes), self.client.clock(), names)
+        return [_summary(job, span) for job in found.values()]
+
+
+def _span(minutes: int) -> int:
+    return min(max(minutes, 1), MAX_MINUTES)
+
+
+def _summary(job: metrics.JobMetrics, span: list[str]) -> JobSummary:
+    series = []
+    for minute in span:
+        runs, failed, ms = job.per_minute.get(minute, (0, 0, 0.0))
+        at = datetime.strptime(minute, "%Y%m%d%H%M").replace(tzinfo=UTC).timestamp()
+        series.append(MinutePoint(minute, at, runs, failed, ms))
+    return JobSummary(job.name, job.runs, job.failed, job.total_ms, job.mean_ms, job.failure_rate,
+                      job.percentile(0.50), job.percentile(0.95), job.percentile(0.99), series)
