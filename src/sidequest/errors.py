@@ -9,7 +9,10 @@
     ├── UnknownJobError          a payload names a job that is not registered
     ├── PayloadError             bytes from Redis that are not a job payload
     ├── JobTimeoutError          a job ran past its time limit
-    └── JobFailed                a business failure: recorded, not retried (tasks)
+    ├── JobFailed                a business failure: recorded, not retried (tasks)
+    ├── OverLimit                control: a rate limit is full; the job is snoozed, not failed (limiter)
+    ├── Cancelled                control: the job was cancelled; it ends as cancelled, not failed
+    └── NoResultError            result(jid) has nothing to give: unknown, no result_ttl, not JSON (also LookupError)
 """
 
 from __future__ import annotations
@@ -59,3 +62,32 @@ class JobTimeoutError(SidequestError):
 class JobFailed(SidequestError):
     """Raised by a job to report a business failure: recorded as failed, never retried."""
 
+
+
+class OverLimit(SidequestError):
+    """A rate limit is full (`sidequest.limiter`): raised by `with limiter:` when no slot is free.
+
+    Not a failure. Raised in a job, the worker puts the job back in `schedule` `delay` seconds
+    ahead (None: a delay that grows with each consecutive snooze), without spending a retry and
+    without counting a failure. Raised anywhere else, it is an ordinary exception to handle.
+    """
+
+    def __init__(self, name: str, delay: float | None = None) -> None:
+        self.name = name
+        self.delay = delay  # seconds until a slot is known to free (a window limiter knows), or None
+        wait = f"; a slot frees in {delay:.2f} s" if delay is not None else ""
+        super().__init__(f"rate limit {name!r} is full{wait}")
+
+
+class Cancelled(SidequestError):
+    """Raised by a job that saw `sidequest.cancelled()` return True: the job ends as cancelled
+    (acknowledged, no retry, no dead entry, not counted as failed)."""
+
+    def __init__(self, message: str = "cancelled") -> None:
+        super().__init__(message)
+
+
+class NoResultError(SidequestError, LookupError):
+    """`sidequest.result(jid)` has no result to give and never will: the job is unknown (it never
+    existed, or its record expired), it keeps no result (pushed without `result_ttl`), or it is
+    done but returned a value that is not native JSON."""

@@ -151,6 +151,8 @@ class _Settler:
             "dead": ("dead", keys.DEAD, "dead"),
             "dropped": ("ack", keys.QUEUES, "dropped"),
             "put_back": ("queue", keys.queue(unit.queue), "put_back"),
+            "snoozed": ("snooze", keys.SCHEDULE, "snoozed"),
+            "cancelled": ("ack", keys.QUEUES, "cancelled"),
         }[outcome.kind]
         blob = unit.raw if outcome.kind == "put_back" else (outcome.blob or b"")
         now = self.clock()
@@ -195,7 +197,7 @@ class BasicFetch:
         return UnitOfWork(keys.queue_name(key.decode()), raw, self)
 
     def apply(self, unit: UnitOfWork, outcome: Outcome, ops: list[Any]) -> bool:
-        if outcome.kind in ("done", "dropped") and not has_ops(ops):
+        if outcome.kind in ("done", "dropped", "cancelled") and not has_ops(ops):
             return True  # BRPOP already removed it: nothing to write
         return self.settler.settle(unit, outcome, ops)
 

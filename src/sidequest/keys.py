@@ -20,6 +20,16 @@ sidequest's own keys live under the `sidequest:` prefix so Ruby Sidekiq never tr
     sidequest:task:<id>[:...]       a task (batch) and its per-job events; see below
     sidequest:paused                set of paused queue names (no worker fetches from them)
     sidequest:metrics:<YYYYMMDDHHMM>  hash of per-job counts and run times for one UTC minute
+    sidequest:periodic              set of periodic entry ids that a scheduler has described
+    sidequest:periodic:<entry id>   hash: last (newest tick handled), last_run, last_jid,
+                                    last_enqueued_at, and the entry's description (schedule,
+                                    cron, every, tz, class, queue, missed, seen)
+    sidequest:limit:concurrent:<name>  zset of the slots held in a concurrent limiter: token -> lease expiry
+    sidequest:limit:window:<name>   zset of a window limiter's recent starts: token -> start time
+    sidequest:cancel:<jid>          flag (with a TTL): a running job was cancelled (`sidequest.cancelled()`)
+    sidequest:unique:<digest>       a unique job's claim: the jid holding it, expiring after `unique_for`
+    sidequest:status:<jid>          hash of a `result_ttl` job's state (and result or error), expiring
+    sidequest:status:<jid>:notify   list holding one token once that job has ended (waiters block on it)
 
 A test fails if a key literal appears in any other module.
 """
@@ -87,6 +97,42 @@ def metrics(minute: str) -> str:
     """Per-job metrics of one UTC minute, `minute` as `YYYYMMDDHHMM`."""
     return f"{PREFIX}:metrics:{minute}"
 RECOVERY_LOCK = f"{PREFIX}:recovery-lock"
+PERIODIC = f"{PREFIX}:periodic"
+
+
+def periodic(entry_id: str) -> str:
+    """The record of one periodic entry (see `periodic`): its newest tick and last run."""
+    return f"{PREFIX}:periodic:{entry_id}"
+
+
+def limit_concurrent(name: str) -> str:
+    """The slots of concurrent limiter `name` (see `limiter`)."""
+    return f"{PREFIX}:limit:concurrent:{name}"
+
+
+def limit_window(name: str) -> str:
+    """The recent starts of window limiter `name` (see `limiter`)."""
+    return f"{PREFIX}:limit:window:{name}"
+
+
+def cancel_flag(jid: str) -> str:
+    """Set while a running job is asked to stop (see `cancellation`)."""
+    return f"{PREFIX}:cancel:{jid}"
+
+
+def unique(digest: str) -> str:
+    """The claim of a unique job: `digest` is `unique.digest` of its class, args and queue."""
+    return f"{PREFIX}:unique:{digest}"
+
+
+def status(jid: str) -> str:
+    """The state of a job pushed with `result_ttl` (see `results`)."""
+    return f"{PREFIX}:status:{jid}"
+
+
+def status_notify(jid: str) -> str:
+    """Holds a token once the job of `status(jid)` has ended, for `result()` to block on."""
+    return f"{PREFIX}:status:{jid}:notify"
 
 
 

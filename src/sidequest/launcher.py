@@ -1,12 +1,13 @@
-"""One worker process, composed: heartbeat, scheduled poller, orphan recovery, manager.
+"""One worker process, composed: heartbeat, scheduled poller, periodic scheduler, orphan recovery,
+manager.
 
     launcher = Launcher(config)
     launcher.run()       # returns at once; work happens on threads
     ...
     launcher.stop()      # quiet, wait up to config.timeout, put back leftovers, deregister
 
-The tasks feature is plugged into the job lifecycle here (see `lifecycle`): the parts below
-never name a feature.
+The features (tasks, metrics, cancel flags, unique claims, status records) are plugged into the
+job lifecycle here (see `lifecycle`): the parts below never name a feature.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from typing import Any
 import redis
 
 from . import __version__
+from .cancellation import CancelFeature
+from .client import Client
 from .config import Config
 from .connection import check_server, connect
 from .executor import ThreadExecutor
@@ -31,15 +34,18 @@ from .heartbeat import Heartbeat, make_identity, rss_kb
 from .lifecycle import Lifecycle
 from .manager import Manager
 from .metrics import MetricsFeature
+from .periodic import PeriodicRegistry, Scheduler, default_periodic, entries_from_config
 from .processor import Runtime
 from .recovery import Recovery
 from .registry import Registry, default_registry
+from .results import StatusFeature
 from .retry import DeathHandler, ErrorHandler, Retrier
 from .scheduled import Poller
 from .scripts import Scripts
 from .signals import dump_threads
 from .stats import Stats
 from .tasks import TaskFeature, TaskRecorder
+from .unique import UniqueFeature
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +87,7 @@ class Launcher:
     these methods too; only the CLI maps OS signals to them (see `signals`)."""
 
     def __init__(self, config: Config, *, registry: Registry | None = None,
+                 periodic: PeriodicRegistry | None = None,
                  redis_client: redis.Redis | None = None,
                  death_handlers: list[DeathHandler] | None = None,
                  error_handlers: list[ErrorHandler] | None = None,
@@ -93,7 +100,8 @@ class Launcher:
         self.recycle_on_timeout = recycle_on_timeout
         self.tasks = TaskRecorder(self.redis, config.task_retention, clock=clock)
         self.metrics = MetricsFeature(clock=clock)
-        lifecycle = Lifecycle([TaskFeature(self.tasks), self.metrics])
+        lifecycle = Lifecycle([TaskFeature(self.tasks), self.metrics, CancelFeature(self.redis),
+                               UniqueFeature(), StatusFeature(clock, config.max_payload_size)])
         scripts = Scripts(self.redis, lifecycle.lua)
         self.runtime = Runtime(
             config=config, registry=registry or default_registry, stats=self.stats,
@@ -106,6 +114,11 @@ class Launcher:
                                              "dump": self.dump_threads},
                                    extra=[self._check_limits], metrics=self.metrics)
         self.poller = Poller(config, self.redis, clock=clock, rng=rng)
+        # periodic jobs: the file's `:periodic:` and those registered in code (read on every pass)
+        from_file = entries_from_config(config.periodic, self.runtime.registry)
+        in_code = default_periodic if periodic is None else periodic
+        self.periodic = Scheduler(Client(config, redis_client=self.redis), clock=clock, entries=lambda: list(
+            {e.id: e for e in [*from_file, *in_code.entries()]}.values()))
         paused = PausedQueues(self.redis)
         self.manager = Manager(self.runtime, lambda slot: build_fetch(config, self.redis, self.identity,
                                                                        scripts, slot, paused))
@@ -121,6 +134,7 @@ class Launcher:
         if self.config.fetch == "reliable":
             self.recovery.start()
         self.poller.start()
+        self.periodic.start()
         self.manager.start()
 
     def _recycle(self, reason: str) -> None:
@@ -183,6 +197,7 @@ class Launcher:
             self.manager.quiet()
             self.heartbeat.quiet = True
             self.poller.stop()
+            self.periodic.stop()
             self.recovery.stop()
             self.manager.stop(deadline)
             self.heartbeat.stop()

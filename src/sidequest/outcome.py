@@ -5,6 +5,8 @@
     dead       it failed for good (or could not be decoded); `blob` goes to `dead` at `at`
     dropped    it ended and leaves no entry (retry=False, dead=False, a business failure)
     put_back   it did not run to an end (shutdown); it goes back to the head of its queue unchanged
+    snoozed    a rate limit was full (`OverLimit`); `blob` goes to `schedule` at `at`, no retry spent
+    cancelled  it stopped because it was cancelled (`Cancelled`); acknowledged, leaves no entry
 
 The unit of work applies an outcome in one atomic call that first checks the job is still
 held by this processor (see `fetch` and `scripts.SETTLE`); hooks run only after that call
@@ -21,7 +23,7 @@ from typing import Any, Literal
 
 from .payload import encode, new_jid
 
-Kind = Literal["done", "retry", "dead", "dropped", "put_back"]
+Kind = Literal["done", "retry", "dead", "dropped", "put_back", "snoozed", "cancelled"]
 
 INVALID_CLASS = "sidequest.InvalidPayload"
 
@@ -29,17 +31,18 @@ INVALID_CLASS = "sidequest.InvalidPayload"
 @dataclass(frozen=True)
 class Outcome:
     kind: Kind
-    blob: bytes | str | None = None  # the entry to write (retry, dead)
-    at: float | None = None  # its score: retry time, or time of death
+    blob: bytes | str | None = None  # the entry to write (retry, dead, snoozed)
+    at: float | None = None  # its score: retry or snooze time, or time of death
     payload: dict[str, Any] | None = None  # the payload as filed (error fields included), for hooks
     error: BaseException | None = field(default=None, compare=False)
     exhausted: bool = False  # the job used up its retries: retries_exhausted and death handlers run
     reason: str = ""  # a few words for logs and features (why dropped, why dead)
     elapsed: float | None = None  # seconds the run took (None: it did not run)
+    result: Any = field(default=None, compare=False)  # what a done job returned (kept only with result_ttl)
 
     @classmethod
-    def done(cls, elapsed: float | None = None) -> Outcome:
-        return cls("done", elapsed=elapsed)
+    def done(cls, elapsed: float | None = None, result: Any = None) -> Outcome:
+        return cls("done", elapsed=elapsed, result=result)
 
     @classmethod
     def put_back(cls) -> Outcome:

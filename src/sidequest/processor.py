@@ -27,7 +27,7 @@ from typing import Any, Protocol, TypeVar
 import redis
 
 from .config import Config
-from .errors import PayloadError
+from .errors import Cancelled, OverLimit, PayloadError
 from .executor import Executor
 from .fetch import Fetch, UnitOfWork
 from .gate import Gate
@@ -45,8 +45,15 @@ job_context: contextvars.ContextVar[tuple[str, str] | None] = contextvars.Contex
 
 BACKOFF_START, BACKOFF_MAX = 0.5, 5.0
 REDIS_ERRORS = (redis.RedisError, OSError)
-POINT_OF = {"done": "finished", "retry": "retried", "dead": "dead", "dropped": "dropped", "put_back": "put_back"}
+POINT_OF = {"done": "finished", "retry": "retried", "dead": "dead", "dropped": "dropped", "put_back": "put_back",
+            "snoozed": "snoozed", "cancelled": "cancelled"}
 T = TypeVar("T")
+
+
+def _kept(box: list[Any], value: T) -> T:
+    """Keep a job's return value for its outcome (features may store it: `result_ttl`)."""
+    box.append(value)
+    return value
 
 
 class Pool(Protocol):
@@ -220,9 +227,12 @@ class Processor:
             args = payload["args"]
             limit = payload.get("timeout") or self.rt.config.job_timeout
             limit = float(limit) if isinstance(limit, (int, float)) and limit > 0 else None
+            returned: list[Any] = []  # what the job itself returned (middleware may return anything)
             with self.rt.lifecycle.running(payload):
                 self.rt.config.server_middleware.invoke(
-                    job, payload, unit.queue, final=lambda: self.rt.executor.run(job, args, limit))
+                    job, payload, unit.queue, final=lambda: _kept(returned, self.rt.executor.run(job, args, limit)))
+        except (OverLimit, Cancelled) as exc:  # the job stopped itself: not a failure, no retry spent
+            outcome = dataclasses.replace(self._control(unit, payload, exc), elapsed=time.monotonic() - started)
         except BaseException as exc:  # SystemExit from a job's sys.exit() is a job failure too
             self.rt.stats.failed.incr()
             elapsed = time.monotonic() - started
@@ -231,7 +241,7 @@ class Processor:
         else:
             elapsed = time.monotonic() - started
             log.info("done: %.3f sec", elapsed)
-            outcome = Outcome.done(elapsed)
+            outcome = Outcome.done(elapsed, returned[0] if returned else None)
         finally:
             job_context.reset(token)
         self._finish(unit, outcome.payload or payload, job, outcome)
@@ -243,6 +253,19 @@ class Processor:
         except Exception as bug:  # a fault outside the job's code must not decide its fate twice
             log.exception("could not decide the outcome of a failed job; filing it in the dead set")
             return invalid(unit.raw, unit.queue, error_class_name(bug), f"{error_class_name(exc)}: {exc}")
+
+    def _control(self, unit: UnitOfWork, payload: dict[str, Any], exc: OverLimit | Cancelled) -> Outcome:
+        """A job that stopped itself: cancelled (it ends), or a full rate limit (back to `schedule`)."""
+        if isinstance(exc, Cancelled):
+            log.info("cancelled: %s", exc)
+            return Outcome("cancelled", payload=payload, reason=str(exc))
+        try:
+            outcome = self.rt.retrier.snooze(decode(unit.raw), unit.raw, unit.queue, exc.delay)
+        except Exception as bug:  # a fault outside the job's code must not decide its fate twice
+            log.exception("could not snooze a job; filing it in the dead set")
+            return invalid(unit.raw, unit.queue, error_class_name(bug), f"{error_class_name(exc)}: {exc}")
+        log.info("snoozed: %s; again in %.1f s", exc, (outcome.at or 0.0) - self.rt.retrier.clock())
+        return outcome
 
     def _finish(self, unit: UnitOfWork, payload: dict[str, Any] | None, job: Any, outcome: Outcome) -> None:
         if unit.done:  # put back by a hard shutdown while it ran

@@ -35,6 +35,7 @@ from .payload import encode, in_millis, stamp
 log = logging.getLogger(__name__)
 
 MAX_MESSAGE = 10_000
+MAX_SNOOZE = 300.0  # seconds: the longest a snoozed job waits when its limiter gives no time
 DeathHandler = Callable[[dict[str, Any], BaseException], None]
 # Called on every failure: the exception and {"job": payload, "queue", "jid", "class", "retry_count"}.
 ErrorHandler = Callable[[BaseException, dict[str, Any]], None]
@@ -100,6 +101,7 @@ class Retrier:
         payload["error_message"] = str(exc)[:MAX_MESSAGE]
         payload["error_class"] = error_class_name(exc)
         payload.pop("recovery_count", None)  # it ran to an end: it does not kill its process
+        payload.pop("snoozed", None)  # it got past its rate limits: a later snooze starts short again
         if isinstance(payload.get("retry_count"), int) and not isinstance(payload["retry_count"], bool):
             payload["retried_at"] = failed
             payload["retry_count"] += 1
@@ -128,6 +130,25 @@ class Retrier:
                            f"and its payload cannot be written back as JSON: {encode_error}", now)
             return Outcome("dead", dead.blob, now, dead.payload, exc, exhausted=True, reason=dead.reason)
         return Outcome(kind, blob, at, payload, exc, exhausted=kind == "dead")
+
+    def snooze(self, payload: dict[str, Any], raw: bytes, queue: str, delay: float | None) -> Outcome:
+        """The outcome of a job that met a full rate limit (`OverLimit`): back to `schedule`,
+        `retry_count` untouched. `delay` is the limiter's own wait when it knows one (a window
+        limiter); else it grows with each consecutive snooze, counted in the payload's
+        `snoozed`: 1, 2, 4, 8 ... seconds (plus up to 1 s of jitter), at most `MAX_SNOOZE`."""
+        now = self.clock()
+        count = payload.get("snoozed")
+        count = count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 0
+        if delay is None or delay < 0:
+            delay = min(2.0 ** min(count, 16) + self.rng.random(), MAX_SNOOZE)
+        payload["snoozed"] = count + 1
+        payload.pop("recovery_count", None)  # it ran to a controlled end: it does not kill its process
+        try:
+            blob = encode(payload)
+        except (ValueError, TypeError, RecursionError) as encode_error:
+            return invalid(raw, queue, error_class_name(encode_error),
+                           f"the job was snoozed and its payload cannot be written back as JSON: {encode_error}", now)
+        return Outcome("snoozed", blob, now + delay, payload, reason=f"snoozed {count + 1} time(s)")
 
     def after(self, outcome: Outcome, job: Any, args: list[Any], queue: str) -> None:
         """Hooks for an outcome that has been written (their errors are logged, never raised):

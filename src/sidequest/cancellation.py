@@ -1,0 +1,241 @@
+"""Cancelling a job by its jid: removed from where it waits, or asked to stop where it runs.
+
+    sidequest.cancel(jid)              # True if the job was found, False if not
+
+    @sidequest.job
+    def export(report_id):
+        for chunk in chunks(report_id):
+            if sidequest.cancelled():    # cheap: at most one Redis read per 0.5 s
+                raise sidequest.Cancelled()
+            write(chunk)
+
+`cancel` looks where a job can be, in the order a job moves through them, so a job that moves
+on meanwhile is met further along: `schedule` and `retry` (ZSCAN MATCH on the jid, as Sidekiq's
+`find_job`), every queue named in `queues` (LRANGE from the head, 1,000 at a time: workers
+taking from the tail cannot make the walk skip one), then the running jobs (every reserved list
+in `sidequest:reservations`, and every live process's `<identity>:work` hash, for basic fetch).
+
+A waiting job is removed by one atomic call on its exact entry, which also runs the
+lifecycle's `cancelled` operations (a task job's event becomes "error", message "cancelled"),
+so it never runs. A running job cannot be stopped from outside (Python cannot stop a thread):
+`cancel` sets `sidequest:cancel:<jid>` for `FLAG_TTL`, and the job's own `cancelled()` sees it.
+Cooperative, like Sidekiq's iterable jobs: a job that never asks runs to its end. A job that
+raises `Cancelled` ends as cancelled: acknowledged, no retry, no dead entry, not a failure.
+
+Cost: a cancel reads the sets with ZSCAN and the queues in full when the job is not waiting
+(running, or unknown): O(jobs waiting), in pages, never blocking Redis. Cancel by jid is an
+operator's tool, not a hot path. A job caught in the instant of a move from running back to
+`retry` or `schedule` can be missed (False); calling `cancel` again finds it.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import logging
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any, cast
+
+import redis
+
+from . import keys
+from .client import Client, default_client
+from .errors import PayloadError
+from .lifecycle import Lifecycle
+from .outcome import Outcome
+from .payload import decode
+from .results import StatusFeature
+from .scripts import ADMIN_DELETE, core_lib
+from .tasks import TaskFeature, TaskRecorder
+from .unique import UniqueFeature
+
+log = logging.getLogger(__name__)
+
+FLAG_TTL = 24 * 3600  # seconds the flag of a running job is kept (a job put back and run again sees it)
+CHECK_EVERY = 0.5  # seconds `cancelled()` trusts its last answer
+PAGE = 1000  # queue entries read per LRANGE, set entries per ZSCAN
+
+
+def cancel(jid: str, client: Client | None = None) -> bool:
+    """Cancel the job `jid`: remove it if it waits (in a queue, `schedule` or `retry`), or flag
+    it if it runs. True if it was found, False if no such job waits or runs."""
+    return Canceller(client or default_client()).cancel(jid)
+
+
+class Canceller:
+    """Finds a job by jid and cancels it (see the module), on one client."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+        self.redis = client.redis
+        recorder = TaskRecorder(self.redis, client.config.task_retention, clock=client.clock)
+        self.lifecycle = Lifecycle([TaskFeature(recorder), UniqueFeature(),
+                                    StatusFeature(client.clock, client.config.max_payload_size)])
+        self._delete = self.redis.register_script(core_lib(self.lifecycle.lua) + ADMIN_DELETE)
+
+    def cancel(self, jid: str) -> bool:
+        if not isinstance(jid, str) or not jid:
+            return False
+        needle = jid.encode("utf-8")
+        for source in (keys.SCHEDULE, keys.RETRY):
+            if self._from_set(source, jid, needle):
+                return True
+        return self._from_queues(jid, needle) or self._flag_running(jid, needle)
+
+    def _remove(self, source: str, value: bytes, payload: dict[str, Any], where: str) -> bool:
+        """Remove this exact entry (one copy, from a list) with the `cancelled` operations."""
+        ops = self.lifecycle.ops("cancelled", payload)
+        removed = self._delete(keys=[source], args=[value, where, self.client.clock(), "cancelled", *ops])
+        return int(cast("int", removed)) == 1
+
+    def _from_set(self, source: str, jid: str, needle: bytes) -> bool:
+        pattern = f"*{_glob_escape(jid)}*"
+        for value, _score in self.redis.zscan_iter(source, match=pattern, count=PAGE):
+            payload = _job_of(value, jid, needle)
+            if payload is not None and self._remove(source, value, payload, "zset"):
+                return True  # else the poller moved it meanwhile: the queues are looked at next
+        return False
+
+    def _from_queues(self, jid: str, needle: bytes) -> bool:
+        for name in sorted(n.decode() for n in cast("set[bytes]", self.redis.smembers(keys.QUEUES))):
+            key = keys.queue(name)
+            start = 0
+            while True:
+                page = cast("list[bytes]", self.redis.lrange(key, start, start + PAGE - 1))
+                for value in page:
+                    payload = _job_of(value, jid, needle)
+                    if payload is not None and self._remove(key, value, payload, "1"):
+                        return True  # else a worker took it meanwhile: it is looked for as running
+                if len(page) < PAGE:
+                    break
+                start += PAGE
+        return False
+
+    def _flag_running(self, jid: str, needle: bytes) -> bool:
+        reserved = sorted(k.decode() for k in cast("set[bytes]", self.redis.smembers(keys.RESERVATIONS)))
+        processes = sorted(p.decode() for p in cast("set[bytes]", self.redis.smembers(keys.PROCESSES)))
+        pipe = self.redis.pipeline(transaction=False)
+        for key in reserved:
+            pipe.lrange(key, 0, -1)
+        for identity in processes:
+            pipe.hvals(keys.work(identity))
+        found = False
+        for values in pipe.execute():
+            for value in values:
+                if needle in value and (_job_of(value, jid, needle) or _work_of(value, jid)):
+                    found = True
+        if found:
+            self.redis.set(keys.cancel_flag(jid), "1", ex=FLAG_TTL)
+        return found
+
+
+def _glob_escape(text: str) -> str:
+    """`text` as a literal inside a Redis MATCH pattern."""
+    return "".join("\\" + c if c in "\\*?[]" else c for c in text)
+
+
+def _job_of(value: bytes, jid: str, needle: bytes) -> dict[str, Any] | None:
+    """The payload in `value` if it is the job `jid` (not a job whose args mention it)."""
+    if needle not in value:
+        return None
+    try:
+        payload = decode(value)
+    except PayloadError:
+        return None
+    return payload if payload.get("jid") == jid else None
+
+
+def _work_of(value: bytes, jid: str) -> bool:
+    """True if `value`, an entry of a `<identity>:work` hash, is the running job `jid`."""
+    try:
+        entry = json.loads(value)
+        payload = entry.get("payload") if isinstance(entry, dict) else None
+        if isinstance(payload, str):
+            payload = json.loads(payload)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(payload, dict) and payload.get("jid") == jid
+
+
+# -- inside a job --------------------------------------------------------------------------------
+class _Watch:
+    """The cancel flag of the job running in this context, read at most once per `every` s.
+
+    Entered while the job runs (a plain class, not a generator: it is on every job's path)."""
+
+    __slots__ = ("_failing", "_seen", "_token", "_until", "clock", "every", "jid", "redis")
+
+    def __init__(self, client: redis.Redis, jid: str, clock: Callable[[], float], every: float) -> None:
+        self.redis = client
+        self.jid = jid
+        self.clock = clock
+        self.every = every
+        self._until = 0.0
+        self._seen = False
+        self._failing = False
+        self._token: contextvars.Token[_Watch | None] | None = None
+
+    def __enter__(self) -> None:
+        self._token = _watch.set(self)
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._token is not None:
+            _watch.reset(self._token)
+            self._token = None
+
+    def cancelled(self) -> bool:
+        if self._seen:
+            return True
+        now = self.clock()
+        if now < self._until:
+            return False
+        self._until = now + self.every
+        try:
+            self._seen = bool(self.redis.exists(keys.cancel_flag(self.jid)))
+        except (redis.RedisError, OSError) as exc:  # a job polling through an outage carries on
+            if not self._failing:
+                log.warning("could not read the cancel flag (%s); treating the job as not cancelled", exc)
+            self._failing = True
+            return False
+        self._failing = False
+        return self._seen
+
+
+_watch: contextvars.ContextVar[_Watch | None] = contextvars.ContextVar("sidequest_cancel", default=None)
+
+
+def cancelled() -> bool:
+    """True once the running job has been cancelled (`sidequest.cancel(jid)`); raise
+    `sidequest.Cancelled` then to end it as cancelled. Cached for 0.5 s, so calling it in a
+    tight loop costs about two Redis reads a second. False outside a job."""
+    watch = _watch.get()
+    return watch.cancelled() if watch is not None else False
+
+
+class CancelFeature:
+    """Lets the running job read its cancel flag (`cancelled()`), on the worker's own Redis.
+
+    Writes nothing per job: it only sets the context `cancelled()` reads while the job runs."""
+
+    name = "cancel"
+    lua = ""
+
+    def __init__(self, client: redis.Redis, clock: Callable[[], float] = time.monotonic,
+                 every: float = CHECK_EVERY) -> None:
+        self.redis = client
+        self.clock = clock
+        self.every = every
+
+    def ops(self, point: str, payload: dict[str, Any], outcome: Outcome | None) -> list[Any] | None:
+        return None
+
+    def observe(self, point: str, payload: dict[str, Any], outcome: Outcome | None) -> None:
+        """Nothing to count."""
+
+    def running(self, payload: dict[str, Any]) -> AbstractContextManager[None] | None:
+        jid = payload.get("jid")
+        if not isinstance(jid, str) or not jid:
+            return None
+        return _Watch(self.redis, jid, self.clock, self.every)

@@ -1,0 +1,216 @@
+"""Rate limits: `sidequest.limiter.concurrent` and `window`, in and out of jobs, across processes."""
+
+from __future__ import annotations
+
+import random
+import re
+import subprocess
+import time
+
+import pytest
+from conftest import PYTHON, ROOT, python_env, wait_until
+from helpers import WorkerProcess, ran
+from jobs_for_tests import Limited, hold_slot, windowed
+from test_reliability import worker_factory
+
+import sidequest
+from sidequest import OverLimit, Task
+from sidequest.limiter import concurrent, window
+from sidequest.payload import decode
+from sidequest.retry import MAX_SNOOZE, Retrier
+
+
+@pytest.fixture
+def procs(redis_url, tmp_path):
+    yield from worker_factory(redis_url, tmp_path)
+
+
+# -- outside a job: a plain context manager ------------------------------------------------------
+
+def test_a_concurrent_limiter_admits_n_at_once_and_frees_a_slot_on_exit(client):
+    stripe = concurrent("stripe", 2, client=client)
+    with stripe, stripe:
+        assert len(stripe.holders()) == 2
+        with pytest.raises(OverLimit) as over, stripe:
+            pass
+        assert over.value.name == "stripe" and over.value.delay is None
+    assert stripe.holders() == []
+    with stripe:  # a slot is free again
+        assert len(stripe.holders()) == 1
+
+
+def test_a_slot_is_given_back_when_the_block_raises(client):
+    one = concurrent("one", 1, client=client)
+    with pytest.raises(KeyError), one:
+        raise KeyError("boom")
+    with one:
+        pass
+
+
+def test_a_window_limiter_admits_n_per_window_and_says_when_the_next_may_start(client):
+    geocode = window("geocode", 2, per=1.0, client=client, rng=random.Random(1))
+    began = time.monotonic()
+    with geocode:
+        pass
+    with geocode:
+        pass
+    with pytest.raises(OverLimit) as over, geocode:
+        pass
+    assert over.value.delay is not None and 0 < over.value.delay <= 1.0 + 0.1
+    wait_until(lambda: enters(geocode), 2, 0.02, "the oldest start to leave the window")
+    assert 0.95 <= time.monotonic() - began <= 1.0 + 0.3
+
+
+def enters(limiter) -> bool:
+    try:
+        with limiter:
+            return True
+    except OverLimit:
+        return False
+
+
+@pytest.mark.parametrize("make", [
+    lambda: concurrent("", 1), lambda: concurrent("x", 0), lambda: concurrent("x", 1.5),
+    lambda: concurrent("x", 1, lease=0), lambda: window("x", 1, per=-1), lambda: window("x", True, per=1),
+])
+def test_bad_limiter_settings_are_refused(make):
+    with pytest.raises(ValueError):
+        make()
+
+
+def test_limiter_keys_expire_with_their_entries(client, r):
+    with concurrent("short", 1, lease=1, client=client):
+        assert 0 < r.pttl("sidequest:limit:concurrent:short") <= 2000
+    with window("w", 3, per=1, client=client):
+        pass
+    assert 0 < r.pttl("sidequest:limit:window:w") <= 2000
+
+
+# -- the snooze: a plain outcome, computed without Redis ------------------------------------------
+
+def test_a_snooze_grows_per_consecutive_snooze_and_spends_no_retry(config):
+    retrier = Retrier(config, clock=lambda: 1000.0, rng=random.Random(7))
+    payload = {"class": "X", "args": [], "jid": "j", "retry_count": 2, "recovery_count": 1}
+    delays = []
+    for _ in range(12):
+        outcome = retrier.snooze(payload, b"{}", "default", None)
+        assert outcome.kind == "snoozed" and outcome.error is None
+        payload = decode(outcome.blob)
+        delays.append(outcome.at - 1000.0)
+    assert payload["retry_count"] == 2 and payload["snoozed"] == 12 and "recovery_count" not in payload
+    assert all(2**i <= d < 2**i + 1 for i, d in enumerate(delays[:8]))
+    assert delays[-1] == MAX_SNOOZE
+    exact = retrier.snooze(payload, b"{}", "default", 0.25)  # a window limiter knows the wait
+    assert exact.at == 1000.25
+
+
+# -- in jobs, across processes --------------------------------------------------------------------
+
+def test_a_concurrent_limit_of_two_holds_across_two_worker_processes(procs, r, client):
+    workers = [procs("-c", "3") for _ in range(2)]
+    for worker in workers:
+        worker.wait_registered(r)
+    client.push_bulk(Limited, [[n, "api", 2, 0.3] for n in range(12)])
+    wait_until(lambda: len(ran(r, "limited-end")) == 12, 90, 0.1, "all 12 limited jobs to finish")
+
+    starts = {n: (pid, at, retry_count, snoozed) for n, pid, at, retry_count, snoozed in ran(r, "limited-start")}
+    ends = {n: at for n, _pid, at in ran(r, "limited-end")}
+    assert sorted(starts) == sorted(ends) == list(range(12))  # each ran exactly once
+    intervals = [(starts[n][1], ends[n]) for n in range(12)]
+    most = max(sum(1 for s, e in intervals if s <= at < e) for at, _ in intervals)
+    assert most == 2  # never 3 at once; and the limit was used
+    assert {pid for pid, *_ in starts.values()} == {w.pid for w in workers}  # both processes ran them
+    assert all(retry_count is None for _, _, retry_count, _ in starts.values())  # no retry spent
+    assert any(snoozed for *_, snoozed in starts.values())  # some waited for a slot
+    for worker in workers:
+        assert worker.stop() == 0
+    assert int(r.get("stat:failed") or 0) == 0
+    assert r.zcard("retry") == 0 and r.zcard("dead") == 0 and r.zcard("schedule") == 0
+    assert r.zcard("sidequest:limit:concurrent:api") == 0  # every slot given back
+    assert "snoozed: rate limit 'api' is full" in workers[0].output() + workers[1].output()
+
+
+def test_a_process_killed_inside_a_limiter_frees_its_slot_after_the_lease(procs, r, client):
+    lease = 1.5
+    limiter = concurrent("pdf", 1, lease=lease, client=client)
+    worker = procs("-c", "2")
+    worker.wait_registered(r)
+    client.push(hold_slot, ["pdf", 1, lease, "gate:never"])
+    wait_until(lambda: ran(r, "hold-slot"), 15, 0.05, "the job to take the slot")
+    time.sleep(2 * lease)  # well past one lease: the worker keeps extending it
+    with pytest.raises(OverLimit), limiter:
+        pass
+    assert [h.split(":")[1] for h in limiter.holders()] == [str(worker.pid)]
+
+    worker.sigkill()
+    killed = time.monotonic()
+    with pytest.raises(OverLimit), limiter:  # not before its lease runs out
+        pass
+    wait_until(lambda: enters(limiter), lease + 2, 0.05, "the dead process's slot to free")
+    assert time.monotonic() - killed <= lease + 0.5
+
+
+def test_a_window_limit_of_five_per_two_seconds_holds_in_every_window(start, r, client):
+    start(concurrency=4)
+    client.push_bulk(windowed, [[n, "geo", 5, 2] for n in range(12)])
+    wait_until(lambda: len(ran(r, "windowed-start")) == 12, 60, 0.1, "all 12 windowed jobs to start")
+    starts = sorted(at for _, at in ran(r, "windowed-start"))
+    # Times are recorded just after each start was admitted (by Redis's clock), so a start
+    # recorded late can look a little closer to the next: 0.1 s of slack for that.
+    for i in range(len(starts) - 5):
+        assert starts[i + 5] - starts[i] >= 2 - 0.1, starts
+    assert int(r.get("stat:failed") or 0) == 0 and r.zcard("retry") == 0
+
+
+@pytest.mark.parametrize("fetch", ["reliable", "basic"])
+def test_a_snoozed_task_job_reads_as_waiting_for_a_rate_limit(start, r, client, fetch):
+    held = concurrent("busy", 1, client=client)
+    with held:
+        start(concurrency=2, fetch=fetch)
+        task = Task.create("limited", client=client)
+        jid = task.add(Limited, 1, "busy", 1, 0.0)
+        task.seal()
+
+        def waiting():
+            events = Task.find(task.id, client).events()
+            return events and any(m["text"] == "waiting for a rate limit" for m in events[0]["messages"])
+        wait_until(waiting, 10, 0.05, "the task job to be snoozed")
+        assert Task.find(task.id, client).events()[0]["status"] == "enqueued"
+        assert r.zcard("schedule") == 1 and r.zcard("retry") == 0
+    wait_until(lambda: Task.find(task.id, client).status()["done"], 15, 0.1, "the task to finish")
+    assert Task.find(task.id, client).events()[0]["status"] == "finished"
+    assert [n for n, *_ in ran(r, "limited-start")] == [1] and jid
+
+
+def test_the_limiter_is_exported_as_documented():
+    assert sidequest.limiter.concurrent is concurrent and sidequest.OverLimit is OverLimit
+    assert issubclass(OverLimit, sidequest.SidequestError)
+
+
+# -- the docs ----------------------------------------------------------------------------------
+DOC_FILES = {"geo.py", "limits_demo.py", "geocode_demo.py", "cancel_demo.py"}
+
+
+def test_the_rate_limit_and_cancel_docs_examples_run(tmp_path, redis_url, r):
+    doc = (ROOT / "docs" / "flow-control.md").read_text(encoding="utf-8")
+    for block in re.findall(r"```python\n(.*?)```", doc, re.S):
+        name = block.splitlines()[0].removeprefix("# ").split(" ")[0]
+        if name in DOC_FILES:
+            (tmp_path / name).write_text(block, encoding="utf-8")
+    assert {p.name for p in tmp_path.iterdir()} >= DOC_FILES
+    env = python_env(REDIS_URL=redis_url)
+
+    def run(name: str) -> list[str]:
+        done = subprocess.run([PYTHON, name], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=90)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.splitlines()
+
+    assert run("limits_demo.py") == ["rate limit 'exports' is full", "[]"]
+    worker = WorkerProcess(redis_url, "-r", "geo", "-c", "8", cwd=str(tmp_path))
+    try:
+        worker.wait_registered(r)
+        assert run("geocode_demo.py") == ["12", "True"]
+        assert run("cancel_demo.py") == ["True", "True", "cancelled", "False"]
+    finally:
+        output = worker.stop()
+    assert "snoozed: rate limit 'geocoder' is full" in output
