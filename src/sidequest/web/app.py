@@ -1,0 +1,83 @@
+"""The dashboard as one ASGI app: `create_app()`, to serve alone (`sidequest web`) or to mount.
+
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+    from sidequest.web import create_app
+
+    app = Starlette(routes=[Mount("/sidequest", create_app(read_only=True))])
+
+Routes, under the mount point: the pages `/`, `/busy`, `/queues`, `/queues/<name>`, `/retries`,
+`/scheduled`, `/dead` (each with `/<key>` for one job), `/job-metrics`, `/tasks`, `/tasks/<id>`;
+`/api/stats` (what the pages poll), the tasks JSON API (`/tasks/<id>` for non-HTML clients,
+`/api/tasks/<id>`), `/metrics` for Prometheus, `/static/...`. Every state change is a POST with
+a CSRF token, guarded by `security.Guard`, which also does basic auth, the host's own auth hook
+and read-only mode.
+"""
+
+from __future__ import annotations
+
+import logging
+from importlib import resources
+from pathlib import Path
+
+import redis
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import BaseRoute, Mount
+from starlette.staticfiles import StaticFiles
+
+from ..client import Client, default_client
+from ..connection import mask_url
+from ..errors import RedisUnavailableError
+from . import busy, dashboard, job_metrics, prometheus, queues, sets, tasks_pages
+from .render import Renderer
+from .security import AuthHook, Guard
+from .site import Site
+
+POLL_INTERVAL = 2.0
+
+log = logging.getLogger(__name__)
+
+
+def create_app(client: Client | None = None, *, auth: AuthHook | None = None,
+               basic_auth: tuple[str, str] | None = None, read_only: bool = False,
+               poll_interval: float = POLL_INTERVAL) -> Starlette:
+    """The dashboard, on `client` (default: `sidequest.default_client()`).
+
+    - `basic_auth=("admin", "secret")`: every request needs these credentials.
+    - `auth=hook`: your application decides, per request; the hook gets the Starlette request
+      and returns True (full access), "read-only", False (403), or a Response (say, a redirect
+      to your login page). It may be `async`.
+    - `read_only=True`: pages show everything and change nothing; every POST gets 403.
+    - `poll_interval`: seconds between the pages' live updates.
+    """
+    if poll_interval <= 0:
+        raise ValueError("poll_interval must be positive")
+    if basic_auth is not None and (len(basic_auth) != 2 or not all(basic_auth)):
+        raise ValueError("basic_auth must be a (user, password) pair, both non-empty")
+    chosen = client or default_client()
+    renderer = Renderer(poll_interval=poll_interval, redis_label=mask_url(chosen.config.url))
+    site = Site(chosen, renderer)
+    static = Path(str(resources.files("sidequest.web") / "static"))
+    routes: list[BaseRoute] = [
+        *dashboard.routes(site),
+        *busy.routes(site),
+        *queues.routes(site),
+        *sets.routes(site),
+        *job_metrics.routes(site),
+        *tasks_pages.routes(site),
+        *prometheus.routes(chosen),
+        Mount("/static", StaticFiles(directory=static), name="static"),
+    ]
+    app = Starlette(routes=routes, exception_handlers={redis.RedisError: _redis_down,
+                                                       RedisUnavailableError: _redis_down})
+    app.add_middleware(Guard, basic_auth=basic_auth, auth=auth, read_only=read_only)
+    return app
+
+
+async def _redis_down(request: Request, exc: Exception) -> Response:
+    """Redis went away: say so (the pages' script keeps polling and recovers by itself)."""
+    log.warning("dashboard: Redis error on %s: %s", request.url.path, exc)
+    return PlainTextResponse(f"Redis is unavailable ({type(exc).__name__}); the page recovers once it is back.",
+                             status_code=503, headers={"Retry-After": "5"})

@@ -1,0 +1,82 @@
+"""The Dashboard page and the small JSON document every page polls (`/api/stats`).
+
+The page shows the totals, two live charts drawn in the browser from successive `/api/stats`
+readings (jobs per second, queue latency), processed and failed per day, and the Redis server's
+version, memory and clients.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from ..api import Stats
+from ..client import Client
+from .site import Site, nav_counts, whole
+
+HISTORY_DAYS = (7, 30, 90)
+
+
+def stats_document(stats: Stats) -> dict[str, Any]:
+    """What `/api/stats` answers: the nav's numbers, every queue, and the server's time."""
+    return {
+        **nav_counts(stats),
+        "queues": [{"name": q.name, "size": q.size, "latency": round(q.latency, 3), "paused": q.paused}
+                   for q in stats.queue_summaries],
+        "time": time.time(),
+    }
+
+
+def redis_info(client: Client) -> list[tuple[str, str]]:
+    """The server facts the dashboard shows, from INFO (one round trip)."""
+    try:
+        info: dict[str, Any] = client.redis.info()
+    except Exception as exc:  # the page still shows everything else
+        return [("Error", f"{type(exc).__name__}: {exc}")]
+    uptime = int(info.get("uptime_in_seconds", 0))
+    name = "Valkey" if "valkey_version" in info else "Redis"
+    version = str(info.get("valkey_version", info.get("redis_version", "?")))
+    return [
+        ("Version", f"{name} {version}"),
+        ("Uptime", f"{uptime // 86400} d {uptime % 86400 // 3600} h" if uptime >= 86400
+         else f"{uptime // 3600} h {uptime % 3600 // 60} min"),
+        ("Connected clients", f"{int(info.get('connected_clients', 0)):,}"),
+        ("Memory used", str(info.get("used_memory_human", "?"))),
+        ("Memory peak", str(info.get("used_memory_peak_human", "?"))),
+        ("Max memory", "no limit" if not info.get("maxmemory") else str(info.get("maxmemory_human", "?"))),
+        ("Eviction policy", str(info.get("maxmemory_policy", "?"))),
+    ]
+
+
+def history_chart(stats: Stats, days: int) -> dict[str, Any]:
+    """Processed and failed per day, oldest first, for the bar chart."""
+    history = stats.history(days)
+    ordered = list(reversed(history.days))
+    labels = [datetime.strptime(d, "%Y-%m-%d").strftime("%b %d") for d in ordered]
+    return {
+        "labels": labels,
+        "series": [
+            {"name": "processed", "values": [history.processed[d] for d in ordered], "color": "var(--c1)"},
+            {"name": "failed", "values": [history.failed[d] for d in ordered], "color": "var(--c2)"},
+        ],
+    }
+
+
+def routes(site: Site) -> list[Route]:
+    def dashboard(request: Request) -> Response:
+        stats = Stats(site.client)
+        days = whole(request.query_params.get("days"), 30)
+        days = days if days in HISTORY_DAYS else 30
+        return site.page(request, "dashboard.html", page="dashboard", title="Dashboard", stats=stats,
+                         totals=nav_counts(stats), days=days, history=history_chart(stats, days),
+                         redis_info=redis_info(site.client))
+
+    def api_stats(request: Request) -> Response:
+        return JSONResponse(stats_document(Stats(site.client)), headers={"Cache-Control": "no-store"})
+
+    return [Route("/", dashboard, name="dashboard"), Route("/api/stats", api_stats)]

@@ -1,0 +1,126 @@
+"""`/metrics`: the cluster's numbers in Prometheus' text format, read through the admin API at
+each scrape, with the official client library (`prometheus_client`), every name `sidequest_`.
+
+    sidequest_processed_total, sidequest_failed_total        all time (Redis `stat:*`)
+    sidequest_enqueued, sidequest_scheduled, sidequest_retries, sidequest_dead
+    sidequest_queue_size{queue}, sidequest_queue_latency_seconds{queue}, sidequest_queue_paused{queue}
+    sidequest_processes, sidequest_busy, sidequest_concurrency
+    sidequest_job_processed_total{job}, sidequest_job_failed_total{job},
+    sidequest_job_runtime_seconds_total{job}
+
+Per-job counts exist in Redis only per minute, kept 72 hours (see `sidequest.metrics`): a sum
+over them would fall as old minutes expire, which Prometheus reads as counter resets. So each
+app keeps its own per-job counters, which start at zero with the process (as any exporter's do)
+and grow by what each scrape finds new in the last `RECENT_MINUTES` minutes (a worker writes a
+minute's counts with its heartbeat, seconds after the minute's runs ended).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from ..api import MetricsQuery, ProcessSet, Stats
+from ..client import Client
+
+RECENT_MINUTES = 10
+
+
+class JobCounters:
+    """Monotonic per-job counters (runs, failures, seconds) built from the per-minute metrics."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._seen: dict[str, dict[str, tuple[int, int, float]]] = {}  # minute -> job -> counted so far
+        self.totals: dict[str, list[float]] = {}  # job -> [runs, failed, ms]
+
+    def update(self, query: MetricsQuery) -> dict[str, list[float]]:
+        jobs = query.top_jobs(RECENT_MINUTES)
+        with self._lock:
+            window: set[str] = set()
+            for job in jobs:
+                totals = self.totals.setdefault(job.name, [0, 0, 0.0])
+                for point in job.series:
+                    window.add(point.minute)
+                    seen = self._seen.setdefault(point.minute, {})
+                    runs, failed, ms = seen.get(job.name, (0, 0, 0.0))
+                    if point.runs > runs or point.failed > failed or point.total_ms > ms:
+                        totals[0] += max(point.runs - runs, 0)
+                        totals[1] += max(point.failed - failed, 0)
+                        totals[2] += max(point.total_ms - ms, 0.0)
+                        seen[job.name] = (max(point.runs, runs), max(point.failed, failed), max(point.total_ms, ms))
+            if window:  # minutes that left the window are final: forget them
+                oldest = min(window)
+                for minute in [m for m in self._seen if m < oldest]:
+                    del self._seen[minute]
+            return {name: list(values) for name, values in self.totals.items()}
+
+
+class SidequestCollector(Collector):
+    def __init__(self, client: Client, counters: JobCounters) -> None:
+        self.client = client
+        self.counters = counters
+
+    def collect(self) -> Iterator[Metric]:
+        stats = Stats(self.client)
+        processed = CounterMetricFamily("sidequest_processed", "Jobs processed, all time (done or failed).")
+        processed.add_metric([], stats.processed)
+        failed = CounterMetricFamily("sidequest_failed", "Job runs that failed, all time.")
+        failed.add_metric([], stats.failed)
+        yield processed
+        yield failed
+        for name, value, text in (
+            ("enqueued", stats.enqueued, "Jobs waiting in every queue."),
+            ("scheduled", stats.scheduled_size, "Jobs in the scheduled set."),
+            ("retries", stats.retry_size, "Jobs in the retry set."),
+            ("dead", stats.dead_size, "Jobs in the dead set."),
+            ("processes", stats.processes_size, "Worker processes alive."),
+            ("busy", stats.workers_size, "Threads running a job, over every process."),
+        ):
+            yield GaugeMetricFamily(f"sidequest_{name}", text, value=value)
+        yield GaugeMetricFamily("sidequest_concurrency", "Threads of every worker process.",
+                                value=sum(p.concurrency for p in ProcessSet(self.client, clean=False)))
+        size = GaugeMetricFamily("sidequest_queue_size", "Jobs waiting in the queue.", labels=["queue"])
+        latency = GaugeMetricFamily("sidequest_queue_latency_seconds",
+                                    "Seconds the queue's oldest job has waited.", labels=["queue"])
+        paused = GaugeMetricFamily("sidequest_queue_paused", "1 if the queue is paused.", labels=["queue"])
+        for queue in stats.queue_summaries:
+            size.add_metric([queue.name], queue.size)
+            latency.add_metric([queue.name], queue.latency)
+            paused.add_metric([queue.name], 1 if queue.paused else 0)
+        yield size
+        yield latency
+        yield paused
+        jobs = self.counters.update(MetricsQuery(self.client))
+        runs = CounterMetricFamily("sidequest_job_processed", "Runs of the job that ended, counted since this "
+                                   "exporter started.", labels=["job"])
+        fails = CounterMetricFamily("sidequest_job_failed", "Runs of the job that failed, counted since this "
+                                    "exporter started.", labels=["job"])
+        seconds = CounterMetricFamily("sidequest_job_runtime_seconds", "Seconds the job's runs took, counted "
+                                      "since this exporter started.", labels=["job"])
+        for name in sorted(jobs):
+            count, failures, ms = jobs[name]
+            runs.add_metric([name], count)
+            fails.add_metric([name], failures)
+            seconds.add_metric([name], ms / 1000)
+        yield runs
+        yield fails
+        yield seconds
+
+
+def routes(client: Client) -> list[Route]:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SidequestCollector(client, JobCounters()))
+
+    def metrics(request: Request) -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST,
+                        headers={"Cache-Control": "no-store"})
+
+    return [Route("/metrics", metrics)]
