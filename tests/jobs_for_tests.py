@@ -263,3 +263,140 @@ def _fn_fail(exc, *args):
 def fn_with_hooks(fail):
     if fail:
         raise KeyError("fn asked to fail")
+
+
+# -- periodic jobs (test_periodic) -------------------------------------------------------------
+class Tick(sidequest.Job, name="Tick"):
+    """Records ("tick", label, entry id, tick time, enqueued_at, pid) for each run."""
+
+    def perform(self, label):
+        payload = self.payload
+        record("tick", label, payload.get("periodic"), payload.get("periodic_at"), payload.get("enqueued_at"),
+               os.getpid())
+
+
+# Only workers started with SQ_TEST_PERIODIC=1 run it, so other tests' workers enqueue nothing.
+if os.environ.get("SQ_TEST_PERIODIC") == "1":
+    from datetime import timedelta
+
+    sidequest.periodic(job=Tick, every=timedelta(seconds=1), args=["every-second"])
+
+
+# -- rate limits and cancel (test_limiter, test_cancel) ----------------------------------------
+_limiters: dict = {}
+
+
+def _limiter(kind: str, name: str, limit: int, seconds: float):
+    """One limiter per (kind, name, limit, seconds) and process, on the tests' Redis."""
+    url = os.environ["SQ_TEST_REDIS_URL"]
+    key = (kind, name, limit, seconds, url)
+    if key not in _limiters:
+        client = sidequest.Client(sidequest.Config(redis_url=url))
+        make = sidequest.limiter.concurrent if kind == "concurrent" else sidequest.limiter.window
+        _limiters[key] = make(name, limit, seconds, client=client)
+    return _limiters[key]
+
+
+class Limited(sidequest.Job, name="Limited", retry=3):
+    """Holds a slot of a concurrent limiter for `hold` s; records its start and end times."""
+
+    def perform(self, n, name, limit, hold, lease=60.0):
+        with _limiter("concurrent", name, limit, lease):
+            record("limited-start", n, os.getpid(), time.time(), self.payload.get("retry_count"),
+                   self.payload.get("snoozed"))
+            time.sleep(hold)
+            record("limited-end", n, os.getpid(), time.time())
+
+
+@sidequest.job(name="Windowed", retry=3)
+def windowed(n, name, limit, per):
+    with _limiter("window", name, limit, per):
+        record("windowed-start", n, time.time())
+
+
+@sidequest.job(name="HoldSlot")
+def hold_slot(name, limit, lease, gate):
+    """Holds a concurrent slot until the test pushes to the list `gate` (at most 60 s)."""
+    with _limiter("concurrent", name, limit, lease):
+        record("hold-slot", os.getpid())
+        redis_lib.Redis.from_url(os.environ["SQ_TEST_REDIS_URL"]).blpop([gate], timeout=60)
+
+
+@sidequest.job(name="Cooperative", retry=3)
+def cooperative(tag):
+    """Works in small steps, asking `sidequest.cancelled()` before each (for 30 s at most)."""
+    record("coop-start", tag)
+    end = time.monotonic() + 30
+    steps = 0
+    while time.monotonic() < end:
+        if sidequest.cancelled():
+            record("coop-cancelled", tag, steps)
+            raise sidequest.Cancelled()
+        steps += 1
+        time.sleep(0.02)
+    record("coop-done", tag)
+
+
+# -- jobs for unique, status and result tests (test_unique, test_status, test_aio) ---------------
+def _wait_for(gate, limit=30.0):
+    end = time.monotonic() + limit
+    while gate and not _r().exists(gate) and time.monotonic() < end:
+        time.sleep(0.01)
+
+
+@sidequest.job(name="UniqueWork", unique_for=60)
+def unique_work(n, gate=None):
+    """Unique per `n`; with `gate`, it runs until the test creates that key."""
+    record("unique-start", n)
+    _wait_for(gate)
+    record("unique-done", n)
+
+
+@sidequest.job(name="UniqueAtStart", unique_for=60, unique_until="start")
+def unique_at_start(n, gate=None):
+    record("unique-start", n)
+    _wait_for(gate)
+
+
+@sidequest.job(name="UniqueBoom", unique_for=60, retry=0)
+def unique_boom(n):
+    raise ValueError(f"unique boom {n}")
+
+
+class UniqueRetry(sidequest.Job, name="UniqueRetry", unique_for=60, retry=3):
+    def perform(self, n):
+        raise ConnectionError(f"upstream down {n}")
+
+    def retry_in(self, count, exc):
+        return 1000
+
+
+@sidequest.job(name="Compute", result_ttl=60)
+def compute(n, gate=None):
+    """Returns a JSON value; with `gate`, only once the test creates that key."""
+    _wait_for(gate)
+    return {"n": n, "double": 2 * n, "items": [n, None, True]}
+
+
+@sidequest.job(name="ComputeAsync", result_ttl=60)
+async def compute_async(n):
+    await asyncio.sleep(0.01)
+    return n * 10
+
+
+@sidequest.job(name="ComputeBoom", result_ttl=60, retry=0)
+def compute_boom(n):
+    raise ValueError(f"cannot compute {n}")
+
+
+class ComputeRetry(sidequest.Job, name="ComputeRetry", result_ttl=60, retry=3):
+    def perform(self, n):
+        raise TimeoutError(f"slow upstream {n}")
+
+    def retry_in(self, count, exc):
+        return 1000
+
+
+@sidequest.job(name="ComputeNotJSON", result_ttl=60)
+def compute_not_json():
+    return {1, 2, 3}

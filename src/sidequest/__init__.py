@@ -14,14 +14,20 @@ __version__ = "0.1.0"  # first: modules below read it
 
 from typing import Any
 
+from . import aio, limiter
+from .aio import AsyncClient
+from .cancellation import cancel, cancelled
 from .client import Client, configure, default_client
 from .config import Config
 from .errors import (
+    Cancelled,
     ConfigError,
     JobArgumentError,
     JobDefinitionError,
     JobFailed,
     JobTimeoutError,
+    NoResultError,
+    OverLimit,
     PayloadError,
     RedisUnavailableError,
     SidequestError,
@@ -29,7 +35,9 @@ from .errors import (
 )
 from .job import Job, JobFunction, job
 from .launcher import WorkerSetup, configure_worker
+from .lookup import result, status
 from .middleware import Chain
+from .periodic import periodic
 from .registry import Registry, default_registry
 from .tasks import Task, task_message
 
@@ -40,6 +48,8 @@ def push(job_name: str, args: list[Any], **options: Any) -> str | None:
 
 
 __all__ = [
+    "AsyncClient",
+    "Cancelled",
     "Chain",
     "Client",
     "Config",
@@ -50,6 +60,8 @@ __all__ = [
     "JobFailed",
     "JobFunction",
     "JobTimeoutError",
+    "NoResultError",
+    "OverLimit",
     "PayloadError",
     "RedisUnavailableError",
     "Registry",
@@ -57,11 +69,18 @@ __all__ = [
     "Task",
     "UnknownJobError",
     "WorkerSetup",
+    "aio",
+    "cancel",
+    "cancelled",
     "configure",
     "configure_worker",
     "default_client",
     "default_registry",
     "job",
+    "limiter",
+    "periodic",
     "push",
+    "result",
+    "status",
     "task_message",
 ]

@@ -9,6 +9,9 @@ Immediate jobs: one MULTI with `SADD queues <q>` and `LPUSH queue:<q> <json>...`
 Scheduled jobs: `ZADD schedule <at> <json>`, without `enqueued_at`.
 Every payload is built and checked before anything is sent, and a whole push (bulk included)
 goes in one MULTI/EXEC, so a bad argument or a dropped connection leaves nothing partial.
+A push with unique jobs (`unique_for`) is one script call instead, that takes each job's claim
+and writes the job only if it got it (see `unique`); a job pushed with `result_ttl` gets its
+status record in the same call (see `results`).
 """
 
 from __future__ import annotations
@@ -16,16 +19,19 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable
+from functools import cached_property
 from typing import Any
 
 import redis
+from redis.commands.core import Script
 
-from . import keys
+from . import keys, results, unique
 from .config import Config
 from .connection import connect
 from .errors import JobArgumentError
 from .options import DEFAULTS, check_options, schedule_at
 from .payload import check_args, encode, in_millis, new_jid, stamp
+from .scripts import PUSH_UNIQUE
 
 BULK_BATCH = 1000  # payloads per LPUSH/ZADD, as Sidekiq's push_bulk batches
 
@@ -59,21 +65,21 @@ class Client:
         now = self.clock()
         when = self.schedule_time(at, in_, now)
         entries, jids = self.build(job, [args], [when], now, options)
-        self.write(entries, now)
-        return jids[0]
+        refused = self.write(entries, now)
+        return None if jids[0] in refused else jids[0]
 
     def push_bulk(self, job: Any, args_list: Iterable[Any], *, at: Any = None,
                   **options: Any) -> list[str | None]:
         """Push many jobs of one kind in one transaction; return their jids in order.
 
         `at` may be one time for all, or a list with one time per job. A job stopped by
-        client middleware has None in its place.
+        client middleware, or a unique job another copy holds the claim of, has None in its place.
         """
         now = self.clock()
         all_args = list(args_list)
         entries, jids = self.build(job, all_args, self.bulk_times(at, len(all_args), now), now, options)
-        self.write(entries, now)
-        return jids
+        refused = self.write(entries, now)
+        return [None if jid in refused else jid for jid in jids] if refused else jids
 
     def build(self, job: Any, args_list: list[Any], times: list[float | None], now: float,
               options: dict[str, Any]) -> tuple[list[tuple[dict[str, Any], float | None]], list[str | None]]:
@@ -157,33 +163,47 @@ class Client:
 
     # -- writing -------------------------------------------------------------------------------
     def write(self, entries: list[tuple[dict[str, Any], float | None]], now: float,
-              also: Callable[[Any], None] | None = None) -> None:
-        """One MULTI with every entry (and `also(pipe)`'s commands, e.g. a task's records)."""
+              also: Callable[[Any], None] | None = None) -> frozenset[str]:
+        """One MULTI with every entry (and `also(pipe)`'s commands, e.g. a task's records), or with
+        unique jobs one script call. Returns the jids of the unique jobs whose claim another copy
+        holds: nothing of theirs was written."""
         if not entries and also is None:
-            return
-        queued: dict[str, list[bytes]] = {}
-        scheduled: list[tuple[bytes, float]] = []
+            return frozenset()
+        batch = self.prepare(entries, now)
+        if batch.unique:
+            if also is not None:
+                raise JobArgumentError("unique_for is not available for the jobs of a task; "
+                                       "push them with unique_for=None")
+            script_keys, args = batch.script_args()
+            return batch.refused(self._push_unique(keys=script_keys, args=args))
+        pipe = self.redis.pipeline(transaction=True)
+        batch.commands(pipe)
+        if also is not None:
+            also(pipe)
+        pipe.execute()
+        return frozenset()
+
+    def prepare(self, entries: list[tuple[dict[str, Any], float | None]], now: float) -> Batch:
+        """Every entry stamped, given its unique claim and status record, and encoded (all are
+        checked before anything is written)."""
+        batch = Batch()
         for index, (payload, when) in enumerate(entries):
             if when is None:
                 payload["enqueued_at"] = stamp(now, self.config.sidekiq_version >= 8 or in_millis(payload))
             try:
+                try:
+                    claim = unique.claim(payload, when, now)
+                except (TypeError, ValueError, RecursionError) as exc:  # client middleware added something
+                    raise JobArgumentError(f"payload of job {payload.get('class')!r} is not JSON: {exc}") from None
                 blob = self._encode(payload)
             except JobArgumentError as exc:
                 raise JobArgumentError(f"job {index} of the bulk: {exc}" if len(entries) > 1 else str(exc)) from None
-            if when is None:
-                queued.setdefault(payload["queue"], []).append(blob)
-            else:
-                scheduled.append((blob, when))
-        pipe = self.redis.pipeline(transaction=True)
-        for queue, blobs in queued.items():
-            pipe.sadd(keys.QUEUES, queue)
-            for start in range(0, len(blobs), BULK_BATCH):
-                pipe.lpush(keys.queue(queue), *blobs[start:start + BULK_BATCH])
-        for start in range(0, len(scheduled), BULK_BATCH):
-            pipe.zadd(keys.SCHEDULE, dict(scheduled[start:start + BULK_BATCH]))
-        if also is not None:
-            also(pipe)
-        pipe.execute()
+            batch.add(payload, when, blob, claim, results.at_push(payload, when, now))
+        return batch
+
+    @cached_property
+    def _push_unique(self) -> Script:
+        return self.redis.register_script(PUSH_UNIQUE)
 
     def _encode(self, payload: dict[str, Any]) -> bytes:
         """The payload as the UTF-8 bytes Redis stores, refused with a clear error if it cannot be."""
@@ -203,6 +223,58 @@ class Client:
                 f"({limit:,}); pass a reference (an id, a path, a URL) instead of the data, "
                 "or raise max_payload_size")
         return blob
+
+
+class Batch:
+    """One push, encoded: the commands of its MULTI, or (with unique jobs) its script call.
+    The same for `Client` and the asyncio client (`aio`), which differ only in how they send it."""
+
+    def __init__(self) -> None:
+        self.jobs: list[tuple[dict[str, Any], float | None, bytes]] = []  # payload, schedule time or None, JSON
+        self.claims: list[tuple[str, int] | None] = []  # unique claim key and milliseconds, per job
+        self.records: list[tuple[str, int, str, str] | None] = []  # status key, milliseconds, state, due time
+        self.unique = False  # some job has a claim: the push is one PUSH_UNIQUE call
+
+    def add(self, payload: dict[str, Any], when: float | None, blob: bytes, claim: tuple[str, int] | None,
+            record: tuple[str, int, str, str] | None) -> None:
+        self.jobs.append((payload, when, blob))
+        self.claims.append(claim)
+        self.records.append(record)
+        self.unique = self.unique or claim is not None
+
+    def commands(self, pipe: Any) -> None:
+        """Queue the MULTI's commands on `pipe` (no unique jobs)."""
+        queued: dict[str, list[bytes]] = {}
+        scheduled: list[tuple[bytes, float]] = []
+        for payload, when, blob in self.jobs:
+            if when is None:
+                queued.setdefault(payload["queue"], []).append(blob)
+            else:
+                scheduled.append((blob, when))
+        for queue, blobs in queued.items():
+            pipe.sadd(keys.QUEUES, queue)
+            for start in range(0, len(blobs), BULK_BATCH):
+                pipe.lpush(keys.queue(queue), *blobs[start:start + BULK_BATCH])
+        for start in range(0, len(scheduled), BULK_BATCH):
+            pipe.zadd(keys.SCHEDULE, dict(scheduled[start:start + BULK_BATCH]))
+        for record in self.records:
+            if record is not None:
+                key, ms, state, due = record
+                pipe.hset(key, mapping={"state": state, "at": due})
+                pipe.pexpire(key, ms)
+
+    def script_args(self) -> tuple[list[str], list[Any]]:
+        """KEYS and ARGV of `scripts.PUSH_UNIQUE`, every job in order."""
+        args: list[Any] = [len(self.jobs)]
+        for (payload, when, blob), claim, record in zip(self.jobs, self.claims, self.records, strict=True):
+            args += [*(claim or ("", 0)), payload["jid"], keys.queue(payload["queue"]) if when is None else "",
+                     payload["queue"], when or 0, blob, *(record or ("", 0, "", ""))]
+        return [keys.QUEUES, keys.SCHEDULE], args
+
+    def refused(self, written: list[Any]) -> frozenset[str]:
+        """The jids the script did not write (their claim was held), from its reply."""
+        return frozenset(payload["jid"] for (payload, _, _), ok in zip(self.jobs, written, strict=True)
+                         if not int(ok))
 
 
 _default: Client | None = None

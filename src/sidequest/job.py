@@ -37,6 +37,7 @@ from .options import DEFAULTS, check_options
 from .registry import Registry, default_registry
 
 if TYPE_CHECKING:
+    from .aio import AsyncJobSetter
     from .client import Client
 
 P = ParamSpec("P")
@@ -52,6 +53,15 @@ class _Performs(Protocol[P]):
     checker reads their argument types (P) from the subclass's own `perform`."""
 
     def perform(self, *args: P.args, **kwargs: P.kwargs) -> object: ...
+
+
+class _Aio:
+    """`Resize.aio`: a Job class's enqueue methods as coroutines, typed from its `perform` (see `aio`)."""
+
+    def __get__(self, instance: object, owner: type[_Performs[P]]) -> AsyncJobSetter[P]:
+        from .aio import AsyncJobSetter  # redis.asyncio is loaded only by code that uses it
+
+        return AsyncJobSetter(cast("type[Job]", owner), {})
 
 
 class Job:
@@ -140,6 +150,8 @@ class Job:
     def perform_bulk(cls, args_list: Iterable[Sequence[Any]], *, at: BulkAt = None) -> list[str | None]:
         return JobSetter[Any](cls, {}).perform_bulk(args_list, at=at)
 
+    aio = _Aio()  # `await Resize.aio.perform_async(...)`: the same methods for asyncio code
+
     @classmethod
     def payload_options(cls) -> dict[str, Any]:
         """The options stored in every payload of this job: Sidekiq's defaults, then the job's."""
@@ -185,6 +197,13 @@ class JobSetter(Generic[P]):
 
     def perform_bulk(self, args_list: Iterable[Sequence[Any]], *, at: BulkAt = None) -> list[str | None]:
         return self._client().push_bulk(self.job_class, args_list, at=at, **self.options)
+
+    @property
+    def aio(self) -> AsyncJobSetter[P]:
+        """These options' enqueue methods as coroutines: `await job.set(queue="x").aio.perform_async(...)`."""
+        from .aio import AsyncJobSetter
+
+        return AsyncJobSetter(self.job_class, dict(self.options), self.client)
 
 
 @overload
@@ -280,3 +299,8 @@ class JobFunction(Generic[P, R]):
 
     def perform_bulk(self, args_list: Iterable[Sequence[Any]], *, at: BulkAt = None) -> list[str | None]:
         return self.set().perform_bulk(args_list, at=at)
+
+    @property
+    def aio(self) -> AsyncJobSetter[P]:
+        """The enqueue methods as coroutines, for asyncio code: `await send_welcome.aio.perform_async(42)`."""
+        return self.set().aio

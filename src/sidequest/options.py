@@ -9,6 +9,12 @@ Known options and their types:
     dead         bool: whether exhausted jobs go to the dead set
     tags         list of str
     timeout      number of seconds > 0 (sidequest's per-job time limit)
+    unique_for   number of seconds > 0: while a copy with the same class, args and queue is
+                 pending or running (at most this long), another push of it writes nothing
+    unique_until "success" (default: the claim ends when the job succeeds or dies) or
+                 "start" (it ends when the job starts)
+    result_ttl   number of seconds > 0: keep the job's state and return value this long after
+                 each change (`sidequest.status`, `sidequest.result`)
 
 Any other option is kept in the payload as it is, if it is native JSON.
 """
@@ -24,6 +30,7 @@ from .errors import ConfigError, JobArgumentError
 from .payload import RESERVED_KEYS, check_json_value
 
 DEFAULTS: dict[str, Any] = {"retry": True, "queue": "default"}
+UNIQUE_UNTIL = ("success", "start")  # when a unique job's claim ends (besides expiring), see `unique`
 
 # The point where Sidekiq stops reading a number as an interval and reads it as an epoch time.
 EPOCH_THRESHOLD = 1_000_000_000
@@ -68,12 +75,28 @@ def check_option(key: str, value: Any) -> Any:
         if value is None or (_is_number(value) and math.isfinite(value) and value > 0):
             return value
         raise JobArgumentError(f"option 'timeout' must be a number of seconds above 0, got {value!r}")
+    if key in ("unique_for", "result_ttl"):
+        if value is None or (_is_number(value) and math.isfinite(value) and value > 0):
+            return value  # None turns it off for one push: `.set(unique_for=None)`
+        raise JobArgumentError(f"option {key!r} must be a number of seconds above 0 (or None), got {value!r}")
+    if key == "unique_until":
+        if value in UNIQUE_UNTIL:
+            return value
+        raise JobArgumentError(f"option 'unique_until' must be {' or '.join(map(repr, UNIQUE_UNTIL))}, got {value!r}")
     check_json_value(value, f"option {key!r}")
     return value
 
 
 def check_options(options: dict[str, Any]) -> dict[str, Any]:
     return {key: check_option(key, value) for key, value in options.items()}
+
+
+def seconds_option(value: Any) -> float | None:
+    """A duration option as read back from a payload (`unique_for`, `result_ttl`): seconds > 0,
+    or None when it is off, or not a usable number (a payload written by other code)."""
+    if _is_number(value) and math.isfinite(value) and value > 0:
+        return float(value)
+    return None
 
 
 def schedule_at(when: Any, now: float, *, method: str) -> float | None:

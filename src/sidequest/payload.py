@@ -21,7 +21,7 @@ from .errors import JobArgumentError, PayloadError
 
 # Keys the client sets itself; a job option of the same name would be overwritten or
 # would break the payload, so options may not use them.
-RESERVED_KEYS = frozenset({"class", "args", "jid", "created_at", "enqueued_at", "at"})
+RESERVED_KEYS = frozenset({"class", "args", "jid", "created_at", "enqueued_at", "at", "unique_digest"})
 
 _SCALARS = (str, int, bool, type(None))
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)

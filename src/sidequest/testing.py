@@ -301,9 +301,10 @@ class FakeClient(Client):
         raise _no_redis(self.jobs.mode, "code that uses client.redis")
 
     def write(self, entries: list[tuple[dict[str, Any], float | None]], now: float,
-              also: Callable[[Any], None] | None = None) -> None:
+              also: Callable[[Any], None] | None = None) -> frozenset[str]:
         """Encode every entry as `Client.write` does (all before any is kept), then keep or run
-        them. `also` (a task's records) is not called: they live in Redis only."""
+        them. `also` (a task's records) is not called: they live in Redis only. Unique jobs'
+        claims live there too: every push is kept (none is refused as a duplicate)."""
         encoded: list[tuple[bytes, float | None, str]] = []
         for index, (payload, when) in enumerate(entries):
             if when is None:
@@ -318,6 +319,7 @@ class FakeClient(Client):
                 self.jobs._run(blob, raise_errors=True)
         else:
             self.jobs._capture(encoded)
+        return frozenset()
 
 
 @contextlib.contextmanager

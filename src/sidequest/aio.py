@@ -1,0 +1,243 @@
+"""Producing jobs from asyncio code: push, status and result without blocking the event loop.
+
+    @app.post("/reports")                                   # a FastAPI handler
+    async def create_report(spec: Spec) -> dict[str, str | None]:
+        jid = await build_report.aio.perform_async(spec.id)
+        return {"jid": jid}
+
+    await Resize.aio.perform_in(60, "a.png", 200)
+    await build_report.aio.set(queue="urgent").perform_async(7)
+    await sidequest.aio.status(jid)                 # 'queued', 'running', 'done', ...
+    await sidequest.aio.result(jid, timeout=10)     # the job's return value
+
+Every job has the asyncio twins of its enqueue methods under `.aio`, with the same names and
+the same argument types: `perform_async`, `perform_in`, `perform_at`, `perform_bulk`, `set`.
+The name `.aio` follows `redis.asyncio`/aiohttp usage and keeps Sidekiq's method names intact,
+where a suffix would read `perform_async_async`: in Sidekiq's vocabulary "async" already means
+"later, on a worker", not "awaitable".
+
+`AsyncClient` builds payloads with `Client.build` and `Client.prepare` (client middleware,
+checks, unique claims and status records included) and sends the same MULTI or script call on
+`redis.asyncio`. The default one belongs to the running event loop and follows
+`sidequest.configure` (one per loop: a redis.asyncio connection cannot move between loops).
+Under `sidequest.testing.fake()` or `inline()` pushes go to the fake client as the sync ones do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import weakref
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime, timedelta
+from typing import Any, Generic, ParamSpec, TypeVar, cast
+
+import redis
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+
+from . import client as client_module
+from .arguments import refuse_keywords
+from .client import Client
+from .config import Config
+from .connection import CONNECT_TIMEOUT, SOCKET_TIMEOUT, mask_url
+from .errors import RedisUnavailableError, RedisURLError
+from .lookup import Command, Query, result_query, status_query
+from .options import check_options
+from .scripts import PUSH_UNIQUE
+
+P = ParamSpec("P")
+T = TypeVar("T")
+# job's aliases, spelled again: job imports this module (for `.aio`), so this one cannot import job
+Delay = float | timedelta
+When = float | datetime
+BulkAt = When | Sequence[When] | None
+
+__all__ = ["AsyncClient", "AsyncJobSetter", "default_client", "push", "result", "run", "status"]
+
+
+def connect(url: str) -> aioredis.Redis:
+    """A redis.asyncio client for `url`, set up as `connection.connect` sets up the sync one
+    (never re-sending a command by itself, see there)."""
+    options: dict[str, Any] = {} if url.startswith("unix:") else {"socket_keepalive": True}
+    try:
+        return aioredis.Redis.from_url(url, socket_timeout=SOCKET_TIMEOUT, socket_connect_timeout=CONNECT_TIMEOUT,
+                                       health_check_interval=30, retry=Retry(NoBackoff(), 0), **options)
+    except ValueError as exc:
+        raise RedisURLError(f"invalid Redis URL {mask_url(url)}: {exc}") from None
+
+
+class AsyncClient:
+    """Pushes jobs and reads their state on `redis.asyncio`; payloads are built by a `Client`.
+
+        async with sidequest.aio.AsyncClient(sidequest.Config(redis_url=url)) as client:
+            jid = await client.push(build_report, [7])
+            print(await client.result(jid))
+    """
+
+    def __init__(self, config: Config | None = None, *, redis_client: aioredis.Redis | None = None,
+                 client: Client | None = None, clock: Callable[[], float] = time.time) -> None:
+        self.sync = client if client is not None else Client(config, clock=clock)  # builds; never connects
+        self.config = self.sync.config
+        self._redis = redis_client
+        self._script: Any = None
+
+    async def connection(self) -> aioredis.Redis:
+        """The redis.asyncio client, connected (and PINGed) on first use."""
+        if self._redis is None:
+            fresh = connect(self.config.url)
+            try:
+                await fresh.ping()
+            except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+                await fresh.aclose()
+                raise RedisUnavailableError(f"cannot reach Redis at {mask_url(self.config.url)}: {exc}") from None
+            if self._redis is None:
+                self._redis = fresh
+            else:  # another task connected meanwhile
+                await fresh.aclose()
+        return self._redis
+
+    async def aclose(self) -> None:
+        if self._redis is not None:
+            await self._redis.aclose()
+            self._redis = None
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # -- pushing -----------------------------------------------------------------------------------
+    async def push(self, job: Any, args: Iterable[Any] = (), *, at: Any = None, in_: Any = None,
+                   **options: Any) -> str | None:
+        """`Client.push`, awaited: the jid, or None (client middleware stopped it, or a unique
+        job whose claim another copy holds)."""
+        now = self.sync.clock()
+        when = self.sync.schedule_time(at, in_, now)
+        entries, jids = self.sync.build(job, [args], [when], now, options)
+        refused = await self.write(entries, now)
+        return None if jids[0] in refused else jids[0]
+
+    async def push_bulk(self, job: Any, args_list: Iterable[Any], *, at: Any = None,
+                        **options: Any) -> list[str | None]:
+        """`Client.push_bulk`, awaited."""
+        now = self.sync.clock()
+        all_args = list(args_list)
+        entries, jids = self.sync.build(job, all_args, self.sync.bulk_times(at, len(all_args), now), now, options)
+        refused = await self.write(entries, now)
+        return [None if jid in refused else jid for jid in jids] if refused else jids
+
+    async def write(self, entries: list[tuple[dict[str, Any], float | None]], now: float) -> frozenset[str]:
+        """`Client.write` on redis.asyncio: one MULTI, or one script call with unique jobs."""
+        if type(self.sync).write is not Client.write:  # a client that writes elsewhere (testing's fakes)
+            return self.sync.write(entries, now)
+        if not entries:
+            return frozenset()
+        batch = self.sync.prepare(entries, now)
+        connection = await self.connection()
+        if batch.unique:
+            if self._script is None:
+                self._script = connection.register_script(PUSH_UNIQUE)
+            script_keys, args = batch.script_args()
+            return batch.refused(await self._script(keys=script_keys, args=args))
+        pipe = connection.pipeline(transaction=True)
+        batch.commands(pipe)
+        await pipe.execute()
+        return frozenset()
+
+    # -- reading -----------------------------------------------------------------------------------
+    async def status(self, jid: str, *, queue: str | None = None) -> str:
+        """`sidequest.status`, awaited."""
+        return (await run(status_query(jid, queue, self.sync.clock), await self.connection())).state
+
+    async def result(self, jid: str, timeout: float | None = 10.0) -> Any:
+        """`sidequest.result`, awaited: the loop keeps running while it waits."""
+        return await run(result_query(jid, timeout), await self.connection())
+
+
+async def run(query: Query[T], connection: aioredis.Redis) -> T:
+    """Run a lookup (see `lookup`) on redis.asyncio."""
+    try:
+        step = next(query)
+        while True:
+            step = query.send(await _execute(connection, step))
+    except StopIteration as stop:
+        return cast("T", stop.value)
+
+
+async def _execute(connection: aioredis.Redis, step: list[Command]) -> list[Any]:
+    if len(step) == 1:
+        name, args, kwargs = step[0]
+        return [await getattr(connection, name)(*args, **kwargs)]
+    pipe = connection.pipeline(transaction=False)
+    for name, args, kwargs in step:
+        getattr(pipe, name)(*args, **kwargs)
+    return await pipe.execute()
+
+
+# One AsyncClient per event loop and sync client: redis.asyncio connections belong to one loop.
+_defaults: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Client, AsyncClient]] = (
+    weakref.WeakKeyDictionary())
+
+
+def default_client(sync: Client | None = None) -> AsyncClient:
+    """The running loop's client for `sync` (default: the process-wide `sidequest.default_client()`,
+    so `sidequest.configure` applies to both)."""
+    loop = asyncio.get_running_loop()
+    chosen = sync if sync is not None else client_module.default_client()
+    clients = _defaults.setdefault(loop, {})
+    if chosen not in clients:
+        clients[chosen] = AsyncClient(client=chosen)
+    return clients[chosen]
+
+
+class AsyncJobSetter(Generic[P]):
+    """`job.aio`: a job's enqueue methods as coroutines, typed like the job (see the module)."""
+
+    def __init__(self, job_class: Any, options: dict[str, Any],
+                 client: Client | AsyncClient | None = None) -> None:
+        """`job_class` is a `Job` subclass (what `job.aio` passes)."""
+        client = options.pop("client", client)
+        self.job_class = job_class
+        self.options = check_options(options)
+        self.client = client
+
+    def set(self, **options: Any) -> AsyncJobSetter[P]:
+        return AsyncJobSetter(self.job_class, {**self.options, **options}, self.client)
+
+    def _client(self) -> AsyncClient:
+        if isinstance(self.client, AsyncClient):
+            return self.client
+        return default_client(self.client)
+
+    async def perform_async(self, *args: P.args, **kwargs: P.kwargs) -> str | None:
+        refuse_keywords(self.job_class.name, self.job_class._signature, "perform_async", kwargs)
+        return await self._client().push(self.job_class, list(args), **self.options)
+
+    async def perform_in(self, delay: Delay, /, *args: P.args, **kwargs: P.kwargs) -> str | None:
+        refuse_keywords(self.job_class.name, self.job_class._signature, "perform_in", kwargs)
+        return await self._client().push(self.job_class, list(args), in_=delay, **self.options)
+
+    async def perform_at(self, when: When, /, *args: P.args, **kwargs: P.kwargs) -> str | None:
+        refuse_keywords(self.job_class.name, self.job_class._signature, "perform_at", kwargs)
+        return await self._client().push(self.job_class, list(args), at=when, **self.options)
+
+    async def perform_bulk(self, args_list: Iterable[Sequence[Any]], *, at: BulkAt = None) -> list[str | None]:
+        return await self._client().push_bulk(self.job_class, args_list, at=at, **self.options)
+
+
+async def push(job_name: str, args: list[Any], **options: Any) -> str | None:
+    """`sidequest.push`, awaited: a job by name (e.g. a Ruby job) with the loop's default client."""
+    return await default_client().push(job_name, args, **options)
+
+
+async def status(jid: str, *, queue: str | None = None) -> str:
+    """`sidequest.status(jid)` without blocking the loop (see `lookup` for what it costs)."""
+    return await default_client().status(jid, queue=queue)
+
+
+async def result(jid: str, timeout: float | None = 10.0) -> Any:
+    """`sidequest.result(jid, timeout)` without blocking the loop: other tasks run while it waits."""
+    return await default_client().result(jid, timeout)
