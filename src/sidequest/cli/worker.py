@@ -1,31 +1,28 @@
-"""The `sidequest` command: `worker`, `web`, `demo`. The only place that configures logging,
-and (through `signals`) the only place that maps OS signals to a launcher's methods.
+"""`sidequest worker`: settings from flags, file and environment, job modules, then one
+worker process (or a supervisor of several) until INT or TERM; (through `signals`) the only
+place that maps OS signals to a launcher's methods.
 """
 
 from __future__ import annotations
 
-import atexit
 import dataclasses
 import importlib
 import importlib.util
-import json
 import logging
-import logging.handlers
 import os
-import queue
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
 import click
 
-from . import __version__
-from .config import Config
-from .connection import mask_url
-from .errors import ConfigError, RedisUnavailableError, SidequestError
-from .processor import job_context
-from .signals import SignalPipe
+from .. import __version__
+from ..config import Config
+from ..connection import mask_url
+from ..errors import ConfigError, RedisUnavailableError, SidequestError
+from ..signals import SignalPipe
+from .logs import configure_logging
+from .root import UserError, main
 
 log = logging.getLogger("sidequest")
 
@@ -38,68 +35,9 @@ BANNER = r"""
 """
 
 
-class UserError(click.ClickException):
-    """A mistake the user can fix (a setting, a flag, a path): one line, exit status 2."""
-
-    exit_code = 2
-
-
 def check_folder(flag: str, path: str | None) -> None:
     if path and not Path(path).resolve().parent.is_dir():
         raise UserError(f"{flag} {path}: the folder {Path(path).resolve().parent} does not exist; create it first")
-
-
-class JobContextFilter(logging.Filter):
-    """Adds `tid` and, inside a job, `class=... jid=...` to every record."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        record.tid = format(threading.get_ident(), "x")[-6:]
-        ctx = job_context.get()
-        record.ctx = ctx
-        record.job = f" class={ctx[0]} jid={ctx[1]}" if ctx else ""
-        return True
-
-
-class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time, level, pid, tid, job class and jid (inside a job), message."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        entry: dict[str, Any] = {"ts": self.formatTime(record), "level": record.levelname.lower(),
-                                 "pid": record.process, "tid": getattr(record, "tid", "")}
-        ctx = getattr(record, "ctx", None)
-        if ctx:
-            entry["class"], entry["jid"] = ctx
-        entry["msg"] = record.getMessage()
-        if record.exc_info:
-            entry["exc"] = self.formatException(record.exc_info)
-        return json.dumps(entry, ensure_ascii=False)
-
-
-_listener: logging.handlers.QueueListener | None = None
-
-
-def configure_logging(verbose: bool, logfile: str | None, level: str = "info", fmt: str = "text") -> None:
-    """Log to stdout (or `logfile`) at `level` (`verbose` means debug), as text or JSON.
-
-    Threads hand records to a queue (a lock-free put) and one listener thread writes them, so
-    ten processors logging a line per job never contend for the stream's lock.
-    """
-    global _listener
-    output: logging.Handler = logging.FileHandler(logfile) if logfile else logging.StreamHandler(sys.stdout)
-    output.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(
-        "%(asctime)s pid=%(process)d tid=%(tid)s%(job)s %(levelname)s: %(message)s"))
-    if _listener is not None:
-        _listener.stop()
-    _listener = logging.handlers.QueueListener(queue.SimpleQueue(), output)
-    handler = logging.handlers.QueueHandler(_listener.queue)
-    handler.addFilter(JobContextFilter())  # runs in the logging thread: it reads the job's context
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(logging.DEBUG if verbose else getattr(logging, level.upper()))
-    for noisy in ("redis", "urllib3", "asyncio"):  # their debug lines are not ours to show
-        logging.getLogger(noisy).setLevel(max(root.level, logging.INFO))
-    _listener.start()
-    atexit.register(_listener.stop)
 
 
 def require(module: str) -> None:
@@ -136,16 +74,6 @@ def build_config(config_file: str | None, **flags: Any) -> Config:
     if config_file:
         config = config.merge_file(config_file)
     return config.replace(**{k: v for k, v in flags.items() if v not in (None, ())})
-
-
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="sidequest")
-def main() -> None:
-    """sidequest: background jobs for Python on Redis, in Sidekiq's wire format.
-
-    Set REDIS_URL to use your Redis (redis://, rediss:// for TLS). Without it, `worker`,
-    `web` and `demo` start an embedded redis-server in ./.sidequest/redis.
-    """
 
 
 @main.command()
@@ -219,8 +147,8 @@ def worker(requires: tuple[str, ...], queues: tuple[str, ...], concurrency: int 
 
 
 def run_supervisor(config: Config) -> int:
-    from .embedded import resolve_url
-    from .swarm import run_swarm
+    from ..embedded import resolve_url
+    from ..swarm import run_swarm
 
     try:
         url = resolve_url(config)
@@ -241,8 +169,8 @@ def run_supervisor(config: Config) -> int:
 
 
 def run_worker(config: Config, swarm_child: bool = False, error_file: str | None = None) -> int:
-    from .embedded import resolve_url
-    from .launcher import Launcher, run_worker_hooks
+    from ..embedded import resolve_url
+    from ..launcher import Launcher, run_worker_hooks
 
     def cannot_start(message: str, exc: BaseException | None = None, code: int = 1) -> int:
         log.error("%s", message, exc_info=exc)
@@ -307,72 +235,3 @@ def run_worker(config: Config, swarm_child: bool = False, error_file: str | None
     finally:
         if config.pidfile:
             Path(config.pidfile).unlink(missing_ok=True)
-
-
-@main.command()
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", default=7878, show_default=True, type=click.IntRange(1, 65535))
-@click.option("--redis-url", metavar="URL", help="Redis to show (default: REDIS_URL, else the embedded one).")
-@click.option("--read-only", is_flag=True, help="Show everything, change nothing (every POST gets 403).")
-@click.option("--basic-auth", metavar="USER:PASSWORD", envvar="SIDEQUEST_WEB_BASIC_AUTH", show_envvar=True,
-              help="Ask every visitor for these credentials (keep the password out of `ps`: use the variable).")
-@click.option("--poll-interval", default=2.0, show_default=True, type=click.FloatRange(min=0.2),
-              help="Seconds between the pages' live updates.")
-def web(host: str, port: int, redis_url: str | None, read_only: bool, basic_auth: str | None,
-        poll_interval: float) -> None:
-    """Serve the web dashboard, /metrics for Prometheus, and the tasks JSON API.
-
-    \b
-    Examples:
-      sidequest web                                   # http://127.0.0.1:7878
-      SIDEQUEST_WEB_BASIC_AUTH=admin:s3cret sidequest web --host 0.0.0.0 --read-only
-    """
-    import uvicorn
-
-    from .client import Client
-    from .embedded import resolve_url
-    from .web import create_app
-
-    configure_logging(False, None)
-    credentials: tuple[str, str] | None = None
-    if basic_auth:
-        user, sep, password = basic_auth.partition(":")
-        if not sep or not user or not password:
-            raise UserError("--basic-auth must be USER:PASSWORD, both non-empty")
-        credentials = (user, password)
-    try:
-        config = Config.from_env()
-        if redis_url:
-            config = config.replace(redis_url=redis_url)
-        config = config.replace(redis_url=resolve_url(config))
-        client = Client(config)
-        client.redis.ping()  # connect now: a wrong URL is one line at start, not an error page later
-    except ConfigError as exc:
-        raise UserError(str(exc)) from None
-    except RedisUnavailableError as exc:
-        raise click.ClickException(str(exc)) from None
-    app = create_app(client, basic_auth=credentials, read_only=read_only, poll_interval=poll_interval)
-    log.info("dashboard on http://%s:%d%s%s (redis=%s)", host, port, " read-only" if read_only else "",
-             " with basic auth" if credentials else "", mask_url(config.url))
-    uvicorn.run(app, host=host, port=port, log_level="warning")
-
-
-@main.command()
-@click.option("--jobs", default=6, show_default=True, type=click.IntRange(min=1),
-              help="How many immediate demo jobs to enqueue.")
-def demo(jobs: int) -> None:
-    """Start a worker on the embedded (or REDIS_URL) Redis and watch example jobs run."""
-    from .demo import run_demo
-
-    configure_logging(False, None)
-    logging.getLogger().setLevel(logging.ERROR)
-    try:
-        sys.exit(run_demo(Config.from_env(), jobs))
-    except ConfigError as exc:
-        raise UserError(str(exc)) from None
-    except RedisUnavailableError as exc:
-        raise click.ClickException(str(exc)) from None
-
-
-if __name__ == "__main__":
-    main()

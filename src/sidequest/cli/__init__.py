@@ -1,0 +1,39 @@
+"""The `sidequest` command. The only place that configures logging, and (through `signals`) the
+only place that maps OS signals to a launcher's methods.
+
+    root        the command group, and its two errors: UserError (exit 2), Unreachable (exit 1)
+    logs        configure_logging: text or JSON lines, with the job's context
+    worker      `worker`: settings, job modules (`require`), one process or a supervisor
+    web, demo, periodic
+                `web` (the dashboard), `demo`, `periodic` (periodic entries)
+    connect     what the admin commands share: --redis-url, --json, their client, one-line errors
+    render, views
+                aligned tables (rich) and JSON output; the tables built from the admin API
+    admin       `stats`, `queues`, `enqueue`, `tasks show`
+    sets        `retries`, `scheduled`, `dead`
+    processes   `processes`
+    top         `top`, the live view
+"""
+
+from __future__ import annotations
+
+from . import admin, demo, periodic, processes, sets, top, web, worker  # noqa: F401  (they register commands)
+from .logs import JobContextFilter, JsonFormatter, configure_logging
+from .root import Unreachable, UserError, main
+from .worker import BANNER, build_config, check_folder, dotted_name, require, run_supervisor, run_worker
+
+__all__ = [
+    "BANNER",
+    "JobContextFilter",
+    "JsonFormatter",
+    "Unreachable",
+    "UserError",
+    "build_config",
+    "check_folder",
+    "configure_logging",
+    "dotted_name",
+    "main",
+    "require",
+    "run_supervisor",
+    "run_worker",
+]

@@ -1,0 +1,5 @@
+"""`python -m sidequest.cli`: the `sidequest` command."""
+
+from . import main
+
+main()

@@ -1,0 +1,30 @@
+"""`sidequest demo`: a worker and example jobs, to watch it work."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import click
+
+from ..config import Config
+from ..errors import ConfigError, RedisUnavailableError
+from .logs import configure_logging
+from .root import UserError, main
+
+
+@main.command()
+@click.option("--jobs", default=6, show_default=True, type=click.IntRange(min=1),
+              help="How many immediate demo jobs to enqueue.")
+def demo(jobs: int) -> None:
+    """Start a worker on the embedded (or REDIS_URL) Redis and watch example jobs run."""
+    from ..demo import run_demo
+
+    configure_logging(False, None)
+    logging.getLogger().setLevel(logging.ERROR)
+    try:
+        sys.exit(run_demo(Config.from_env(), jobs))
+    except ConfigError as exc:
+        raise UserError(str(exc)) from None
+    except RedisUnavailableError as exc:
+        raise click.ClickException(str(exc)) from None

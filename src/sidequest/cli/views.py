@@ -1,0 +1,112 @@
+"""The tables the admin commands and `top` show, built from admin API objects, and the JSON
+shapes of what the API has no `as_dict` for (a running job)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+
+from ..api import History, JobRecord, Process, QueueSummary, SortedEntry, Stats, Work
+from ..periodic import PeriodicStatus
+from . import render
+
+# per set: the title of its time column, and whether its entries carry an error worth a column
+SET_COLUMNS = {"schedule": ("RUNS", False), "retry": ("NEXT RETRY", True), "dead": ("DIED", True)}
+
+
+def totals(stats: Stats, busy_of: int | None = None) -> Table:
+    busy = f"{stats.workers_size}" if busy_of is None else f"{stats.workers_size} of {busy_of} threads"
+    return render.facts([
+        ("processed", f"{stats.processed:,}"), ("failed", f"{stats.failed:,}"),
+        ("enqueued", f"{stats.enqueued:,}"), ("scheduled", f"{stats.scheduled_size:,}"),
+        ("retries", f"{stats.retry_size:,}"), ("dead", f"{stats.dead_size:,}"),
+        ("processes", stats.processes_size), ("busy", busy),
+        ("default latency", render.span(stats.default_queue_latency)),
+    ], title="Totals")
+
+
+def queues(summaries: Sequence[QueueSummary], title: str | None = "Queues") -> Table:
+    grid = render.table("QUEUE", "SIZE", "LATENCY", "PAUSED", title=title, right=("SIZE", "LATENCY"))
+    for q in summaries:
+        render.row(grid, q.name, f"{q.size:,}", render.span(q.latency),
+                   Text("paused", style="yellow") if q.paused else Text(""))
+    return grid
+
+
+def history(days: History) -> Table:
+    grid = render.table("DAY (UTC)", "PROCESSED", "FAILED", title="History", right=("PROCESSED", "FAILED"))
+    for day in days.days:
+        render.row(grid, day, f"{days.processed[day]:,}", f"{days.failed[day]:,}")
+    return grid
+
+
+def processes(found: Sequence[Process], now: float, title: str | None = "Processes") -> Table:
+    grid = render.table("IDENTITY", "TAG", "BUSY", "RSS", "BEAT", "STARTED", "QUEUES", "STATE",
+                        title=title, right=("BUSY", "RSS"))
+    for p in found:
+        state = Text("quiet", style="yellow") if p.stopping else Text("running", style="green")
+        render.row(grid, p.identity, p.tag, f"{p.busy}/{p.concurrency}", f"{p.rss / 1024:.0f} MB" if p.rss else "-",
+                   render.ago(p.beat, now), render.ago(p.started_at, now), ", ".join(p.queues), state)
+    return grid
+
+
+def running(works: Sequence[Work], now: float, title: str | None = "Running") -> Table:
+    grid = render.table("PROCESS", "THREAD", "JID", "CLASS", "ARGS", "QUEUE", "FOR", title=title, right=("FOR",))
+    for w in works:
+        job = w.job
+        render.row(grid, w.process_id, w.thread_id, job.jid, job.klass, render.brief(job.args, 40), w.queue,
+                   render.span(now - w.run_at))
+    return grid
+
+
+def work_dict(work: Work) -> dict[str, Any]:
+    job = work.job
+    return {"process": work.process_id, "thread": work.thread_id, "queue": work.queue, "run_at": work.run_at,
+            "jid": job.jid, "class_name": job.klass, "args": job.args, "item": job.item}
+
+
+def periodic(statuses: Sequence[PeriodicStatus], now: float) -> Table:
+    grid = render.table("ID", "SCHEDULE", "JOB", "QUEUE", "NEXT RUN", "LAST RUN", title="Periodic")
+    for s in statuses:
+        render.row(grid, s.id, s.schedule, s.job, s.queue, render.ago(s.next_run, now), render.ago(s.last_run, now))
+    return grid
+
+
+def jobs(entries: Sequence[JobRecord], set_key: str | None, now: float, title: str | None = None) -> Table:
+    """Jobs of a queue (`set_key` None) or of `schedule`, `retry` or `dead`."""
+    when, with_error = SET_COLUMNS.get(set_key or "", ("ENQUEUED", False))
+    headers = ["JID", "CLASS", "ARGS", "QUEUE", when] + (["RETRIES", "ERROR"] if with_error else [])
+    grid = render.table(*headers, title=title, right=("RETRIES",))
+    for e in entries:
+        at = e.score if isinstance(e, SortedEntry) else e.enqueued_at
+        cells: list[Any] = [e.jid, e.klass, render.brief(e.args, 50), e.queue, render.ago(at, now)]
+        if with_error:
+            error = f"{e.error_class}: {e.error_message}" if e.error_class else "-"
+            cells += [e.retry_count, error if len(error) <= 60 else error[:59] + "…"]
+        render.row(grid, *cells)
+    return grid
+
+
+def job(entry: JobRecord, set_key: str | None) -> Table:
+    """One job, every field people ask about."""
+    rows: list[tuple[str, Any]] = [
+        ("jid", entry.jid), ("class", entry.klass), ("queue", entry.queue),
+        ("args", render.brief(entry.args, 10_000)),
+    ]
+    if isinstance(entry, SortedEntry):
+        when = {"schedule": "runs at", "retry": "next retry", "dead": "died at"}.get(set_key or "", "score")
+        rows.append((when, render.stamp(entry.score)))
+    rows += [
+        ("created", render.stamp(entry.created_at)), ("enqueued", render.stamp(entry.enqueued_at)),
+        ("failed", render.stamp(entry.failed_at)), ("retried", render.stamp(entry.retried_at)),
+        ("retry count", entry.retry_count), ("retry", render.brief(entry.get("retry"))),
+        ("error", f"{entry.error_class}: {entry.error_message}" if entry.error_class else None),
+    ]
+    if entry.tags:
+        rows.append(("tags", ", ".join(str(t) for t in entry.tags)))
+    if entry.invalid:
+        rows.append(("invalid", "the stored bytes are not a usable job: delete or kill it"))
+    return render.facts(rows)

@@ -1,0 +1,65 @@
+"""`sidequest web`: the dashboard, served by uvicorn."""
+
+from __future__ import annotations
+
+import logging
+
+import click
+
+from ..config import Config
+from ..connection import mask_url
+from ..errors import ConfigError, RedisUnavailableError
+from .logs import configure_logging
+from .root import UserError, main
+
+log = logging.getLogger("sidequest")
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=7878, show_default=True, type=click.IntRange(1, 65535))
+@click.option("--redis-url", metavar="URL", help="Redis to show (default: REDIS_URL, else the embedded one).")
+@click.option("--read-only", is_flag=True, help="Show everything, change nothing (every POST gets 403).")
+@click.option("--basic-auth", metavar="USER:PASSWORD", envvar="SIDEQUEST_WEB_BASIC_AUTH", show_envvar=True,
+              help="Ask every visitor for these credentials (keep the password out of `ps`: use the variable).")
+@click.option("--poll-interval", default=2.0, show_default=True, type=click.FloatRange(min=0.2),
+              help="Seconds between the pages' live updates.")
+@click.option("--root-path", default="", metavar="PATH",
+              help="The path a reverse proxy serves it under (e.g. /sidequest), the prefix stripped.")
+def web(host: str, port: int, redis_url: str | None, read_only: bool, basic_auth: str | None,
+        poll_interval: float, root_path: str) -> None:
+    """Serve the web dashboard, /metrics for Prometheus, and the tasks JSON API.
+
+    \b
+    Examples:
+      sidequest web                                   # http://127.0.0.1:7878
+      SIDEQUEST_WEB_BASIC_AUTH=admin:s3cret sidequest web --host 0.0.0.0 --read-only
+    """
+    import uvicorn
+
+    from ..client import Client
+    from ..embedded import resolve_url
+    from ..web import create_app
+
+    credentials: tuple[str, str] | None = None
+    if basic_auth:
+        user, sep, password = basic_auth.partition(":")
+        if not sep or not user or not password:
+            raise UserError("--basic-auth must be USER:PASSWORD, both non-empty")
+        credentials = (user, password)
+    configure_logging(False, None)
+    try:
+        config = Config.from_env()
+        if redis_url:
+            config = config.replace(redis_url=redis_url)
+        config = config.replace(redis_url=resolve_url(config))
+        client = Client(config)
+        client.redis.ping()  # connect now: a wrong URL is one line at start, not an error page later
+    except ConfigError as exc:
+        raise UserError(str(exc)) from None
+    except RedisUnavailableError as exc:
+        raise click.ClickException(str(exc)) from None
+    app = create_app(client, basic_auth=credentials, read_only=read_only, poll_interval=poll_interval)
+    log.info("dashboard on http://%s:%d%s%s (redis=%s)", host, port, " read-only" if read_only else "",
+             " with basic auth" if credentials else "", mask_url(config.url))
+    uvicorn.run(app, host=host, port=port, root_path=root_path.rstrip("/"), log_level="warning")
