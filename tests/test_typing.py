@@ -19,6 +19,8 @@ import sidequest
 
 def test_the_public_names_are_exactly_these():
     assert sidequest.__all__ == [
+        "AsyncClient",
+        "Cancelled",
         "Chain",
         "Client",
         "Config",
@@ -29,6 +31,8 @@ def test_the_public_names_are_exactly_these():
         "JobFailed",
         "JobFunction",
         "JobTimeoutError",
+        "NoResultError",
+        "OverLimit",
         "PayloadError",
         "RedisUnavailableError",
         "Registry",
@@ -36,12 +40,19 @@ def test_the_public_names_are_exactly_these():
         "Task",
         "UnknownJobError",
         "WorkerSetup",
+        "aio",
+        "cancel",
+        "cancelled",
         "configure",
         "configure_worker",
         "default_client",
         "default_registry",
         "job",
+        "limiter",
+        "periodic",
         "push",
+        "result",
+        "status",
         "task_message",
     ]
     assert all(hasattr(sidequest, name) for name in sidequest.__all__)

@@ -100,6 +100,8 @@ class Config:
     log_format: str = "text"  # text | json (one JSON object per line)
     logfile: str | None = None
     pidfile: str | None = None
+    # periodic jobs from the config file (`:periodic:`), shape-checked here, parsed by `periodic`
+    periodic: tuple[dict[str, Any], ...] = field(default=(), hash=False)
     client_middleware: Chain = field(default_factory=Chain, compare=False)
     server_middleware: Chain = field(default_factory=Chain, compare=False)
 
@@ -134,6 +136,7 @@ class Config:
             raise ConfigError("heartbeat_ttl must be longer than heartbeat_interval")
         object.__setattr__(self, "labels", tuple(self.labels))
         object.__setattr__(self, "require", tuple(self.require))
+        object.__setattr__(self, "periodic", check_periodic(self.periodic))
 
     # -- derived -------------------------------------------------------------------------------
     @property
@@ -170,7 +173,7 @@ class Config:
         for key, raw in env.items():
             if key.startswith("SIDEQUEST_") and key != "SIDEQUEST_REDIS_URL":
                 name = key[len("SIDEQUEST_"):].lower()
-                if name in names and name not in ("client_middleware", "server_middleware"):
+                if name in names and name not in ("client_middleware", "server_middleware", "periodic"):
                     values[name] = _cast(name, raw, names[name].type)
         if env.get("SIDEQUEST_REDIS_URL"):
             values["redis_url"] = env["SIDEQUEST_REDIS_URL"]
@@ -206,12 +209,44 @@ def load_file(path: str | os.PathLike[str]) -> dict[str, Any]:
             raise ConfigError(f"config file {p}: unknown setting {key!r}")
         if key in ("labels", "require") and isinstance(value, str):
             value = [value]
-        if key in ("queues", "labels", "require"):
+        if key in ("queues", "labels", "require", "periodic"):
             if not isinstance(value, list):
                 raise ConfigError(f"config file {p}: {key} must be a list")
             value = tuple(value)
         values[key] = value
     return values
+
+
+PERIODIC_KEYS = ("id", "class", "cron", "every", "tz", "args", "queue", "missed")
+
+
+def check_periodic(items: Any) -> tuple[dict[str, Any], ...]:
+    """The `:periodic:` entries, shape-checked: each a mapping with `class` (a job's wire name) and
+    exactly one of `cron` and `every`. Schedules and zones are parsed when a worker starts."""
+    if not isinstance(items, (list, tuple)):
+        raise ConfigError("periodic must be a list of entries, each with class: and cron: or every:")
+    checked = []
+    for index, item in enumerate(items, 1):
+        if not isinstance(item, Mapping):
+            raise ConfigError(f"periodic entry {index} must be a mapping with class: and cron: or every:")
+        entry = {str(key).lstrip(":"): value for key, value in item.items()}
+        where = f"periodic entry {index} ({entry.get('class')})"
+        unknown = sorted(set(entry) - set(PERIODIC_KEYS))
+        if unknown:
+            raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(PERIODIC_KEYS)}")
+        if not isinstance(entry.get("class"), str) or not entry["class"]:
+            raise ConfigError(f"periodic entry {index}: class: (the job's name) is required")
+        if ("cron" in entry) == ("every" in entry):
+            raise ConfigError(f"{where}: give cron: or every:, exactly one of them")
+        if not isinstance(entry.get("args", []), (list, tuple)):
+            raise ConfigError(f"{where}: args must be a list")
+        entry["args"] = list(entry.get("args", []))
+        if entry.get("missed", "enqueue") not in ("enqueue", "skip"):
+            raise ConfigError(f"{where}: missed must be enqueue or skip, got {entry['missed']!r}")
+        if "queue" in entry:
+            check_queue_name(entry["queue"], f"{where}: queue")
+        checked.append(entry)
+    return tuple(checked)
 
 
 def _cast(name: str, raw: str, kind: Any) -> Any:

@@ -1,0 +1,181 @@
+"""The periodic scheduler: a thread in every worker process that enqueues due ticks.
+
+There is no leader to elect or lose. Every process computes the same ticks from the same
+entries and races for each: the claim is one Lua call per tick (`scripts.PERIODIC_CLAIM`)
+that pushes the job only if the tick is newer than the entry's `last` in Redis, and moves
+`last` in the same call, so one process wins each tick and the others are refused, however
+many processes and hosts run. The payload is a normal one, built by `Client.build` (client
+middleware included), plus `periodic` (the entry id) and `periodic_at` (the tick, epoch seconds).
+
+Timing: the thread sleeps until the earliest next tick of its entries, but never longer than
+`WAKE` (1 s) so a stop or a newly registered entry is noticed, and wakes on the tick itself:
+a tick is enqueued a few milliseconds after its time, not a poll interval later.
+
+Missed ticks: a tick still unclaimed `MISSED_AFTER` seconds after its time was missed (every
+worker was down, or Redis was). However many were missed, the newest of them is enqueued once
+(`missed="enqueue"`, the default) or passed over (`missed="skip"`); later ticks run as usual.
+An entry never seen before starts from its next tick.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import redis
+
+from .. import keys
+from ..client import Client
+from ..payload import in_millis, stamp
+from ..scripts import PERIODIC_CLAIM
+from .entries import Entry
+
+log = logging.getLogger(__name__)
+
+WAKE = 1.0  # longest sleep, so stops and new entries are noticed
+MISSED_AFTER = 5.0  # a tick unclaimed this long after its time was missed
+DESCRIBE_EVERY = 30.0  # how often entry descriptions (and `seen`) are refreshed in Redis
+MAX_CATCH_UP = 100  # most recent ticks claimed in one pass (a 1 s entry after a 5 s stall: 5)
+EARLY = 0.002  # sleep this much past a tick: a timed wait may return a hair early
+
+
+def plan(entry: Entry, last: float | None, now: float, missed_after: float = MISSED_AFTER) -> list[tuple[int, bool]]:
+    """The ticks to claim for `entry` at `now`, oldest first, each with whether to enqueue it.
+
+    `last` is the newest tick handled (None: the entry is new, so the newest past tick is
+    passed and it starts from the next one). Ticks older than `missed_after` and newer than
+    `last` collapse into their newest, enqueued once or skipped per `entry.missed`.
+    """
+    schedule = entry.schedule
+    if last is None:
+        return [(int(schedule.latest_at(now)), False)]
+    ticks: list[tuple[int, bool]] = []
+    stale = schedule.latest_at(now - missed_after)
+    if stale > last:
+        ticks.append((int(stale), entry.missed == "enqueue"))
+        last = stale
+    tick = schedule.next_after(max(last, now - missed_after))
+    while tick <= now and len(ticks) < MAX_CATCH_UP:
+        ticks.append((int(tick), True))
+        tick = schedule.next_after(tick)
+    return ticks
+
+
+class Scheduler:
+    """Runs the entries that `entries()` returns (read again on every pass): start(), stop()."""
+
+    def __init__(self, client: Client, entries: Callable[[], list[Entry]],
+                 clock: Callable[[], float] = time.time, missed_after: float = MISSED_AFTER) -> None:
+        self.client = client
+        self.redis = client.redis
+        self.entries = entries
+        self.clock = clock
+        self.missed_after = missed_after
+        self._claim = self.redis.register_script(PERIODIC_CLAIM)
+        self._next: dict[str, float] = {}  # entry id -> its next tick (absent: check it now)
+        self._described: dict[str, float] = {}  # entry id -> when its description was written
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="sidequest-periodic", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.run_due()
+                wait = self.next_wait()
+            except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+                log.debug("periodic: Redis unavailable: %s", exc)
+                self._next.clear()  # check every entry again once Redis is back
+                wait = WAKE
+            except Exception:  # thread boundary: keep scheduling
+                log.exception("periodic scheduler error")
+                wait = WAKE
+            self._stop.wait(wait)
+
+    def run_due(self, now: float | None = None) -> int:
+        """Claim every tick due at `now` (default: the clock); return how many this process enqueued."""
+        now = self.clock() if now is None else now
+        entries = self.entries()
+        known = {e.id for e in entries}
+        for gone in [i for i in self._next if i not in known]:  # an entry removed from the registry
+            del self._next[gone]
+        due = [e for e in entries if self._next.get(e.id, -math.inf) <= now]
+        self._describe(entries, now)
+        if not due:
+            return 0
+        pipe = self.redis.pipeline(transaction=False)
+        for entry in due:
+            pipe.hget(keys.periodic(entry.id), "last")
+        lasts: list[Any] = pipe.execute()
+        enqueued = 0
+        for entry, last in zip(due, lasts, strict=True):
+            try:
+                for tick, enqueue in plan(entry, None if last is None else float(last), now, self.missed_after):
+                    enqueued += self._claim_tick(entry, tick, enqueue, now)
+            except (redis.ConnectionError, redis.TimeoutError, OSError):
+                raise
+            except Exception:  # one broken entry (a payload over the size limit...) spares the others
+                log.exception("periodic %s: could not enqueue", entry.id)
+            self._next[entry.id] = entry.schedule.next_after(now)
+        return enqueued
+
+    def _claim_tick(self, entry: Entry, tick: int, enqueue: bool, now: float) -> int:
+        blob, jid, queue = self._job(entry, tick, now) if enqueue else (b"", "", entry.queue)
+        result = int(self._claim(keys=[keys.periodic(entry.id), keys.queue(queue), keys.QUEUES],
+                                 args=[tick, blob, queue, jid, now]))
+        late = now - tick
+        if result == 1:
+            level = logging.INFO if late > self.missed_after else logging.DEBUG
+            log.log(level, "periodic %s: enqueued %s jid=%s for the tick of %s (%.3f s late)",
+                    entry.id, entry.job_name, jid, _iso(tick), late)
+        elif result == 2 and late > self.missed_after:
+            log.info("periodic %s: skipped the missed tick of %s", entry.id, _iso(tick))
+        return 1 if result == 1 else 0
+
+    def _job(self, entry: Entry, tick: int, now: float) -> tuple[bytes, str, str]:
+        """The tick's payload as a push would write it, its jid and queue (client middleware may
+        have changed it); no payload (b"") if middleware stopped it."""
+        options = {**entry.options, "periodic": entry.id, "periodic_at": tick}
+        built, jids = self.client.build(entry.job, [entry.args], [None], now, options)
+        if not built:
+            return b"", "", entry.queue
+        payload = built[0][0]
+        payload["enqueued_at"] = stamp(now, self.client.config.sidekiq_version >= 8 or in_millis(payload))
+        return self.client._encode(payload), str(jids[0]), str(payload["queue"])
+
+    def _describe(self, entries: list[Entry], now: float) -> None:
+        """Write each entry's description (and `seen`) for status readers elsewhere, now and then."""
+        stale = [e for e in entries if now - self._described.get(e.id, -math.inf) >= DESCRIBE_EVERY]
+        if not stale:
+            return
+        pipe = self.redis.pipeline(transaction=False)
+        for entry in stale:
+            description: dict[Any, Any] = {**entry.fields(), "seen": now}
+            pipe.sadd(keys.PERIODIC, entry.id)
+            pipe.hset(keys.periodic(entry.id), mapping=description)
+        pipe.execute()
+        for entry in stale:
+            self._described[entry.id] = now
+
+    def next_wait(self) -> float:
+        """Seconds until the earliest next tick (past it by a hair), at most WAKE."""
+        if not self._next:
+            return WAKE
+        earliest = min(self._next.values())
+        return max(0.0, min(WAKE, earliest - self.clock() + EARLY))
+
+
+def _iso(epoch: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
