@@ -41,15 +41,12 @@ from typing import Any, cast
 import redis
 
 from . import keys
+from .api.actions import operator_lifecycle
 from .client import Client, default_client
 from .errors import PayloadError
-from .lifecycle import Lifecycle
 from .outcome import Outcome
 from .payload import decode
-from .results import StatusFeature
 from .scripts import ADMIN_DELETE, core_lib
-from .tasks import TaskFeature, TaskRecorder
-from .unique import UniqueFeature
 
 log = logging.getLogger(__name__)
 
@@ -70,9 +67,7 @@ class Canceller:
     def __init__(self, client: Client) -> None:
         self.client = client
         self.redis = client.redis
-        recorder = TaskRecorder(self.redis, client.config.task_retention, clock=client.clock)
-        self.lifecycle = Lifecycle([TaskFeature(recorder), UniqueFeature(),
-                                    StatusFeature(client.clock, client.config.max_payload_size)])
+        self.lifecycle = operator_lifecycle(client)
         self._delete = self.redis.register_script(core_lib(self.lifecycle.lua) + ADMIN_DELETE)
 
     def cancel(self, jid: str) -> bool:

@@ -31,6 +31,14 @@ from ..unique import UniqueFeature
 Call = tuple[Script, list[str], list[Any]]
 
 
+def operator_lifecycle(client: Client) -> Lifecycle:
+    """The features that record a move made outside a worker (an operator's action, a cancel):
+    tasks, unique claims and status records. Metrics count runs, so they are left out."""
+    recorder = TaskRecorder(client.redis, client.config.task_retention, clock=client.clock)
+    return Lifecycle([TaskFeature(recorder), UniqueFeature(),
+                      StatusFeature(client.clock, client.config.max_payload_size)])
+
+
 class Actions:
     """The admin scripts on one client, with the task, unique and status features at the admin points.
 
@@ -40,9 +48,7 @@ class Actions:
     def __init__(self, client: Client) -> None:
         self.client = client
         self.redis = client.redis
-        recorder = TaskRecorder(self.redis, client.config.task_retention, clock=client.clock)
-        self.lifecycle = Lifecycle([TaskFeature(recorder), UniqueFeature(),
-                                    StatusFeature(client.clock, client.config.max_payload_size)])
+        self.lifecycle = operator_lifecycle(client)
         lib = core_lib(self.lifecycle.lua)
         self._requeue = self.redis.register_script(lib + ADMIN_REQUEUE)
         self._kill = self.redis.register_script(lib + ADMIN_KILL)
