@@ -17,7 +17,7 @@ demo: $(STAMP)
 	$(BIN)/sidequest demo
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -n 4 $(PYTEST_ARGS)  # 4 workers: most tests wait on processes and Redis, not the CPU
 
 lint: $(STAMP)  # what .ci/run checks before the suites
 	$(BIN)/ruff check src tests bench examples
