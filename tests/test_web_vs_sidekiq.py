@@ -1,0 +1,45 @@
+"""The dashboard and Sidekiq's Web UI show the same numbers for one Redis.
+
+Sidekiq's Web UI renders `Sidekiq::Stats`, `Queue`, `ProcessSet` and `Workers` (tests/ruby/api.rb
+calls exactly those); the dashboard renders `/api/stats`. Both are read from one Redis holding
+real work: done and failed jobs, retries, dead and scheduled jobs, queued jobs and a busy worker.
+"""
+
+from __future__ import annotations
+
+from conftest import wait_until
+from helpers import ran
+from jobs_for_tests import FastBoom, boom, echo, work
+from ruby_peer import ruby_api
+from starlette.testclient import TestClient
+
+from sidequest.web import create_app
+
+
+def test_the_dashboard_and_sidekiqs_api_agree(ruby, start, client, r, redis_url):
+    launcher = start(concurrency=2, queues=("default", "slow"))
+    client.push_bulk(echo, [[n] for n in range(5)])
+    client.push(FastBoom, ["to dead"])
+    client.push(boom, ["to retry"])
+    wait_until(lambda: len(ran(r, "echo")) == 5 and r.zcard("dead") == 1 and r.zcard("retry") == 1)
+    client.push(work, [1, 30, "gate:compare"], queue="slow")  # keeps one processor busy
+    wait_until(lambda: ran(r, "work-start"), message="the busy job")
+    launcher.quiet()  # nothing else is taken: the queued jobs below stay queued
+    client.push_bulk(echo, [["queued"]] * 3)
+    client.push(echo, ["later"], in_=3600)
+    wait_until(lambda: int(r.get("stat:processed") or 0) >= 8, message="stats flushed by a beat")
+    wait_until(lambda: r.hlen(f"{launcher.identity}:work") == 1, message="the busy job in the work hash")
+
+    ours = TestClient(create_app(client)).get("/api/stats").json()
+    theirs = ruby_api(redis_url)
+    assert ours["processed"] == theirs["processed"] and ours["failed"] == theirs["failed"]
+    assert ours["enqueued"] == theirs["enqueued"] == 3
+    assert ours["retries"] == theirs["retry_size"] == 1 and ours["dead"] == theirs["dead_size"] == 1
+    assert ours["scheduled"] == theirs["scheduled_size"] == 1
+    assert ours["processes"] == theirs["processes_size"] == 1
+    assert ours["busy"] == theirs["workers_size"] == 1
+    assert {q["name"]: q["size"] for q in ours["queues"]} == {q["name"]: q["size"] for q in theirs["queues"]}
+    latencies = {q["name"]: q["latency"] for q in theirs["queues"]}
+    for queue in ours["queues"]:
+        assert abs(queue["latency"] - latencies[queue["name"]]) < 2.0  # read a moment apart
+    r.set("gate:compare", 1)
