@@ -71,7 +71,7 @@ class Narrator:
         created, enqueued = epoch(payload.get("created_at")), epoch(payload.get("enqueued_at"))
         if created is not None and enqueued is not None:
             late = f" (queued {enqueued - created:.1f} s after creation)"
-        retry = f" on retry {attempt}" if attempt is not None else ""
+        retry = f" on retry {attempt + 1}" if isinstance(attempt, int) else ""  # retry_count 0: the first retry
         click.echo(f"  ✓ {name}{payload['args']} -> {result!r}{retry} in {time.monotonic() - started:.3f} s{late}")
         with Narrator.lock:
             Narrator.finished += 1
