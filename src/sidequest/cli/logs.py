@@ -43,6 +43,13 @@ class JsonFormatter(logging.Formatter):
 _listener: logging.handlers.QueueListener | None = None
 
 
+def _stop_listener() -> None:
+    global _listener
+    if _listener is not None:
+        _listener.stop()
+        _listener = None
+
+
 def configure_logging(verbose: bool, logfile: str | None, level: str = "info", fmt: str = "text") -> None:
     """Log to stdout (or `logfile`) at `level` (`verbose` means debug), as text or JSON.
 
@@ -50,6 +57,7 @@ def configure_logging(verbose: bool, logfile: str | None, level: str = "info", f
     ten processors logging a line per job never contend for the stream's lock.
     """
     global _listener
+    first = _listener is None
     output: logging.Handler = logging.FileHandler(logfile) if logfile else logging.StreamHandler(sys.stdout)
     output.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(
         "%(asctime)s pid=%(process)d tid=%(tid)s%(job)s %(levelname)s: %(message)s"))
@@ -63,5 +71,6 @@ def configure_logging(verbose: bool, logfile: str | None, level: str = "info", f
     root.setLevel(logging.DEBUG if verbose else getattr(logging, level.upper()))
     for noisy in ("redis", "urllib3", "asyncio"):  # their debug lines are not ours to show
         logging.getLogger(noisy).setLevel(max(root.level, logging.INFO))
+    if first:
+        atexit.register(_stop_listener)  # once per process: the listener in place at exit flushes
     _listener.start()
-    atexit.register(_listener.stop)
