@@ -170,7 +170,8 @@ class _Settler:
         cutoff = now - self.config.dead_timeout
         return bool(self.scripts.settle(
             keys=[self.reserved or keys.QUEUES, dest],
-            args=[checked, raw, mode, blob, score, queue, cutoff, self.config.dead_max_jobs, now, point, *ops]))
+            args=[checked, raw, mode, blob, score, queue, cutoff, self.config.dead_max_jobs, now, point, *ops],
+            client=self.redis))
 
 
 class BasicFetch:
@@ -237,7 +238,7 @@ class ReliableFetch:
         order = self.order()
         raw_prev, ops = self.pending or (b"", [0])
         got = self.scripts.reserve(keys=[*order, self.reserved, keys.RESERVATIONS],
-                                   args=[raw_prev, self.clock(), *ops])
+                                   args=[raw_prev, self.clock(), *ops], client=self.redis)
         self.pending = None
         if got:
             key, raw = got

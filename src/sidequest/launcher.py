@@ -94,6 +94,8 @@ class Launcher:
                  recycle_on_timeout: bool = False,
                  clock: Callable[[], float] = time.time, rng: random.Random | None = None) -> None:
         self.config = config
+        self._given_redis = redis_client is not None
+        self._processor_clients: list[redis.Redis] = []
         self.redis = redis_client or connect(config.url)
         self.identity = make_identity(secrets.token_hex(6))
         self.stats = Stats()
@@ -120,11 +122,20 @@ class Launcher:
         self.periodic = Scheduler(Client(config, redis_client=self.redis), clock=clock, entries=lambda: list(
             {e.id: e for e in [*from_file, *in_code.entries()]}.values()))
         paused = PausedQueues(self.redis)
-        self.manager = Manager(self.runtime, lambda slot: build_fetch(config, self.redis, self.identity,
+        self.manager = Manager(self.runtime, lambda slot: build_fetch(config, self._processor_redis(), self.identity,
                                                                        scripts, slot, paused))
         self.stopped = threading.Event()  # set once stop() has finished
         self._stopping = threading.Lock()
         self._stop_requested = False
+
+    def _processor_redis(self) -> redis.Redis:
+        """Each processor gets a connection of its own (see `connection.connect`), unless the
+        launcher was handed a client, which is then shared."""
+        if self._given_redis:
+            return self.redis
+        client = connect(self.config.url, check=False, single_connection=True)
+        self._processor_clients.append(client)
+        return client
 
     def run(self) -> None:
         """Check the server, register, then start working; returns at once."""
@@ -202,5 +213,7 @@ class Launcher:
             self.manager.stop(deadline)
             self.heartbeat.stop()
             self.runtime.executor.close()
+            for client in self._processor_clients:
+                client.close()
             log.info("stopped")
             self.stopped.set()
