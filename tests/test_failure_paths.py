@@ -193,6 +193,7 @@ def test_a_second_term_stops_at_once_and_puts_the_running_job_back(procs, r, cli
     began = time.monotonic()
     w.signal(signal.SIGTERM)
     wait_until(lambda: "waiting up to" in w.output(), 5, 0.05, "the graceful stop to begin")
+    time.sleep(1.2)  # a second stop within a second is the same stop delivered twice (see below)
     w.signal(signal.SIGTERM)
     assert w.proc.wait(10) == 0, w.output()
     assert time.monotonic() - began < 8  # not the 30 s timeout
@@ -220,3 +221,18 @@ def test_a_supervisor_whose_children_cannot_start_exits_with_their_error(procs, 
                    if re.search(r"failed at start \d+ times in a row; giving up", line)]
     assert "No module named 'no_such_module_for_the_supervisor'" in giving_up, out
     assert "Traceback" not in out
+
+
+def test_a_signal_to_the_whole_group_stops_a_supervisor_gracefully(procs, r, client):
+    """Ctrl-C in a terminal, or systemd's stop, signals every process of the group: the children
+    then get INT themselves and TERM from the supervisor; neither may count as a second signal."""
+    import os
+    sup = procs("--processes", "1", "-c", "2", "-t", "20")
+    [child] = wait_children(r, sup, 1).values()
+    client.push(work, [5, 1.5])
+    wait_until(lambda: ran(r, "work-start"), 10, 0.05, "the job to run")
+    for pid in (sup.pid, child):  # what a group signal does
+        os.kill(pid, signal.SIGINT)
+    assert sup.proc.wait(20) == 0, sup.output()
+    assert [n for n, _ in ran(r, "work-done")] == [5], sup.output()  # it finished: no hard stop
+    assert "stopping now" not in sup.output() and r.llen("queue:default") == 0

@@ -38,8 +38,7 @@ def mask_url(url: str) -> str:
     return urlunsplit((parts.scheme, f"{user}:****@{host}", parts.path, parts.query, parts.fragment))
 
 
-def connect(url: str, *, check: bool = True, max_connections: int | None = None,
-            single_connection: bool = False) -> redis.Redis:
+def connect(url: str, *, check: bool = True, max_connections: int | None = None) -> redis.Redis:
     """A client for `url`; with `check`, PING first and raise RedisUnavailableError on failure.
 
     The client never re-sends a command by itself (redis-py retries up to 10 times by default):
@@ -47,8 +46,9 @@ def connect(url: str, *, check: bool = True, max_connections: int | None = None,
     write a job twice. sidequest's callers decide instead: pushes raise, fetches reconcile their
     own reserved list (see `fetch`), settling is idempotent.
 
-    `single_connection` gives the client one connection of its own, for a thread that makes
-    one call at a time (a processor): no pool lock shared with nine other threads per call.
+    A small `max_connections` gives a thread that makes one call at a time (a processor) a pool
+    of its own: no lock shared with nine other threads per call, and the connection is opened
+    lazily, so a refused connection is an outage of that call, not of the constructor.
     """
     options: dict[str, Any] = {}
     try:  # redis-py 7+: no maintenance-notification handshake (Redis Enterprise only; noisy at -v)
@@ -66,7 +66,6 @@ def connect(url: str, *, check: bool = True, max_connections: int | None = None,
             health_check_interval=30,
             max_connections=max_connections,
             retry=Retry(NoBackoff(), 0),
-            single_connection_client=single_connection,
             **options,
         )
     except ValueError as exc:

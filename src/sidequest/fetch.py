@@ -42,12 +42,13 @@ from .scripts import Scripts
 class UnitOfWork:
     """One job taken from a queue. It owns its end: the processor never touches keys."""
 
-    __slots__ = ("_fetch", "done", "queue", "raw")
+    __slots__ = ("_fetch", "_lock", "done", "queue", "raw")
 
     def __init__(self, queue: str, raw: bytes, fetch: Fetch) -> None:
         self.queue = queue  # the queue name, without `queue:`
         self.raw = raw  # the payload exactly as it was in Redis
         self._fetch = fetch
+        self._lock = threading.Lock()  # a shutdown's put-back and the processor's own outcome
         self.done = False
 
     def taken(self, ops: list[Any]) -> bool:
@@ -57,11 +58,12 @@ class UnitOfWork:
     def apply(self, outcome: Outcome, ops: list[Any]) -> bool:
         """Write `outcome` (with the features' operations) atomically. False if the job was no
         longer held by this processor, in which case nothing was written."""
-        if self.done:
-            return False
-        applied = self._fetch.apply(self, outcome, ops)
-        self.done = True
-        return applied
+        with self._lock:  # one outcome per unit, even under basic fetch (no reserved copy to check)
+            if self.done:
+                return False
+            applied = self._fetch.apply(self, outcome, ops)
+            self.done = True
+            return applied
 
     def put_back(self, ops: list[Any]) -> bool:
         """Put the job back at the head of its queue, byte for byte as it was fetched.

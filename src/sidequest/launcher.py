@@ -133,7 +133,8 @@ class Launcher:
         launcher was handed a client, which is then shared."""
         if self._given_redis:
             return self.redis
-        client = connect(self.config.url, check=False, single_connection=True)
+        # two: the processor's own calls, and a put-back by the shutdown while it still runs a job
+        client = connect(self.config.url, check=False, max_connections=2)
         self._processor_clients.append(client)
         return client
 

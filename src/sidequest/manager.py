@@ -18,6 +18,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from .errors import PayloadError
 from .fetch import Fetch, UnitOfWork
@@ -79,13 +80,14 @@ class Manager:
         log.error("processor %d died (%s: %s); replacing it in %.1f s", processor.index,
                   type(exc).__name__, exc, delay, exc_info=exc)
         unit = processor.unit
-        if unit is not None and not unit.done:
-            outcome = invalid(unit.raw, unit.queue, error_class_name(exc),
-                              f"sidequest failed while processing this job (not the job's own code): {exc}")
-            try:
-                unit.apply(outcome, [0])
-            except Exception as apply_exc:
-                log.error("could not file the job of a dead processor (%s); it stays reserved", apply_exc)
+        try:
+            processor.fetch.flush()  # a success it already finished: its replacement has another list
+            if unit is not None and not unit.done:
+                outcome = invalid(unit.raw, unit.queue, error_class_name(exc),
+                                  f"sidequest failed while processing this job (not the job's own code): {exc}")
+                unit.apply(outcome, self.rt.lifecycle.ops("dead", _decoded(unit.raw), outcome))
+        except Exception as apply_exc:
+            log.error("could not settle the jobs of a dead processor (%s); they stay reserved", apply_exc)
         with self._changed:
             self._processors.discard(processor)
             self._changed.notify_all()
@@ -139,3 +141,11 @@ class Manager:
             unit.put_back(self.rt.lifecycle.ops("put_back", payload))
         except Exception as exc:  # Redis down: reliable fetch keeps it reserved for recovery
             log.error("could not put a job back (%s); it stays reserved and will be recovered", exc)
+
+
+def _decoded(raw: bytes) -> dict[str, Any] | None:
+    """The payload for the features' operations, or None when the bytes are not a job."""
+    try:
+        return decode(raw)
+    except PayloadError:
+        return None

@@ -96,7 +96,10 @@ class Swarm:
     def _spawn(self, slot: Slot) -> None:
         assert slot.error_file is not None
         slot.error_file.write_text("")
-        slot.proc = subprocess.Popen([*self.command, "--swarm-error-file", str(slot.error_file)], env=self.env)
+        # A group of its own: a Ctrl-C or a service manager's TERM to the supervisor's group must not
+        # reach the children too, or the supervisor's forwarded TERM would be their second (stop now).
+        slot.proc = subprocess.Popen([*self.command, "--swarm-error-file", str(slot.error_file)], env=self.env,
+                                     process_group=0)
         slot.started = self.clock()
         slot.restart_at = None
         log.info("started worker process %d (pid %d)", slot.index, slot.proc.pid)

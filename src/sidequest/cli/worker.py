@@ -11,6 +11,7 @@ import importlib.util
 import logging
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,8 @@ BANNER = r"""
                     |_|   Sidekiq's wire format, in Python
 """
 
+
+SAME_STOP = 1.0  # seconds within which a second stop signal is the same stop
 
 def check_folder(flag: str, path: str | None) -> None:
     if path and not Path(path).resolve().parent.is_dir():
@@ -218,15 +221,18 @@ def run_worker(config: Config, swarm_child: bool = False, error_file: str | None
             log.info("%d job(s) registered: %s", len(names), ", ".join(names))
         else:
             log.warning("no jobs are registered: pass -r with the module that defines your jobs")
-        stopping = False
+        stop_asked: float | None = None
         while not launcher.wait(0):
             for action in pipe.wait(0.5):
                 if action == "stop":
-                    if stopping:
-                        launcher.stop_now()
-                    else:
+                    # A stop signal within a second of the first is the same stop arriving twice
+                    # (a group's Ctrl-C or a service manager's TERM, plus the supervisor's); a
+                    # later one is an operator asking for "now".
+                    if stop_asked is None:
+                        stop_asked = time.monotonic()
                         launcher.request_stop()
-                    stopping = True
+                    elif time.monotonic() - stop_asked >= SAME_STOP:
+                        launcher.stop_now()
                 elif action == "quiet":
                     launcher.quiet()
                 elif action == "dump":
