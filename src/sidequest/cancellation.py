@@ -215,6 +215,7 @@ class CancelFeature:
     Writes nothing per job: it only sets the context `cancelled()` reads while the job runs."""
 
     name = "cancel"
+    marks: frozenset[str] | None = frozenset()  # ops only for payloads with these keys
     lua = ""
 
     def __init__(self, client: redis.Redis, clock: Callable[[], float] = time.monotonic,

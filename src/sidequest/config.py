@@ -124,6 +124,8 @@ class Config:
                 _positive_number(name, getattr(self, name))
         if self.max_jobs is not None:
             _positive_int("max_jobs", self.max_jobs)
+        if isinstance(self.log_level, str):  # WARNING and warning alike, as Python's logging
+            object.__setattr__(self, "log_level", self.log_level.lower())
         if self.log_level not in LOG_LEVELS:
             raise ConfigError(f"log_level must be one of {', '.join(LOG_LEVELS)}; got {self.log_level!r}")
         if self.log_format not in ("text", "json"):

@@ -38,6 +38,7 @@ class ThreadExecutor:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._async: dict[type, bool] = {}
 
     def _event_loop(self) -> asyncio.AbstractEventLoop:
         with self._lock:
@@ -49,7 +50,11 @@ class ThreadExecutor:
             return self._loop
 
     def run(self, job: Any, args: list[Any], timeout: float | None = None) -> Any:
-        if inspect.iscoroutinefunction(job.perform):
+        kind = type(job)
+        is_async = self._async.get(kind)
+        if is_async is None:  # looked up once per job class: this is every job's path
+            is_async = self._async[kind] = inspect.iscoroutinefunction(job.perform)
+        if is_async:
             future = asyncio.run_coroutine_threadsafe(job.perform(*args), self._event_loop())
             try:
                 return future.result(timeout)

@@ -5,20 +5,24 @@ given (strict); with weights, each fetch shuffles a list holding each queue `wei
 so a queue comes first with probability proportional to its weight.
 
 Basic fetch BRPOPs: a job lives only in the worker's memory while it runs, so `kill -9` loses it.
-Reliable fetch moves the job atomically from its queue into this processor's own reserved list
-`sidequest:reserved:<identity>:<slot>` and removes it only when its outcome is applied; a process
-that dies leaves its jobs there for `recovery` to put back. Every blocking call is bounded by
-`fetch_timeout`.
 
-The unit of work owns the job's end: `apply(outcome)` writes it in one script that first removes
-the reserved copy, and writes nothing if that copy is gone (another process recovered the job
-while this one was paused: its copy is the live one). A success is applied lazily: its removal
-rides on the processor's next fetch, so a busy worker makes one round trip per job.
+Reliable fetch takes jobs in batches, one Redis call for every processor that is idle now and
+never more: the processor that finds nothing in hand calls RESERVE for itself and for the
+processors waiting meanwhile, which moves up to that many jobs atomically from their queues into
+the process's batch list `sidequest:reserved:<identity>:batch` and, in the same call,
+acknowledges the successes finished since the last call. A success is removed only by that next
+call, so a busy process makes about one round trip per batch; a process killed between a
+job's success and that call runs the job again (at-least-once). Every other outcome is applied
+at once by the processor (`work.Settler`), removing the job from its list in the same script.
+When no queue has work, each idle processor blocks (BLMOVE, bounded by `fetch_timeout`) on one
+queue, each on a different one, into a list of its own, `sidequest:reserved:<identity>:<slot>`;
+a job it gets that way is acknowledged at once. A process that dies leaves its jobs in these
+lists for `recovery` to put back.
 
-Commands are never re-sent by the Redis client (see `connection`): if a fetch's reply is lost,
-the job may be in our list without us knowing. Because the list is this processor's alone, the
-next fetch after such an error reads it back and adopts whatever it holds besides the success it
-was acknowledging, so the job runs instead of waiting for recovery.
+Commands are never re-sent by the Redis client (see `connection`): if a call's reply is lost,
+a job may be in our lists without us knowing. The next fetch reads the list back and adopts
+what it holds that this process does not know of (what it knew before reading), so the job
+runs instead of waiting for recovery.
 """
 
 from __future__ import annotations
@@ -26,8 +30,9 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections import Counter, deque
 from collections.abc import Callable
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 import redis
 
@@ -37,47 +42,9 @@ from .lifecycle import has_ops
 from .outcome import Outcome
 from .payload import decode
 from .scripts import Scripts
+from .work import Fetch, Settler, UnitOfWork
 
-
-class UnitOfWork:
-    """One job taken from a queue. It owns its end: the processor never touches keys."""
-
-    __slots__ = ("_fetch", "_lock", "done", "queue", "raw")
-
-    def __init__(self, queue: str, raw: bytes, fetch: Fetch) -> None:
-        self.queue = queue  # the queue name, without `queue:`
-        self.raw = raw  # the payload exactly as it was in Redis
-        self._fetch = fetch
-        self._lock = threading.Lock()  # a shutdown's put-back and the processor's own outcome
-        self.done = False
-
-    def taken(self, ops: list[Any]) -> bool:
-        """Run the features' `taken` operations, if any; False if the job is no longer ours."""
-        return not has_ops(ops) or self._fetch.mark(self, ops)
-
-    def apply(self, outcome: Outcome, ops: list[Any]) -> bool:
-        """Write `outcome` (with the features' operations) atomically. False if the job was no
-        longer held by this processor, in which case nothing was written."""
-        with self._lock:  # one outcome per unit, even under basic fetch (no reserved copy to check)
-            if self.done:
-                return False
-            applied = self._fetch.apply(self, outcome, ops)
-            self.done = True
-            return applied
-
-    def put_back(self, ops: list[Any]) -> bool:
-        """Put the job back at the head of its queue, byte for byte as it was fetched.
-
-        False if there was nothing to put back (its outcome was applied meanwhile)."""
-        return self.apply(Outcome.put_back(), ops)
-
-
-class Fetch(Protocol):
-    def retrieve_work(self) -> UnitOfWork | None: ...
-    def apply(self, unit: UnitOfWork, outcome: Outcome, ops: list[Any]) -> bool: ...
-    def mark(self, unit: UnitOfWork, ops: list[Any]) -> bool: ...
-    def flush(self) -> None: ...
-    def lost_reply(self) -> None: ...
+__all__ = ["BasicFetch", "Fetch", "Hub", "PausedQueues", "QueueOrder", "ReliableFetch", "UnitOfWork", "build_fetch"]
 
 
 class PausedQueues:
@@ -135,47 +102,6 @@ def wait_paused(seconds: float) -> None:
     time.sleep(seconds)
 
 
-class _Settler:
-    """Writes outcomes through the SETTLE script (shared by both fetches)."""
-
-    def __init__(self, config: Config, client: redis.Redis, scripts: Scripts, reserved: str | None,
-                 clock: Callable[[], float]) -> None:
-        self.config = config
-        self.redis = client
-        self.scripts = scripts
-        self.reserved = reserved  # None: basic fetch holds no reserved copy to check
-        self.clock = clock
-
-    def settle(self, unit: UnitOfWork, outcome: Outcome, ops: list[Any]) -> bool:
-        mode, dest, point = {
-            "done": ("ack", keys.QUEUES, "finished"),
-            "retry": ("retry", keys.RETRY, "retried"),
-            "dead": ("dead", keys.DEAD, "dead"),
-            "dropped": ("ack", keys.QUEUES, "dropped"),
-            "put_back": ("queue", keys.queue(unit.queue), "put_back"),
-            "snoozed": ("snooze", keys.SCHEDULE, "snoozed"),
-            "cancelled": ("ack", keys.QUEUES, "cancelled"),
-        }[outcome.kind]
-        blob = unit.raw if outcome.kind == "put_back" else (outcome.blob or b"")
-        now = self.clock()
-        checked = "0" if self.reserved is None else "1"
-        return self._run(checked, unit.raw, mode, dest, blob, outcome.at or now, unit.queue, now, point, ops)
-
-    def mark(self, unit: UnitOfWork, ops: list[Any]) -> bool:
-        checked = "0" if self.reserved is None else "1"
-        now = self.clock()
-        return self._run(checked, unit.raw, "taken", keys.QUEUES, b"", now, unit.queue, now, "taken", ops)
-
-    def _run(self, checked: str, raw: bytes, mode: str, dest: str, blob: bytes | str, score: float,
-             queue: str, now: float, point: str, ops: list[Any]) -> bool:
-        """True when the outcome is written (now, or by an earlier attempt whose reply was lost)."""
-        cutoff = now - self.config.dead_timeout
-        return bool(self.scripts.settle(
-            keys=[self.reserved or keys.QUEUES, dest],
-            args=[checked, raw, mode, blob, score, queue, cutoff, self.config.dead_max_jobs, now, point, *ops],
-            client=self.redis))
-
-
 class BasicFetch:
     """Sidekiq's BasicFetch: BRPOP over the queues; at-most-once if the process is killed."""
 
@@ -185,7 +111,9 @@ class BasicFetch:
         self.redis = client
         self.order = QueueOrder(config, rng, paused)
         self.timeout = blocking_timeout(config)
-        self.settler = _Settler(config, client, scripts, None, clock)
+        self.settler = Settler(config, client, scripts, clock)
+        self.reserved: str | None = None
+        self.answered = True
 
     def retrieve_work(self) -> UnitOfWork | None:
         order = self.order()
@@ -213,93 +141,213 @@ class BasicFetch:
     def lost_reply(self) -> None:
         """A lost BRPOP reply loses that job: basic fetch is at-most-once by design."""
 
+    def release(self) -> None:
+        """Nothing was taken for others."""
+
+
+Taken = tuple[str, bytes]  # (queue key, job bytes)
+
+
+class Hub:
+    """One process's batch list: the successes waiting to be acknowledged, the jobs taken for
+    idle processors, and which processor fetches now (see module). Shared by its processors."""
+
+    def __init__(self, config: Config, identity: str, scripts: Scripts, rng: random.Random | None = None,
+                 clock: Callable[[], float] = time.time, paused: PausedQueues | None = None) -> None:
+        self.identity = identity
+        self.reserved = keys.reserved(identity, keys.BATCH_SLOT)
+        self.order = QueueOrder(config, rng, paused)
+        self.timeout = blocking_timeout(config)
+        self.scripts = scripts
+        self.clock = clock
+        self._cond = threading.Condition(threading.Lock())
+        self._handoff: deque[Taken] = deque()  # taken for processors that wait: not yet picked up
+        self._acks: list[tuple[bytes, list[Any]]] = []  # successes to remove with the next call
+        self._known: Counter[bytes] = Counter()  # jobs of the batch list this process knows of
+        self._waiting = 0  # processors waiting for the fetching one to hand them a job
+        self._fetching = False
+        self._suspect = False  # a reply was lost: the list may hold a job no one knows of
+
+    def take(self, client: redis.Redis, own: str) -> tuple[Taken | None, list[str] | None]:
+        """A job for the calling processor; else None, with the queue order it may block on
+        (empty: every queue is paused), or None when it waited on another processor's fetch."""
+        with self._cond:
+            if self._handoff:
+                return self._handoff.popleft(), None
+            if self._fetching:  # another processor fetches now, for us too
+                self._waiting += 1
+                try:
+                    self._cond.wait(self.timeout)
+                finally:
+                    self._waiting -= 1
+                return (self._handoff.popleft() if self._handoff else None), None
+            self._fetching = True
+            want, acks, self._acks = 1 + self._waiting, self._acks, []
+            suspect, known = self._suspect, (Counter(self._known) if self._suspect else None)
+        got: list[Taken] = []
+        order: list[str] = []
+        try:
+            if suspect and known is not None:
+                got = self._adopt(client, known)
+            if not got:
+                order = self.order()
+                got = self._reserve(client, order, own, want if order else 0, acks)
+                acks = []
+        finally:
+            with self._cond:
+                self._fetching = False
+                self._acks[:0] = acks  # not applied (an error, or adopted instead): keep them
+                for _, raw in got:
+                    self._known[raw] += 1
+                self._handoff.extend(got[1:])
+                self._cond.notify(len(got) - 1) if len(got) > 1 else self._cond.notify_all()
+        return (got[0] if got else None), order
+
+    def _reserve(self, client: redis.Redis, order: list[str], own: str, want: int,
+                 acks: list[tuple[bytes, list[Any]]]) -> list[Taken]:
+        args: list[Any] = [self.clock(), want, len(acks)]
+        for raw, ops in acks:
+            args += [raw, *ops]
+        reply = cast("list[bytes]", self.scripts.reserve(
+            keys=[*order, self.reserved, keys.RESERVATIONS, own], args=args, client=client))
+        with self._cond:
+            for raw, _ in acks:
+                self._forget(raw)
+        return [(reply[i].decode(), reply[i + 1]) for i in range(0, len(reply), 2)]
+
+    def _adopt(self, client: redis.Redis, known: Counter[bytes]) -> list[Taken]:
+        """Jobs in the batch list that this process did not know of before reading it."""
+        held = Counter(cast("list[bytes]", client.lrange(self.reserved, 0, -1)))
+        self._suspect = False
+        return [(keys.queue(queue_of(raw)), raw) for raw in (held - known).elements()]
+
+    def acknowledge(self, raw: bytes, ops: list[Any]) -> None:
+        with self._cond:
+            self._acks.append((raw, ops))
+
+    def settled(self, raw: bytes) -> None:
+        """A job of the batch list left it through a processor's own call."""
+        with self._cond:
+            self._forget(raw)
+
+    def _forget(self, raw: bytes) -> None:
+        """(Under the lock.) One copy of `raw` is no longer in the batch list."""
+        left = self._known[raw] - 1
+        if left > 0:
+            self._known[raw] = left
+        else:
+            self._known.pop(raw, None)
+
+    def flush(self, client: redis.Redis) -> None:
+        """Acknowledge the finished successes now (before waiting, stopping or dying)."""
+        with self._cond:
+            acks, self._acks = self._acks, []
+        if not acks:
+            return
+        try:
+            self._reserve(client, [], "", 0, acks)
+        except BaseException:
+            with self._cond:
+                self._acks[:0] = acks
+            raise
+
+    def lost_reply(self) -> None:
+        self._suspect = True
+
+    def leftovers(self) -> list[Taken]:
+        """Jobs taken for processors that stopped before picking them up."""
+        with self._cond:
+            taken = list(self._handoff)
+            self._handoff.clear()
+        return taken
+
+
+def queue_of(raw: bytes) -> str:
+    try:
+        queue = decode(raw).get("queue")
+    except ValueError:
+        queue = None
+    return queue if isinstance(queue, str) and queue else "default"
+
 
 class ReliableFetch:
-    """Jobs stay in this processor's reserved list until their outcome is applied (see module)."""
+    """One processor's side of its process's `Hub`, plus its own list for blocking fetches."""
 
     def __init__(self, config: Config, client: redis.Redis, identity: str, scripts: Scripts,
                  rng: random.Random | None = None, slot: int = 0,
-                 clock: Callable[[], float] = time.time, paused: PausedQueues | None = None) -> None:
-        self.clock = clock
+                 clock: Callable[[], float] = time.time, paused: PausedQueues | None = None,
+                 hub: Hub | None = None) -> None:
         self.redis = client
-        self.order = QueueOrder(config, rng, paused)
-        self.timeout = blocking_timeout(config)
-        self.reserved = keys.reserved(identity, slot)
-        self.scripts = scripts
-        self.settler = _Settler(config, client, scripts, self.reserved, clock)
-        self.slot = slot  # which queue this fetcher blocks on when all are empty
-        # a finished job (raw, its 'finished' ops) whose removal rides on the next fetch
-        self.pending: tuple[bytes, list[Any]] | None = None
-        self._suspect = False  # a call's reply was lost: our list may hold a job we do not know
+        self.hub = hub or Hub(config, identity, scripts, rng, clock, paused)
+        self.reserved: str | None = self.hub.reserved
+        self.own = keys.reserved(identity, slot)
+        self.slot = slot  # which queue this processor blocks on when all are empty
+        self.timeout = self.hub.timeout
+        self.settler = Settler(config, client, scripts, clock)
+        self._suspect = False  # a call's reply was lost: our own list may hold a job we do not know
+        self.answered = True
 
     def retrieve_work(self) -> UnitOfWork | None:
+        self.answered = True
         if self._suspect:
             adopted = self._reconcile()
             if adopted is not None:
                 return adopted
-        order = self.order()
-        raw_prev, ops = self.pending or (b"", [0])
-        got = self.scripts.reserve(keys=[*order, self.reserved, keys.RESERVATIONS],
-                                   args=[raw_prev, self.clock(), *ops], client=self.redis)
-        self.pending = None
-        if got:
-            key, raw = got
-            return UnitOfWork(keys.queue_name(key.decode()), raw, self)
-        # Nothing anywhere: block on one queue (each processor on a different one, so with
-        # concurrency >= queue count every queue has a waiter). BLMOVE is atomic: the job is
-        # in the reserved list the moment it leaves its queue. The other queues are checked
-        # again after at most `timeout` seconds.
+        taken, order = self.hub.take(self.redis, self.own)
+        if taken is not None:
+            return UnitOfWork(keys.queue_name(taken[0]), taken[1], self, self.reserved)
+        if order is None:  # waited on another processor's fetch, which had nothing for us
+            self.answered = False
+            return None
         if not order:
             wait_paused(self.timeout)
             return None
+        # Nothing anywhere: block on one queue (each processor on a different one, so with
+        # concurrency >= queue count every queue has a waiter). BLMOVE is atomic: the job is
+        # in our own list the moment it leaves its queue.
         key = order[self.slot % len(order)]
         # redis-py types the timeout as int; BLMOVE takes fractional seconds
-        moved = self.redis.blmove(key, self.reserved, self.timeout, "RIGHT", "LEFT")  # type: ignore[arg-type]
-        raw = cast("bytes | None", moved)
-        if raw is None:
-            return None
-        return UnitOfWork(keys.queue_name(key), raw, self)
-
-    def lost_reply(self) -> None:
-        """A call to Redis failed without a reply: check our list before the next fetch."""
-        self._suspect = True
+        raw = cast("bytes | None", self.redis.blmove(key, self.own, self.timeout, "RIGHT", "LEFT"))  # type: ignore[arg-type]
+        return None if raw is None else UnitOfWork(keys.queue_name(key), raw, self, self.own)
 
     def _reconcile(self) -> UnitOfWork | None:
-        """Adopt a job that is in our list though no fetch returned it (its reply was lost)."""
-        held = cast("list[bytes]", self.redis.lrange(self.reserved, 0, -1))
-        pending = self.pending[0] if self.pending else None
-        unknown = [raw for raw in held if raw != pending]
-        self._suspect = len(unknown) > 1  # one at a time; look again next fetch
-        if not unknown:
-            return None
-        raw = unknown[-1]  # the oldest (LPUSH puts the newest first)
-        try:
-            queue = decode(raw).get("queue")
-        except ValueError:
-            queue = None
-        return UnitOfWork(queue if isinstance(queue, str) else "default", raw, self)
+        """Adopt a job in our own list though no fetch returned it (its reply was lost)."""
+        held = cast("list[bytes]", self.redis.lrange(self.own, 0, -1))
+        self._suspect = len(held) > 1  # one at a time; look again next fetch
+        return UnitOfWork(queue_of(held[-1]), held[-1], self, self.own) if held else None
+
+    def lost_reply(self) -> None:
+        """A call to Redis failed without a reply: check our lists before the next fetch."""
+        self._suspect = True
+        self.hub.lost_reply()
 
     def apply(self, unit: UnitOfWork, outcome: Outcome, ops: list[Any]) -> bool:
-        """A success is removed by this processor's next fetch, in the same script (its ops
-        with it); any other outcome is applied now, with the pending success flushed first."""
-        self.flush()
-        if outcome.kind == "done":
-            self.pending = (unit.raw, ops)
+        """A success from the batch list is removed by the hub's next call (its ops with it);
+        anything else is applied now."""
+        if outcome.kind == "done" and unit.home == self.reserved:
+            self.hub.acknowledge(unit.raw, ops)
             return True
-        return self.settler.settle(unit, outcome, ops)
+        applied = self.settler.settle(unit, outcome, ops)
+        if unit.home == self.reserved:
+            self.hub.settled(unit.raw)
+        return applied
 
     def mark(self, unit: UnitOfWork, ops: list[Any]) -> bool:
         return self.settler.mark(unit, ops)
 
     def flush(self) -> None:
-        """Apply a finished job now rather than with the next fetch (before waiting or stopping)."""
-        if self.pending is not None:
-            self.settler.settle(UnitOfWork("", self.pending[0], self), Outcome.done(), self.pending[1])
-            self.pending = None
+        """Acknowledge the process's finished successes now rather than with the next fetch."""
+        self.hub.flush(self.redis)
+
+    def release(self) -> None:
+        """Put back, unchanged, the jobs taken for processors that stopped before running them."""
+        for key, raw in self.hub.leftovers():
+            self.apply(UnitOfWork(keys.queue_name(key), raw, self, self.reserved), Outcome.put_back(), [0])
 
 
 def build_fetch(config: Config, client: redis.Redis, identity: str, scripts: Scripts,
-                slot: int = 0, paused: PausedQueues | None = None) -> BasicFetch | ReliableFetch:
+                slot: int = 0, paused: PausedQueues | None = None,
+                hub: Hub | None = None) -> BasicFetch | ReliableFetch:
     if config.fetch == "basic":
         return BasicFetch(config, client, scripts, paused=paused)
-    return ReliableFetch(config, client, identity, scripts, slot=slot, paused=paused)
+    return ReliableFetch(config, client, identity, scripts, slot=slot, paused=paused, hub=hub)

@@ -14,7 +14,8 @@ Sidekiq's own layout (shared with Ruby Sidekiq, unprefixed):
 
 sidequest's own keys live under the `sidequest:` prefix so Ruby Sidekiq never trips on them:
 
-    sidequest:reserved:<identity>:<slot>  list of payloads one processor has taken and not settled
+    sidequest:reserved:<identity>:batch   list of payloads a process took in batches, not yet settled
+    sidequest:reserved:<identity>:<slot>  list of payloads processor <slot> took alone while idle
     sidequest:reservations          set of every reserved list's key (recovery reads it, no SCAN)
     sidequest:recovery-lock         short lock while orphaned work is put back (value: the owner)
     sidequest:task:<id>[:...]       a task (batch) and its per-job events; see below
@@ -78,9 +79,12 @@ def stat_daily(name: str, day: str) -> str:
     return f"stat:{name}:{day}"
 
 
-def reserved(identity: str, slot: int) -> str:
-    """The reserved list of processor `slot` of a process: one list per processor, so each
-    can tell exactly what it holds (see fetch: a lost reply is reconciled from it)."""
+BATCH_SLOT = "batch"
+
+
+def reserved(identity: str, slot: int | str) -> str:
+    """A reserved list of a process: `batch` holds what it took in batches for its idle
+    processors; a processor's number, what that processor's blocking fetch took (see fetch)."""
     return f"{PREFIX}:reserved:{identity}:{slot}"
 
 

@@ -29,7 +29,7 @@ from .client import Client
 from .config import Config
 from .connection import check_server, connect
 from .executor import ThreadExecutor
-from .fetch import PausedQueues, build_fetch
+from .fetch import Hub, PausedQueues, build_fetch
 from .heartbeat import Heartbeat, make_identity, rss_kb
 from .lifecycle import Lifecycle
 from .manager import Manager
@@ -122,8 +122,9 @@ class Launcher:
         self.periodic = Scheduler(Client(config, redis_client=self.redis), clock=clock, entries=lambda: list(
             {e.id: e for e in [*from_file, *in_code.entries()]}.values()))
         paused = PausedQueues(self.redis)
+        hub = Hub(config, self.identity, scripts, clock=clock, paused=paused)  # the processors' shared batches
         self.manager = Manager(self.runtime, lambda slot: build_fetch(config, self._processor_redis(), self.identity,
-                                                                       scripts, slot, paused))
+                                                                       scripts, slot, paused, hub))
         self.stopped = threading.Event()  # set once stop() has finished
         self._stopping = threading.Lock()
         self._stop_requested = False

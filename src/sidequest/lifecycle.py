@@ -48,6 +48,7 @@ class Feature(Protocol):
 
     name: str  # the key of its function in the scripts' FEATURES table
     lua: str  # Lua defining FEATURES[name] = function(point, now, args) ... end
+    marks: frozenset[str] | None  # payload keys without which `ops` is None (None: any payload may have ops)
 
     def ops(self, point: str, payload: dict[str, Any], outcome: Outcome | None) -> list[Any] | None:
         """The arguments of this feature's operation for `payload` at `point`, or None."""
@@ -66,10 +67,17 @@ class Lifecycle:
     def __init__(self, features: Sequence[Feature] = ()) -> None:
         self.features = list(features)
         self.lua = "\n".join(f.lua for f in self.features)
+        # A payload holding none of these keys has no operations at any point (most jobs): one
+        # set test instead of a call per feature. None when a feature may have ops for any payload.
+        marks: frozenset[str] | None = frozenset()
+        for feature in self.features:
+            own = getattr(feature, "marks", None)  # a feature without marks is asked about every payload
+            marks = None if marks is None or own is None else marks | own
+        self.marks = marks
 
     def ops(self, point: str, payload: dict[str, Any] | None, outcome: Outcome | None = None) -> list[Any]:
         """The script arguments for every feature's operation at `point`: `n, (name, k, args...)*`."""
-        if payload is None or not self.features:
+        if payload is None or not self.features or (self.marks is not None and self.marks.isdisjoint(payload)):
             return [0]
         flat: list[Any] = []
         count = 0
@@ -85,14 +93,23 @@ class Lifecycle:
             for feature in self.features:
                 feature.observe(point, payload, outcome)
 
-    @contextlib.contextmanager
-    def running(self, payload: dict[str, Any]) -> Iterator[None]:
-        with contextlib.ExitStack() as stack:
-            for feature in self.features:
-                context = feature.running(payload)
-                if context is not None:
-                    stack.enter_context(context)
-            yield
+    def running(self, payload: dict[str, Any]) -> AbstractContextManager[Any]:
+        """The features' contexts for the run of this job, entered together."""
+        contexts = [c for c in (feature.running(payload) for feature in self.features) if c is not None]
+        if len(contexts) == 1:  # the usual case: no ExitStack on every job's path
+            return contexts[0]
+        return _entered_together(contexts) if contexts else _NOTHING
+
+
+_NOTHING = contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def _entered_together(contexts: list[AbstractContextManager[Any]]) -> Iterator[None]:
+    with contextlib.ExitStack() as stack:
+        for context in contexts:
+            stack.enter_context(context)
+        yield
 
 
 def has_ops(ops: list[Any]) -> bool:

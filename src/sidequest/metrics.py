@@ -53,6 +53,7 @@ class MetricsFeature:
     """Counts every run that ended, in memory; `flush(pipe)` writes the counts (heartbeat)."""
 
     name = "metrics"
+    marks: frozenset[str] | None = frozenset()  # ops only for payloads with these keys
     lua = ""  # nothing runs in Redis per job
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:

@@ -153,6 +153,7 @@ class Processor:
                         self._settle(self.fetch.flush)
                     gate.leave()
             self._settle(self.fetch.flush)
+            self._settle(self.fetch.release)
         except BaseException as exc:  # thread boundary: report and let the pool replace us
             self.pool.processor_died(self, exc)
         else:
@@ -169,8 +170,9 @@ class Processor:
             self.pool.quieting.wait(self._delay)
             self._delay = min(self._delay * 2, BACKOFF_MAX)
             return None
-        self._delay = BACKOFF_START
-        self.rt.outage.up(began)
+        if self.fetch.answered:  # it may have waited on another processor's call instead
+            self._delay = BACKOFF_START
+            self.rt.outage.up(began)
         return unit
 
     def process(self, unit: UnitOfWork) -> None:

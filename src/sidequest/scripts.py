@@ -42,6 +42,12 @@ local function run_ops(argv, i, point, now)
   end
   return i
 end
+local function skip_ops(argv, i)
+  local n = tonumber(argv[i])
+  i = i + 1
+  for _ = 1, n do i = i + 2 + tonumber(argv[i + 1]) end
+  return i
+end
 local function settle(reserved, checked, raw, mode, dest, blob, score, queue, cutoff, cap)
   if checked == '1' then
     if mode == 'taken' then
@@ -79,25 +85,65 @@ run_ops(ARGV, 11, ARGV[10], ARGV[9])
 return 1
 """
 
-# KEYS: queue:<q>... (in fetch order), this processor's reserved list, sidequest:reservations
-# ARGV: previous job to acknowledge or '', now, its 'finished' ops...
-# Acknowledge this processor's previous job (the success whose removal was deferred to this
-# call: one round trip per job on a busy worker), then take the oldest job of the first
-# non-empty queue into the reserved list. Returns {queue key, job} or false.
+# KEYS: queue:<q>... (in fetch order), this process's batch list, sidequest:reservations, the
+#       calling processor's own list (registered when nothing was found: it blocks on it next)
+# ARGV: now, how many jobs to take, how many successes to acknowledge, then for each success:
+#       its bytes and its 'finished' ops.
+# First acknowledge the successes (remove them from the batch list; each one's ops run only if it
+# was there), then take up to `want` of the oldest jobs of the queues, in order, into the batch
+# list. Few successes are removed one LREM each; more, by rewriting the (small) list once.
+# Returns {queue key, job, queue key, job, ...}, empty when nothing waits.
 RESERVE = """
-local reserved = KEYS[#KEYS - 1]
-if ARGV[1] ~= '' and redis.call('lrem', reserved, -1, ARGV[1]) > 0 then
-  run_ops(ARGV, 3, 'finished', ARGV[2])
+local n = #KEYS
+local batch = KEYS[n - 2]
+local now, want, acks = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local raws, at, removed = {}, {}, {}
+local i = 4
+for a = 1, acks do
+  raws[a], at[a] = ARGV[i], i + 1
+  i = skip_ops(ARGV, i + 1)
 end
-redis.call('sadd', KEYS[#KEYS], reserved)
-for i = 1, #KEYS - 2 do
-  local job = redis.call('rpop', KEYS[i])
-  if job then
-    redis.call('lpush', reserved, job)
-    return {KEYS[i], job}
+if acks < 3 then
+  for a = 1, acks do removed[a] = redis.call('lrem', batch, -1, raws[a]) > 0 end
+elseif acks > 0 then
+  local owed, gone, keep = {}, {}, {}
+  for a = 1, acks do owed[raws[a]] = (owed[raws[a]] or 0) + 1 end
+  local held = redis.call('lrange', batch, 0, -1)
+  for _, raw in ipairs(held) do
+    if (owed[raw] or 0) > 0 then
+      owed[raw] = owed[raw] - 1
+      gone[raw] = (gone[raw] or 0) + 1
+    else
+      keep[#keep + 1] = raw
+    end
+  end
+  if #keep < #held then
+    redis.call('del', batch)
+    for s = 1, #keep, 1000 do redis.call('rpush', batch, unpack(keep, s, math.min(s + 999, #keep))) end
+  end
+  for a = 1, acks do
+    removed[a] = (gone[raws[a]] or 0) > 0
+    if removed[a] then gone[raws[a]] = gone[raws[a]] - 1 end
   end
 end
-return false
+for a = 1, acks do
+  if removed[a] then run_ops(ARGV, at[a], 'finished', now) end
+end
+local got = {}
+for q = 1, n - 3 do
+  if want <= 0 then break end
+  local jobs = redis.call('rpop', KEYS[q], want)
+  if jobs then
+    if redis.call('lpush', batch, unpack(jobs)) == #jobs then redis.call('sadd', KEYS[n - 1], batch) end
+    for _, job in ipairs(jobs) do
+      got[#got + 1] = KEYS[q]
+      got[#got + 1] = job
+    end
+    want = want - #jobs
+  end
+end
+if #got == 0 and ARGV[2] ~= '0' then redis.call('sadd', KEYS[n - 1], batch, KEYS[n]) end
+return got
 """
 
 # KEYS: a dead process's reserved list, its heartbeat hash <identity>, queue:<q> or dead

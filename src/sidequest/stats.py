@@ -36,21 +36,17 @@ class WorkState:
     """Running jobs by thread id: what Sidekiq's `<identity>:work` hash shows."""
 
     def __init__(self) -> None:
-        self._work: dict[str, dict[str, Any]] = {}
-        self._lock = threading.Lock()
+        self._work: dict[str, tuple[str, bytes, float]] = {}  # one dict operation per job: atomic
 
     def start(self, tid: str, queue: str, raw: bytes) -> None:
-        text = raw.decode("utf-8", "replace")
-        with self._lock:
-            self._work[tid] = {"queue": queue, "payload": text, "run_at": int(time.time())}
+        self._work[tid] = (queue, raw, time.time())
 
     def finish(self, tid: str) -> None:
-        with self._lock:
-            self._work.pop(tid, None)
+        self._work.pop(tid, None)
 
     def snapshot(self) -> dict[str, dict[str, Any]]:
-        with self._lock:
-            return dict(self._work)
+        return {tid: {"queue": queue, "payload": raw.decode("utf-8", "replace"), "run_at": int(at)}
+                for tid, (queue, raw, at) in list(self._work.items())}
 
     def __len__(self) -> int:
         return len(self._work)

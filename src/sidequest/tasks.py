@@ -209,6 +209,7 @@ class TaskFeature:
     """
 
     name = "task"
+    marks: frozenset[str] | None = frozenset({"task_id"})  # ops only for payloads with these keys
     lua = TASK_FEATURE
 
     def __init__(self, recorder: TaskRecorder) -> None:

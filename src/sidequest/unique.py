@@ -64,6 +64,7 @@ class UniqueFeature:
     """Ends a unique job's claim where the job stops being pending (see the module docstring)."""
 
     name = "unique"
+    marks: frozenset[str] | None = frozenset({"unique_digest"})  # ops only for payloads with these keys
     lua = UNIQUE_FEATURE
 
     def ops(self, point: str, payload: dict[str, Any], outcome: Outcome | None) -> list[Any] | None:

@@ -105,9 +105,10 @@ def build_config(config_file: str | None, **flags: Any) -> Config:
 @click.option("--swarm-child", is_flag=True, hidden=True)
 @click.option("--swarm-error-file", hidden=True, type=click.Path(dir_okay=False))
 @click.option("-v", "--verbose", is_flag=True, default=None, help="Debug logging (--log-level debug).")
-@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
               help="info (default) logs each job's start and end; warning keeps only problems.")
-@click.option("--log-format", type=click.Choice(["text", "json"]), help="text (default) or one JSON object per line.")
+@click.option("--log-format", type=click.Choice(["text", "json"], case_sensitive=False),
+              help="text (default) or one JSON object per line.")
 @click.option("-L", "--logfile", type=click.Path(dir_okay=False), help="Log to this file instead of stdout.")
 @click.option("-P", "--pidfile", type=click.Path(dir_okay=False), help="Write the process id here.")
 def worker(requires: tuple[str, ...], queues: tuple[str, ...], concurrency: int | None,

@@ -1,0 +1,109 @@
+"""A unit of work (one job a processor took) and the one call that ends its stay.
+
+`UnitOfWork.apply(outcome)` writes the job's fate through its fetch; `Settler` is the SETTLE
+script call both fetches share: it first removes the job from the reserved list it sits in
+(`unit.home`) and writes nothing if it is gone (another process recovered the job while this
+one was paused: its copy is the live one). Basic fetch holds no reserved copy (`home` None).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import redis
+
+from . import keys
+from .config import Config
+from .lifecycle import has_ops
+from .outcome import Outcome
+from .scripts import Scripts
+
+# outcome kind -> (SETTLE mode, destination key or None for the job's own queue, lifecycle point)
+SETTLE_AS: dict[str, tuple[str, str | None, str]] = {
+    "done": ("ack", keys.QUEUES, "finished"),
+    "retry": ("retry", keys.RETRY, "retried"),
+    "dead": ("dead", keys.DEAD, "dead"),
+    "dropped": ("ack", keys.QUEUES, "dropped"),
+    "put_back": ("queue", None, "put_back"),
+    "snoozed": ("snooze", keys.SCHEDULE, "snoozed"),
+    "cancelled": ("ack", keys.QUEUES, "cancelled"),
+}
+
+
+class UnitOfWork:
+    """One job taken from a queue. It owns its end: the processor never touches keys."""
+
+    __slots__ = ("_fetch", "_lock", "done", "home", "queue", "raw")
+
+    def __init__(self, queue: str, raw: bytes, fetch: Fetch, home: str | None = None) -> None:
+        self.queue = queue  # the queue name, without `queue:`
+        self.raw = raw  # the payload exactly as it was in Redis
+        self.home = home if home is not None else fetch.reserved  # its reserved list; None: basic fetch
+        self._fetch = fetch
+        self._lock = threading.Lock()  # a shutdown's put-back and the processor's own outcome
+        self.done = False
+
+    def taken(self, ops: list[Any]) -> bool:
+        """Run the features' `taken` operations, if any; False if the job is no longer ours."""
+        return not has_ops(ops) or self._fetch.mark(self, ops)
+
+    def apply(self, outcome: Outcome, ops: list[Any]) -> bool:
+        """Write `outcome` (with the features' operations) atomically. False if the job was no
+        longer held by this processor, in which case nothing was written."""
+        with self._lock:  # one outcome per unit, even under basic fetch (no reserved copy to check)
+            if self.done:
+                return False
+            applied = self._fetch.apply(self, outcome, ops)
+            self.done = True
+            return applied
+
+    def put_back(self, ops: list[Any]) -> bool:
+        """Put the job back at the head of its queue, byte for byte as it was fetched.
+
+        False if there was nothing to put back (its outcome was applied meanwhile)."""
+        return self.apply(Outcome.put_back(), ops)
+
+
+class Fetch(Protocol):
+    reserved: str | None  # where its units are held by default (None: basic fetch holds nothing)
+    answered: bool  # the last retrieve_work got a reply from Redis (not only another processor's news)
+
+    def retrieve_work(self) -> UnitOfWork | None: ...
+    def apply(self, unit: UnitOfWork, outcome: Outcome, ops: list[Any]) -> bool: ...
+    def mark(self, unit: UnitOfWork, ops: list[Any]) -> bool: ...
+    def flush(self) -> None: ...
+    def lost_reply(self) -> None: ...
+    def release(self) -> None: ...
+
+
+class Settler:
+    """Writes outcomes through the SETTLE script (shared by both fetches)."""
+
+    def __init__(self, config: Config, client: redis.Redis, scripts: Scripts, clock: Callable[[], float]) -> None:
+        self.config = config
+        self.redis = client
+        self.scripts = scripts
+        self.clock = clock
+
+    def settle(self, unit: UnitOfWork, outcome: Outcome, ops: list[Any]) -> bool:
+        mode, dest, point = SETTLE_AS[outcome.kind]
+        blob = unit.raw if outcome.kind == "put_back" else (outcome.blob or b"")
+        now = self.clock()
+        return self._run(unit, mode, dest or keys.queue(unit.queue), blob, outcome.at or now, now, point, ops)
+
+    def mark(self, unit: UnitOfWork, ops: list[Any]) -> bool:
+        now = self.clock()
+        return self._run(unit, "taken", keys.QUEUES, b"", now, now, "taken", ops)
+
+    def _run(self, unit: UnitOfWork, mode: str, dest: str, blob: bytes | str, score: float, now: float,
+             point: str, ops: list[Any]) -> bool:
+        """True when the outcome is written (now, or by an earlier attempt whose reply was lost)."""
+        cutoff = now - self.config.dead_timeout
+        checked = "0" if unit.home is None else "1"
+        return bool(self.scripts.settle(
+            keys=[unit.home or keys.QUEUES, dest],
+            args=[checked, unit.raw, mode, blob, score, unit.queue, cutoff, self.config.dead_max_jobs, now, point,
+                  *ops],
+            client=self.redis))
