@@ -327,13 +327,27 @@ def test_a_push_whose_reply_is_lost_raises_and_is_written_once(config, r, proxy,
 
 
 def test_a_client_that_re_sends_would_write_the_job_twice(config, r, proxy, redis_url):
-    """The relay's control: a redis-py client allowed one retry doubles the same push."""
+    """The relay's control: a redis-py client allowed one retry doubles the same MULTI."""
+    resending = redis.Redis.from_url(proxy.url(db_of(redis_url)), retry=Retry(NoBackoff(), 1))
+    proxy.arm(b"EXEC", written=lambda: r.llen("queue:default") >= 1)
+    pipe = resending.pipeline(transaction=True)
+    pipe.lpush("queue:default", b'{"jid":"twice"}')
+    pipe.execute()
+    assert proxy.cuts == 1 and r.lrange("queue:default", 0, -1) == [b'{"jid":"twice"}'] * 2
+    resending.close()
+
+
+def test_a_push_is_never_re_sent_even_on_a_client_that_would(config, r, proxy, redis_url):
+    """sidequest sends its pushes itself (`wire`): the client's retry setting cannot double them."""
     resending = redis.Redis.from_url(proxy.url(db_of(redis_url)), retry=Retry(NoBackoff(), 1))
     client = Client(config, redis_client=resending)
     proxy.arm(b"EXEC", written=lambda: r.llen("queue:default") >= 1)
-    jid = client.push(echo, ["twice"])
+    with pytest.raises(redis.ConnectionError):
+        client.push(echo, ["once"])
     items = [json.loads(x) for x in r.lrange("queue:default", 0, -1)]
-    assert proxy.cuts == 1 and [i["jid"] for i in items] == [jid, jid]
+    assert proxy.cuts == 1 and [i["args"] for i in items] == [["once"]]
+    assert client.push(echo, ["after"])  # the lane reconnects for the next push
+    assert r.llen("queue:default") == 2
     resending.close()
 
 

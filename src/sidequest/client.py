@@ -25,7 +25,7 @@ from typing import Any
 import redis
 from redis.commands.core import Script
 
-from . import keys, results, unique
+from . import keys, results, unique, wire
 from .config import Config
 from .connection import connect
 from .errors import JobArgumentError
@@ -176,10 +176,14 @@ class Client:
                                        "push them with unique_for=None")
             script_keys, args = batch.script_args()
             return batch.refused(self._push_unique(keys=script_keys, args=args))
+        if also is None:  # the common push: its MULTI sent directly (see `wire`)
+            recorder = wire.Recorder()
+            batch.commands(recorder)
+            self._lane.transaction(recorder.commands)
+            return frozenset()
         pipe = self.redis.pipeline(transaction=True)
         batch.commands(pipe)
-        if also is not None:
-            also(pipe)
+        also(pipe)
         pipe.execute()
         return frozenset()
 
@@ -200,6 +204,10 @@ class Client:
                 raise JobArgumentError(f"job {index} of the bulk: {exc}" if len(entries) > 1 else str(exc)) from None
             batch.add(payload, when, blob, claim, results.at_push(payload, when, now))
         return batch
+
+    @cached_property
+    def _lane(self) -> wire.Lane:
+        return wire.Lane(self.redis)
 
     @cached_property
     def _push_unique(self) -> Script:

@@ -42,6 +42,7 @@ from .lifecycle import has_ops
 from .outcome import Outcome
 from .payload import decode
 from .scripts import Scripts
+from .wire import Lane
 from .work import Fetch, Settler, UnitOfWork
 
 __all__ = ["BasicFetch", "Fetch", "Hub", "PausedQueues", "QueueOrder", "ReliableFetch", "UnitOfWork", "build_fetch"]
@@ -168,7 +169,7 @@ class Hub:
         self._fetching = False
         self._suspect = False  # a reply was lost: the list may hold a job no one knows of
 
-    def take(self, client: redis.Redis, own: str) -> tuple[Taken | None, list[str] | None]:
+    def take(self, lane: Lane, client: redis.Redis, own: str) -> tuple[Taken | None, list[str] | None]:
         """A job for the calling processor; else None, with the queue order it may block on
         (empty: every queue is paused), or None when it waited on another processor's fetch."""
         with self._cond:
@@ -191,7 +192,7 @@ class Hub:
                 got = self._adopt(client, known)
             if not got:
                 order = self.order()
-                got = self._reserve(client, order, own, want if order else 0, acks)
+                got = self._reserve(lane, order, own, want if order else 0, acks)
                 acks = []
         finally:
             with self._cond:
@@ -203,13 +204,13 @@ class Hub:
                 self._cond.notify(len(got) - 1) if len(got) > 1 else self._cond.notify_all()
         return (got[0] if got else None), order
 
-    def _reserve(self, client: redis.Redis, order: list[str], own: str, want: int,
+    def _reserve(self, lane: Lane, order: list[str], own: str, want: int,
                  acks: list[tuple[bytes, list[Any]]]) -> list[Taken]:
-        args: list[Any] = [self.clock(), want, len(acks)]
+        args: list[Any] = [repr(self.clock()), want, len(acks)]
         for raw, ops in acks:
             args += [raw, *ops]
-        reply = cast("list[bytes]", self.scripts.reserve(
-            keys=[*order, self.reserved, keys.RESERVATIONS, own], args=args, client=client))
+        reply = cast("list[bytes]", lane.evalsha(self.scripts.reserve, [*order, self.reserved, keys.RESERVATIONS, own],
+                                                 args))
         with self._cond:
             for raw, _ in acks:
                 self._forget(raw)
@@ -238,14 +239,14 @@ class Hub:
         else:
             self._known.pop(raw, None)
 
-    def flush(self, client: redis.Redis) -> None:
+    def flush(self, lane: Lane) -> None:
         """Acknowledge the finished successes now (before waiting, stopping or dying)."""
         with self._cond:
             acks, self._acks = self._acks, []
         if not acks:
             return
         try:
-            self._reserve(client, [], "", 0, acks)
+            self._reserve(lane, [], "", 0, acks)
         except BaseException:
             with self._cond:
                 self._acks[:0] = acks
@@ -284,6 +285,7 @@ class ReliableFetch:
         self.slot = slot  # which queue this processor blocks on when all are empty
         self.timeout = self.hub.timeout
         self.settler = Settler(config, client, scripts, clock)
+        self.lane = Lane(client)  # the batch calls, sent directly (see `wire`)
         self._suspect = False  # a call's reply was lost: our own list may hold a job we do not know
         self.answered = True
 
@@ -293,7 +295,7 @@ class ReliableFetch:
             adopted = self._reconcile()
             if adopted is not None:
                 return adopted
-        taken, order = self.hub.take(self.redis, self.own)
+        taken, order = self.hub.take(self.lane, self.redis, self.own)
         if taken is not None:
             return UnitOfWork(keys.queue_name(taken[0]), taken[1], self, self.reserved)
         if order is None:  # waited on another processor's fetch, which had nothing for us
@@ -337,12 +339,13 @@ class ReliableFetch:
 
     def flush(self) -> None:
         """Acknowledge the process's finished successes now rather than with the next fetch."""
-        self.hub.flush(self.redis)
+        self.hub.flush(self.lane)
 
     def release(self) -> None:
         """Put back, unchanged, the jobs taken for processors that stopped before running them."""
-        for key, raw in self.hub.leftovers():
+        for key, raw in reversed(self.hub.leftovers()):  # the oldest back at the very head
             self.apply(UnitOfWork(keys.queue_name(key), raw, self, self.reserved), Outcome.put_back(), [0])
+        self.lane.close()
 
 
 def build_fetch(config: Config, client: redis.Redis, identity: str, scripts: Scripts,

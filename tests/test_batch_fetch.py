@@ -1,0 +1,128 @@
+"""Reliable fetch in batches (`fetch.Hub`) and the direct Redis calls under it (`wire.Lane`)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import redis
+from jobs_for_tests import echo
+
+from sidequest import keys
+from sidequest.fetch import Hub, ReliableFetch
+from sidequest.outcome import Outcome
+from sidequest.scripts import Scripts
+from sidequest.wire import Lane
+
+IDENTITY = "host:2:batch"
+
+
+def pair(config, r):
+    """Two processors of one process: two fetches sharing one hub."""
+    scripts = Scripts(r)
+    hub = Hub(config, IDENTITY, scripts)
+    return hub, ReliableFetch(config, r, IDENTITY, scripts, slot=0, hub=hub), \
+        ReliableFetch(config, r, IDENTITY, scripts, slot=1, hub=hub)
+
+
+def args_of(raws) -> list:
+    return sorted(json.loads(raw)["args"][0] for raw in raws)
+
+
+def test_one_call_takes_a_job_for_each_processor_waiting_and_no_more(config, r, client):
+    hub, first, second = pair(config, r)
+    client.push_bulk(echo, [[n] for n in range(5)])
+    hub._waiting = 1  # one other processor waits for this call (as it would inside `take`)
+    mine = first.retrieve_work()
+    hub._waiting = 0
+    assert mine is not None and args_of([mine.raw]) == [0]  # the oldest job first
+    assert args_of(r.lrange(hub.reserved, 0, -1)) == [0, 1]  # two taken: one each, not five
+    assert r.llen("queue:default") == 3
+    before = r.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
+    theirs = second.retrieve_work()  # handed over: no call to Redis
+    assert theirs is not None and args_of([theirs.raw]) == [1]
+    assert r.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0) == before
+
+
+def test_successes_are_acknowledged_with_the_next_call_in_one_batch(config, r, client):
+    hub, first, second = pair(config, r)
+    client.push_bulk(echo, [[n] for n in range(6)])
+    hub._waiting = 3
+    units = [first.retrieve_work()]
+    hub._waiting = 0
+    units += [second.retrieve_work() for _ in range(3)]
+    assert args_of(u.raw for u in units) == [0, 1, 2, 3]
+    for unit in units:
+        assert unit.apply(Outcome.done(), [0]) is True
+    assert r.llen(hub.reserved) == 4  # acknowledged only with the next call
+    nxt = first.retrieve_work()
+    assert nxt is not None and r.lrange(hub.reserved, 0, -1) == [nxt.raw]  # four removed, one taken
+    nxt.apply(Outcome.done(), [0])
+    first.flush()
+    assert r.llen(hub.reserved) == 0 and r.llen("queue:default") == 1
+
+
+def test_a_failure_is_settled_at_once_and_leaves_the_batch_list(config, r, client):
+    hub, first, _ = pair(config, r)
+    client.push(echo, ["x"])
+    unit = first.retrieve_work()
+    assert unit is not None
+    assert unit.apply(Outcome("retry", blob=unit.raw.decode(), at=1.0), [0]) is True
+    assert r.llen(hub.reserved) == 0 and r.zcard("retry") == 1
+    assert not hub._known  # nothing left that the process thinks it holds
+
+
+def test_jobs_taken_for_processors_that_stopped_go_back_unchanged(config, r, client):
+    hub, first, _ = pair(config, r)
+    client.push_bulk(echo, [[n] for n in range(3)])
+    original = r.lrange("queue:default", 0, -1)
+    hub._waiting = 2
+    unit = first.retrieve_work()
+    hub._waiting = 0
+    first.release()  # the two handed-over jobs nobody picked up (taken after the running one)
+    assert unit is not None and unit.put_back([0])  # then, as shutdown does, the running one
+    assert r.lrange("queue:default", 0, -1) == original and r.llen(hub.reserved) == 0
+
+
+def test_an_idle_processor_blocks_into_its_own_list_and_acknowledges_at_once(config, r, client):
+    _, first, _ = pair(config, r)
+    assert first.retrieve_work() is None  # nothing waits: it blocked up to fetch_timeout
+    assert keys.reserved(IDENTITY, 0).encode() in r.smembers(keys.RESERVATIONS)  # registered first
+    client.push(echo, ["late"])
+    r.rename("queue:default", "aside")  # arrives while it blocks: simulate with the list
+    r.rename("aside", "queue:default")
+    unit = first.retrieve_work()
+    assert unit is not None and unit.home in (first.own, first.reserved)
+    unit.apply(Outcome.done(), [0])
+    first.flush()
+    assert r.llen(first.own) == 0 and r.llen(first.reserved) == 0
+
+
+# -- the direct calls ------------------------------------------------------------------------------
+
+def test_a_transaction_with_a_refused_command_raises_and_writes_nothing(r):
+    lane = Lane(r)
+    r.set("text", "x")
+    with pytest.raises(redis.ResponseError):
+        lane.transaction([("LPUSH", "list", "a"), ("LPUSH", "text", "b")])  # wrong type: fails in EXEC
+    assert r.lrange("list", 0, -1) == [b"a"]  # Redis transactions do not roll back: as redis-py
+    with pytest.raises(redis.ResponseError):
+        lane.transaction([("LPUSH", "other", "a"), ("NOSUCHCOMMAND",)])  # refused while queued
+    assert not r.exists("other")  # the whole transaction was discarded
+    assert lane.call("PING") == b"PONG"  # and the lane works on
+
+
+def test_a_script_the_server_lost_is_loaded_again(r):
+    lane = Lane(r)
+    script = r.register_script("return ARGV[1]")
+    r.script_flush()
+    assert lane.evalsha(script, [], ["hi"]) == b"hi"
+
+
+def test_a_killed_connection_raises_once_then_the_lane_reconnects(r):
+    lane = Lane(r)
+    assert lane.call("CLIENT", "SETNAME", "lane") == b"OK"
+    r.client_kill_filter(_type="normal", skipme=True)
+    with pytest.raises(redis.ConnectionError):
+        lane.call("PING")
+    assert lane.call("PING") == b"PONG"
