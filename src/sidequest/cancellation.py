@@ -216,6 +216,7 @@ class CancelFeature:
 
     name = "cancel"
     marks: frozenset[str] | None = frozenset()  # ops only for payloads with these keys
+    observes, wraps = False, True  # whether `observe` and `running` ever do anything
     lua = ""
 
     def __init__(self, client: redis.Redis, clock: Callable[[], float] = time.monotonic,

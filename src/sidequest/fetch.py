@@ -163,7 +163,7 @@ class Hub:
         self.clock = clock
         self._cond = threading.Condition(threading.Lock())
         self._handoff: deque[Taken] = deque()  # taken for processors that wait: not yet picked up
-        self._acks: list[tuple[bytes, list[Any]]] = []  # successes to remove with the next call
+        self._acks: deque[tuple[bytes, list[Any]]] = deque()  # successes to remove with the next call
         self._known: Counter[bytes] = Counter()  # jobs of the batch list this process knows of
         self._waiting = 0  # processors waiting for the fetching one to hand them a job
         self._fetching = False
@@ -183,7 +183,7 @@ class Hub:
                     self._waiting -= 1
                 return (self._handoff.popleft() if self._handoff else None), None
             self._fetching = True
-            want, acks, self._acks = 1 + self._waiting, self._acks, []
+            want, acks = 1 + self._waiting, self._drain()
             suspect, known = self._suspect, (Counter(self._known) if self._suspect else None)
         got: list[Taken] = []
         order: list[str] = []
@@ -197,7 +197,7 @@ class Hub:
         finally:
             with self._cond:
                 self._fetching = False
-                self._acks[:0] = acks  # not applied (an error, or adopted instead): keep them
+                self._acks.extendleft(reversed(acks))  # not applied (an error, or adopted instead): keep them
                 for _, raw in got:
                     self._known[raw] += 1
                 self._handoff.extend(got[1:])
@@ -223,8 +223,15 @@ class Hub:
         return [(keys.queue(queue_of(raw)), raw) for raw in (held - known).elements()]
 
     def acknowledge(self, raw: bytes, ops: list[Any]) -> None:
-        with self._cond:
-            self._acks.append((raw, ops))
+        self._acks.append((raw, ops))  # deque appends and pops are atomic: no lock on every job's path
+
+    def _drain(self) -> list[tuple[bytes, list[Any]]]:
+        taken: list[tuple[bytes, list[Any]]] = []
+        try:
+            while True:  # another thread may drain too (a flush): each success goes to one of us
+                taken.append(self._acks.popleft())
+        except IndexError:
+            return taken
 
     def settled(self, raw: bytes) -> None:
         """A job of the batch list left it through a processor's own call."""
@@ -241,15 +248,13 @@ class Hub:
 
     def flush(self, lane: Lane) -> None:
         """Acknowledge the finished successes now (before waiting, stopping or dying)."""
-        with self._cond:
-            acks, self._acks = self._acks, []
+        acks = self._drain()
         if not acks:
             return
         try:
             self._reserve(lane, [], "", 0, acks)
         except BaseException:
-            with self._cond:
-                self._acks[:0] = acks
+            self._acks.extendleft(reversed(acks))
             raise
 
     def lost_reply(self) -> None:

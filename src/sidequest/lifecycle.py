@@ -74,6 +74,9 @@ class Lifecycle:
             own = getattr(feature, "marks", None)  # a feature without marks is asked about every payload
             marks = None if marks is None or own is None else marks | own
         self.marks = marks
+        # only the features whose hooks do something are asked on every job's path
+        self._observers = [f for f in self.features if getattr(f, "observes", True)]
+        self._wrappers = [f for f in self.features if getattr(f, "wraps", True)]
 
     def ops(self, point: str, payload: dict[str, Any] | None, outcome: Outcome | None = None) -> list[Any]:
         """The script arguments for every feature's operation at `point`: `n, (name, k, args...)*`."""
@@ -90,12 +93,12 @@ class Lifecycle:
 
     def observe(self, point: str, payload: dict[str, Any] | None, outcome: Outcome | None) -> None:
         if payload is not None:
-            for feature in self.features:
+            for feature in self._observers:
                 feature.observe(point, payload, outcome)
 
     def running(self, payload: dict[str, Any]) -> AbstractContextManager[Any]:
         """The features' contexts for the run of this job, entered together."""
-        contexts = [c for c in (feature.running(payload) for feature in self.features) if c is not None]
+        contexts = [c for c in (feature.running(payload) for feature in self._wrappers) if c is not None]
         if len(contexts) == 1:  # the usual case: no ExitStack on every job's path
             return contexts[0]
         return _entered_together(contexts) if contexts else _NOTHING

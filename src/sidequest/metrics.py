@@ -54,6 +54,7 @@ class MetricsFeature:
 
     name = "metrics"
     marks: frozenset[str] | None = frozenset()  # ops only for payloads with these keys
+    observes, wraps = True, False  # whether `observe` and `running` ever do anything
     lua = ""  # nothing runs in Redis per job
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:

@@ -122,6 +122,7 @@ class Processor:
         self.index = index
         self.start_delay = start_delay  # a replacement for a processor that died waits this long
         self.unit: UnitOfWork | None = None  # the job in hand, for hard shutdown
+        self._tid: str | None = None
         self._delay = BACKOFF_START
         self.thread = threading.Thread(target=self.run, name=f"sidequest-processor-{index}", daemon=True)
 
@@ -130,7 +131,10 @@ class Processor:
 
     @property
     def tid(self) -> str:
-        return format(self.thread.ident or 0, "x")
+        """The thread id as Sidekiq shows it (hex); worked out once, on the thread itself."""
+        if self._tid is None:
+            self._tid = format(self.thread.ident or 0, "x")
+        return self._tid
 
     def run(self) -> None:
         gate = self.rt.gate

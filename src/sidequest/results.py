@@ -75,6 +75,7 @@ class StatusFeature:
 
     name = "status"
     marks: frozenset[str] | None = frozenset({"result_ttl"})  # ops only for payloads with these keys
+    observes, wraps = False, False  # whether `observe` and `running` ever do anything
     lua = STATUS_FEATURE
 
     def __init__(self, clock: Callable[[], float] = time.time, max_size: int = 16 * 1024 * 1024) -> None:

@@ -116,6 +116,10 @@ class Swarm:
                 code = slot.proc.poll()
                 if code is None:
                     continue
+                if self.stopping:  # it exited as asked (or on a TERM of its own while we stop)
+                    log.info("worker process %d (pid %d) exited with code %s", slot.index, slot.proc.pid, code)
+                    slot.restart_at = float("inf")
+                    continue
                 lived = now - slot.started
                 error = read_error(slot.error_file)
                 if code != 0 and error:

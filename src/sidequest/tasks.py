@@ -210,6 +210,7 @@ class TaskFeature:
 
     name = "task"
     marks: frozenset[str] | None = frozenset({"task_id"})  # ops only for payloads with these keys
+    observes, wraps = False, True  # whether `observe` and `running` ever do anything
     lua = TASK_FEATURE
 
     def __init__(self, recorder: TaskRecorder) -> None:

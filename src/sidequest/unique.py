@@ -65,6 +65,7 @@ class UniqueFeature:
 
     name = "unique"
     marks: frozenset[str] | None = frozenset({"unique_digest"})  # ops only for payloads with these keys
+    observes, wraps = False, False  # whether `observe` and `running` ever do anything
     lua = UNIQUE_FEATURE
 
     def ops(self, point: str, payload: dict[str, Any], outcome: Outcome | None) -> list[Any] | None:
