@@ -65,13 +65,14 @@ def children(pid: int) -> list[int]:
 class Worker:
     """`sidequest worker -r jobs_for_tests ...` as a subprocess, its output in a log file."""
 
-    def __init__(self, redis_url: str, log_dir: Path, *args: str, knobs: bool = True) -> None:
+    def __init__(self, redis_url: str, log_dir: Path, *args: str, knobs: bool = True,
+                 env: dict[str, str] | None = None) -> None:
         self.log_path = log_dir / f"worker-{time.monotonic_ns()}.log"
         self._log = open(self.log_path, "w")  # noqa: SIM115  (open while the process runs)
         command = [PYTHON, "-m", "sidequest.cli", "worker", "-r", "jobs_for_tests",
                    *(KNOBS if knobs else []), *args]
         self.proc = subprocess.Popen(command, env=python_env(REDIS_URL=redis_url, SQ_TEST_REDIS_URL=redis_url,
-                                                    SIDEQUEST_FETCH_TIMEOUT=FETCH_TIMEOUT),
+                                                    SIDEQUEST_FETCH_TIMEOUT=FETCH_TIMEOUT, **(env or {})),
                                      stdout=self._log, stderr=subprocess.STDOUT)
         self.pid = self.proc.pid
         self.termed = False
@@ -136,8 +137,8 @@ def worker_factory(redis_url: str, log_dir: Path):
     """Generator behind the `procs` fixtures (here and in test_swarm): yields the starter."""
     started: list[Worker] = []
 
-    def start(*args: str, url: str | None = None, knobs: bool = True) -> Worker:
-        worker = Worker(url or redis_url, log_dir, *args, knobs=knobs)
+    def start(*args: str, url: str | None = None, knobs: bool = True, env: dict[str, str] | None = None) -> Worker:
+        worker = Worker(url or redis_url, log_dir, *args, knobs=knobs, env=env)
         started.append(worker)
         return worker
 

@@ -74,6 +74,7 @@ class Config:
     concurrency: int = 10
     timeout: float = 25.0  # shutdown deadline for running jobs
     tag: str = ""
+    hostname: str | None = None  # the host part of this worker's identity; None: the machine's name
     labels: tuple[str, ...] = ()
     fetch: str = "reliable"  # "reliable" keeps taken jobs until acknowledged; "basic" is BRPOP
     fetch_timeout: float = 2.0  # bound on a blocking fetch, so stops are noticed
@@ -124,6 +125,8 @@ class Config:
                 _positive_number(name, getattr(self, name))
         if self.max_jobs is not None:
             _positive_int("max_jobs", self.max_jobs)
+        if self.hostname is not None and (not self.hostname or any(c in self.hostname for c in ": \t\n")):
+            raise ConfigError(f"hostname must be a name without ':' or spaces; got {self.hostname!r}")
         if isinstance(self.log_level, str):  # WARNING and warning alike, as Python's logging
             object.__setattr__(self, "log_level", self.log_level.lower())
         if self.log_level not in LOG_LEVELS:

@@ -37,9 +37,10 @@ STATS_TTL = 5 * 365 * 24 * 3600  # daily stat keys live five years, as Sidekiq's
 REMOTE_SIGNALS = {"TSTP": "quiet", "USR1": "quiet", "TERM": "stop", "INT": "stop", "TTIN": "dump"}
 
 
-def make_identity(nonce: str) -> str:
-    """`hostname:pid:nonce`, Sidekiq's identity shape."""
-    return f"{socket.gethostname()}:{os.getpid()}:{nonce}"
+def make_identity(nonce: str, hostname: str | None = None) -> str:
+    """`hostname:pid:nonce`, Sidekiq's identity shape (`hostname`: the machine's name unless set,
+    as Sidekiq takes $DYNO on Heroku)."""
+    return f"{hostname or socket.gethostname()}:{os.getpid()}:{nonce}"
 
 
 def rss_kb() -> int:
@@ -67,7 +68,7 @@ class Heartbeat:
         self.metrics = metrics  # per-job counts, written with each beat
         self._failing = False
         self.info = json.dumps({
-            "hostname": socket.gethostname(), "started_at": time.time(), "pid": os.getpid(),
+            "hostname": config.hostname or socket.gethostname(), "started_at": time.time(), "pid": os.getpid(),
             "tag": config.tag, "concurrency": config.concurrency,
             "queues": list(dict.fromkeys(config.queue_names)),
             "weights": [{name: weight for name, weight in config.queues}],

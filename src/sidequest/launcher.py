@@ -97,7 +97,7 @@ class Launcher:
         self._given_redis = redis_client is not None
         self._processor_clients: list[redis.Redis] = []
         self.redis = redis_client or connect(config.url)
-        self.identity = make_identity(secrets.token_hex(6))
+        self.identity = make_identity(secrets.token_hex(6), config.hostname)
         self.stats = Stats()
         self.recycle_on_timeout = recycle_on_timeout
         self.tasks = TaskRecorder(self.redis, config.task_retention, clock=clock)
