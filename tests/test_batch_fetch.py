@@ -9,10 +9,11 @@ import redis
 from jobs_for_tests import echo
 
 from sidequest import keys
-from sidequest.fetch import Hub, ReliableFetch
+from sidequest.fetch import Hub, ReliableFetch, Waiter
 from sidequest.outcome import Outcome
 from sidequest.scripts import Scripts
 from sidequest.wire import Lane
+from sidequest.work import UnitOfWork
 
 IDENTITY = "host:2:batch"
 
@@ -29,28 +30,42 @@ def args_of(raws) -> list:
     return sorted(json.loads(raw)["args"][0] for raw in raws)
 
 
+def waiting(hub: Hub, count: int) -> list[Waiter]:
+    """`count` processors waiting for the next fetch, as they would inside `take`."""
+    waiters = [Waiter() for _ in range(count)]
+    hub._waiters.extend(waiters)
+    return waiters
+
+
 def test_one_call_takes_a_job_for_each_processor_waiting_and_no_more(config, r, client):
-    hub, first, second = pair(config, r)
+    hub, first, _second = pair(config, r)
     client.push_bulk(echo, [[n] for n in range(5)])
-    hub._waiting = 1  # one other processor waits for this call (as it would inside `take`)
+    [other] = waiting(hub, 1)
     mine = first.retrieve_work()
-    hub._waiting = 0
     assert mine is not None and args_of([mine.raw]) == [0]  # the oldest job first
     assert args_of(r.lrange(hub.reserved, 0, -1)) == [0, 1]  # two taken: one each, not five
     assert r.llen("queue:default") == 3
+    assert other.wake.acquire(timeout=0) and other.job is not None  # handed over, and woken
+    assert args_of([other.job[1]]) == [1]
+
+
+def test_a_processor_that_finds_a_job_in_hand_makes_no_call(config, r, client):
+    """A job taken for a processor that stopped waiting meanwhile goes to the next that asks."""
+    hub, _, second = pair(config, r)
+    client.push(echo, [7])
+    hub._handoff.append(("queue:default", r.rpoplpush("queue:default", hub.reserved)))
     before = r.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
-    theirs = second.retrieve_work()  # handed over: no call to Redis
-    assert theirs is not None and args_of([theirs.raw]) == [1]
+    theirs = second.retrieve_work()
+    assert theirs is not None and args_of([theirs.raw]) == [7]
     assert r.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0) == before
 
 
 def test_successes_are_acknowledged_with_the_next_call_in_one_batch(config, r, client):
     hub, first, second = pair(config, r)
     client.push_bulk(echo, [[n] for n in range(6)])
-    hub._waiting = 3
+    others = waiting(hub, 3)
     units = [first.retrieve_work()]
-    hub._waiting = 0
-    units += [second.retrieve_work() for _ in range(3)]
+    units += [UnitOfWork("default", w.job[1], second, hub.reserved) for w in others if w.job]
     assert args_of(u.raw for u in units) == [0, 1, 2, 3]
     for unit in units:
         assert unit.apply(Outcome.done(), [0]) is True
@@ -76,9 +91,9 @@ def test_jobs_taken_for_processors_that_stopped_go_back_unchanged(config, r, cli
     hub, first, _ = pair(config, r)
     client.push_bulk(echo, [[n] for n in range(3)])
     original = r.lrange("queue:default", 0, -1)
-    hub._waiting = 2
+    others = waiting(hub, 2)
     unit = first.retrieve_work()
-    hub._waiting = 0
+    hub._handoff.extend(w.job for w in others if w.job)  # they stopped before picking theirs up
     first.release()  # the two handed-over jobs nobody picked up (taken after the running one)
     assert unit is not None and unit.put_back([0])  # then, as shutdown does, the running one
     assert r.lrange("queue:default", 0, -1) == original and r.llen(hub.reserved) == 0

@@ -149,6 +149,17 @@ class BasicFetch:
 Taken = tuple[str, bytes]  # (queue key, job bytes)
 
 
+class Waiter:
+    """A processor waiting for another's fetch: a lock it sleeps on, and what it is handed."""
+
+    __slots__ = ("job", "wake")
+
+    def __init__(self) -> None:
+        self.wake = threading.Lock()
+        self.wake.acquire()  # held: `acquire` sleeps until the fetching processor releases it
+        self.job: Taken | None = None
+
+
 class Hub:
     """One process's batch list: the successes waiting to be acknowledged, the jobs taken for
     idle processors, and which processor fetches now (see module). Shared by its processors."""
@@ -161,30 +172,31 @@ class Hub:
         self.timeout = blocking_timeout(config)
         self.scripts = scripts
         self.clock = clock
-        self._cond = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()
         self._handoff: deque[Taken] = deque()  # taken for processors that wait: not yet picked up
         self._acks: deque[tuple[bytes, list[Any]]] = deque()  # successes to remove with the next call
         self._known: Counter[bytes] = Counter()  # jobs of the batch list this process knows of
-        self._waiting = 0  # processors waiting for the fetching one to hand them a job
+        self._waiters: deque[Waiter] = deque()  # processors waiting for the fetching one to hand them a job
         self._fetching = False
         self._suspect = False  # a reply was lost: the list may hold a job no one knows of
 
-    def take(self, lane: Lane, client: redis.Redis, own: str) -> tuple[Taken | None, list[str] | None]:
+    def take(self, lane: Lane, client: redis.Redis, own: str,
+             waiter: Waiter) -> tuple[Taken | None, list[str] | None]:
         """A job for the calling processor; else None, with the queue order it may block on
         (empty: every queue is paused), or None when it waited on another processor's fetch."""
-        with self._cond:
+        with self._lock:
             if self._handoff:
                 return self._handoff.popleft(), None
-            if self._fetching:  # another processor fetches now, for us too
-                self._waiting += 1
-                try:
-                    self._cond.wait(self.timeout)
-                finally:
-                    self._waiting -= 1
-                return (self._handoff.popleft() if self._handoff else None), None
-            self._fetching = True
-            want, acks = 1 + self._waiting, self._drain()
-            suspect, known = self._suspect, (Counter(self._known) if self._suspect else None)
+            waits = self._fetching  # another processor fetches now, for us too
+            if waits:
+                waiter.job = None
+                self._waiters.append(waiter)
+            else:
+                self._fetching = True
+                want, acks = 1 + len(self._waiters), self._drain()
+                suspect, known = self._suspect, (Counter(self._known) if self._suspect else None)
+        if waits:
+            return self._wait(waiter), None
         got: list[Taken] = []
         order: list[str] = []
         try:
@@ -195,14 +207,35 @@ class Hub:
                 got = self._reserve(lane, order, own, want if order else 0, acks)
                 acks = []
         finally:
-            with self._cond:
-                self._fetching = False
-                self._acks.extendleft(reversed(acks))  # not applied (an error, or adopted instead): keep them
-                for _, raw in got:
-                    self._known[raw] += 1
-                self._handoff.extend(got[1:])
-                self._cond.notify(len(got) - 1) if len(got) > 1 else self._cond.notify_all()
+            self._hand_out(got, acks)
         return (got[0] if got else None), order
+
+    def _wait(self, waiter: Waiter) -> Taken | None:
+        """Wait (bounded) for the fetching processor to hand this one a job, or news of none."""
+        woken = waiter.wake.acquire(timeout=self.timeout)
+        with self._lock:
+            if not woken:
+                try:
+                    self._waiters.remove(waiter)
+                except ValueError:  # the fetching one took us off the list and is waking us now
+                    waiter.wake.acquire()
+            job, waiter.job = waiter.job, None
+        return job
+
+    def _hand_out(self, got: list[Taken], acks: list[tuple[bytes, list[Any]]]) -> None:
+        """After a fetch: one job to each waiting processor (the first stays with the caller),
+        the rest kept for whoever asks next; waiters with nothing for them are told so."""
+        with self._lock:
+            self._fetching = False
+            self._acks.extendleft(reversed(acks))  # not applied (an error, or adopted instead): keep them
+            for _, raw in got:
+                self._known[raw] += 1
+            rest = deque(got[1:])
+            while self._waiters and (rest or not got):
+                waiter = self._waiters.popleft()
+                waiter.job = rest.popleft() if rest else None
+                waiter.wake.release()
+            self._handoff.extend(rest)
 
     def _reserve(self, lane: Lane, order: list[str], own: str, want: int,
                  acks: list[tuple[bytes, list[Any]]]) -> list[Taken]:
@@ -211,7 +244,7 @@ class Hub:
             args += [raw, *ops]
         reply = cast("list[bytes]", lane.evalsha(self.scripts.reserve, [*order, self.reserved, keys.RESERVATIONS, own],
                                                  args))
-        with self._cond:
+        with self._lock:
             for raw, _ in acks:
                 self._forget(raw)
         return [(reply[i].decode(), reply[i + 1]) for i in range(0, len(reply), 2)]
@@ -235,7 +268,7 @@ class Hub:
 
     def settled(self, raw: bytes) -> None:
         """A job of the batch list left it through a processor's own call."""
-        with self._cond:
+        with self._lock:
             self._forget(raw)
 
     def _forget(self, raw: bytes) -> None:
@@ -262,7 +295,7 @@ class Hub:
 
     def leftovers(self) -> list[Taken]:
         """Jobs taken for processors that stopped before picking them up."""
-        with self._cond:
+        with self._lock:
             taken = list(self._handoff)
             self._handoff.clear()
         return taken
@@ -291,6 +324,7 @@ class ReliableFetch:
         self.timeout = self.hub.timeout
         self.settler = Settler(config, client, scripts, clock)
         self.lane = Lane(client)  # the batch calls, sent directly (see `wire`)
+        self.waiter = Waiter()
         self._suspect = False  # a call's reply was lost: our own list may hold a job we do not know
         self.answered = True
 
@@ -300,7 +334,7 @@ class ReliableFetch:
             adopted = self._reconcile()
             if adopted is not None:
                 return adopted
-        taken, order = self.hub.take(self.lane, self.redis, self.own)
+        taken, order = self.hub.take(self.lane, self.redis, self.own, self.waiter)
         if taken is not None:
             return UnitOfWork(keys.queue_name(taken[0]), taken[1], self, self.reserved)
         if order is None:  # waited on another processor's fetch, which had nothing for us
