@@ -400,3 +400,9 @@ class ComputeRetry(sidequest.Job, name="ComputeRetry", result_ttl=60, retry=3):
 @sidequest.job(name="ComputeNotJSON", result_ttl=60)
 def compute_not_json():
     return {1, 2, 3}
+
+
+@sidequest.job(name="CountWithSidequestRedis")
+def count_with_sidequest_redis(n):
+    """Counts its runs with the worker's own Redis (`sidequest.redis()`)."""
+    sidequest.redis().incr("visits")

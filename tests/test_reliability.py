@@ -259,6 +259,9 @@ def test_random_sigkills_in_a_loop_lose_nothing(procs, r, client):
     args = ("-c", str(concurrency), "--max-recoveries", "100")
     client.push_bulk(work, [[n, 0.01] for n in range(total)])
     workers = [procs(*args) for _ in range(3)]
+    for worker in workers:  # on a busy machine a start takes seconds: kill workers, not start-ups
+        worker.wait_registered(r)
+    wait_until(lambda: len(done_set(r)) >= 50, 30, 0.05, "the workers to be under way")
     rng = random.Random(1234)
     kills = orphaned = 0
     began = time.monotonic()

@@ -18,6 +18,7 @@ from . import aio, limiter
 from .aio import AsyncClient
 from .cancellation import cancel, cancelled
 from .client import Client, configure, default_client
+from .client import redis_for_jobs as redis
 from .config import Config
 from .errors import (
     Cancelled,
@@ -80,6 +81,7 @@ __all__ = [
     "limiter",
     "periodic",
     "push",
+    "redis",
     "result",
     "status",
     "task_message",

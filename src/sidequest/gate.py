@@ -41,7 +41,8 @@ class Gate:
     def leave(self) -> None:
         with self._cond:
             self._active -= 1
-            self._cond.notify_all()
+            if self._owner is not None:  # only an isolating processor waits on this count
+                self._cond.notify_all()
 
     @property
     def closed(self) -> bool:
@@ -63,6 +64,8 @@ class Gate:
             return True
 
     def release(self, who: int) -> None:
+        if self._owner != who:  # every job's path: only `who` itself makes the owner `who`
+            return
         with self._cond:
             if self._owner == who:
                 self._owner = None

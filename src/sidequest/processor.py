@@ -31,7 +31,7 @@ from .errors import Cancelled, OverLimit, PayloadError
 from .executor import Executor
 from .fetch import Fetch, UnitOfWork
 from .gate import Gate
-from .lifecycle import Lifecycle
+from .lifecycle import Lifecycle, has_ops
 from .outcome import Outcome, error_class_name, invalid
 from .payload import decode
 from .registry import Registry
@@ -214,7 +214,8 @@ class Processor:
         return False
 
     def _perform(self, unit: UnitOfWork, payload: dict[str, Any]) -> None:
-        taken = self._settle(lambda: unit.taken(self.rt.lifecycle.ops("taken", payload)))
+        ops = self.rt.lifecycle.ops("taken", payload)
+        taken = True if not has_ops(ops) else self._settle(lambda: unit.taken(ops))  # most jobs: no call
         if not taken:  # None: Redis stayed down past the hard deadline; shutdown puts it back
             if taken is False:
                 log.warning("%s %s was recovered by another process before it started here; skipped",

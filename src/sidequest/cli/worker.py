@@ -18,6 +18,7 @@ from typing import Any
 import click
 
 from .. import __version__
+from ..client import configure_unless_set
 from ..config import Config
 from ..connection import mask_url
 from ..errors import ConfigError, RedisUnavailableError, SidequestError
@@ -198,6 +199,7 @@ def run_worker(config: Config, swarm_child: bool = False, error_file: str | None
         setup = run_worker_hooks(config)
         launcher = Launcher(config, death_handlers=setup.death_handlers, error_handlers=setup.error_handlers,
                             recycle_on_timeout=swarm_child)
+        configure_unless_set(config)  # jobs that push jobs, or use sidequest.redis(), reach this Redis
     except ConfigError as exc:  # a wrong setting (a bad Redis URL included): the user's to fix
         return cannot_start(str(exc), code=2)
     except RedisUnavailableError as exc:
