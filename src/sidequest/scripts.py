@@ -91,7 +91,8 @@ return 1
 #       its bytes and its 'finished' ops.
 # First acknowledge the successes (remove them from the batch list; each one's ops run only if it
 # was there), then take up to `want` of the oldest jobs of the queues, in order, into the batch
-# list. Few successes are removed one LREM each; more, by rewriting the (small) list once.
+# list. Few successes are removed one LREM each; more, by rewriting the (small) list once, with
+# the jobs taken in the same write. A list that was empty is registered again in reservations.
 # Returns {queue key, job, queue key, job, ...}, empty when nothing waits.
 RESERVE = """
 local n = #KEYS
@@ -103,10 +104,11 @@ for a = 1, acks do
   raws[a], at[a] = ARGV[i], i + 1
   i = skip_ops(ARGV, i + 1)
 end
+local keep = nil  -- set when the list is rewritten: what stays, the taken jobs added after
 if acks < 3 then
   for a = 1, acks do removed[a] = redis.call('lrem', batch, -1, raws[a]) > 0 end
 elseif acks > 0 then
-  local owed, gone, keep = {}, {}, {}
+  local owed, gone, kept = {}, {}, {}
   for a = 1, acks do owed[raws[a]] = (owed[raws[a]] or 0) + 1 end
   local held = redis.call('lrange', batch, 0, -1)
   for _, raw in ipairs(held) do
@@ -114,13 +116,10 @@ elseif acks > 0 then
       owed[raw] = owed[raw] - 1
       gone[raw] = (gone[raw] or 0) + 1
     else
-      keep[#keep + 1] = raw
+      kept[#kept + 1] = raw
     end
   end
-  if #keep < #held then
-    redis.call('del', batch)
-    for s = 1, #keep, 1000 do redis.call('rpush', batch, unpack(keep, s, math.min(s + 999, #keep))) end
-  end
+  if #kept < #held then keep = kept end
   for a = 1, acks do
     removed[a] = (gone[raws[a]] or 0) > 0
     if removed[a] then gone[raws[a]] = gone[raws[a]] - 1 end
@@ -129,17 +128,29 @@ end
 for a = 1, acks do
   if removed[a] then run_ops(ARGV, at[a], 'finished', now) end
 end
-local got = {}
+local got, taken = {}, {}
 for q = 1, n - 3 do
   if want <= 0 then break end
   local jobs = redis.call('rpop', KEYS[q], want)
   if jobs then
-    if redis.call('lpush', batch, unpack(jobs)) == #jobs then redis.call('sadd', KEYS[n - 1], batch) end
     for _, job in ipairs(jobs) do
       got[#got + 1] = KEYS[q]
       got[#got + 1] = job
+      taken[#taken + 1] = job
     end
     want = want - #jobs
+  end
+end
+local write, was_empty = taken, nil
+if keep then
+  redis.call('del', batch)
+  for _, job in ipairs(taken) do keep[#keep + 1] = job end
+  write, was_empty = keep, #keep == #taken
+end
+for s = 1, #write, 1000 do
+  local length = redis.call(keep and 'rpush' or 'lpush', batch, unpack(write, s, math.min(s + 999, #write)))
+  if s == 1 and (was_empty or (was_empty == nil and length == math.min(1000, #write))) then
+    redis.call('sadd', KEYS[n - 1], batch)
   end
 end
 if #got == 0 and ARGV[2] ~= '0' then redis.call('sadd', KEYS[n - 1], batch, KEYS[n]) end
