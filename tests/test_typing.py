@@ -51,6 +51,7 @@ def test_the_public_names_are_exactly_these():
         "limiter",
         "periodic",
         "push",
+        "redis",
         "result",
         "status",
         "task_message",
