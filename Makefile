@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench bench-quick clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,8 +23,15 @@ lint: $(STAMP)  # what .ci/run checks before the suites
 	$(BIN)/ruff check src tests bench examples
 	$(BIN)/mypy --strict src
 
-bench: $(STAMP)
-	$(BIN)/python bench/run.py
+$(VENV)/.bench-installed: $(STAMP) pyproject.toml
+	$(BIN)/python -m pip install -q -e '.[bench]'
+	touch $(VENV)/.bench-installed
+
+bench: $(VENV)/.bench-installed  # every peer, 3 interleaved rounds (30-40 min on 2 cores); never part of `make test`
+	$(BIN)/python bench/run.py $(BENCH_ARGS)
+
+bench-quick: $(VENV)/.bench-installed  # sidequest vs Ruby Sidekiq, one short round (about a minute)
+	$(BIN)/python bench/run.py --quick $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info  # .sidequest holds the embedded Redis data: kept

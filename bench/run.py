@@ -1,14 +1,175 @@
-"""`make bench`: run every benchmark in this folder, each against a peer in the same run."""
+"""`make bench` and `make bench-quick`: sidequest against Ruby Sidekiq and the Python job queues on
+one private redis-server, each peer in its own virtualenv and its documented fast configuration.
+
+    .venv/bin/python bench/run.py [--quick] [--rounds 3] [--jobs 20000] [--peers sidequest,huey]
+                                  [--skip-install] [--scheduled-over 30] [--backlog] [--no-extras]
+    .venv/bin/python bench/run.py --report bench/results/latest.json [--to-docs]   (tables, chart, markdown again)
+
+A full run measures every configuration of harness/rows.py in 3 interleaved rounds (about half
+an hour on 2 cores), then runs the older single-purpose benchmarks (bulk_push.py, throughput.py:
+reliable vs basic fetch, tasks.py); --quick is sidequest vs Sidekiq, one short round (about a
+minute). What is measured and how: harness/phases.py; the peers' contract: peers/_peer.py.
+Results: a table here, bench/results/<UTC time>.json and latest.json, the same tables as markdown
+in <UTC time>.md and latest.md, the chart in latest.png/.svg, and for a full run the markdown
+between the bench:begin/end lines of docs/performance.md and the chart as docs/images/bench.png/.svg;
+the peers' logs in bench/results/logs/<UTC time>/.
+"""
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
+import platform
 import subprocess
 import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-BENCHES = ["bulk_push.py", "throughput.py", "tasks.py"]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import psutil
+from common import PrivateRedis
+from harness import install
+from harness.chart import write_chart
+from harness.markdown import DOCS_PAGE, render, update_docs, write_markdown
+from harness.peers import Peer, PhaseError
+from harness.redisops import Counted, ceiling
+from harness.report import print_report, write_json
+from harness.rounds import run_rounds, summarise
+from harness.rows import REFERENCE, RESULTS, Row, Settings, all_rows, quick_rows, select
 
-for name in BENCHES:
-    print(f"== {name}", flush=True)
-    subprocess.run([sys.executable, os.path.join(HERE, name)], check=True)
+HERE = Path(__file__).resolve().parent
+LEGACY = ["bulk_push.py", "throughput.py", "tasks.py"]
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="sidequest vs Sidekiq only, 1 round of 10,000 jobs (~1 min)")
+    p.add_argument("--rounds", type=int, help="interleaved rounds (3; quick: 1)")
+    p.add_argument("--jobs", type=int, help="no-op jobs per throughput run (20,000; quick: 10,000)")
+    p.add_argument("--peers", help="comma-separated peers or row ids (sidekiq, the reference, is always added)")
+    p.add_argument("--skip-install", action="store_true", help="use the virtualenvs as they are; skip what is missing")
+    p.add_argument("--scheduled-over", type=float, help="seconds the scheduled jobs are spread over (30; quick: 10)")
+    p.add_argument("--backlog", nargs="?", type=int, const=1_000_000, metavar="WAITING",
+                   help="also: sidequest's throughput for --jobs jobs with WAITING (1,000,000) queued")
+    p.add_argument("--no-extras", action="store_true", help="skip the older benchmarks after a full run")
+    p.add_argument("--report", type=Path,
+                   help="print the tables, draw the chart and write latest.md of a results JSON, then stop")
+    p.add_argument("--to-docs", nargs="?", type=Path, const=DOCS_PAGE, metavar="PAGE",
+                   help="with --report: also put the markdown between the bench:begin/end lines of\n"
+                        "docs/performance.md (or PAGE); the chart in docs/images/ is left as it is")
+    args = p.parse_args(argv)
+    if args.to_docs and not args.report:
+        p.error("--to-docs goes with --report (a full run updates the docs by itself)")
+    return args
+
+
+def settings_from(args: argparse.Namespace) -> Settings:
+    s = Settings()
+    if args.quick:
+        s.quicken()
+    s.rounds = args.rounds or s.rounds
+    s.jobs = args.jobs or s.jobs
+    s.sched_over = args.scheduled_over or s.sched_over
+    s.backlog = args.backlog is not None
+    s.backlog_jobs = args.backlog or s.backlog_jobs
+    return s
+
+
+def prepare(rows: list[Row], url: str, skip_install: bool, log_dir: Path) -> tuple[dict[str, Peer], dict[str, str]]:
+    """A Peer per row whose peer is installed and answers `staged-keys`; the others, with why."""
+    pythons: dict[str, str] = {}
+    skipped: dict[str, str] = {}
+    for peer in dict.fromkeys(row.peer for row in rows):
+        try:
+            if peer == "sidekiq":
+                install.ensure_sidekiq(skip_install, log_dir)
+            pythons[peer] = install.peer_python(peer, skip_install, log_dir)
+            row = next(row for row in rows if row.peer == peer)
+            Peer(row, pythons[peer], url, log_dir).staged_keys("check")  # imports the peer file and its library
+        except (install.Unavailable, PhaseError) as exc:
+            lines = str(exc).strip().splitlines() or ["?"]
+            skipped[peer] = lines[0] + (f": {lines[-1].strip()}" if len(lines) > 1 else "")
+            pythons.pop(peer, None)
+            print(f"  skipping {peer}: {skipped[peer]}", flush=True)
+    return {row.id: Peer(row, pythons[row.peer], url, log_dir) for row in rows if row.peer in pythons}, skipped
+
+
+def machine(counted: Counted) -> dict[str, Any]:
+    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), platform.processor())
+    return {"cpu_count": os.cpu_count(), "cpu_model": model,
+            "memory_gb": round(psutil.virtual_memory().total / 2**30, 1), "kernel": platform.release(),
+            "python": platform.python_version(),
+            "redis_version": counted.r.info("server")["redis_version"], "load_average_start": os.getloadavg()}
+
+
+def measure(args: argparse.Namespace, settings: Settings, rows: list[Row], stamp: str) -> dict[str, Any]:
+    log_dir = RESULTS / "logs" / stamp
+    log_dir.mkdir(parents=True, exist_ok=True)
+    with PrivateRedis() as server:
+        counted = Counted(server.url)
+        print(f"private redis-server on port {server.port}; preparing {len(rows)} configuration(s)", flush=True)
+        peers, skipped = prepare(rows, server.url, args.skip_install, log_dir)
+        if not any(row.id == REFERENCE for row in (p.row for p in peers.values())):
+            print(f"  no {REFERENCE} row: ratios will be n/a", flush=True)
+        doc: dict[str, Any] = {"started": stamp, "command": sys.argv, "settings": vars(settings).copy(),
+                               "machine": machine(counted), "log_dir": str(log_dir.relative_to(HERE.parent)),
+                               "skipped": skipped,
+                               "versions": {peer.row.peer: install.versions(peer.row.peer, peer.python)
+                                            for peer in peers.values()}}
+        print("measuring the Redis ceiling (redis-benchmark)", flush=True)
+        doc["ceiling"] = ceiling(counted.r, server.port, settings.ceiling_requests)
+        doc["rows"] = [{**vars(p.row), "label": p.row.label} for p in peers.values()]
+        doc["rounds"] = run_rounds(peers, settings, counted, server.proc.pid)
+    for log in log_dir.iterdir():  # keep the logs that say something
+        if log.stat().st_size == 0:
+            log.unlink()
+    doc["medians"], doc["ratios"] = summarise(doc["rounds"], list(peers))
+    doc["machine"]["load_average_end"] = os.getloadavg()
+    doc["finished"] = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    return doc
+
+
+def run_legacy() -> None:
+    for name in LEGACY:
+        print(f"\n== {name}", flush=True)
+        subprocess.run([sys.executable, str(HERE / name)], check=False)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if args.report:
+        doc = json.loads(args.report.read_text())
+        print_report(doc)
+        print("chart:", ", ".join(str(p) for p in write_chart(doc, to_docs=False)))
+        text = render(doc)
+        print("markdown:", ", ".join(str(p) for p in write_markdown(text)))
+        if args.to_docs and update_docs(text, args.to_docs):
+            print(f"tables of {args.to_docs} updated")
+        return
+    settings = settings_from(args)
+    cores = settings.cores
+    rows = select(quick_rows(cores) if args.quick else all_rows(cores), args.peers)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    began = time.monotonic()
+    doc = measure(args, settings, rows, stamp)
+    path = write_json(doc, stamp)
+    print_report(doc)
+    full = not args.quick and not args.peers
+    charts = write_chart(doc, to_docs=full)
+    text = render(doc)
+    write_markdown(text, stamp)
+    if full and update_docs(text):
+        print(f"tables of {DOCS_PAGE.relative_to(HERE.parent)} updated")
+    print(f"results: {path.relative_to(HERE.parent)} (and latest.json, .md); chart: "
+          f"{', '.join(str(p.relative_to(HERE.parent)) for p in charts) or 'none'}; "
+          f"{time.monotonic() - began:.0f} s")
+    if full and not args.no_extras:
+        run_legacy()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,219 @@
+"""One configuration's measurements in one round, on the shared private redis-server (FLUSHALL
+before each enqueue and after the configuration is done; never while a worker runs, whose own
+keys, such as Celery's queue bindings, must stay):
+
+  throughput   bulk-enqueue N noop jobs (timed by the peer: bulk enqueue jobs/s), rename the
+               staged keys aside, start the worker, wait until it is idle (idle RSS), CONFIG
+               RESETSTAT, rename the keys back, BLPOP bench:last; jobs/s = N / (last job end -
+               first job start), with sidequest's reliable fetch done only once every job is
+               acknowledged; worker and Redis CPU per job, peak RSS, Redis commands per job
+               (INFO commandstats: commands run inside Lua scripts count too, as does EVALSHA).
+  latency      the same worker, idle again: p50/p99 latency of stamp jobs enqueued one at a
+               time (after 3 discarded), then
+  schedule     the lateness (start - due) of jobs scheduled at even steps over S seconds.
+  single       with the worker stopped: enqueue a smaller number of jobs one call each (jobs/s).
+  backlog      (--backlog, sidequest only) the throughput of the first N jobs with 1,000,000
+               waiting, against the same round's throughput with N waiting.
+
+A phase that fails records n/a (its error and the log's last lines) and the others go on."""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import psutil
+import redis
+
+from .peers import Peer, PhaseError
+from .redisops import COUNT, FIRST, STAMPS, Counted, collect_stamps
+from .rows import Settings
+from .tree import MB, Tree
+
+QUEUE = "bench"
+SCHEDULE_WARMUP = 6.0  # s of worker age before scheduling: pollers' first, randomised wait is over
+
+
+@dataclass
+class Context:
+    peer: Peer
+    settings: Settings
+    round: int
+    counted: Counted
+    redis_pid: int
+    figures: dict[str, float | None] = field(default_factory=dict)
+    details: dict[str, Any] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def r(self) -> redis.Redis:
+        return self.counted.r
+
+    def name(self, phase: str) -> str:
+        return f"r{self.round}-{phase}"
+
+    def result(self) -> dict[str, Any]:
+        return {"figures": self.figures, "details": self.details, "errors": self.errors, "notes": self.notes}
+
+
+def percentile(values: list[float], p: float) -> float:
+    """Nearest-rank percentile of a non-empty list."""
+    ordered = sorted(values)
+    return ordered[max(0, min(len(ordered) - 1, round(p / 100 * len(ordered) + 0.5) - 1))]
+
+
+@contextmanager
+def worker(ctx: Context, total: int, phase: str) -> Iterator[Tree]:
+    tree = Tree(ctx.peer.start_worker(total, ctx.name(phase)))
+    try:
+        yield tree
+    finally:
+        if note := tree.stop(ctx.settings.stop_timeout):
+            ctx.notes.append(f"{phase}: {note}")
+
+
+def wait_idle(ctx: Context, tree: Tree, phase: str) -> None:
+    if note := tree.wait_idle(ctx.settings.idle_timeout):
+        ctx.notes.append(f"{phase}: {note}")
+
+
+def redis_cpu(pid: int) -> float:
+    t = psutil.Process(pid).cpu_times()
+    return t.user + t.system
+
+
+def stage(ctx: Context) -> list[str]:
+    """Bulk-enqueue N jobs (timed by the peer) and rename the keys holding them aside."""
+    n = ctx.settings.jobs
+    ctx.r.flushall()
+    ctx.figures["bulk_enqueue"] = n / ctx.peer.enqueue("bulk", n, ctx.name("bulk"), timeout=900)
+    return ctx.counted.aside(ctx.peer.staged_keys(ctx.name("keys")))
+
+
+def with_worker(ctx: Context) -> None:
+    """Throughput, then latency and scheduled lateness, all through one start of the worker."""
+    keys: list[str] = []
+    guarded(ctx, "throughput", lambda: keys.extend(stage(ctx)))
+    with worker(ctx, ctx.settings.jobs, "worker") as tree:
+        wait_idle(ctx, tree, "worker start")
+        idle = tree.idle_memory()
+        ctx.figures["idle_rss_mb"] = sum(p["rss_mb"] for p in idle)
+        ctx.figures["idle_rss_max_mb"] = max((p["rss_mb"] for p in idle), default=None)
+        ctx.details["idle_processes"] = idle
+        ctx.details["idle_pss_mb"] = sum(p.get("pss_mb", 0) for p in idle)
+        if keys:
+            guarded(ctx, "throughput", lambda: window(ctx, tree, keys, ctx.settings.jobs))
+            wait_idle(ctx, tree, "after the throughput run")
+        guarded(ctx, "latency", lambda: latency(ctx))
+        guarded(ctx, "schedule", lambda: schedule(ctx, tree))
+
+
+def window(ctx: Context, tree: Tree, keys: list[str], n: int) -> None:
+    """From the jobs' appearance to the last job's end: the throughput phase's measurements."""
+    counted = ctx.counted
+    counted.reset_stats()
+    tree.reset_peak()
+    cpu0, redis0, shown = tree.cpu(), redis_cpu(ctx.redis_pid), time.time()
+    counted.back(keys)
+    last = counted.wait_last(tree, ctx.settings.run_timeout)
+    end = max(last, counted.wait_sidequest_acked(QUEUE)) if ctx.peer.row.peer == "sidequest" else last
+    cpu1, redis1 = tree.cpu(), redis_cpu(ctx.redis_pid)
+    peak = max(tree.peak, sum(p["rss_mb"] for p in tree.rss()) * MB)
+    calls = counted.commandstats()
+    first, count = float(ctx.r.get(FIRST) or 0), int(ctx.r.get(COUNT) or 0)
+    if count != n:
+        ctx.notes.append(f"throughput: bench:count is {count}, not {n}")
+    total = sum(calls.values())
+    ctx.figures.update({
+        "throughput": n / (end - first),
+        "cpu_us_per_job": (cpu1 - cpu0) / n * 1e6,
+        "redis_cpu_us_per_job": (redis1 - redis0) / n * 1e6,
+        "commands_per_job": total / n,
+        "commands_besides_job": (total - n - 2) / n,  # the job's own: N INCR, one SET, one RPUSH
+        "peak_rss_mb": peak / MB,
+    })
+    ctx.details.update({
+        "seconds": end - first, "throughput_to_last": n / (last - first), "first_job_after_s": first - shown,
+        "count": count, "commands": {name: calls_ / n for name, calls_ in calls.items()},
+        "harness_commands": dict(counted.calls), "processes": len(tree.processes()),
+    })
+
+
+def single(ctx: Context) -> None:
+    count = ctx.settings.single_jobs
+    ctx.r.flushall()
+    ctx.figures["single_enqueue"] = count / ctx.peer.enqueue("single", count, ctx.name("single"), timeout=900)
+
+
+def latency(ctx: Context) -> None:
+    count = ctx.settings.latency_count
+    ctx.peer.run("latency", "--count", "3", name=ctx.name("latency-warmup"), timeout=120)  # discarded
+    got = ctx.peer.run("latency", "--count", str(count), name=ctx.name("latency"), timeout=60 + 2 * count)
+    seconds = [float(x) for x in got["latencies"]]  # type: ignore[index]
+    ctx.figures["latency_p50_ms"] = percentile(seconds, 50) * 1000
+    ctx.figures["latency_p99_ms"] = percentile(seconds, 99) * 1000
+    ctx.details["latency_max_ms"] = max(seconds) * 1000
+
+
+def schedule(ctx: Context, tree: Tree) -> None:
+    count, over = ctx.settings.sched_count, ctx.settings.sched_over
+    tree.wait_age(SCHEDULE_WARMUP)
+    ctx.r.delete(STAMPS)
+    began = time.monotonic()
+    ctx.peer.run("schedule", "--count", str(count), "--over", str(over), name=ctx.name("schedule"),
+                 timeout=over + 120)
+    stamps = collect_stamps(ctx.r, count, began + over + 31)
+    tree.check_alive("while scheduled jobs were due")
+    if not stamps:
+        raise PhaseError(f"none of the {count} scheduled jobs ran within {over + 30:.0f} s of the last due time")
+    late = [started - due for due, started in stamps]
+    ctx.figures.update({"sched_p50_s": percentile(late, 50), "sched_p99_s": percentile(late, 99),
+                        "sched_max_s": max(late)})
+    ctx.details.update({"sched_ran": len(stamps), "sched_missing": count - len(stamps), "sched_min_s": min(late)})
+    if len(stamps) < count:
+        ctx.notes.append(f"schedule: only {len(stamps)} of {count} scheduled jobs ran in time")
+
+
+def backlog(ctx: Context) -> None:
+    n, waiting = ctx.settings.jobs, ctx.settings.backlog_jobs
+    ctx.r.flushall()
+    ctx.details["backlog_enqueue_s"] = ctx.peer.enqueue("bulk", waiting, ctx.name("backlog-enqueue"), timeout=3600)
+    keys = ctx.counted.aside(ctx.peer.staged_keys(ctx.name("keys")))
+    with worker(ctx, n, "backlog") as tree:
+        wait_idle(ctx, tree, "backlog")
+        ctx.counted.back(keys)
+        last = ctx.counted.wait_last(tree, ctx.settings.run_timeout)
+        first = float(ctx.r.get(FIRST) or 0)
+    ctx.r.flushall()
+    rate = n / (last - first)
+    ctx.figures["backlog_jobs_per_s"] = rate
+    base = ctx.details.get("throughput_to_last")  # the same end (bench:last), N waiting
+    ctx.figures["backlog_ratio"] = rate / base if base else None
+
+
+def guarded(ctx: Context, phase: str, run: Callable[[], None]) -> None:
+    """Run one phase; on failure record its error (n/a in the table) and go on."""
+    began = time.monotonic()
+    try:
+        run()
+    except PhaseError as exc:
+        ctx.errors[phase] = str(exc)
+    except Exception as exc:  # a harness or peer bug: keep the run going, keep the evidence
+        ctx.errors[phase] = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}"
+    finally:
+        spent = ctx.details.setdefault("phase_seconds", {})
+        spent[phase] = round(spent.get(phase, 0) + time.monotonic() - began, 2)
+
+
+def measure(ctx: Context) -> dict[str, Any]:
+    guarded(ctx, "worker", lambda: with_worker(ctx))
+    guarded(ctx, "single", lambda: single(ctx))
+    if ctx.settings.backlog and ctx.peer.row.peer == "sidequest":
+        guarded(ctx, "backlog", lambda: backlog(ctx))
+    ctx.r.flushall()
+    return ctx.result()

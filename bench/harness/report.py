@@ -1,0 +1,192 @@
+"""The results: two tables on the terminal (rich), every raw figure in JSON under bench/results/.
+
+Each cell is the median over rounds, then (after a multiplication sign) the median over rounds of
+(this row's figure / Sidekiq's figure in the same round); n/a when a phase failed or cannot apply.
+The plain-text pieces (cells, headings, the lines under the tables) are shared with `markdown`."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from .rows import FIGURE, REFERENCE, RESULTS, TIMES
+
+THROUGHPUT_COLUMNS = ["throughput", "bulk_enqueue", "single_enqueue", "cpu_us_per_job", "redis_cpu_us_per_job",
+                      "commands_per_job", "commands_besides_job"]
+LATENCY_COLUMNS = ["latency_p50_ms", "latency_p99_ms", "sched_p50_s", "sched_p99_s", "sched_max_s",
+                   "peak_rss_mb", "idle_rss_mb", "idle_rss_max_mb"]
+IDLE_RSS_GOAL_MB = 40
+LOAD_HEADING = ("Redis load", "% INCR ceiling")
+
+Extra = tuple[tuple[str, str], list[str | None]]  # a column after the figures: (heading lines, a cell per row)
+
+
+# -- plain text, shared with markdown.py ---------------------------------------------------------------------
+def ratio_text(ratio: float) -> str:
+    return f"{ratio:.2f}" if ratio >= 0.1 else f"{ratio:.1g}"
+
+
+def cell_parts(doc: dict[str, Any], row_id: str, key: str) -> tuple[str, str | None] | None:
+    """(value, ratio) of one cell: ratio TIMES + ratio_text, "n/a" when missing, None for the reference (or
+    with no reference row); None instead of the pair when the figure itself is n/a."""
+    value = doc["medians"].get(row_id, {}).get(key)
+    if value is None:
+        return None
+    text = f"{value:,.{FIGURE[key].digits}f}"
+    if row_id == REFERENCE or REFERENCE not in doc["medians"]:
+        return text, None
+    ratio = doc["ratios"].get(row_id, {}).get(key)
+    return text, f"{TIMES}{ratio_text(ratio)}" if ratio is not None else "n/a"
+
+
+def heading(key: str) -> tuple[str, str]:
+    figure = FIGURE[key]
+    return figure.label, f"{figure.unit} {'↑' if figure.higher_is_better else '↓'}"
+
+
+def tables(doc: dict[str, Any]) -> list[tuple[str, list[str], list[Extra]]]:
+    """The two tables: (title, figure keys, extra columns)."""
+    s = doc["settings"]
+    return [("Throughput and cost", THROUGHPUT_COLUMNS, [(LOAD_HEADING, ceiling_share(doc))]),
+            (f"Latency (idle worker), scheduled lateness ({s['sched_count']} jobs over {s['sched_over']:.0f} s), "
+             "memory", LATENCY_COLUMNS, [])]
+
+
+def setup_text(doc: dict[str, Any]) -> str:
+    m, s = doc["machine"], doc["settings"]
+    return (f"{m['cpu_count']} CPUs ({m['cpu_model']}), Redis {m['redis_version']}, {s['jobs']:,} no-op jobs, "
+            f"median of {s['rounds']} round(s)")
+
+
+def ceiling_share(doc: dict[str, Any]) -> list[str | None]:
+    """Redis commands/s each row's throughput needs, as a share of the INCR ceiling (None: n/a)."""
+    incr = doc.get("ceiling", {}).get("INCR")
+    found: list[str | None] = []
+    for row in doc["rows"]:
+        m = doc["medians"].get(row["id"], {})
+        ok = incr and m.get("throughput") and m.get("commands_per_job")
+        found.append(f"{m['throughput'] * m['commands_per_job'] / incr:.0%}" if ok else None)
+    return found
+
+
+def versions_line(doc: dict[str, Any]) -> str:
+    parts = []
+    for peer, found in doc.get("versions", {}).items():
+        details = ", ".join(f"{name} {version}" for name, version in found.items() if name != peer)
+        parts.append(f"{peer} {found.get(peer, '?')} ({details})")
+    return "versions: " + "; ".join(parts)
+
+
+def ceiling_line(doc: dict[str, Any]) -> str | None:
+    c = doc.get("ceiling", {})
+    names = [name for name in ("INCR", "LPUSH", "RPOP", "EVALSHA") if name in c]
+    if not names:
+        return None
+    figures = ", ".join(f"{name} {c[name]:,.0f}/s" for name in names)
+    return f"Redis ceiling (redis-benchmark, {c.get('clients')} clients, this server): {figures}"
+
+
+def backlog_lines(doc: dict[str, Any]) -> list[str]:
+    s, found = doc["settings"], []
+    for row in doc["rows"]:
+        m = doc["medians"].get(row["id"], {})
+        if m.get("backlog_jobs_per_s") is not None:
+            ratio = m.get("backlog_ratio")
+            found.append(f"backlog, {row['label']}: {m['backlog_jobs_per_s']:,.0f} jobs/s for the first "
+                         f"{s['jobs']:,} of {s['backlog_jobs']:,} waiting; {'n/a' if ratio is None else f'{ratio:.2f}'}"
+                         f" of the rate with {s['jobs']:,} waiting (goal ≥ 0.90)")
+    return found
+
+
+def goal_lines(doc: dict[str, Any], mark: Callable[[bool], str]) -> list[str]:
+    """The idle-RSS goal of each sidequest row; `mark(met)` renders "met"/"missed"."""
+    found = []
+    for row in doc["rows"]:
+        biggest = doc["medians"].get(row["id"], {}).get("idle_rss_max_mb")
+        if row["peer"] == "sidequest" and biggest is not None:
+            found.append(f"idle RSS per process, {row['label']}: largest {biggest:.1f} MB "
+                         f"(goal ≤ {IDLE_RSS_GOAL_MB} MB: {mark(biggest <= IDLE_RSS_GOAL_MB)})")
+    return found
+
+
+def problems(doc: dict[str, Any]) -> list[tuple[str, str, list[str]]]:
+    """(kind: skipped|note|n/a, text, the error's further lines) of the peers skipped and the phases noted or failed."""
+    found = [("skipped", f"{peer}: {reason}", []) for peer, reason in doc.get("skipped", {}).items()]
+    for rnd in doc["rounds"]:
+        for row_id, result in rnd["results"].items():
+            found += [("note", f"round {rnd['round']} {row_id}: {note}", []) for note in result["notes"]]
+            for phase, error in result["errors"].items():
+                lines = error.strip().splitlines()
+                found.append(("n/a", f"round {rnd['round']} {row_id} {phase}: {lines[0] if lines else ''}",
+                              lines[1:][-6:]))
+    return found
+
+
+# -- the terminal -------------------------------------------------------------------------------------------
+def console() -> Console:
+    width = shutil.get_terminal_size((160, 40)).columns if sys.stdout.isatty() else 160
+    return Console(width=max(width, 100))
+
+
+def cell(doc: dict[str, Any], row_id: str, key: str) -> str:
+    parts = cell_parts(doc, row_id, key)
+    if parts is None:
+        return "[dim]n/a[/]"
+    text, ratio = parts
+    if ratio is None:
+        return text
+    return f"{text} [cyan]{ratio}[/]" if ratio != "n/a" else f"{text} [dim]{TIMES}n/a[/]"
+
+
+def table(doc: dict[str, Any], title: str, keys: list[str], extra: list[Extra]) -> Table:
+    """One table: a row per configuration, a column per figure, then the `extra` columns."""
+    t = Table(title=title, title_justify="left", header_style="bold")
+    t.add_column("configuration", no_wrap=True)
+    for key in keys:
+        t.add_column("\n".join(heading(key)), justify="right")
+    for lines, _ in extra:
+        t.add_column("\n".join(lines), justify="right")
+    for i, row in enumerate(doc["rows"]):
+        t.add_row(row["label"], *(cell(doc, row["id"], key) for key in keys),
+                  *(cells[i] or "[dim]n/a[/]" for _, cells in extra))
+    return t
+
+
+def print_report(doc: dict[str, Any]) -> None:
+    out = console()
+    out.print()
+    out.print(f"[bold]sidequest benchmark[/] {doc['started']}  {setup_text(doc)}; {TIMES}: ratio to {REFERENCE}, "
+              "same round; ↑ higher is better, ↓ lower")
+    for title, keys, extra in tables(doc):
+        out.print(table(doc, title, keys, extra))
+    for row in doc["rows"]:
+        out.print(f"[dim]{row['label']}: {row['note']}[/]", highlight=False)
+    out.print(versions_line(doc), highlight=False)
+    for line in [ceiling_line(doc), *backlog_lines(doc)]:
+        if line:
+            out.print(line)
+    for line in goal_lines(doc, lambda met: "[green]met[/]" if met else "[red]missed[/]"):
+        out.print(line)
+    style = {"skipped": "[yellow]skipped[/]", "note": "[yellow]note[/]", "n/a": "[red]n/a[/]"}
+    for kind, text, more in problems(doc):
+        out.print(f"{style[kind]} ", end="")
+        out.print(text, highlight=False, markup=False)
+        for line in more:
+            out.print(f"      {line}", style="dim", highlight=False, markup=False)
+    out.print(f"logs: {doc.get('log_dir')}")
+
+
+def write_json(doc: dict[str, Any], stamp: str) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(doc, indent=1, sort_keys=False, default=str)
+    path = RESULTS / f"{stamp}.json"
+    path.write_text(text)
+    (RESULTS / "latest.json").write_text(text)
+    return path

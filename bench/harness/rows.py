@@ -1,0 +1,126 @@
+"""What a run measures: the configurations (rows of the table, each a peer with its processes and
+concurrency), the figures reported for each, and the settings of a full or a quick run."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent.parent
+PEERS_DIR = BENCH / "peers"
+RESULTS = BENCH / "results"
+TIMES = "\N{MULTIPLICATION SIGN}"
+REFERENCE = "sidekiq"  # every ratio divides by this row's figure of the same round
+CONCURRENCY = 10
+PYTHON_PEERS = ["huey", "dramatiq", "rq", "celery", "taskiq", "arq", "saq"]
+
+
+@dataclass(frozen=True)
+class Row:
+    """One configuration: peer file `bench/peers/<peer>_peer.py`, `--processes`, `--concurrency`, and
+    `env`, (name, value) pairs added to the environment of all its commands (harness/peers.py: the
+    worker's processes and the client commands, enqueue included)."""
+
+    id: str
+    peer: str
+    processes: int
+    concurrency: int = CONCURRENCY
+    env: tuple[tuple[str, str], ...] = ()
+    note: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"{self.id} ({self.processes}p{TIMES}c{self.concurrency})"
+
+
+def all_rows(cores: int) -> list[Row]:
+    """Every configuration of a full run, the reference first."""
+    rows = [
+        Row("sidekiq", "sidekiq", 1, note="Ruby Sidekiq 6 OSS with YJIT, one process (OSS has no multi-process "
+            "mode); Ruby 3.1's YJIT maps its whole 256 MiB code region at start: most of this row's RSS"),
+        Row("sidekiq-nojit", "sidekiq", 1, env=(("BENCH_SIDEKIQ_YJIT", "0"),), note="Ruby Sidekiq without YJIT"),
+        Row("sidequest", "sidequest", 1, note="one process, reliable fetch"),
+    ]
+    if cores > 1:
+        rows.append(Row(f"sidequest-{cores}p", "sidequest", cores, note="one process per core, reliable fetch"))
+    rows.append(Row(f"sidequest-{cores}p-plain", "sidequest", cores, env=(("BENCH_PLAIN_REDIS", "1"),),
+                    note="job's INCR through a stock redis-py client instead of sidequest.redis()"))
+    rows += [Row(name, name, cores, note="the peer file's fast configuration") for name in PYTHON_PEERS]
+    return rows
+
+
+def quick_rows(cores: int) -> list[Row]:
+    """The reference and sidequest's own configurations, without the variants that change their environment."""
+    return [row for row in all_rows(cores) if (row.peer == "sidequest" and not row.env) or row.id == REFERENCE]
+
+
+def select(rows: list[Row], wanted: str | None) -> list[Row]:
+    """Rows whose id or peer is named in the comma-separated `wanted`; the reference is always kept."""
+    if not wanted:
+        return rows
+    names = {name.strip() for name in wanted.split(",") if name.strip()}
+    unknown = names - {row.id for row in rows} - {row.peer for row in rows}
+    if unknown:
+        raise SystemExit(f"unknown peer(s) {', '.join(sorted(unknown))}; known: {', '.join(r.id for r in rows)}")
+    return [row for row in rows if row.id == REFERENCE or row.id in names or row.peer in names]
+
+
+@dataclass(frozen=True)
+class Figure:
+    key: str
+    label: str
+    unit: str
+    higher_is_better: bool
+    digits: int = 0
+
+
+FIGURES = [
+    Figure("throughput", "throughput", "jobs/s", True),
+    Figure("bulk_enqueue", "bulk enqueue", "jobs/s", True),
+    Figure("single_enqueue", "single enqueue", "jobs/s", True),
+    Figure("cpu_us_per_job", "worker CPU", "µs/job", False),
+    Figure("redis_cpu_us_per_job", "Redis CPU", "µs/job", False),
+    Figure("commands_per_job", "Redis cmds", "/job", False, 2),
+    Figure("commands_besides_job", "cmds besides job's", "/job", False, 2),
+    Figure("latency_p50_ms", "latency p50", "ms", False, 2),
+    Figure("latency_p99_ms", "latency p99", "ms", False, 2),
+    Figure("sched_p50_s", "sched. late p50", "s", False, 3),
+    Figure("sched_p99_s", "sched. late p99", "s", False, 3),
+    Figure("sched_max_s", "sched. late max", "s", False, 3),
+    Figure("peak_rss_mb", "peak RSS", "MB", False, 1),
+    Figure("idle_rss_mb", "idle RSS", "MB", False, 1),
+    Figure("idle_rss_max_mb", "idle RSS/proc max", "MB", False, 1),
+    Figure("backlog_jobs_per_s", "throughput, 1M waiting", "jobs/s", True),
+    Figure("backlog_ratio", "backlog / no backlog", "ratio", True, 3),
+]
+FIGURE = {figure.key: figure for figure in FIGURES}
+
+
+@dataclass
+class Settings:
+    """One run's sizes and limits (full defaults; `quick()` shrinks them to about a minute)."""
+
+    rounds: int = 3
+    jobs: int = 20_000
+    single_jobs: int = 5_000
+    latency_count: int = 200
+    sched_count: int = 1_000
+    sched_over: float = 30.0
+    backlog: bool = False
+    backlog_jobs: int = 1_000_000
+    ceiling_requests: int = 200_000
+    quick: bool = False
+    cores: int = field(default_factory=lambda: os.cpu_count() or 1)
+    idle_timeout: float = 60.0  # a worker not idle by then is measured anyway (and noted)
+    stop_timeout: float = 30.0  # SIGTERM, then SIGKILL of the whole tree
+
+    def quicken(self) -> None:
+        self.rounds, self.jobs, self.single_jobs = 1, 10_000, 2_000
+        self.latency_count, self.sched_count, self.sched_over = 50, 200, 10.0
+        self.ceiling_requests, self.quick = 20_000, True
+
+    @property
+    def run_timeout(self) -> float:
+        """Longest wait for the last of N jobs (a peer slower than N/timeout jobs/s gets n/a)."""
+        return max(180.0, self.jobs / 100)

@@ -1,0 +1,122 @@
+"""Where a sidequest worker spends its time: py-spy samples one worker draining no-op jobs.
+
+    .venv/bin/python bench/profile.py [JOBS] [-c CONCURRENCY] [--all-threads]
+
+The same job and method as `make bench` (the jobs are renamed aside while the worker starts,
+then appear at once). py-spy samples the worker 250 times a second; by default only the thread
+holding the GIL (`--gil`), which is where Python CPU goes. Prints the share of samples by
+function (self, then inclusive) and the worker's CPU time per job split into user and system.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import psutil
+import redis
+
+sys.path.insert(0, os.path.dirname(__file__))
+from common import PrivateRedis
+
+PEERS = Path(__file__).resolve().parent / "peers"
+
+
+def cpu_times(proc: psutil.Process) -> tuple[float, float]:
+    user = system = 0.0
+    for p in [proc, *proc.children(recursive=True)]:
+        try:
+            t = p.cpu_times()
+        except psutil.Error:
+            continue
+        user, system = user + t.user, system + t.system
+    return user, system
+
+
+def wait_idle(proc: psutil.Process) -> None:
+    time.sleep(1.0)
+    last = sum(cpu_times(proc))
+    while True:
+        time.sleep(0.5)
+        now = sum(cpu_times(proc))
+        if now - last < 0.01:
+            return
+        last = now
+
+
+def shares(raw: Path, top: int) -> None:
+    own: Counter[str] = Counter()
+    inclusive: Counter[str] = Counter()
+    total = 0
+    for line in raw.read_text().splitlines():
+        if not line.strip():
+            continue
+        stack, _, count = line.rpartition(" ")
+        frames = stack.split(";")
+        total += int(count)
+        own[frames[-1]] += int(count)
+        for frame in set(frames):
+            inclusive[frame] += int(count)
+    print(f"\n{total} samples; self time by function:")
+    for frame, n in own.most_common(top):
+        print(f"  {100 * n / total:5.1f}%  {frame}")
+    print("inclusive:")
+    for frame, n in inclusive.most_common(top + 6)[6:]:  # past the thread bootstrap frames
+        print(f"  {100 * n / total:5.1f}%  {frame}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("jobs", nargs="?", type=int, default=40_000)
+    parser.add_argument("-c", "--concurrency", type=int, default=10)
+    parser.add_argument("--all-threads", action="store_true", help="sample every thread, waiting ones too")
+    parser.add_argument("--top", type=int, default=25)
+    args = parser.parse_args()
+    spy = shutil.which("py-spy", path=os.path.dirname(sys.executable)) or shutil.which("py-spy")
+    if spy is None:
+        raise SystemExit("py-spy is not installed: .venv/bin/pip install -e '.[bench]'")
+    with PrivateRedis() as server, tempfile.TemporaryDirectory() as tmp:
+        r = redis.Redis.from_url(server.url)
+        env = {**os.environ, "PYTHONPATH": str(PEERS), "BENCH_TOTAL": str(args.jobs), "REDIS_URL": server.url}
+        peer = [sys.executable, str(PEERS / "sidequest_peer.py")]
+        subprocess.run([*peer, "enqueue", "--url", server.url, "--count", str(args.jobs)], env=env, check=True,
+                       stdout=subprocess.DEVNULL)
+        r.rename("queue:bench", "bench:aside")
+        worker = subprocess.Popen([*peer, "worker", "--url", server.url, "--concurrency", str(args.concurrency)],
+                                  env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            proc = psutil.Process(worker.pid)
+            wait_idle(proc)
+            raw = Path(tmp) / "samples.txt"
+            sampler = subprocess.Popen([spy, "record", "-p", str(worker.pid), "-o", str(raw), "-f", "raw", "-r", "250",
+                                        "--nonblocking", *([] if args.all_threads else ["--gil"])],
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(1.0)  # py-spy attached
+            user0, system0 = cpu_times(proc)
+            r.rename("bench:aside", "queue:bench")
+            while r.blpop(["bench:last"], timeout=1) is None:
+                if worker.poll() is not None:
+                    raise SystemExit("the worker exited")
+            user1, system1 = cpu_times(proc)
+            sampler.send_signal(signal.SIGINT)
+            sampler.wait(30)
+        finally:
+            worker.send_signal(signal.SIGTERM)
+            worker.wait(30)
+        n = args.jobs
+        user, system = 1e6 * (user1 - user0) / n, 1e6 * (system1 - system0) / n
+        print(f"worker CPU per job: user {user:.0f} µs, system {system:.0f} µs"
+              f" ({n:,} jobs, -c {args.concurrency}; py-spy's sampling adds a little)")
+        shares(raw, args.top)
+
+
+if __name__ == "__main__":
+    main()
