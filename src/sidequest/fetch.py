@@ -322,8 +322,8 @@ class ReliableFetch:
         self.own = keys.reserved(identity, slot)
         self.slot = slot  # which queue this processor blocks on when all are empty
         self.timeout = self.hub.timeout
-        self.settler = Settler(config, client, scripts, clock)
         self.lane = Lane(client)  # the batch calls, sent directly (see `wire`)
+        self.settler = Settler(config, client, scripts, clock, self.lane)
         self.waiter = Waiter()
         self._suspect = False  # a call's reply was lost: our own list may hold a job we do not know
         self.answered = True

@@ -19,6 +19,7 @@ from .config import Config
 from .lifecycle import has_ops
 from .outcome import Outcome
 from .scripts import Scripts
+from .wire import Lane
 
 # outcome kind -> (SETTLE mode, destination key or None for the job's own queue, lifecycle point)
 SETTLE_AS: dict[str, tuple[str, str | None, str]] = {
@@ -81,11 +82,13 @@ class Fetch(Protocol):
 class Settler:
     """Writes outcomes through the SETTLE script (shared by both fetches)."""
 
-    def __init__(self, config: Config, client: redis.Redis, scripts: Scripts, clock: Callable[[], float]) -> None:
+    def __init__(self, config: Config, client: redis.Redis, scripts: Scripts, clock: Callable[[], float],
+                 lane: Lane | None = None) -> None:
         self.config = config
         self.redis = client
         self.scripts = scripts
         self.clock = clock
+        self.lane = lane or Lane(client)  # sent directly, as the batch calls are (see `wire`)
 
     def settle(self, unit: UnitOfWork, outcome: Outcome, ops: list[Any]) -> bool:
         mode, dest, point = SETTLE_AS[outcome.kind]
@@ -102,8 +105,7 @@ class Settler:
         """True when the outcome is written (now, or by an earlier attempt whose reply was lost)."""
         cutoff = now - self.config.dead_timeout
         checked = "0" if unit.home is None else "1"
-        return bool(self.scripts.settle(
-            keys=[unit.home or keys.QUEUES, dest],
-            args=[checked, unit.raw, mode, blob, score, unit.queue, cutoff, self.config.dead_max_jobs, now, point,
-                  *ops],
-            client=self.redis))
+        return bool(self.lane.evalsha(
+            self.scripts.settle, [unit.home or keys.QUEUES, dest],
+            [checked, unit.raw, mode, blob, repr(score), unit.queue, repr(cutoff), self.config.dead_max_jobs,
+             repr(now), point, *ops]))
