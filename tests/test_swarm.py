@@ -129,3 +129,36 @@ def test_max_memory_recycles_a_child_over_its_limit(redis_url, r):
         out = supervisor.stop()
     assert supervisor.proc.returncode == 0, out
     assert "is over max_memory 1 MB" in out
+
+
+needs_two_cpus = pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+                                    reason="pinning needs Linux and two CPUs")
+
+
+@needs_two_cpus
+def test_each_child_is_pinned_to_a_cpu_of_its_own(procs, r):
+    sup = procs("--processes", "2")
+    kids = wait_children(r, sup, 2)
+    cpus = [os.sched_getaffinity(pid) for pid in kids.values()]
+    assert all(len(c) == 1 for c in cpus) and cpus[0] != cpus[1], cpus
+    assert len(os.sched_getaffinity(sup.pid)) > 1  # the supervisor itself is left free
+    assert sup.stop() == 0
+
+
+@needs_two_cpus
+def test_a_single_process_is_free_unless_asked(procs, r):
+    free, pinned = procs(), procs("--pin-cpu")
+    free.wait_registered(r)
+    pinned.wait_registered(r)
+    assert len(os.sched_getaffinity(free.pid)) > 1
+    assert len(os.sched_getaffinity(pinned.pid)) == 1
+    assert "pinned to CPU" in pinned.output()
+    assert free.stop() == 0 and pinned.stop() == 0
+
+
+@needs_two_cpus
+def test_no_pin_cpu_leaves_children_free(procs, r):
+    sup = procs("--processes", "2", "--no-pin-cpu")
+    kids = wait_children(r, sup, 2)
+    assert all(len(os.sched_getaffinity(pid)) > 1 for pid in kids.values())
+    assert sup.stop() == 0

@@ -40,10 +40,13 @@ def all_rows(cores: int) -> list[Row]:
         Row("sidekiq", "sidekiq", 1, note="Ruby Sidekiq 6 OSS with YJIT, one process (OSS has no multi-process "
             "mode); Ruby 3.1's YJIT maps its whole 256 MiB code region at start: most of this row's RSS"),
         Row("sidekiq-nojit", "sidekiq", 1, env=(("BENCH_SIDEKIQ_YJIT", "0"),), note="Ruby Sidekiq without YJIT"),
-        Row("sidequest", "sidequest", 1, note="one process, reliable fetch"),
+        Row("sidequest", "sidequest", 1, note="one process, reliable fetch, default settings"),
     ]
     if cores > 1:
-        rows.append(Row(f"sidequest-{cores}p", "sidequest", cores, note="one process per core, reliable fetch"))
+        rows.append(Row("sidequest-pinned", "sidequest", 1, env=(("BENCH_SIDEQUEST_ARGS", "--pin-cpu"),),
+                        note="one process kept on one CPU (--pin-cpu)"))
+        rows.append(Row(f"sidequest-{cores}p", "sidequest", cores,
+                        note="--processes: one process per core, each on its own CPU (the default for children)"))
     rows.append(Row(f"sidequest-{cores}p-plain", "sidequest", cores, env=(("BENCH_PLAIN_REDIS", "1"),),
                     note="job's INCR through a stock redis-py client instead of sidequest.redis()"))
     rows += [Row(name, name, cores, note="the peer file's fast configuration") for name in PYTHON_PEERS]
@@ -51,8 +54,9 @@ def all_rows(cores: int) -> list[Row]:
 
 
 def quick_rows(cores: int) -> list[Row]:
-    """The reference and sidequest's own configurations, without the variants that change their environment."""
-    return [row for row in all_rows(cores) if (row.peer == "sidequest" and not row.env) or row.id == REFERENCE]
+    """The reference and sidequest's own settings (not the stock-redis-py variant)."""
+    return [row for row in all_rows(cores)
+            if (row.peer == "sidequest" and not row.id.endswith("-plain")) or row.id == REFERENCE]
 
 
 def select(rows: list[Row], wanted: str | None) -> list[Row]:

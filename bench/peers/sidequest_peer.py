@@ -4,6 +4,7 @@ Fast configuration: reliable fetch (the default), logging at WARNING, `--process
 `-c C` threads per process. The no-op job's commands go through `sidequest.redis()`, the worker's
 Redis (as the Ruby job uses Sidekiq.redis); with BENCH_PLAIN_REDIS=1 in the environment, through
 a stock `redis.Redis.from_url(REDIS_URL)` instead (the harness's transparency row).
+BENCH_SIDEQUEST_ARGS adds worker flags (the harness's `--pin-cpu` row).
 """
 # python: main
 
@@ -33,7 +34,7 @@ def stamp(sent: float) -> None:
 
 def worker(url: str, processes: int, concurrency: int) -> list[str]:
     argv = [sys.executable, "-m", "sidequest.cli", "worker", "-r", "sidequest_peer", "-q", _peer.QUEUE,
-            "-c", str(concurrency), "--log-level", "WARNING", *os.environ.get("SQ_EXTRA", "").split()]
+            "-c", str(concurrency), "--log-level", "WARNING", *os.environ.get("BENCH_SIDEQUEST_ARGS", "").split()]
     return [*argv, "--processes", str(processes)] if processes > 1 else argv
 
 

@@ -93,6 +93,9 @@ class Config:
     embedded_dir: str = ".sidequest"
     embedded_port: int = DEFAULT_REDIS_PORT
     processes: int = 0  # 1 or more: a supervisor runs (and restarts) this many worker processes
+    # pin a worker process's threads to one CPU: None pins each `processes` child to a core of its
+    # own and leaves a single process free; True pins a single process too; False never pins
+    pin_cpu: bool | None = None
     max_jobs: int | None = None  # a worker process restarts itself after this many jobs
     max_memory: float | None = None  # ... or once its resident memory passes this many MB
     require: tuple[str, ...] = ()

@@ -98,7 +98,8 @@ class Swarm:
         slot.error_file.write_text("")
         # A group of its own: a Ctrl-C or a service manager's TERM to the supervisor's group must not
         # reach the children too, or the supervisor's forwarded TERM would be their second (stop now).
-        slot.proc = subprocess.Popen([*self.command, "--swarm-error-file", str(slot.error_file)], env=self.env,
+        slot.proc = subprocess.Popen([*self.command, "--swarm-error-file", str(slot.error_file),
+                                      "--swarm-slot", str(slot.index)], env=self.env,
                                      process_group=0)
         slot.started = self.clock()
         slot.restart_at = None

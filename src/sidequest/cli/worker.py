@@ -105,6 +105,10 @@ def build_config(config_file: str | None, **flags: Any) -> Config:
               help="A worker process restarts once its memory passes this many MB.")
 @click.option("--swarm-child", is_flag=True, hidden=True)
 @click.option("--swarm-error-file", hidden=True, type=click.Path(dir_okay=False))
+@click.option("--swarm-slot", hidden=True, type=int)
+@click.option("--pin-cpu/--no-pin-cpu", default=None,
+              help="Keep each worker process on one CPU (default: each --processes child on its own, "
+                   "a single process free).")
 @click.option("-v", "--verbose", is_flag=True, default=None, help="Debug logging (--log-level debug).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
               help="info (default) logs each job's start and end; warning keeps only problems.")
@@ -117,8 +121,8 @@ def worker(requires: tuple[str, ...], queues: tuple[str, ...], concurrency: int 
            heartbeat_interval: float | None, heartbeat_ttl: float | None, recovery_interval: float | None,
            max_recoveries: int | None, job_timeout: float | None, poll_interval: float | None,
            processes: int | None, max_jobs: int | None, max_memory: float | None, swarm_child: bool,
-           swarm_error_file: str | None, verbose: bool | None, log_level: str | None, log_format: str | None,
-           logfile: str | None, pidfile: str | None) -> None:
+           swarm_error_file: str | None, swarm_slot: int | None, pin_cpu: bool | None, verbose: bool | None,
+           log_level: str | None, log_format: str | None, logfile: str | None, pidfile: str | None) -> None:
     """Run jobs from Redis until INT or TERM.
 
     \b
@@ -136,7 +140,8 @@ def worker(requires: tuple[str, ...], queues: tuple[str, ...], concurrency: int 
                               heartbeat_ttl=heartbeat_ttl, recovery_interval=recovery_interval,
                               max_recoveries=max_recoveries, job_timeout=job_timeout,
                               poll_interval=poll_interval, processes=processes, max_jobs=max_jobs,
-                              max_memory=max_memory, verbose=verbose, log_level=log_level, log_format=log_format,
+                              max_memory=max_memory, pin_cpu=pin_cpu, verbose=verbose, log_level=log_level,
+                              log_format=log_format,
                               logfile=logfile, pidfile=pidfile)
         if swarm_child:
             # the supervisor owns the pidfile; replace() ignores None, hence dataclasses.replace
@@ -148,7 +153,7 @@ def worker(requires: tuple[str, ...], queues: tuple[str, ...], concurrency: int 
     configure_logging(config.verbose, config.logfile, config.log_level, config.log_format)
     if config.processes >= 1:
         sys.exit(run_supervisor(config))
-    sys.exit(run_worker(config, swarm_child, swarm_error_file))
+    sys.exit(run_worker(config, swarm_child, swarm_error_file, swarm_slot))
 
 
 def run_supervisor(config: Config) -> int:
@@ -173,7 +178,24 @@ def run_supervisor(config: Config) -> int:
             Path(config.pidfile).unlink(missing_ok=True)
 
 
-def run_worker(config: Config, swarm_child: bool = False, error_file: str | None = None) -> int:
+def pin_to_cpu(setting: bool | None, slot: int | None) -> None:
+    """Keep this process's threads on one CPU. They take turns on the GIL, and handing it from a
+    thread on one core to a thread on another costs more than a no-op job's own work (about three
+    times the CPU per job on a 2-core VM; see docs/performance.md). A `--processes` child (`slot`)
+    takes a core of its own by default; a single process only when asked, since a job's C code that
+    releases the GIL (compression, numpy) may want the other cores."""
+    if setting is False or (setting is None and slot is None) or not hasattr(os, "sched_setaffinity"):
+        return
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < 2:
+        return
+    cpu = allowed[(slot if slot is not None else len(allowed) - 1) % len(allowed)]
+    os.sched_setaffinity(0, {cpu})  # before any thread starts: every thread inherits it
+    log.info("worker process pinned to CPU %d", cpu)
+
+
+def run_worker(config: Config, swarm_child: bool = False, error_file: str | None = None,
+               slot: int | None = None) -> int:
     from ..embedded import resolve_url
     from ..launcher import Launcher, run_worker_hooks
 
@@ -183,6 +205,7 @@ def run_worker(config: Config, swarm_child: bool = False, error_file: str | None
             Path(error_file).write_text(message + "\n", encoding="utf-8")
         return code
 
+    pin_to_cpu(config.pin_cpu, slot if swarm_child else None)
     try:
         for module in config.require:
             require(module)
