@@ -1,6 +1,6 @@
 """Where a sidequest worker spends its time: py-spy samples one worker draining no-op jobs.
 
-    .venv/bin/python bench/profile.py [JOBS] [-c CONCURRENCY] [--all-threads]
+    .venv/bin/python bench/profile.py [JOBS] [-c CONCURRENCY] [--pin-cpu] [--all-threads]
 
 The same job and method as `make bench` (the jobs are renamed aside while the worker starts,
 then appear at once). py-spy samples the worker 250 times a second; by default only the thread
@@ -79,13 +79,15 @@ def main() -> None:
     parser.add_argument("-c", "--concurrency", type=int, default=10)
     parser.add_argument("--all-threads", action="store_true", help="sample every thread, waiting ones too")
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--pin-cpu", action="store_true", help="run the worker with --pin-cpu")
     args = parser.parse_args()
     spy = shutil.which("py-spy", path=os.path.dirname(sys.executable)) or shutil.which("py-spy")
     if spy is None:
         raise SystemExit("py-spy is not installed: .venv/bin/pip install -e '.[bench]'")
     with PrivateRedis() as server, tempfile.TemporaryDirectory() as tmp:
         r = redis.Redis.from_url(server.url)
-        env = {**os.environ, "PYTHONPATH": str(PEERS), "BENCH_TOTAL": str(args.jobs), "REDIS_URL": server.url}
+        env = {**os.environ, "PYTHONPATH": str(PEERS), "BENCH_TOTAL": str(args.jobs), "REDIS_URL": server.url,
+               "BENCH_SIDEQUEST_ARGS": "--pin-cpu" if args.pin_cpu else ""}
         peer = [sys.executable, str(PEERS / "sidequest_peer.py")]
         subprocess.run([*peer, "enqueue", "--url", server.url, "--count", str(args.jobs)], env=env, check=True,
                        stdout=subprocess.DEVNULL)
