@@ -100,6 +100,19 @@ def due_times(count: int, over: float, start: float | None = None) -> list[float
     return [start + over * i / count for i in range(count)]
 
 
+def arguments() -> argparse.Namespace:
+    """The command line above, parsed (also for peers whose commands are not Python: Sidekiq)."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("command", choices=["worker", "staged-keys", "enqueue", "latency", "schedule"])
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--processes", type=int, default=1)
+    parser.add_argument("--concurrency", type=int, default=10)
+    parser.add_argument("--mode", choices=["bulk", "single"], default="bulk")
+    parser.add_argument("--count", type=int, default=1000)
+    parser.add_argument("--over", type=float, default=30.0)
+    return parser.parse_args()
+
+
 def main(
     *,
     worker: Callable[[str, int, int], list[str]],
@@ -112,15 +125,7 @@ def main(
     """The command line above. `worker` returns the argv to exec; `push_stamp(url)` returns a
     function enqueueing one stamp job now; `schedule(url, due)` schedules one stamp per due time;
     `env(url)` adds environment variables for the worker."""
-    parser = argparse.ArgumentParser()
-    parser.add_argument("command", choices=["worker", "staged-keys", "enqueue", "latency", "schedule"])
-    parser.add_argument("--url", required=True)
-    parser.add_argument("--processes", type=int, default=1)
-    parser.add_argument("--concurrency", type=int, default=10)
-    parser.add_argument("--mode", choices=["bulk", "single"], default="bulk")
-    parser.add_argument("--count", type=int, default=1000)
-    parser.add_argument("--over", type=float, default=30.0)
-    args = parser.parse_args()
+    args = arguments()
     if args.command == "worker":
         argv = worker(args.url, args.processes, args.concurrency)
         environ = {**os.environ, **(env(args.url) if env else {})}

@@ -14,9 +14,10 @@ manager): asked for --processes P > 1, this peer still starts ONE process and sa
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
+
+import _peer
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 JOBS = os.path.join(HERE, "sidekiq_jobs.rb")
@@ -35,15 +36,7 @@ def worker(url: str, processes: int, concurrency: int) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("command", choices=["worker", "staged-keys", "enqueue", "latency", "schedule"])
-    parser.add_argument("--url", required=True)
-    parser.add_argument("--processes", type=int, default=1)
-    parser.add_argument("--concurrency", type=int, default=10)
-    parser.add_argument("--mode", choices=["bulk", "single"], default="bulk")
-    parser.add_argument("--count", type=int, default=1000)
-    parser.add_argument("--over", type=float, default=30.0)
-    args = parser.parse_args()
+    args = _peer.arguments()
     if args.command == "staged-keys":
         print(f'["queue:{QUEUE}"]')
         return

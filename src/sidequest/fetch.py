@@ -40,7 +40,7 @@ from . import keys
 from .config import Config
 from .lifecycle import has_ops
 from .outcome import Outcome
-from .payload import decode
+from .payload import decode, queue_of
 from .scripts import Scripts
 from .wire import Lane
 from .work import Fetch, Settler, UnitOfWork
@@ -253,7 +253,7 @@ class Hub:
         """Jobs in the batch list that this process did not know of before reading it."""
         held = Counter(cast("list[bytes]", client.lrange(self.reserved, 0, -1)))
         self._suspect = False
-        return [(keys.queue(queue_of(raw)), raw) for raw in (held - known).elements()]
+        return [(keys.queue(queue_of_raw(raw)), raw) for raw in (held - known).elements()]
 
     def acknowledge(self, raw: bytes, ops: list[Any]) -> None:
         self._acks.append((raw, ops))  # deque appends and pops are atomic: no lock on every job's path
@@ -301,12 +301,11 @@ class Hub:
         return taken
 
 
-def queue_of(raw: bytes) -> str:
+def queue_of_raw(raw: bytes) -> str:
     try:
-        queue = decode(raw).get("queue")
-    except ValueError:
-        queue = None
-    return queue if isinstance(queue, str) and queue else "default"
+        return queue_of(decode(raw))
+    except ValueError:  # not a job: processing files it in dead, under the default queue
+        return "default"
 
 
 class ReliableFetch:
@@ -355,7 +354,7 @@ class ReliableFetch:
         """Adopt a job in our own list though no fetch returned it (its reply was lost)."""
         held = cast("list[bytes]", self.redis.lrange(self.own, 0, -1))
         self._suspect = len(held) > 1  # one at a time; look again next fetch
-        return UnitOfWork(queue_of(held[-1]), held[-1], self, self.own) if held else None
+        return UnitOfWork(queue_of_raw(held[-1]), held[-1], self, self.own) if held else None
 
     def lost_reply(self) -> None:
         """A call to Redis failed without a reply: check our lists before the next fetch."""

@@ -143,6 +143,12 @@ def decode(raw: bytes | str) -> dict[str, Any]:
     return data
 
 
+def queue_of(payload: dict[str, Any]) -> str:
+    """The queue a payload names, or `default` when it names none (a hand-written payload)."""
+    queue = payload.get("queue")
+    return queue if isinstance(queue, str) and queue else "default"
+
+
 # A payload time above this is epoch milliseconds (1e11 ms is 1973; 1e11 s is the year 5138).
 MILLIS_ABOVE = 1e11
 

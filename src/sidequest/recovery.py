@@ -28,7 +28,7 @@ from . import keys
 from .config import Config
 from .lifecycle import Lifecycle
 from .outcome import Outcome, invalid
-from .payload import decode, encode, in_millis, stamp
+from .payload import decode, encode, in_millis, queue_of, stamp
 from .scripts import Scripts
 
 log = logging.getLogger(__name__)
@@ -147,7 +147,7 @@ class Recovery:
         count = payload.get("recovery_count", 0)
         count = (count if isinstance(count, int) and not isinstance(count, bool) else 0) + 1
         payload["recovery_count"] = count
-        queue = payload["queue"] if isinstance(payload.get("queue"), str) and payload["queue"] else "default"
+        queue = queue_of(payload)
         if count <= self.config.max_recoveries:
             return Outcome("put_back", blob=encode(payload), at=now, payload=payload), queue
         failed = stamp(now, self.config.sidekiq_version >= 8 or in_millis(payload))
