@@ -161,6 +161,14 @@ def work(n, seconds=0.0, gate=None):
     record("work-done", n, os.getpid())
 
 
+@sidequest.job(name="Timed")
+def timed(n, seconds):
+    """Records ("timed-start"|"timed-done", n, pid, epoch seconds): which runs ended before a kill."""
+    record("timed-start", n, os.getpid(), time.time())
+    time.sleep(seconds)
+    record("timed-done", n, os.getpid(), time.time())
+
+
 # -- jobs for task tests ------------------------------------------------------------------------
 @sidequest.job(name="Signup")
 def signup(product_id):

@@ -6,6 +6,7 @@ import json
 
 import pytest
 import redis
+from conftest import wait_until
 from jobs_for_tests import echo
 
 from sidequest import keys
@@ -21,7 +22,7 @@ IDENTITY = "host:2:batch"
 def pair(config, r):
     """Two processors of one process: two fetches sharing one hub."""
     scripts = Scripts(r)
-    hub = Hub(config, IDENTITY, scripts)
+    hub = Hub(config, IDENTITY, scripts, client=r)
     return hub, ReliableFetch(config, r, IDENTITY, scripts, slot=0, hub=hub), \
         ReliableFetch(config, r, IDENTITY, scripts, slot=1, hub=hub)
 
@@ -54,27 +55,63 @@ def test_a_processor_that_finds_a_job_in_hand_makes_no_call(config, r, client):
     hub, _, second = pair(config, r)
     client.push(echo, [7])
     hub._handoff.append(("queue:default", r.rpoplpush("queue:default", hub.reserved)))
-    before = r.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
+    before = evalsha_calls(r)
     theirs = second.retrieve_work()
     assert theirs is not None and args_of([theirs.raw]) == [7]
-    assert r.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0) == before
+    assert evalsha_calls(r) == before
 
 
-def test_successes_are_acknowledged_with_the_next_call_in_one_batch(config, r, client):
-    hub, first, second = pair(config, r)
+def evalsha_calls(r) -> int:
+    return r.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
+
+
+def test_successes_ending_within_the_window_are_acknowledged_in_one_call(config, r, client):
+    scripts = Scripts(r)
+    hub = Hub(config, IDENTITY, scripts, client=r, ack_window=0.5)  # a wide window: all four fall in it
+    first = ReliableFetch(config, r, IDENTITY, scripts, slot=0, hub=hub)
+    second = ReliableFetch(config, r, IDENTITY, scripts, slot=1, hub=hub)
     client.push_bulk(echo, [[n] for n in range(6)])
     others = waiting(hub, 3)
     units = [first.retrieve_work()]
     units += [UnitOfWork("default", w.job[1], second, hub.reserved) for w in others if w.job]
     assert args_of(u.raw for u in units) == [0, 1, 2, 3]
+    before = evalsha_calls(r)
     for unit in units:
         assert unit.apply(Outcome.done(), [0]) is True
-    assert r.llen(hub.reserved) == 4  # acknowledged only with the next call
-    nxt = first.retrieve_work()
-    assert nxt is not None and r.lrange(hub.reserved, 0, -1) == [nxt.raw]  # four removed, one taken
-    nxt.apply(Outcome.done(), [0])
-    first.flush()
-    assert r.llen(hub.reserved) == 0 and r.llen("queue:default") == 1
+    # no processor fetches again: the acknowledger sends them, once the window has passed
+    wait_until(lambda: r.llen(hub.reserved) == 0, 10, 0.01, "the four successes to be acknowledged")
+    assert evalsha_calls(r) == before + 1  # one call for the four
+    assert r.llen("queue:default") == 2
+    hub.close()
+
+
+def test_a_success_is_acknowledged_when_it_ends_not_when_the_process_fetches_again(config, r, client):
+    """With every processor busy, nothing fetches; the success must still leave Redis at once."""
+    hub, first, _ = pair(config, r)
+    client.push_bulk(echo, [[n] for n in range(2)])
+    [other] = waiting(hub, 1)
+    mine = first.retrieve_work()
+    assert mine is not None and other.job is not None and r.llen(hub.reserved) == 2
+    mine.apply(Outcome.done(), [0])  # the other job still runs: no fetch follows
+    wait_until(lambda: r.lrange(hub.reserved, 0, -1) == [other.job[1]], 2, 0.005,
+               "the success to leave the batch list within the window")
+    hub.close()
+
+
+def test_successes_a_fetch_carries_first_are_not_sent_again(config, r, client):
+    scripts = Scripts(r)
+    hub = Hub(config, IDENTITY, scripts, client=r, ack_window=0.5)
+    first = ReliableFetch(config, r, IDENTITY, scripts, slot=0, hub=hub)
+    client.push_bulk(echo, [[n] for n in range(3)])
+    unit = first.retrieve_work()
+    assert unit is not None
+    unit.apply(Outcome.done(), [0])
+    before = evalsha_calls(r)
+    nxt = first.retrieve_work()  # leaves before the window ends: it carries the success
+    assert nxt is not None and r.lrange(hub.reserved, 0, -1) == [nxt.raw]
+    assert evalsha_calls(r) == before + 1
+    hub.close()  # the acknowledger had nothing left to send
+    assert evalsha_calls(r) == before + 1 and r.lrange(hub.reserved, 0, -1) == [nxt.raw]
 
 
 def test_a_failure_is_settled_at_once_and_leaves_the_batch_list(config, r, client):

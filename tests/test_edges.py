@@ -23,7 +23,7 @@ import pytest
 import redis
 from conftest import wait_until
 from helpers import ran, reserved, zset_items
-from jobs_for_tests import echo, hooked_echo, record
+from jobs_for_tests import echo, fn_with_hooks, hooked_echo, record
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -368,6 +368,32 @@ def test_death_handlers_run_when_the_dead_outcomes_reply_is_lost(proxy, start, r
                message="the dead outcome to be settled")
     assert proxy.cuts == 1 and [e["jid"] for e, _ in zset_items(r, "dead")] == [jid]
     assert ran(r, "death-handler") == [[jid]]
+
+
+def test_a_settle_sent_again_after_its_reply_was_lost_counts_as_written(proxy, start, r, client, redis_url, caplog):
+    """A dropped job (retry=0, dead=False) is settled by removing it, with nothing written
+    elsewhere: only the trace recovery leaves tells a lost reply from a job taken by another."""
+    caplog.set_level(logging.WARNING, logger="sidequest")
+    launcher = start(redis_url=proxy.url(db_of(redis_url)))
+    r.script_load(launcher.recovery.scripts.settle.script)  # the cut EVALSHA is the one that runs
+    proxy.arm(b"$3\r\nack\r\n", written=lambda: ran(r, "fn-after-fail") == [] and not reserved(r)
+              and r.llen("queue:default") == 0)
+    client.push(fn_with_hooks, [True])
+    wait_until(lambda: ran(r, "fn-after-fail") or "was not written" in caplog.text, 10,
+               message="the dropped outcome to be settled")
+    assert proxy.cuts == 1
+    assert ran(r, "fn-after-fail") == [["'fn asked to fail'", True]]  # after_failed ran, once
+    assert "was not written" not in caplog.text and "recovered" not in caplog.text
+
+
+def test_an_outcome_of_a_job_recovery_took_is_still_refused_after_a_lost_reply(config, r, client):
+    fetch = ReliableFetch(config, r, IDENTITY, Scripts(r), slot=0)
+    client.push(echo, ["taken over"])
+    unit = fetch.retrieve_work()
+    assert unit is not None
+    assert Recovery(config, r, ME, Scripts(r)).run() == 1  # IDENTITY has no heartbeat: dead
+    assert r.sismember(keys.recovered(IDENTITY), unit.raw) and r.ttl(keys.recovered(IDENTITY)) > 0
+    assert unit.apply(Outcome("dropped"), [0]) is False  # not "written by an earlier attempt"
 
 
 # -- 5. start-up checks ----------------------------------------------------------------------------

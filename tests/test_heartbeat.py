@@ -103,3 +103,41 @@ def test_vanished_processes_are_pruned_from_the_set(launcher, r):
     r.delete("sidequest:recovery-lock")
     launcher.recovery.run()
     assert not r.sismember("processes", "ghost:1:abc") and r.sismember("processes", launcher.identity)
+
+
+def test_clean_stop_takes_its_reserved_lists_out_of_reservations(launcher, client, r):
+    client.push_bulk(echo, [[n] for n in range(20)])
+    wait_until(lambda: len(ran(r, "echo")) == 20, 10, 0.02, "the jobs to run")
+    mine = f"sidequest:reserved:{launcher.identity}:"
+    wait_until(lambda: any(m.decode().startswith(mine) for m in r.smembers("sidequest:reservations")),
+               5, 0.02, "this process's lists to be registered")
+    launcher.stop()
+    assert [m for m in r.smembers("sidequest:reservations") if m.decode().startswith(mine)] == []
+    assert not [k for k in r.scan_iter(f"{mine}*")]
+
+
+def test_a_list_still_holding_a_job_stays_registered_after_a_stop(launcher, r):
+    held = f"sidequest:reserved:{launcher.identity}:batch"
+    launcher.stop()
+    r.rpush(held, b"a job a failed put-back left behind")  # as if Redis had refused the put-back
+    r.sadd("sidequest:reservations", held)
+    launcher._release_reservations()
+    assert r.sismember("sidequest:reservations", held)
+
+
+def test_nothing_is_fetched_before_the_first_heartbeat_reaches_redis(config, monkeypatch, redis_url, client, r):
+    monkeypatch.setenv("SQ_TEST_REDIS_URL", redis_url)
+    r.set("processes", "not a set")  # every beat fails (WRONGTYPE on SADD processes)
+    client.push(echo, ["early"])
+    launcher = Launcher(config.replace(heartbeat_interval=0.2, heartbeat_ttl=1.0))
+    try:
+        launcher.run()
+        beats = set()
+        wait_until(lambda: beats.add(r.hget(launcher.identity, "beat")) or len(beats - {None}) >= 3, 10, 0.02,
+                   "three failed beats")  # the rest of the beat's MULTI is written, so they show
+        assert r.llen("queue:default") == 1 and ran(r, "echo") == []  # nothing taken meanwhile
+        r.delete("processes")
+        wait_until(lambda: ran(r, "echo") == [["early"]], 10, 0.02, "the job, once the beat is written")
+        assert r.sismember("processes", launcher.identity)
+    finally:
+        launcher.stop()

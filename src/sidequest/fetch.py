@@ -9,15 +9,19 @@ Basic fetch BRPOPs: a job lives only in the worker's memory while it runs, so `k
 Reliable fetch takes jobs in batches, one Redis call for every processor that is idle now and
 never more: the processor that finds nothing in hand calls RESERVE for itself and for the
 processors waiting meanwhile, which moves up to that many jobs atomically from their queues into
-the process's batch list `sidequest:reserved:<identity>:batch` and, in the same call,
-acknowledges the successes finished since the last call. A success is removed only by that next
-call, so a busy process makes about one round trip per batch; a process killed between a
-job's success and that call runs the job again (at-least-once). Every other outcome is applied
-at once by the processor (`work.Settler`), removing the job from its list in the same script.
-When no queue has work, each idle processor blocks (BLMOVE, bounded by `fetch_timeout`) on one
-queue, each on a different one, into a list of its own, `sidequest:reserved:<identity>:<slot>`;
-a job it gets that way is acknowledged at once. A process that dies leaves its jobs in these
-lists for `recovery` to put back.
+the process's batch list `sidequest:reserved:<identity>:batch`.
+
+A success is acknowledged when it ends, not "with the next fetch": the hub's acknowledger
+removes it from the batch list within `ACK_WINDOW` (a few milliseconds), together with the
+other successes that ended in that window (at most `ACK_BATCH` wait for one call), unless a
+RESERVE call leaves sooner and carries them. So a busy process still makes about one round trip
+per batch, and a process killed by `kill -9` runs again only the jobs that were running, or that
+ended in the last few milliseconds (the delivery contract, docs/reliability.md). Every other
+outcome is applied at once by the processor (`work.Settler`), removing the job from its list in
+the same script. When no queue has work, each idle processor blocks (BLMOVE, bounded by
+`fetch_timeout`) on one queue, each on a different one, into a list of its own,
+`sidequest:reserved:<identity>:<slot>`; a job it gets that way is acknowledged at once. A process
+that dies leaves its jobs in these lists for `recovery` to put back.
 
 Commands are never re-sent by the Redis client (see `connection`): if a call's reply is lost,
 a job may be in our lists without us knowing. The next fetch reads the list back and adopts
@@ -27,6 +31,7 @@ runs instead of waiting for recovery.
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 import time
@@ -44,6 +49,15 @@ from .payload import decode, queue_of
 from .scripts import Scripts
 from .wire import Lane
 from .work import Fetch, Settler, UnitOfWork
+
+log = logging.getLogger(__name__)
+
+# A success waits at most this long (seconds) for others to share its acknowledgement, and at
+# most this many wait for one call. The window bounds what a `kill -9` can run again beyond the
+# jobs that were running: widening it for speed breaks the delivery contract.
+ACK_WINDOW = 0.002
+ACK_BATCH = 64
+ACK_BACKOFF_START, ACK_BACKOFF_MAX = 0.05, 2.0
 
 __all__ = ["BasicFetch", "Fetch", "Hub", "PausedQueues", "QueueOrder", "ReliableFetch", "UnitOfWork", "build_fetch"]
 
@@ -165,8 +179,11 @@ class Hub:
     idle processors, and which processor fetches now (see module). Shared by its processors."""
 
     def __init__(self, config: Config, identity: str, scripts: Scripts, rng: random.Random | None = None,
-                 clock: Callable[[], float] = time.time, paused: PausedQueues | None = None) -> None:
+                 clock: Callable[[], float] = time.time, paused: PausedQueues | None = None,
+                 client: redis.Redis | None = None, ack_window: float = ACK_WINDOW) -> None:
         self.identity = identity
+        self.client = client  # the acknowledger's connections are made from it (else the first fetch's)
+        self.ack_window = ack_window
         self.reserved = keys.reserved(identity, keys.BATCH_SLOT)
         self.order = QueueOrder(config, rng, paused)
         self.timeout = blocking_timeout(config)
@@ -179,6 +196,13 @@ class Hub:
         self._waiters: deque[Waiter] = deque()  # processors waiting for the fetching one to hand them a job
         self._fetching = False
         self._suspect = False  # a reply was lost: the list may hold a job no one knows of
+        # the acknowledger: a thread that sends the successes no RESERVE carried within the window
+        self._ack_wake = threading.Event()  # set by the first success of a window
+        self._ack_full = threading.Event()  # set once ACK_BATCH successes wait
+        self._ack_pending = False  # a window is open: the acknowledger was woken for it
+        self._ack_thread: threading.Thread | None = None
+        self._ack_start = threading.Lock()
+        self._closed = threading.Event()
 
     def take(self, lane: Lane, client: redis.Redis, own: str,
              waiter: Waiter) -> tuple[Taken | None, list[str] | None]:
@@ -197,6 +221,8 @@ class Hub:
                 suspect, known = self._suspect, (Counter(self._known) if self._suspect else None)
         if waits:
             return self._wait(waiter), None
+        if self._ack_thread is None:
+            self._start_acknowledger(client)
         got: list[Taken] = []
         order: list[str] = []
         try:
@@ -256,7 +282,62 @@ class Hub:
         return [(keys.queue(queue_of_raw(raw)), raw) for raw in (held - known).elements()]
 
     def acknowledge(self, raw: bytes, ops: list[Any]) -> None:
-        self._acks.append((raw, ops))  # deque appends and pops are atomic: no lock on every job's path
+        """A success of the batch list: removed within the window (see module)."""
+        acks = self._acks
+        acks.append((raw, ops))  # deque appends and pops are atomic: no lock on every job's path
+        if len(acks) >= ACK_BATCH:
+            self._ack_full.set()
+        if not self._ack_pending:  # the first of a window wakes the acknowledger
+            self._ack_pending = True
+            self._ack_wake.set()
+
+    def _start_acknowledger(self, client: redis.Redis) -> None:
+        with self._ack_start:
+            if self._ack_thread is None and not self._closed.is_set():
+                self._ack_thread = threading.Thread(target=self._acknowledger, args=(Lane(self.client or client),),
+                                                    name="sidequest-acknowledger", daemon=True)
+                self._ack_thread.start()
+
+    def _acknowledger(self, lane: Lane) -> None:
+        """Each window: wake on its first success, wait the window out (or until the batch is
+        full), then send what no RESERVE took meanwhile. A Redis error keeps the successes for
+        the next attempt, after a back-off (their reserved copies make them safe meanwhile)."""
+        delay, failing = ACK_BACKOFF_START, False
+        try:
+            while not self._closed.is_set():
+                if not self._ack_wake.wait(1.0):  # bounded: a close is noticed within a second
+                    continue
+                self._ack_wake.clear()
+                self._ack_full.wait(self.ack_window)
+                self._ack_full.clear()
+                self._ack_pending = False  # before draining: a success added after this wakes us again
+                try:
+                    self.flush(lane)
+                except (redis.RedisError, OSError) as exc:
+                    if not failing:
+                        log.warning("acknowledging finished jobs failed (%s: %s); they stay reserved and "
+                                    "are sent again with back-off", type(exc).__name__, exc)
+                    failing = True
+                    self._ack_pending = True
+                    self._ack_wake.set()
+                    self._closed.wait(delay)
+                    delay = min(delay * 2, ACK_BACKOFF_MAX)
+                    continue
+                if failing:
+                    log.warning("finished jobs are acknowledged again")
+                delay, failing = ACK_BACKOFF_START, False
+        finally:
+            lane.close()
+
+    def close(self, lane: Lane | None = None) -> None:
+        """Stop the acknowledger; what it had not sent yet is sent now (on `lane`, if given)."""
+        self._closed.set()
+        self._ack_wake.set()
+        thread = self._ack_thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(5)
+        if lane is not None:
+            self.flush(lane)
 
     def _drain(self) -> list[tuple[bytes, list[Any]]]:
         taken: list[tuple[bytes, list[Any]]] = []
@@ -316,7 +397,7 @@ class ReliableFetch:
                  clock: Callable[[], float] = time.time, paused: PausedQueues | None = None,
                  hub: Hub | None = None) -> None:
         self.redis = client
-        self.hub = hub or Hub(config, identity, scripts, rng, clock, paused)
+        self.hub = hub or Hub(config, identity, scripts, rng, clock, paused, client)
         self.reserved: str | None = self.hub.reserved
         self.own = keys.reserved(identity, slot)
         self.slot = slot  # which queue this processor blocks on when all are empty
@@ -362,7 +443,7 @@ class ReliableFetch:
         self.hub.lost_reply()
 
     def apply(self, unit: UnitOfWork, outcome: Outcome, ops: list[Any]) -> bool:
-        """A success from the batch list is removed by the hub's next call (its ops with it);
+        """A success from the batch list is removed within the hub's window (its ops with it);
         anything else is applied now."""
         if outcome.kind == "done" and unit.home == self.reserved:
             self.hub.acknowledge(unit.raw, ops)
@@ -376,7 +457,7 @@ class ReliableFetch:
         return self.settler.mark(unit, ops)
 
     def flush(self) -> None:
-        """Acknowledge the process's finished successes now rather than with the next fetch."""
+        """Acknowledge the process's finished successes now rather than within the window."""
         self.hub.flush(self.lane)
 
     def release(self) -> None:

@@ -1,21 +1,27 @@
-"""Poison-pill isolation: a recovered job runs alone in its process.
+"""Poison-pill isolation: a suspect job runs alone in its process.
 
-A job whose process died while running it (`recovery_count` in its payload, set by recovery)
-may be what killed the process. If it ran next to other jobs and killed the process again,
-they would be recovered with it, counted with it, and could reach the recovery limit with it.
-So such a job runs only when nothing else runs in this process: processors pass the gate
-before each fetch; a processor holding a recovered job closes the gate (no more fetches),
-waits until every other processor has finished its job and settled it, and runs the job alone.
-If it kills the process, it is the only job the process held, so only it is counted again.
+A job whose process died while running it gets `recovery_count` (set by recovery). Once is
+ordinary: a deploy's `kill -9`, an OOM kill of a busy process, a lost machine; the jobs recovered
+then run like any others, all at once, so recovery costs one heartbeat TTL and not one job time
+per job. A job that was in flight at a second crash (`recovery_count` >= SUSPECT_AFTER) may be
+what kills its process. If it ran next to other jobs and killed the process again, they would be
+recovered with it, counted with it, and could reach the recovery limit with it. So a suspect runs
+only when nothing else runs in its process: processors pass the gate before each fetch; a
+processor holding a suspect closes the gate (no more fetches), waits until every other processor
+has finished its job and settled it, and runs the job alone. If it kills the process, it is the
+only job the process held, so only it is counted again; a neighbour can be in flight beside a
+pill only while both are below the threshold, so it never passes `max_recoveries` >= 2 with it.
 
-At most one processor isolates at a time; another that fetches a recovered job meanwhile puts
-it back and waits at the gate (the job is fetched again once the gate opens).
+At most one processor isolates at a time; another that fetches a suspect meanwhile puts it back
+and waits at the gate (the job is fetched again once the gate opens).
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+
+SUSPECT_AFTER = 2  # recoveries after which a job runs alone
 
 
 class Gate:

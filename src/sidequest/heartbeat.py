@@ -9,6 +9,9 @@ write TSTP/USR1 for quiet, TERM for stop, TTIN to dump thread stacks). A remote 
 the launcher's own method: no OS signal is sent, so a worker embedded in an application stops
 or quiets itself, never the application. A process that vanishes disappears from Redis by
 itself; a clean stop removes its entries at once. A failed beat is a warning, once per outage.
+`registered` is set by the first beat that reaches Redis: the launcher fetches no job before it,
+since until then another process's recovery would count this one as dead and take its jobs.
+Until it is set, beats are tried every `UNREGISTERED_RETRY` seconds.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from .stats import Stats
 
 log = logging.getLogger(__name__)
 
+UNREGISTERED_RETRY = 0.5  # seconds between beats while the first has not reached Redis
 STATS_TTL = 5 * 365 * 24 * 3600  # daily stat keys live five years, as Sidekiq's
 # Remote signal names (Sidekiq's) -> the command they ask of the launcher.
 REMOTE_SIGNALS = {"TSTP": "quiet", "USR1": "quiet", "TERM": "stop", "INT": "stop", "TTIN": "dump"}
@@ -77,6 +81,7 @@ class Heartbeat:
         }, separators=(",", ":"))
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.registered = threading.Event()  # set once a beat has reached Redis
 
     def start(self) -> None:
         self.beat()
@@ -84,7 +89,8 @@ class Heartbeat:
         self._thread.start()
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.config.heartbeat_interval):
+        while not self._stop.wait(self.config.heartbeat_interval if self.registered.is_set()
+                                  else min(self.config.heartbeat_interval, UNREGISTERED_RETRY)):
             self.beat()
             for duty in self.extra:
                 try:
@@ -111,6 +117,7 @@ class Heartbeat:
         if self._failing:
             log.warning("heartbeat written again")
             self._failing = False
+        self.registered.set()
         self.stats.flushed += processed
 
     def _write(self, processed: int, failed: int, minutes: dict[str, Any] | None = None) -> None:

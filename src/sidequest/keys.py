@@ -17,6 +17,9 @@ sidequest's own keys live under the `sidequest:` prefix so Ruby Sidekiq never tr
     sidequest:reserved:<identity>:batch   list of payloads a process took in batches, not yet settled
     sidequest:reserved:<identity>:<slot>  list of payloads processor <slot> took alone while idle
     sidequest:reservations          set of every reserved list's key (recovery reads it, no SCAN)
+    sidequest:recovered:<identity>  set of the payloads recovery took from a dead process's lists
+                                    (expires after RECOVERED_TTL): lets that process, if it was
+                                    only paused, tell "recovered" from "my own earlier attempt"
     sidequest:recovery-lock         short lock while orphaned work is put back (value: the owner)
     sidequest:task:<id>[:...]       a task (batch) and its per-job events; see below
     sidequest:paused                set of paused queue names (no worker fetches from them)
@@ -93,6 +96,12 @@ def identity_of_reserved(key: str) -> str:
     return key[len(f"{PREFIX}:reserved:"):].rsplit(":", 1)[0]
 
 
+def recovered(identity: str) -> str:
+    """What recovery took from the reserved lists of `identity` (see scripts' SETTLE)."""
+    return f"{PREFIX}:recovered:{identity}"
+
+
+RECOVERED_TTL = 7 * 24 * 3600  # seconds: a paused process resumed later than this is not told apart
 RESERVATIONS = f"{PREFIX}:reservations"
 PAUSED = f"{PREFIX}:paused"
 

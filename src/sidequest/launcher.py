@@ -23,7 +23,7 @@ from typing import Any
 
 import redis
 
-from . import __version__
+from . import __version__, keys
 from .cancellation import CancelFeature
 from .client import Client
 from .config import Config
@@ -46,6 +46,7 @@ from .signals import dump_threads
 from .stats import Stats
 from .tasks import TaskFeature, TaskRecorder
 from .unique import UniqueFeature
+from .wire import Lane
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +105,7 @@ class Launcher:
         self.metrics = MetricsFeature(clock=clock)
         lifecycle = Lifecycle([TaskFeature(self.tasks), self.metrics, CancelFeature(self.redis),
                                UniqueFeature(), StatusFeature(clock, config.max_payload_size)])
-        scripts = Scripts(self.redis, lifecycle.lua)
+        self.scripts = scripts = Scripts(self.redis, lifecycle.lua)
         self.runtime = Runtime(
             config=config, registry=registry or default_registry, stats=self.stats,
             retrier=Retrier(config, death_handlers, clock=clock, rng=rng, error_handlers=error_handlers),
@@ -122,7 +123,8 @@ class Launcher:
         self.periodic = Scheduler(Client(config, redis_client=self.redis), clock=clock, entries=lambda: list(
             {e.id: e for e in [*from_file, *in_code.entries()]}.values()))
         paused = PausedQueues(self.redis)
-        hub = Hub(config, self.identity, scripts, clock=clock, paused=paused)  # the processors' shared batches
+        # the processors' shared batches, and the thread that acknowledges their successes
+        self.hub = hub = Hub(config, self.identity, scripts, clock=clock, paused=paused, client=self.redis)
         self.manager = Manager(self.runtime, lambda slot: build_fetch(config, self._processor_redis(), self.identity,
                                                                        scripts, slot, paused, hub))
         self.stopped = threading.Event()  # set once stop() has finished
@@ -143,12 +145,24 @@ class Launcher:
         """Check the server, register, then start working; returns at once."""
         for warning in check_server(self.redis, self.config.url):
             log.warning("%s", warning)
-        self.heartbeat.start()  # registered before anything is fetched
+        self.heartbeat.start()
         if self.config.fetch == "reliable":
             self.recovery.start()
         self.poller.start()
         self.periodic.start()
-        self.manager.start()
+        if self.heartbeat.registered.is_set():
+            self.manager.start()
+        else:  # nothing is fetched before this process is registered (see heartbeat)
+            log.warning("not fetching jobs until this process's heartbeat reaches Redis")
+            threading.Thread(target=self._start_when_registered, name="sidequest-start", daemon=True).start()
+
+    def _start_when_registered(self) -> None:
+        while not self.heartbeat.registered.wait(1.0):
+            if self._stop_requested:
+                return
+        if not self._stop_requested:
+            log.info("heartbeat written: fetching jobs")
+            self.manager.start()
 
     def _recycle(self, reason: str) -> None:
         """Stop this process gracefully (its supervisor or service manager starts a fresh one)."""
@@ -167,6 +181,22 @@ class Launcher:
         megabytes = rss_kb() / 1024
         if self.config.max_memory is not None and megabytes > self.config.max_memory:
             self._recycle(f"resident memory {megabytes:.0f} MB is over max_memory {self.config.max_memory:g} MB")
+
+    def _release_reservations(self) -> None:
+        """After a clean stop: send the last acknowledgements, then take this process's emptied
+        reserved lists out of `sidequest:reservations` (a list that still holds a job, because a
+        put-back failed, stays for recovery; so does the list of a processor still running)."""
+        lane = Lane(self.redis)
+        try:
+            self.hub.close(lane)
+            started, running = self.manager.slots()
+            lists = [self.hub.reserved, *(keys.reserved(self.identity, slot) for slot in range(started)
+                                          if slot not in running)]
+            self.scripts.forget_reserved(keys=[keys.RESERVATIONS, *lists], args=[])
+        except (redis.RedisError, OSError) as exc:
+            log.warning("could not release this process's reserved lists (%s); recovery will", exc)
+        finally:
+            lane.close()
 
     # -- control ---------------------------------------------------------------------------------
     def quiet(self) -> None:
@@ -213,6 +243,8 @@ class Launcher:
             self.periodic.stop()
             self.recovery.stop()
             self.manager.stop(deadline)
+            if self.config.fetch == "reliable":
+                self._release_reservations()
             self.heartbeat.stop()
             self.runtime.executor.close()
             for client in self._processor_clients:

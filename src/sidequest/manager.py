@@ -64,6 +64,11 @@ class Manager:
         with self._changed:
             return len(self._processors)
 
+    def slots(self) -> tuple[int, set[int]]:
+        """How many processors were ever started, and the slots of those still running."""
+        with self._changed:
+            return self._next_index, {p.index for p in self._processors}
+
     # -- processor callbacks (on the processor's thread) ---------------------------------------
     def processor_stopped(self, processor: Processor) -> None:
         with self._changed:

@@ -5,8 +5,9 @@ Only a job's own code can fail a job. Everything else has a designed path:
   kept as they were (`outcome.invalid`), so a bad payload never loops;
 - any Redis error (lost connection, OOM, READONLY, NOPERM, an unknown command) is an outage:
   logged once per outage with a count, retried with back-off, never a tight loop;
-- a recovered job (its process died running it) runs alone (`gate`), so a poison pill takes
-  no neighbour down with it.
+- a job that was in flight at two crashes of processes (`recovery_count` >= 2) is a suspect and
+  runs alone (`gate`), so a poison pill takes no neighbour down with it; a job recovered once
+  (an ordinary deploy-time `kill -9`) runs like any other, so recovery is not serialized.
 An outcome is applied in one atomic call that checks the job is still ours (`fetch`); hooks
 run only after it committed. Anything else that escapes kills only this thread: the pool logs
 it, files the job it held in `dead`, and starts a replacement after a back-off.
@@ -30,7 +31,7 @@ from .config import Config
 from .errors import Cancelled, OverLimit, PayloadError
 from .executor import Executor
 from .fetch import Fetch, UnitOfWork
-from .gate import Gate
+from .gate import SUSPECT_AFTER, Gate
 from .lifecycle import Lifecycle, has_ops
 from .outcome import Outcome, error_class_name, invalid
 from .payload import decode
@@ -202,12 +203,12 @@ class Processor:
         self.unit = None
 
     def _isolate(self, unit: UnitOfWork, payload: dict[str, Any]) -> bool:
-        """True when the job may run now: at once, or (a recovered job) once it is alone."""
+        """True when the job may run now: at once, or (a suspect, see `gate`) once it is alone."""
         recovered = payload.get("recovery_count")
-        if not isinstance(recovered, int) or isinstance(recovered, bool) or recovered < 1:
+        if not isinstance(recovered, int) or isinstance(recovered, bool) or recovered < SUSPECT_AFTER:
             return True
         if self.rt.gate.isolate(self.index, give_up=self.pool.quieting.is_set):
-            log.warning("%s %s: its process died while running it (%d time(s)); running it alone",
+            log.warning("%s %s: processes died %d times while running it; running it alone",
                         payload["class"], payload.get("jid"), recovered)
             return True
         self._settle(lambda: unit.put_back([0]))  # another job runs alone now; this one waits its turn

@@ -134,9 +134,9 @@ class Recovery:
         dest = keys.queue(queue) if mode == "queue" else keys.DEAD
         ops = self.lifecycle.ops("recovered", outcome.payload if payload is not None else None, outcome)
         result = int(self.scripts.recover(
-            keys=[key, keys.process(owner), dest],
+            keys=[key, keys.process(owner), dest, keys.recovered(owner)],
             args=[raw, outcome.blob or b"", mode, now, queue, now - self.config.dead_timeout,
-                  self.config.dead_max_jobs, now, *ops]))
+                  self.config.dead_max_jobs, now, keys.RECOVERED_TTL, *ops]))
         if result == 1:
             log.warning("recovered a job of dead process %s into %s", owner,
                         f"queue {queue!r}" if mode == "queue" else "the dead set")

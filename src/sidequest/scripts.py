@@ -24,8 +24,11 @@ from . import keys
 #   mode 'dead'   remove it, ZADD dest, trim dest    'queue'  remove it, RPUSH dest blob (the head)
 #   mode 'taken'  only check it is still held         'snooze' remove it, ZADD dest (schedule) score blob
 # With checked = '1' it first removes `raw` from `reserved` and does nothing at all if it was not
-# there: 0 when another process recovered the job meanwhile (its copy is the live one), 2 when
-# this very outcome is already written (an earlier attempt ran but its reply was lost).
+# there. Only two things take a job out of a process's reserved list: the process itself, and
+# recovery (which records what it took in `recovered`, the set `keys.recovered(identity)`). So
+# the reply tells them apart: 0 when another process recovered the job (its copy is the live
+# one), 2 when this very outcome was already written by an earlier attempt whose reply was lost
+# (where the outcome writes somewhere, that is checked there too).
 # Basic fetch keeps no reserved copy and passes checked = '0'.
 _CORE_LIB = """
 local FEATURES = {}
@@ -48,16 +51,17 @@ local function skip_ops(argv, i)
   for _ = 1, n do i = i + 2 + tonumber(argv[i + 1]) end
   return i
 end
-local function settle(reserved, checked, raw, mode, dest, blob, score, queue, cutoff, cap)
+local function settle(reserved, checked, raw, mode, dest, blob, score, queue, cutoff, cap, recovered)
   if checked == '1' then
     if mode == 'taken' then
       if not redis.call('lpos', reserved, raw) then return 0 end
     elseif redis.call('lrem', reserved, -1, raw) == 0 then
-      if (mode == 'retry' or mode == 'snooze' or mode == 'dead') and redis.call('zscore', dest, blob) then
-        return 2
+      if recovered == nil or redis.call('sismember', recovered, raw) == 1 then return 0 end
+      if mode == 'retry' or mode == 'snooze' or mode == 'dead' then
+        return redis.call('zscore', dest, blob) and 2 or 0
       end
-      if mode == 'queue' and redis.call('lpos', dest, blob) then return 2 end
-      return 0
+      if mode == 'queue' then return redis.call('lpos', dest, blob) and 2 or 0 end
+      return 2
     end
   end
   if mode == 'retry' or mode == 'snooze' then
@@ -74,10 +78,12 @@ local function settle(reserved, checked, raw, mode, dest, blob, score, queue, cu
 end
 """
 
-# KEYS: reserved list, destination (retry | dead | queue:<q> | any key for 'ack'/'taken')
+# KEYS: reserved list, destination (retry | dead | queue:<q> | any key for 'ack'/'taken'),
+#       sidequest:recovered:<identity> of the reserved list's owner
 # ARGV: checked, raw, mode, blob, score, queue name, dead cutoff, dead cap, now, point, ops...
 SETTLE = """
-local settled = settle(KEYS[1], ARGV[1], ARGV[2], ARGV[3], KEYS[2], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8])
+local settled = settle(KEYS[1], ARGV[1], ARGV[2], ARGV[3], KEYS[2], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8],
+                       KEYS[3])
 if settled ~= 1 then
   return settled
 end
@@ -157,9 +163,12 @@ if #got == 0 and ARGV[2] ~= '0' then redis.call('sadd', KEYS[n - 1], batch, KEYS
 return got
 """
 
-# KEYS: a dead process's reserved list, its heartbeat hash <identity>, queue:<q> or dead
-# ARGV: job as reserved, job to write, 'queue' | 'dead', score, queue name, cutoff, cap, now, ops...
-# Recover one job of a dead process: only while that process is still silent, and only once.
+# KEYS: a dead process's reserved list, its heartbeat hash <identity>, queue:<q> or dead,
+#       sidequest:recovered:<identity>
+# ARGV: job as reserved, job to write, 'queue' | 'dead', score, queue name, cutoff, cap, now,
+#       seconds to keep the trace, ops...
+# Recover one job of a dead process: only while that process is still silent, and only once;
+# the trace tells that process, should it wake up, that the job was taken from it (see settle).
 RECOVER = """
 if redis.call('exists', KEYS[2]) == 1 then
   return -1
@@ -167,7 +176,9 @@ end
 if settle(KEYS[1], '1', ARGV[1], ARGV[3], KEYS[3], ARGV[2], ARGV[4], ARGV[5], ARGV[6], ARGV[7]) ~= 1 then
   return 0
 end
-run_ops(ARGV, 9, 'recovered', ARGV[8])
+redis.call('sadd', KEYS[4], ARGV[1])
+redis.call('expire', KEYS[4], ARGV[9])
+run_ops(ARGV, 10, 'recovered', ARGV[8])
 return 1
 """
 
@@ -253,6 +264,18 @@ if redis.call('llen', KEYS[1]) == 0 then
   return redis.call('srem', KEYS[2], ARGV[1])
 end
 return 0
+"""
+
+# KEYS: sidequest:reservations, then reserved lists of a process that stops cleanly
+# Forget the lists that are empty (a list still holding a job stays, for recovery to find).
+FORGET_RESERVED = """
+local forgotten = 0
+for i = 2, #KEYS do
+  if redis.call('llen', KEYS[i]) == 0 then
+    forgotten = forgotten + redis.call('srem', KEYS[1], KEYS[i])
+  end
+end
+return forgotten
 """
 
 # KEYS: sidequest:recovery-lock   ARGV: owner. Release the lock only if we still own it.
@@ -478,6 +501,7 @@ class Scripts:
         self.recover = client.register_script(lib + RECOVER)
         self.enqueue_due = client.register_script(ENQUEUE_DUE)
         self.release_lock = client.register_script(RELEASE_LOCK)
+        self.forget_reserved = client.register_script(FORGET_RESERVED)
 
     @staticmethod
     def call(script: Any, keys: list[str], args: list[Any], client: Any = None) -> Any:

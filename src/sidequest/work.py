@@ -2,8 +2,11 @@
 
 `UnitOfWork.apply(outcome)` writes the job's fate through its fetch; `Settler` is the SETTLE
 script call both fetches share: it first removes the job from the reserved list it sits in
-(`unit.home`) and writes nothing if it is gone (another process recovered the job while this
-one was paused: its copy is the live one). Basic fetch holds no reserved copy (`home` None).
+(`unit.home`) and writes nothing if it is gone because another process recovered the job while
+this one was paused (its copy is the live one). A call sent again after its reply was lost finds
+the job gone too, but no trace of a recovery: it reports the outcome as written, so the hooks
+that follow a written outcome run once, and no false warning is logged. Basic fetch holds no
+reserved copy (`home` None).
 """
 
 from __future__ import annotations
@@ -105,7 +108,8 @@ class Settler:
         """True when the outcome is written (now, or by an earlier attempt whose reply was lost)."""
         cutoff = now - self.config.dead_timeout
         checked = "0" if unit.home is None else "1"
+        trace = keys.QUEUES if unit.home is None else keys.recovered(keys.identity_of_reserved(unit.home))
         return bool(self.lane.evalsha(
-            self.scripts.settle, [unit.home or keys.QUEUES, dest],
+            self.scripts.settle, [unit.home or keys.QUEUES, dest, trace],
             [checked, unit.raw, mode, blob, repr(score), unit.queue, repr(cutoff), self.config.dead_max_jobs,
              repr(now), point, *ops]))
