@@ -191,7 +191,7 @@ class Hub:
         self.clock = clock
         self._lock = threading.Lock()
         self._handoff: deque[Taken] = deque()  # taken for processors that wait: not yet picked up
-        self._acks: deque[tuple[bytes, list[Any]]] = deque()  # successes to remove with the next call
+        self._acks: deque[tuple[bytes, list[Any]]] = deque()  # successes not yet acknowledged
         self._known: Counter[bytes] = Counter()  # jobs of the batch list this process knows of
         self._waiters: deque[Waiter] = deque()  # processors waiting for the fetching one to hand them a job
         self._fetching = False

@@ -1,7 +1,7 @@
 """The points of a job's life, and the seam features plug into.
 
     taken      a processor decoded the job and is about to run it
-    finished   it returned (applied with the processor's next fetch, see fetch)
+    finished   it returned (applied within a few milliseconds, with other successes, see fetch)
     retried    it failed and waits in `retry`
     dead       it failed for the last time, or could not be decoded, and is in `dead`
     dropped    it ended without a trace in Redis (retry=False, dead=False, a business failure)
