@@ -7,7 +7,10 @@ TYPE_CHECKING alike, so a circle cannot hide behind a late import.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
+
+from sidequest.scripts import Scripts
 
 PACKAGE = Path(__file__).resolve().parent.parent / "src" / "sidequest"
 
@@ -104,3 +107,16 @@ def test_scripts_holds_only_the_cores_moves():
     found = _constants(PACKAGE / "scripts.py")
     assert "SETTLE" in found  # the file is really read
     assert found - CORE_SCRIPTS - STILL_TO_MOVE == set()
+
+
+def test_the_architecture_guides_feature_runs_in_a_real_move(r):
+    """docs/architecture.md's example feature runs as written, and its Lua inside a core move."""
+    text = (PACKAGE.parent.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    [snippet] = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    scope: dict[str, object] = {}
+    exec(compile(snippet, "docs/architecture.md", "exec"), scope)
+    lifecycle, job = scope["lifecycle"], scope["job"]
+    settle = Scripts(r, lifecycle.lua).settle  # a basic-fetch acknowledgement: nothing to check first
+    assert settle(keys=["unused", "queues"], args=["0", b"job", "ack", b"", 0, "", 0, 0, 1234.5, "finished",
+                                                  *lifecycle.ops("finished", job)]) == 1
+    assert r.hgetall("sidequest:last-run") == {b"Report": b"1234.5"}
