@@ -45,7 +45,7 @@ from .connection import CONNECT_TIMEOUT, SOCKET_TIMEOUT, mask_url
 from .errors import RedisUnavailableError, RedisURLError
 from .lookup import Command, Query, result_query, status_query
 from .options import check_options
-from .scripts import PUSH_UNIQUE
+from .unique import PUSH_UNIQUE
 
 P = ParamSpec("P")
 T = TypeVar("T")

@@ -41,7 +41,7 @@ from typing import Any, cast
 import redis
 
 from . import keys
-from .api.actions import operator_lifecycle
+from .admin_lifecycle import operator_lifecycle
 from .client import Client, default_client
 from .errors import PayloadError
 from .outcome import Outcome

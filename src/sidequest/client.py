@@ -31,7 +31,6 @@ from .connection import connect
 from .errors import JobArgumentError
 from .options import DEFAULTS, check_options, schedule_at
 from .payload import check_args, encode, in_millis, new_jid, stamp
-from .scripts import PUSH_UNIQUE
 
 BULK_BATCH = 1000  # payloads per LPUSH/ZADD, as Sidekiq's push_bulk batches
 
@@ -217,7 +216,7 @@ class Client:
 
     @cached_property
     def _push_unique(self) -> Script:
-        return self.redis.register_script(PUSH_UNIQUE)
+        return self.redis.register_script(unique.PUSH_UNIQUE)
 
     def _encode(self, payload: dict[str, Any]) -> bytes:
         """The payload as the UTF-8 bytes Redis stores, refused with a clear error if it cannot be."""
@@ -278,7 +277,7 @@ class Batch:
                 pipe.pexpire(key, ms)
 
     def script_args(self) -> tuple[list[str], list[Any]]:
-        """KEYS and ARGV of `scripts.PUSH_UNIQUE`, every job in order."""
+        """KEYS and ARGV of `unique.PUSH_UNIQUE`, every job in order."""
         args: list[Any] = [len(self.jobs)]
         for (payload, when, blob), claim, record in zip(self.jobs, self.claims, self.records, strict=True):
             args += [*(claim or ("", 0)), payload["jid"], keys.queue(payload["queue"]) if when is None else "",

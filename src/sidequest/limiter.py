@@ -14,7 +14,7 @@ the processor moves on to other work; nothing blocks or spins. Anywhere else it 
 exception.
 
 `concurrent`: a sorted set of holder tokens scored by lease expiry (`keys.limit_concurrent`).
-Entering is one script (`scripts.LIMIT_ACQUIRE`): drop expired holders, then add ours if fewer
+Entering is one script (`LIMIT_ACQUIRE`): drop expired holders, then add ours if fewer
 than n remain. Leaving removes it. While a slot is held, one daemon thread per process
 (`_Leases`) pushes its expiry to now + `lease` every `lease`/3 seconds, so a long job keeps its
 slot, while a process that is killed (or hangs) inside stops extending and loses its slot
@@ -52,7 +52,6 @@ import redis
 from . import keys
 from .client import Client, default_client
 from .errors import OverLimit
-from .scripts import LIMIT_ACQUIRE, LIMIT_REFRESH, WINDOW_ACQUIRE
 
 log = logging.getLogger(__name__)
 
@@ -270,3 +269,57 @@ class _Leases:
 
 
 _leases = _Leases()
+
+
+# -- Lua --------------------------------------------------------------------------------------
+# Times are the Redis server's (TIME), so processes on hosts whose clocks disagree share one
+# limit. Each script keeps its key alive only as long as its entries.
+
+# KEYS: sidequest:limit:concurrent:<name> (zset: holder token -> lease expiry)
+# ARGV: token, limit, lease seconds. Drop expired holders (their process died or hung), then take
+# a slot if fewer than `limit` are held. Returns 1 (taken) or 0 (full).
+LIMIT_ACQUIRE = """
+local t = redis.call('time')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local lease = tonumber(ARGV[3])
+redis.call('zremrangebyscore', KEYS[1], '-inf', now)
+if redis.call('zcard', KEYS[1]) >= tonumber(ARGV[2]) then
+  return 0
+end
+redis.call('zadd', KEYS[1], now + lease, ARGV[1])
+redis.call('pexpire', KEYS[1], math.ceil(lease * 1000) + 1000)
+return 1
+"""
+
+# KEYS: sidequest:limit:concurrent:<name>   ARGV: lease seconds, token...
+# Extend the leases of slots still held (XX: a slot that expired meanwhile is not taken back).
+# Returns how many were extended.
+LIMIT_REFRESH = """
+local t = redis.call('time')
+local until_ = tonumber(t[1]) + tonumber(t[2]) / 1000000 + tonumber(ARGV[1])
+local kept = 0
+for i = 2, #ARGV do
+  kept = kept + redis.call('zadd', KEYS[1], 'XX', 'CH', until_, ARGV[i])
+end
+if kept > 0 then
+  redis.call('pexpire', KEYS[1], math.ceil(tonumber(ARGV[1]) * 1000) + 1000)
+end
+return kept
+"""
+
+# KEYS: sidequest:limit:window:<name> (zset: token -> start time)   ARGV: token, limit, per seconds
+# A sliding log: forget starts older than `per`, then record this start if fewer than `limit`
+# remain. Returns {1} (started) or {0, seconds until the oldest start leaves the window}.
+WINDOW_ACQUIRE = """
+local t = redis.call('time')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local per = tonumber(ARGV[3])
+redis.call('zremrangebyscore', KEYS[1], '-inf', now - per)
+if redis.call('zcard', KEYS[1]) >= tonumber(ARGV[2]) then
+  local oldest = redis.call('zrange', KEYS[1], 0, 0, 'WITHSCORES')
+  return {0, tostring(tonumber(oldest[2]) + per - now)}
+end
+redis.call('zadd', KEYS[1], now, ARGV[1])
+redis.call('pexpire', KEYS[1], math.ceil(per * 1000) + 1000)
+return {1}
+"""

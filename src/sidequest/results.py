@@ -41,7 +41,6 @@ from .errors import JobArgumentError
 from .options import seconds_option
 from .outcome import Outcome, error_class_name
 from .payload import check_json_value
-from .scripts import STATUS_FEATURE
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +53,27 @@ STATE_AT = {"taken": "running", "finished": "done", "retried": "retry", "dead": 
 REASONS = {"killed": "killed by an operator", "cancelled": "cancelled"}
 MAX_MESSAGE = 10_000
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+# The status feature's operation: args status key (sidequest:status:<jid>), ms to keep it, notify
+# key (sidequest:status:<jid>:notify), state, then field, value pairs. The hash is rewritten whole;
+# state 'deleted' removes it. The notify list holds one token while the job has ended (done, dead,
+# cancelled, deleted) and none otherwise, so a waiter blocked on it (BLMOVE of the list onto
+# itself, which leaves the token for the next) wakes at the end.
+STATUS_FEATURE = """
+FEATURES['status'] = function(point, now, a)
+  local state = a[4]
+  redis.call('del', a[1], a[3])
+  if state ~= 'deleted' then
+    redis.call('hset', a[1], 'state', state, 'updated_at', now, unpack(a, 5))
+    redis.call('pexpire', a[1], a[2])
+  end
+  if state == 'done' or state == 'dead' or state == 'cancelled' or state == 'deleted' then
+    redis.call('rpush', a[3], '1')
+    redis.call('pexpire', a[3], a[2])
+  end
+end
+"""
 
 
 def at_push(payload: dict[str, Any], when: float | None, now: float) -> tuple[str, int, str, str] | None:

@@ -1,4 +1,8 @@
-"""The Lua scripts that need atomicity, each with the keys it touches.
+"""The core's Lua scripts (the moves of a job between its keys), each with the keys it touches.
+
+A feature's own scripts live beside it: `unique.PUSH_UNIQUE`, the lifecycle operations
+(`unique.UNIQUE_FEATURE`, `results.STATUS_FEATURE`) and the limits (`limiter`). The task
+and periodic scripts below are still to move to their features (tests/test_layers.py lists them).
 
 Payload rewriting is done in Python before a script runs (Lua's cjson would reformat floats
 and reorder fields); the scripts only move bytes, and each checks that the job is still where
@@ -370,119 +374,6 @@ redis.call('hset', KEYS[1], 'sealed', '1')
 return complete_if_done(KEYS, ARGV[1], tonumber(ARGV[2]))
 """
 
-
-# Unique jobs (see `unique`) and job states (see `results`).
-
-# KEYS: queues, schedule
-# ARGV: job count, then 11 values per job: claim key ('' for none), claim ms, jid, queue key ('' when
-# scheduled), queue name, score, payload, status key ('' for none), status ms, state, due time.
-# A push with unique jobs, in one call: each job whose claim is taken (SET NX, the value its jid)
-# or that has none is written as the client's MULTI writes it (SADD + LPUSH, or ZADD), with its
-# status hash when it keeps one; a job whose claim is held by another copy writes nothing.
-# Returns 1 (written) or 0 (refused) per job, in order.
-PUSH_UNIQUE = """
-local written = {}
-local i = 2
-for j = 1, tonumber(ARGV[1]) do
-  if ARGV[i] == '' or redis.call('set', ARGV[i], ARGV[i + 2], 'NX', 'PX', ARGV[i + 1]) then
-    if ARGV[i + 3] ~= '' then
-      redis.call('sadd', KEYS[1], ARGV[i + 4])
-      redis.call('lpush', ARGV[i + 3], ARGV[i + 6])
-    else
-      redis.call('zadd', KEYS[2], ARGV[i + 5], ARGV[i + 6])
-    end
-    if ARGV[i + 7] ~= '' then
-      redis.call('hset', ARGV[i + 7], 'state', ARGV[i + 9], 'at', ARGV[i + 10])
-      redis.call('pexpire', ARGV[i + 7], ARGV[i + 8])
-    end
-    written[j] = 1
-  else
-    written[j] = 0
-  end
-  i = i + 11
-end
-return written
-"""
-
-# The unique feature's operation: args claim key, jid. End the claim only while it is this
-# job's: once it expired, a later copy may hold it.
-UNIQUE_FEATURE = """
-FEATURES['unique'] = function(point, now, a)
-  if redis.call('get', a[1]) == a[2] then redis.call('del', a[1]) end
-end
-"""
-
-# The status feature's operation: args status key, ms to keep it, notify key, state, then field,
-# value pairs. The hash is rewritten whole; state 'deleted' removes it. The notify list holds one
-# token while the job has ended (done, dead, cancelled, deleted) and none otherwise, so a waiter
-# blocked on it (BLMOVE of the list onto itself, which leaves the token for the next) wakes at the end.
-STATUS_FEATURE = """
-FEATURES['status'] = function(point, now, a)
-  local state = a[4]
-  redis.call('del', a[1], a[3])
-  if state ~= 'deleted' then
-    redis.call('hset', a[1], 'state', state, 'updated_at', now, unpack(a, 5))
-    redis.call('pexpire', a[1], a[2])
-  end
-  if state == 'done' or state == 'dead' or state == 'cancelled' or state == 'deleted' then
-    redis.call('rpush', a[3], '1')
-    redis.call('pexpire', a[3], a[2])
-  end
-end
-"""
-
-
-# Rate limits (see `limiter`). Times are the Redis server's (TIME), so processes on hosts whose
-# clocks disagree share one limit. Each script keeps its key alive only as long as its entries.
-
-# KEYS: sidequest:limit:concurrent:<name> (zset: holder token -> lease expiry)
-# ARGV: token, limit, lease seconds. Drop expired holders (their process died or hung), then take
-# a slot if fewer than `limit` are held. Returns 1 (taken) or 0 (full).
-LIMIT_ACQUIRE = """
-local t = redis.call('time')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local lease = tonumber(ARGV[3])
-redis.call('zremrangebyscore', KEYS[1], '-inf', now)
-if redis.call('zcard', KEYS[1]) >= tonumber(ARGV[2]) then
-  return 0
-end
-redis.call('zadd', KEYS[1], now + lease, ARGV[1])
-redis.call('pexpire', KEYS[1], math.ceil(lease * 1000) + 1000)
-return 1
-"""
-
-# KEYS: sidequest:limit:concurrent:<name>   ARGV: lease seconds, token...
-# Extend the leases of slots still held (XX: a slot that expired meanwhile is not taken back).
-# Returns how many were extended.
-LIMIT_REFRESH = """
-local t = redis.call('time')
-local until_ = tonumber(t[1]) + tonumber(t[2]) / 1000000 + tonumber(ARGV[1])
-local kept = 0
-for i = 2, #ARGV do
-  kept = kept + redis.call('zadd', KEYS[1], 'XX', 'CH', until_, ARGV[i])
-end
-if kept > 0 then
-  redis.call('pexpire', KEYS[1], math.ceil(tonumber(ARGV[1]) * 1000) + 1000)
-end
-return kept
-"""
-
-# KEYS: sidequest:limit:window:<name> (zset: token -> start time)   ARGV: token, limit, per seconds
-# A sliding log: forget starts older than `per`, then record this start if fewer than `limit`
-# remain. Returns {1} (started) or {0, seconds until the oldest start leaves the window}.
-WINDOW_ACQUIRE = """
-local t = redis.call('time')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local per = tonumber(ARGV[3])
-redis.call('zremrangebyscore', KEYS[1], '-inf', now - per)
-if redis.call('zcard', KEYS[1]) >= tonumber(ARGV[2]) then
-  local oldest = redis.call('zrange', KEYS[1], 0, 0, 'WITHSCORES')
-  return {0, tostring(tonumber(oldest[2]) + per - now)}
-end
-redis.call('zadd', KEYS[1], now, ARGV[1])
-redis.call('pexpire', KEYS[1], math.ceil(per * 1000) + 1000)
-return {1}
-"""
 
 def core_lib(features_lua: str) -> str:
     return _CORE_LIB % {"features": features_lua, "queues": keys.QUEUES}

@@ -8,8 +8,8 @@
 
 A push of a job with `unique_for` first takes a claim, `sidequest:unique:<digest>` holding
 its jid, where the digest is the SHA-256 of the canonical JSON of `[class, args, queue]`. The
-claim is taken with `SET NX PX` in the same script call that writes the job (`scripts.
-PUSH_UNIQUE`), so among concurrent pushes exactly one writes; the others write nothing and
+claim is taken with `SET NX PX` in the same script call that writes the job (`PUSH_UNIQUE`,
+below), so among concurrent pushes exactly one writes; the others write nothing and
 return None. The digest travels in the payload (`unique_digest`), so a worker releases the
 very claim the push took even if the job moves to its `retry_queue`.
 
@@ -31,11 +31,52 @@ from typing import Any
 from . import keys
 from .options import seconds_option
 from .outcome import Outcome
-from .scripts import UNIQUE_FEATURE
 
 # Points where a job stops being pending (see `lifecycle.POINTS`); 'taken' too with unique_until="start".
 RELEASED_AT = frozenset({"finished", "dead", "dropped", "cancelled", "deleted", "killed"})
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+# -- Lua: the push of unique jobs (run by `client` and `aio`), the lifecycle operation ----------
+
+# KEYS: queues, schedule
+# ARGV: job count, then 11 values per job: claim key ('' for none), claim ms, jid, queue key ('' when
+# scheduled), queue name, score, payload, status key ('' for none), status ms, state, due time.
+# A push with unique jobs, in one call: each job whose claim is taken (SET NX, the value its jid)
+# or that has none is written as the client's MULTI writes it (SADD + LPUSH, or ZADD), with its
+# status hash when it keeps one; a job whose claim is held by another copy writes nothing.
+# Returns 1 (written) or 0 (refused) per job, in order.
+PUSH_UNIQUE = """
+local written = {}
+local i = 2
+for j = 1, tonumber(ARGV[1]) do
+  if ARGV[i] == '' or redis.call('set', ARGV[i], ARGV[i + 2], 'NX', 'PX', ARGV[i + 1]) then
+    if ARGV[i + 3] ~= '' then
+      redis.call('sadd', KEYS[1], ARGV[i + 4])
+      redis.call('lpush', ARGV[i + 3], ARGV[i + 6])
+    else
+      redis.call('zadd', KEYS[2], ARGV[i + 5], ARGV[i + 6])
+    end
+    if ARGV[i + 7] ~= '' then
+      redis.call('hset', ARGV[i + 7], 'state', ARGV[i + 9], 'at', ARGV[i + 10])
+      redis.call('pexpire', ARGV[i + 7], ARGV[i + 8])
+    end
+    written[j] = 1
+  else
+    written[j] = 0
+  end
+  i = i + 11
+end
+return written
+"""
+
+# The unique feature's operation: args claim key (sidequest:unique:<digest>), jid. End the claim
+# only while it is this job's: once it expired, a later copy may hold it.
+UNIQUE_FEATURE = """
+FEATURES['unique'] = function(point, now, a)
+  if redis.call('get', a[1]) == a[2] then redis.call('del', a[1]) end
+end
+"""
 
 
 def digest(name: str, args: list[Any], queue: str) -> str:

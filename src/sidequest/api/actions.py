@@ -18,25 +18,14 @@ from typing import Any, cast
 from redis.commands.core import Script
 
 from .. import keys
+from ..admin_lifecycle import operator_lifecycle
 from ..client import Client
 from ..errors import PayloadError
-from ..lifecycle import Lifecycle
 from ..payload import encode, in_millis, stamp
-from ..results import StatusFeature
 from ..scripts import ADMIN_DELETE, ADMIN_FORGET_QUEUE, ADMIN_KILL, ADMIN_REQUEUE, core_lib
-from ..tasks import TaskFeature, TaskRecorder
-from ..unique import UniqueFeature
 
 # (script, keys, args): one atomic call, run alone (`one`) or with others in a pipeline (`many`)
 Call = tuple[Script, list[str], list[Any]]
-
-
-def operator_lifecycle(client: Client) -> Lifecycle:
-    """The features that record a move made outside a worker (an operator's action, a cancel):
-    tasks, unique claims and status records. Metrics count runs, so they are left out."""
-    recorder = TaskRecorder(client.redis, client.config.task_retention, clock=client.clock)
-    return Lifecycle([TaskFeature(recorder), UniqueFeature(),
-                      StatusFeature(client.clock, client.config.max_payload_size)])
 
 
 class Actions:

@@ -1,0 +1,23 @@
+"""The lifecycle of a move made outside a worker: an operator's action, a cancel.
+
+The admin API (`api.actions`: retry, delete, kill from the API, the CLI or the dashboard) and
+`cancellation` both move a stored job with one of `scripts.ADMIN_*`; the features that record
+where a job is take part in that same call. This module sits below both callers, so a feature
+(`cancellation`) never imports the admin API to get it.
+"""
+
+from __future__ import annotations
+
+from .client import Client
+from .lifecycle import Lifecycle
+from .results import StatusFeature
+from .tasks import TaskFeature, TaskRecorder
+from .unique import UniqueFeature
+
+
+def operator_lifecycle(client: Client) -> Lifecycle:
+    """The features that record a move made outside a worker (an operator's action, a cancel):
+    tasks, unique claims and status records. Metrics count runs, so they are left out."""
+    recorder = TaskRecorder(client.redis, client.config.task_retention, clock=client.clock)
+    return Lifecycle([TaskFeature(recorder), UniqueFeature(),
+                      StatusFeature(client.clock, client.config.max_payload_size)])
