@@ -100,7 +100,7 @@ class Launcher:
         self.identity = make_identity(secrets.token_hex(6), config.hostname)
         self.stats = Stats()
         self.recycle_on_timeout = recycle_on_timeout
-        self.tasks = TaskRecorder(self.redis, config.task_retention, clock=clock)
+        self.tasks = TaskRecorder(self.redis, config.task_retention, clock=clock, ttl=config.task_ttl)
         self.metrics = MetricsFeature(clock=clock)
         lifecycle = Lifecycle([TaskFeature(self.tasks), self.metrics, CancelFeature(self.redis),
                                UniqueFeature(), StatusFeature(clock, config.max_payload_size)])
