@@ -119,8 +119,8 @@ class Launcher:
         # periodic jobs: the file's `:periodic:` and those registered in code (read on every pass)
         from_file = entries_from_config(config.periodic, self.runtime.registry)
         in_code = default_periodic if periodic is None else periodic
-        self.periodic = Scheduler(Client(config, redis_client=self.redis), clock=clock, entries=lambda: list(
-            {e.id: e for e in [*from_file, *in_code.entries()]}.values()))
+        self.periodic = Scheduler(Client(config, redis_client=self.redis), clock=clock, ttl=config.periodic_ttl,
+                                  entries=lambda: list({e.id: e for e in [*from_file, *in_code.entries()]}.values()))
         paused = PausedQueues(self.redis)
         hub = Hub(config, self.identity, scripts, clock=clock, paused=paused)  # the processors' shared batches
         self.manager = Manager(self.runtime, lambda slot: build_fetch(config, self._processor_redis(), self.identity,

@@ -183,7 +183,8 @@ return 0
 """
 
 # KEYS: sidequest:periodic:<entry id>, queue:<q>, queues
-# ARGV: tick (epoch seconds), job to enqueue ('' passes the tick without a job), queue name, jid, now
+# ARGV: tick (epoch seconds), job to enqueue ('' passes the tick without a job), queue name, jid, now,
+# ttl (seconds the entry's record is kept: it may be created here, if it expired or was forgotten)
 # Claim one tick of a periodic entry (see `periodic`): only a tick newer than the entry's `last`
 # (the newest tick handled) is taken, so among any number of schedulers exactly one pushes it.
 # 1: this call pushed the job; 2: it passed the tick without one; 0: the tick was handled already.
@@ -193,6 +194,7 @@ if last and tonumber(last) >= tonumber(ARGV[1]) then
   return 0
 end
 redis.call('hset', KEYS[1], 'last', ARGV[1])
+redis.call('expire', KEYS[1], ARGV[6])
 if ARGV[2] == '' then
   return 2
 end

@@ -155,7 +155,8 @@ class Task:
     def seal(self) -> None:
         """No more jobs will be added; the task completes when every job has reached an end."""
         seal = self.redis.register_script(TASK_SEAL)
-        if seal(keys=keys.task_keys(self.id), args=[self.client.clock(), int(self.retention), _seconds(self.ttl)]) == -1:
+        args = [self.client.clock(), int(self.retention), _seconds(self.ttl)]
+        if seal(keys=keys.task_keys(self.id), args=args) == -1:
             raise LookupError(f"task {self.id} does not exist (or has expired)")
 
     # -- reading ---------------------------------------------------------------------------
