@@ -90,9 +90,9 @@ def test_a_task_reopened_by_an_operator_after_completing_keeps_expiring(start, c
     jid = task.add(boom.set(retry=0), "once")
     task.seal()
     start(task_retention=300)
-    wait_until(lambda: task.status()["done"], message="the task to complete")
-    assert ran(r, "echo") == [[task.id]] or wait_until(lambda: ran(r, "echo"), message="its callback")
+    wait_until(lambda: task.status()["done"] and ran(r, "echo") == [[task.id]], message="completion")
     assert DeadSet(client=client).find_job(jid).retry()  # `enqueued` index, emptied, comes back
+    assert unexpiring(r) == []
     wait_until(lambda: r.zcard("dead") == 1 and task.status()["counts"]["error"] == 1
                and r.exists(keys.task_index(task.id, "error")), message="the job to die again")
     assert unexpiring(r) == []

@@ -87,7 +87,7 @@ class Scheduler:
         self.missed_after = missed_after
         self.ttl = max(1, math.ceil(ttl))  # whole seconds, for EXPIRE
         self.describe_every = min(DESCRIBE_EVERY, ttl / 4)  # a live entry's record never expires
-        self._adopted = False  # records from before they expired (or expired ones) are seen to once
+        self._adopted = False  # once per scheduler: older records without a TTL get one (see _adopt)
         self._claim = self.redis.register_script(PERIODIC_CLAIM)
         self._next: dict[str, float] = {}  # entry id -> its next tick (absent: check it now)
         self._described: dict[str, float] = {}  # entry id -> when its description was written
