@@ -23,7 +23,7 @@ from jobs_for_tests import Tick, echo
 from test_reliability import procs, stop_all  # noqa: F401  (procs is a fixture)
 
 import sidequest
-from sidequest import Client, Config, ConfigError, JobDefinitionError
+from sidequest import Client, Config, ConfigError, JobDefinitionError, keys
 from sidequest.cli import main
 from sidequest.launcher import Launcher
 from sidequest.periodic import (
@@ -299,6 +299,45 @@ def test_status_lists_a_registered_entry_before_any_worker_ran_it(client):
     assert s.next_run == 1_800_000_060 and s.last_run is None and s.seen is None
 
 
+def test_an_entry_removed_from_the_code_disappears_after_periodic_ttl(client, r):
+    before, after = PeriodicRegistry(), PeriodicRegistry()  # two deploys: "hourly" is in both
+    kept = entry_in(before, job=Tick, every=3600, args=["kept"], id="hourly")
+    entry_in(before, job=Tick, every=3600, args=["removed"], id="removed")
+    entry_in(after, job=Tick, every=3600, args=["kept"], id="hourly")
+    Scheduler(client, before.entries, ttl=1).run_due(time.time())
+    last = r.hget(keys.periodic(kept.id), "last")
+    assert {s.id for s in status(client, registry=PeriodicRegistry())} == {"hourly", "removed"}
+    assert 0 < r.ttl(keys.periodic("removed")) <= 1 and 0 < r.ttl(keys.PERIODIC) <= 1
+    running = Scheduler(client, after.entries, ttl=1)  # describes its entries every ttl / 4
+
+    def removed_is_gone() -> bool:
+        running.run_due(time.time())
+        return [s.id for s in status(client, registry=PeriodicRegistry())] == ["hourly"]
+
+    wait_until(removed_is_gone, 5, 0.05, "the removed entry's record to expire")
+    assert r.hget(keys.periodic(kept.id), "last") == last  # the running entry's record never expired
+
+
+def test_a_scheduler_gives_records_without_a_ttl_one_and_drops_expired_ids(client, r):
+    registry = PeriodicRegistry()
+    entry_in(registry, job=Tick, every=60, args=["x"])
+    r.sadd(keys.PERIODIC, "from an older version", "expired")  # records of entries long removed
+    r.hset(keys.periodic("from an older version"), mapping={"last": 1, "class": "Tick", "every": 60})
+    scheduler(client, registry).run_due(1_800_000_000)
+    assert 0 < r.ttl(keys.periodic("from an older version")) <= 7 * 24 * 3600 == Config().periodic_ttl
+    assert r.smembers(keys.PERIODIC) == {b"from an older version", b"Tick every 1m"}
+
+
+def test_a_record_the_claim_creates_expires_too(client, r):
+    registry = PeriodicRegistry()
+    entry = entry_in(registry, job=Tick, every=1, args=["x"])
+    sched = scheduler(client, registry)
+    sched.run_due(1_800_000_000.1)
+    forget(entry.id, client)  # between two descriptions: the claim writes the record again
+    assert sched.run_due(1_800_000_001.1) == 0 and r.hget(keys.periodic(entry.id), "last") == b"1800000001"
+    assert 0 < r.ttl(keys.periodic(entry.id)) <= 7 * 24 * 3600
+
+
 def test_the_cli_lists_entries(client, redis_url, monkeypatch):
     registry = PeriodicRegistry()
     entry_in(registry, job=Tick, every=60, args=["x"])
@@ -368,7 +407,8 @@ def test_a_launcher_runs_its_entries_and_the_files(config, r, monkeypatch, redis
     registry = PeriodicRegistry()
     entry_in(registry, job=Tick, every=1, args=["code"])
     config = config.replace(periodic=({"class": "Tick", "every": 1, "args": ["file"], "id": "from-file"},))
-    launcher = Launcher(config, periodic=registry)
+    launcher = Launcher(config.replace(periodic_ttl=3600), periodic=registry)
+    assert launcher.periodic.ttl == 3600
     launcher.run()
     try:
         wait_until(lambda: {t[0] for t in ran(r, "tick")} == {"code", "file"}, 6, message="both entries to run")

@@ -116,6 +116,42 @@ def test_completed_task_expires_after_retention(start, client, r):
         assert 0 < r.ttl(key) <= 120, key
 
 
+def task_ttls(r, task) -> dict[str, int]:
+    return {key.decode(): r.ttl(key) for key in r.scan_iter(f"sidequest:task:{task.id}*")}
+
+
+def test_a_task_never_sealed_expires_after_its_ttl(client, r):
+    task = Task.create("abandoned", client=client, ttl=1)
+    task.add_bulk(noop, [[1], [2]])
+    assert set(task_ttls(r, task).values()) == {1}
+    wait_until(lambda: Task.find(task.id, client=client) is None, 5, message="the abandoned task to expire")
+    assert task_ttls(r, task) == {}
+    with pytest.raises(LookupError, match="does not exist"):
+        task.seal()  # and sealing it does not bring back a record that would never expire
+    assert not r.exists(f"sidequest:task:{task.id}")
+
+
+def test_every_change_keeps_an_unfinished_task_for_task_ttl(client, r, start):
+    assert client.config.task_ttl == 7 * 24 * 3600
+    task = Task.create("refreshed", client=client)
+    task.add(noop, 1)
+    for key in task_ttls(r, task):
+        r.expire(key, 60)  # as if the task had last changed nearly task_ttl ago
+    start(task_ttl=500)
+    wait_until(lambda: task.status()["counts"]["finished"] == 1)
+    ttls = task_ttls(r, task)  # the `finished` index is new: it expires with the others
+    assert f"sidequest:task:{task.id}:status:finished" in ttls and all(490 < t <= 500 for t in ttls.values())
+    task.seal()  # completes: the retention time replaces it
+    assert all(0 < t <= task.retention for t in task_ttls(r, task).values())
+
+
+def test_a_job_scheduled_past_the_ttl_keeps_its_task(client, r):
+    task = Task.create("far ahead", client=client, ttl=100)
+    task.add(noop, 1, in_=10_000)
+    task.add(noop, 2)  # a later add never shortens it
+    assert all(10_090 < t <= 10_100 for t in task_ttls(r, task).values())
+
+
 def test_interrupted_job_is_error_then_enqueued_again(redis_url, r, client):
     task = Task.create("interrupted", client=client)
     task.add(blocker, "never-set")

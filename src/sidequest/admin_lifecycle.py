@@ -18,6 +18,7 @@ from .unique import UniqueFeature
 def operator_lifecycle(client: Client) -> Lifecycle:
     """The features that record a move made outside a worker (an operator's action, a cancel):
     tasks, unique claims and status records. Metrics count runs, so they are left out."""
-    recorder = TaskRecorder(client.redis, client.config.task_retention, clock=client.clock)
+    recorder = TaskRecorder(client.redis, client.config.task_retention, clock=client.clock,
+                            ttl=client.config.task_ttl)
     return Lifecycle([TaskFeature(recorder), UniqueFeature(),
                       StatusFeature(client.clock, client.config.max_payload_size)])

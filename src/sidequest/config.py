@@ -88,6 +88,8 @@ class Config:
     dead_max_jobs: int = 10_000
     dead_timeout: float = 180 * 24 * 3600.0
     task_retention: float = 7 * 24 * 3600.0  # how long a completed task's records are kept
+    task_ttl: float = 7 * 24 * 3600.0  # ... and an unfinished one's, after its last change
+    periodic_ttl: float = 7 * 24 * 3600.0  # a periodic entry no scheduler describes is forgotten after this
     max_payload_size: int = 16 * 1024 * 1024  # bytes; a bigger job is refused at push
     sidekiq_version: int = 7  # payload times written: 6 or 7 float seconds, 8 integer milliseconds
     embedded_dir: str = ".sidequest"
@@ -121,7 +123,8 @@ class Config:
                      "processes", "max_payload_size"):
             _positive_int(name, getattr(self, name), allow_zero=name in ("max_recoveries", "max_retries", "processes"))
         for name in ("timeout", "fetch_timeout", "poll_interval", "heartbeat_interval",
-                     "heartbeat_ttl", "recovery_interval", "dead_timeout", "task_retention"):
+                     "heartbeat_ttl", "recovery_interval", "dead_timeout", "task_retention",
+                     "task_ttl", "periodic_ttl"):
             _positive_number(name, getattr(self, name))
         for name in ("job_timeout", "max_memory"):
             if getattr(self, name) is not None:

@@ -1,4 +1,4 @@
-"""Every Redis key name sidequest reads or writes, and nothing else.
+"""Every Redis key name sidequest reads or writes, and nothing else, with how long each lives.
 
 Sidekiq's own layout (shared with Ruby Sidekiq, unprefixed):
 
@@ -30,12 +30,31 @@ sidequest's own keys live under the `sidequest:` prefix so Ruby Sidekiq never tr
                                     cron, every, tz, class, queue, missed, seen)
     sidequest:limit:concurrent:<name>  zset of the slots held in a concurrent limiter: token -> lease expiry
     sidequest:limit:window:<name>   zset of a window limiter's recent starts: token -> start time
-    sidequest:cancel:<jid>          flag (with a TTL): a running job was cancelled (`sidequest.cancelled()`)
-    sidequest:unique:<digest>       a unique job's claim: the jid holding it, expiring after `unique_for`
-    sidequest:status:<jid>          hash of a `result_ttl` job's state (and result or error), expiring
+    sidequest:cancel:<jid>          flag: a running job was cancelled (`sidequest.cancelled()`)
+    sidequest:unique:<digest>       a unique job's claim: the jid holding it
+    sidequest:status:<jid>          hash of a `result_ttl` job's state (and result or error)
     sidequest:status:<jid>:notify   list holding one token once that job has ended (waiters block on it)
 
-A test fails if a key literal appears in any other module.
+How long each lives. Every key expires by itself (its writer sets the TTL, and refreshes it),
+except those in `KEPT` below, which hold jobs, an operator's choice, or a total that Sidekiq
+also keeps forever:
+
+    <identity>, <identity>:work(ers)   heartbeat_ttl after the last beat (a clean stop deletes them)
+    <identity>-signals                 60 s (Sidekiq's)
+    stat:<name>:YYYY-MM-DD             5 years, as Sidekiq's launcher sets
+    sidequest:recovery-lock            5 x recovery_interval (its owner deletes it when done)
+    sidequest:task:<id>[:...]          task_ttl after the task's last change; task_retention once
+                                       it has completed (every key of the task, together)
+    sidequest:metrics:<minute>         72 hours
+    sidequest:periodic, :periodic:<id> periodic_ttl after a scheduler last described the entry
+    sidequest:limit:concurrent:<name>  the longest lease held, plus a second
+    sidequest:limit:window:<name>      the window, plus a second
+    sidequest:cancel:<jid>             24 hours
+    sidequest:unique:<digest>          unique_for (after the job's time, for a scheduled one)
+    sidequest:status:<jid>[:notify]    result_ttl after the job's last change
+
+A test fails if a key literal appears in any other module; another (tests/test_keyspace.py)
+runs every feature and fails if a key left without a TTL matches no pattern of `KEPT`.
 """
 
 from __future__ import annotations
@@ -151,7 +170,8 @@ def status_notify(jid: str) -> str:
 
 # -- tasks: `sidequest:task:<id>` hash (name, meta, counts, callbacks), `...:events` hash
 # (jid -> event JSON), `...:order` zset of every jid by position, `...:status:<s>` zsets of jids
-# by status (for filtered, paged event lists). All expire together once the task completes.
+# by status (for filtered, paged event lists). All expire together: task_ttl after the task's last
+# change, task_retention once it completes.
 TASK_STATUSES = ("enqueued", "working", "finished", "failed", "error")
 
 
@@ -180,3 +200,21 @@ def task_keys(task_id: str) -> list[str]:
     """Every key of a task, in the order the task scripts expect them."""
     return [task(task_id), task_events(task_id), task_order(task_id),
             *(task_index(task_id, s) for s in TASK_STATUSES)]
+
+
+# -- lifetimes: the keys meant to live without a TTL, as Redis glob patterns, and why ----------------
+# Every other key expires by itself (see the table at the top); tests/test_keyspace.py holds a
+# real keyspace to this.
+KEPT: dict[str, str] = {
+    QUEUES: "Sidekiq's set of queue names: a queue stays listed until it is cleared, as in Sidekiq",
+    queue("*"): "jobs waiting in a queue: a job leaves Redis only when it is done",
+    SCHEDULE: "jobs waiting for their time",
+    RETRY: "jobs waiting for their next attempt",
+    DEAD: "dead jobs, trimmed by dead_timeout and dead_max_jobs (Sidekiq's rule), not expired",
+    PROCESSES: "Sidekiq's set of processes; readers drop identities whose heartbeat hash expired",
+    STAT_PROCESSED: "all-time total, kept forever as Sidekiq keeps it",
+    STAT_FAILED: "all-time total, kept forever as Sidekiq keeps it",
+    reserved("*", "*"): "jobs a process took and has not settled; recovery puts back a dead process's",
+    RESERVATIONS: "the index of reserved lists, which recovery reads instead of a SCAN",
+    PAUSED: "queues an operator paused: paused until resumed",
+}

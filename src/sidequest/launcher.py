@@ -101,7 +101,7 @@ class Launcher:
         self.identity = make_identity(secrets.token_hex(6), config.hostname)
         self.stats = Stats()
         self.recycle_on_timeout = recycle_on_timeout
-        self.tasks = TaskRecorder(self.redis, config.task_retention, clock=clock)
+        self.tasks = TaskRecorder(self.redis, config.task_retention, clock=clock, ttl=config.task_ttl)
         self.metrics = MetricsFeature(clock=clock)
         lifecycle = Lifecycle([TaskFeature(self.tasks), self.metrics, CancelFeature(self.redis),
                                UniqueFeature(), StatusFeature(clock, config.max_payload_size)])
@@ -120,8 +120,8 @@ class Launcher:
         # periodic jobs: the file's `:periodic:` and those registered in code (read on every pass)
         from_file = entries_from_config(config.periodic, self.runtime.registry)
         in_code = default_periodic if periodic is None else periodic
-        self.periodic = Scheduler(Client(config, redis_client=self.redis), clock=clock, entries=lambda: list(
-            {e.id: e for e in [*from_file, *in_code.entries()]}.values()))
+        self.periodic = Scheduler(Client(config, redis_client=self.redis), clock=clock, ttl=config.periodic_ttl,
+                                  entries=lambda: list({e.id: e for e in [*from_file, *in_code.entries()]}.values()))
         paused = PausedQueues(self.redis)
         # the processors' shared batches, and the thread that acknowledges their successes
         self.hub = hub = Hub(config, self.identity, scripts, clock=clock, paused=paused, client=self.redis)

@@ -198,7 +198,8 @@ return 0
 """
 
 # KEYS: sidequest:periodic:<entry id>, queue:<q>, queues
-# ARGV: tick (epoch seconds), job to enqueue ('' passes the tick without a job), queue name, jid, now
+# ARGV: tick (epoch seconds), job to enqueue ('' passes the tick without a job), queue name, jid, now,
+# ttl (seconds the entry's record is kept: it may be created here, if it expired or was forgotten)
 # Claim one tick of a periodic entry (see `periodic`): only a tick newer than the entry's `last`
 # (the newest tick handled) is taken, so among any number of schedulers exactly one pushes it.
 # 1: this call pushed the job; 2: it passed the tick without one; 0: the tick was handled already.
@@ -208,6 +209,7 @@ if last and tonumber(last) >= tonumber(ARGV[1]) then
   return 0
 end
 redis.call('hset', KEYS[1], 'last', ARGV[1])
+redis.call('expire', KEYS[1], ARGV[6])
 if ARGV[2] == '' then
   return 2
 end
@@ -297,7 +299,10 @@ return 0
 # is marked complete exactly once (scripts run atomically, so only one caller sees this), its
 # callbacks (payloads built at creation, enqueued_at appended now; no cjson, so the JSON stays as
 # the client wrote it) are pushed onto their queues, and every key of the task is set to expire
-# after the retention time.
+# after the retention time. Until then every change sets every key of the task to expire `ttl`
+# seconds later (never sooner than the hash would: `Task.add` may have made room for a job
+# scheduled far ahead), so an abandoned task goes away, and a key a change creates (a status
+# zset emptied and filled again) expires with the others.
 TASK_LIB = """
 local STATUSES = {'enqueued', 'working', 'finished', 'failed', 'error'}
 local function task_keys(id)
@@ -328,9 +333,22 @@ local function complete_if_done(K, now, retention)
   for i = 1, #K do redis.call('expire', K[i], retention) end
   return 1
 end
+-- After a change that did not complete the task: every key expires `ttl` s from now (`retention`
+-- once it has completed), or later if the hash already would.
+local function keep(K, ttl, retention)
+  if redis.call('hexists', K[1], 'completed_at') == 1 then ttl = retention end
+  local left = redis.call('ttl', K[1])
+  if left > ttl then ttl = left end
+  for i = 1, #K do redis.call('expire', K[i], ttl) end
+end
+local function after_change(K, now, retention, ttl)
+  local completed = complete_if_done(K, now, retention)
+  if completed == 0 then keep(K, ttl, retention) end
+  return completed
+end
 -- Move the event of `jid` to `new` ('' keeps it), set `fields`, append `message` ('' for none).
 -- Returns {changed, completed}; a jid the task does not know is left alone.
-local function transition(K, jid, new, now, message, fields, retention)
+local function transition(K, jid, new, now, message, fields, retention, ttl)
   local raw = redis.call('hget', K[2], jid)
   if not raw then return {0, 0} end
   local event = cjson.decode(raw)
@@ -351,27 +369,30 @@ local function transition(K, jid, new, now, message, fields, retention)
     redis.call('zadd', index_key(K, new), redis.call('zscore', K[3], jid) or 0, jid)
     changed = 1
   end
-  return {changed, complete_if_done(K, now, retention)}
+  return {changed, after_change(K, now, retention, ttl)}
 end
 """ % {"queues": keys.QUEUES, "queue_prefix": keys.QUEUE_PREFIX, "task_prefix": keys.task(""),
        "suffixes": ", ".join(f"'{suffix}'" for suffix in keys.task_key_suffixes())}
 
-# The task feature's lifecycle operation: args task id, jid, status, message, fields JSON, retention.
+# The task feature's lifecycle operation: args task id, jid, status, message, fields JSON,
+# retention, ttl.
 TASK_FEATURE = TASK_LIB + """
 FEATURES['task'] = function(point, now, a)
-  transition(task_keys(a[1]), a[2], a[3], now, a[4], cjson.decode(a[5]), tonumber(a[6]))
+  transition(task_keys(a[1]), a[2], a[3], now, a[4], cjson.decode(a[5]), tonumber(a[6]), tonumber(a[7]))
 end
 """
 
-# KEYS: the task's keys   ARGV: jid, new status ('' keeps it), now, message, fields JSON, retention
+# KEYS: the task's keys   ARGV: jid, new status ('' keeps it), now, message, fields JSON, retention, ttl
 TASK_TRANSITION = TASK_LIB + """
-return transition(KEYS, ARGV[1], ARGV[2], ARGV[3], ARGV[4], cjson.decode(ARGV[5]), tonumber(ARGV[6]))
+return transition(KEYS, ARGV[1], ARGV[2], ARGV[3], ARGV[4], cjson.decode(ARGV[5]), tonumber(ARGV[6]),
+                  tonumber(ARGV[7]))
 """
 
-# KEYS: the task's keys   ARGV: now, retention. Seal the task (no more jobs); it may complete at once.
+# KEYS: the task's keys   ARGV: now, retention, ttl. Seal the task (no more jobs); it may complete at once.
 TASK_SEAL = TASK_LIB + """
+if redis.call('exists', KEYS[1]) == 0 then return -1 end
 redis.call('hset', KEYS[1], 'sealed', '1')
-return complete_if_done(KEYS, ARGV[1], tonumber(ARGV[2]))
+return after_change(KEYS, ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]))
 """
 
 

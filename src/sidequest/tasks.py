@@ -20,6 +20,10 @@ job, and moves the counters and the status index together; the change that compl
 task enqueues its callbacks, so counts never drift and `on_complete`/`on_success` are enqueued
 exactly once.
 
+Every key of a task expires: `ttl` (the `task_ttl` setting, 7 days by default) after its last
+change while it runs, so a task that is never sealed, or whose jobs never all end, goes away by
+itself; `retention` after it completes. Adding a job scheduled further ahead makes room for it.
+
 The seed did this in server middleware (four round trips per job); here "finished" rides on the
 processor's next fetch and the failures on the call that files them, so a task job costs one
 extra round trip (its "working" record) over a plain job.
@@ -30,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import json
+import math
 import secrets
 import time
 from collections.abc import Iterable, Iterator
@@ -47,6 +52,7 @@ from .payload import encode
 from .scripts import TASK_FEATURE, TASK_SEAL, TASK_TRANSITION
 
 RETENTION = 7 * 24 * 3600.0
+TTL = 7 * 24 * 3600.0  # an unfinished task's lifetime after its last change (`task_ttl`)
 FINAL = ("finished", "failed", "error")
 
 # (recorder, task id, jid) of the task job running on this thread, for `task_message`.
@@ -61,10 +67,12 @@ def _unpack(job: Any) -> tuple[Any, dict[str, Any]]:
 
 
 class Task:
-    def __init__(self, task_id: str, client: Client | None = None, retention: float = RETENTION) -> None:
+    def __init__(self, task_id: str, client: Client | None = None, retention: float = RETENTION,
+                 ttl: float | None = None) -> None:
         self.id = task_id
         self.client = client or default_client()
         self.retention = retention
+        self.ttl = self.client.config.task_ttl if ttl is None else ttl  # while it is unfinished
 
     @property
     def redis(self) -> redis.Redis:
@@ -73,9 +81,12 @@ class Task:
     # -- creating --------------------------------------------------------------------------
     @classmethod
     def create(cls, name: str, *, meta: dict[str, Any] | None = None, on_complete: Any = None,
-               on_success: Any = None, client: Client | None = None, retention: float = RETENTION) -> Task:
-        """Open a new task. Callbacks are jobs, enqueued with args `[task_id]` when it completes."""
-        task = cls(secrets.token_hex(12), client, retention)
+               on_success: Any = None, client: Client | None = None, retention: float = RETENTION,
+               ttl: float | None = None) -> Task:
+        """Open a new task. Callbacks are jobs, enqueued with args `[task_id]` when it completes.
+        Its records expire `ttl` s (default: the client's `task_ttl`) after its last change, and
+        `retention` s after it completes."""
+        task = cls(secrets.token_hex(12), client, retention, ttl)
         now = task.client.clock()
         fields: dict[str, Any] = {
             "name": name, "meta": json.dumps(meta or {}), "created_at": now, "sealed": "0", "total": 0,
@@ -89,7 +100,10 @@ class Task:
                     payload = entries[0][0]
                     fields[field] = encode(payload)[:-1]  # the script appends enqueued_at and "}"
                     fields[f"{field}:queue"] = payload["queue"]
-        task.redis.hset(keys.task(task.id), mapping=fields)  # type: ignore[arg-type]  # redis-py: invariant key type
+        pipe = task.redis.pipeline(transaction=True)
+        pipe.hset(keys.task(task.id), mapping=fields)  # type: ignore[arg-type]  # redis-py: invariant key type
+        pipe.expire(keys.task(task.id), _seconds(task.ttl))
+        pipe.execute()
         return task
 
     def add(self, job: Any, *args: Any, at: Any = None, in_: Any = None, **options: Any) -> str | None:
@@ -112,6 +126,8 @@ class Task:
         entries, jids = self.client.build(target, args_list, times, now, options)
         if not entries:
             return jids
+        # the task outlives its last job's time by `ttl`, so a job scheduled far ahead finds it
+        ttl = self.ttl + max([0.0, *((t - now) for t in times if t is not None)])
 
         def record(pipe: Any) -> None:
             events = {p["jid"]: json.dumps({"jid": p["jid"], "class": p["class"], "status": "enqueued",
@@ -119,13 +135,19 @@ class Task:
                                            separators=(",", ":"))
                       for p, _ in entries}
             # positions only order the event lists; jobs added concurrently may share one
-            base = int(self.redis.hget(keys.task(self.id), "total") or 0)
+            read = self.redis.pipeline(transaction=False)
+            read.hget(keys.task(self.id), "total")
+            read.ttl(keys.task(self.id))
+            total, left = read.execute()
+            base = int(total or 0)
             order = {jid: base + i for i, jid in enumerate(events)}
             pipe.hset(keys.task_events(self.id), mapping=events)
             pipe.zadd(keys.task_order(self.id), order)
             pipe.zadd(keys.task_index(self.id, "enqueued"), order)
             pipe.hincrby(keys.task(self.id), "total", len(events))
             pipe.hincrby(keys.task(self.id), "count:enqueued", len(events))
+            for key in keys.task_keys(self.id):  # never sooner than before: an earlier job may be further ahead
+                pipe.expire(key, max(_seconds(ttl), left))
 
         self.client.write(entries, now, also=record)
         return jids
@@ -133,7 +155,9 @@ class Task:
     def seal(self) -> None:
         """No more jobs will be added; the task completes when every job has reached an end."""
         seal = self.redis.register_script(TASK_SEAL)
-        seal(keys=keys.task_keys(self.id), args=[self.client.clock(), int(self.retention)])
+        args = [self.client.clock(), int(self.retention), _seconds(self.ttl)]
+        if seal(keys=keys.task_keys(self.id), args=args) == -1:
+            raise LookupError(f"task {self.id} does not exist (or has expired)")
 
     # -- reading ---------------------------------------------------------------------------
     @classmethod
@@ -189,16 +213,19 @@ def _event(data: dict[str, Any]) -> dict[str, Any]:
 class TaskRecorder:
     """Writes event changes outside a job's lifecycle calls (`task_message` from inside a job)."""
 
-    def __init__(self, client: redis.Redis, retention: float = RETENTION, clock: Any = time.time) -> None:
+    def __init__(self, client: redis.Redis, retention: float = RETENTION, clock: Any = time.time,
+                 ttl: float = TTL) -> None:
         self.redis = client
         self.script = client.register_script(TASK_TRANSITION)
         self.retention = retention
+        self.ttl = ttl  # every change keeps an unfinished task this long
         self.clock = clock
 
     def transition(self, task_id: str, jid: str, status: str, message: str = "", **fields: Any) -> None:
         """Move the event of `jid` to `status` ('' keeps it) and append `message`."""
         self.script(keys=keys.task_keys(task_id),
-                    args=[jid, status, self.clock(), message, json.dumps(fields), int(self.retention)])
+                    args=[jid, status, self.clock(), message, json.dumps(fields), int(self.retention),
+                          _seconds(self.ttl)])
 
 
 class TaskFeature:
@@ -225,7 +252,9 @@ class TaskFeature:
         if change is None:
             return None
         status, message, fields = change
-        return [task_id, jid, status, message, json.dumps(fields), int(self.recorder.retention)]
+        wait = outcome.at - now if outcome is not None and outcome.at is not None else 0.0  # a retry, a snooze
+        return [task_id, jid, status, message, json.dumps(fields), int(self.recorder.retention),
+                _seconds(self.recorder.ttl + max(wait, 0.0))]
 
     def observe(self, point: str, payload: dict[str, Any], outcome: Outcome | None) -> None:
         """Everything a task records is written by `ops`, with the job's move."""
@@ -235,6 +264,11 @@ class TaskFeature:
         if not isinstance(task_id, str) or not isinstance(jid, str):
             return None
         return _running(self.recorder, task_id, jid)
+
+
+def _seconds(ttl: float) -> int:
+    """A TTL for EXPIRE: whole seconds, at least one (EXPIRE 0 would delete the key)."""
+    return max(1, math.ceil(ttl))
 
 
 def _event_change(point: str, payload: dict[str, Any], outcome: Outcome | None,

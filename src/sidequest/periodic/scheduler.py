@@ -15,6 +15,14 @@ Missed ticks: a tick still unclaimed `MISSED_AFTER` seconds after its time was m
 worker was down, or Redis was). However many were missed, the newest of them is enqueued once
 (`missed="enqueue"`, the default) or passed over (`missed="skip"`); later ticks run as usual.
 An entry never seen before starts from its next tick.
+
+Entries removed from the code: each scheduler describes the entries it runs every
+`DESCRIBE_EVERY` seconds (or a quarter of `ttl`, if that is shorter), and each description sets
+the entry's record and the set of ids to expire `ttl` seconds later (`periodic_ttl`, 7 days by
+default). So a running entry's record never expires, and one that no scheduler runs any more
+disappears, with its last run, once `ttl` has passed; two deploys running different code at once
+each keep their own entries alive. A scheduler starting up also gives a TTL to records written
+before records had one, and drops from the set the ids whose record has expired.
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ import math
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import redis
 
@@ -38,7 +46,8 @@ log = logging.getLogger(__name__)
 
 WAKE = 1.0  # longest sleep, so stops and new entries are noticed
 MISSED_AFTER = 5.0  # a tick unclaimed this long after its time was missed
-DESCRIBE_EVERY = 30.0  # how often entry descriptions (and `seen`) are refreshed in Redis
+DESCRIBE_EVERY = 30.0  # how often entry descriptions (and `seen`, and their TTLs) are refreshed in Redis
+TTL = 7 * 24 * 3600.0  # an entry no scheduler describes any more is forgotten after this (`periodic_ttl`)
 MAX_CATCH_UP = 100  # most recent ticks claimed in one pass (a 1 s entry after a 5 s stall: 5)
 EARLY = 0.002  # sleep this much past a tick: a timed wait may return a hair early
 
@@ -69,12 +78,16 @@ class Scheduler:
     """Runs the entries that `entries()` returns (read again on every pass): start(), stop()."""
 
     def __init__(self, client: Client, entries: Callable[[], list[Entry]],
-                 clock: Callable[[], float] = time.time, missed_after: float = MISSED_AFTER) -> None:
+                 clock: Callable[[], float] = time.time, missed_after: float = MISSED_AFTER,
+                 ttl: float = TTL) -> None:
         self.client = client
         self.redis = client.redis
         self.entries = entries
         self.clock = clock
         self.missed_after = missed_after
+        self.ttl = max(1, math.ceil(ttl))  # whole seconds, for EXPIRE
+        self.describe_every = min(DESCRIBE_EVERY, ttl / 4)  # a live entry's record never expires
+        self._adopted = False  # once per scheduler: older records without a TTL get one (see _adopt)
         self._claim = self.redis.register_script(PERIODIC_CLAIM)
         self._next: dict[str, float] = {}  # entry id -> its next tick (absent: check it now)
         self._described: dict[str, float] = {}  # entry id -> when its description was written
@@ -134,7 +147,7 @@ class Scheduler:
     def _claim_tick(self, entry: Entry, tick: int, enqueue: bool, now: float) -> int:
         blob, jid, queue = self._job(entry, tick, now) if enqueue else (b"", "", entry.queue)
         result = int(self._claim(keys=[keys.periodic(entry.id), keys.queue(queue), keys.QUEUES],
-                                 args=[tick, blob, queue, jid, now]))
+                                 args=[tick, blob, queue, jid, now, self.ttl]))
         late = now - tick
         if result == 1:
             level = logging.INFO if late > self.missed_after else logging.DEBUG
@@ -156,8 +169,11 @@ class Scheduler:
         return self.client._encode(payload), str(jids[0]), str(payload["queue"])
 
     def _describe(self, entries: list[Entry], now: float) -> None:
-        """Write each entry's description (and `seen`) for status readers elsewhere, now and then."""
-        stale = [e for e in entries if now - self._described.get(e.id, -math.inf) >= DESCRIBE_EVERY]
+        """Write each entry's description (and `seen`) for status readers elsewhere, now and then,
+        and keep its record (and the set of ids) from expiring while this scheduler runs it."""
+        if not self._adopted:
+            self._adopt()
+        stale = [e for e in entries if now - self._described.get(e.id, -math.inf) >= self.describe_every]
         if not stale:
             return
         pipe = self.redis.pipeline(transaction=False)
@@ -165,9 +181,27 @@ class Scheduler:
             description: dict[Any, Any] = {**entry.fields(), "seen": now}
             pipe.sadd(keys.PERIODIC, entry.id)
             pipe.hset(keys.periodic(entry.id), mapping=description)
+            pipe.expire(keys.periodic(entry.id), self.ttl)
+        pipe.expire(keys.PERIODIC, self.ttl)
         pipe.execute()
         for entry in stale:
             self._described[entry.id] = now
+
+    def _adopt(self) -> None:
+        """Once per scheduler: give records written without a TTL (by a version before them)
+        one, so an entry removed from the code back then goes away too; drop expired ids."""
+        members = cast("list[bytes]", list(self.redis.smembers(keys.PERIODIC)))
+        pipe = self.redis.pipeline(transaction=False)
+        for member in members:
+            pipe.ttl(keys.periodic(member.decode()))
+        left: list[int] = pipe.execute() if members else []
+        for member, ttl in zip(members, left, strict=True):
+            if ttl == -1:
+                pipe.expire(keys.periodic(member.decode()), self.ttl)
+            elif ttl == -2:
+                pipe.srem(keys.PERIODIC, member)
+        pipe.execute()
+        self._adopted = True
 
     def next_wait(self) -> float:
         """Seconds until the earliest next tick (past it by a hair), at most WAKE."""

@@ -4,7 +4,8 @@ dashboard call `status`), and `forget` for an entry that no longer exists.
 The entries listed are those registered in the reading process, plus every entry that a
 running scheduler has described in Redis (so a dashboard process that imported no job module
 still sees them all). `seen` says when a scheduler last described an entry: one removed from
-the code stops being refreshed, and stays listed until `forget(entry_id)`.
+the code stops being refreshed, stays listed until its record expires (`periodic_ttl` after the
+last description, see `scheduler`), and is gone from then on; `forget(entry_id)` removes it at once.
 """
 
 from __future__ import annotations
@@ -60,6 +61,8 @@ def status(client: Client | None = None, *, registry: PeriodicRegistry | None = 
     for entry_id, raw in zip(ids, pipe.execute(), strict=True):
         stored = {k.decode(): v.decode() for k, v in raw.items()}
         entry = local.get(entry_id)
+        if not stored and entry is None:  # its record expired: no scheduler has run it for periodic_ttl
+            continue  # (a starting scheduler drops the id from the set)
         fields = {**stored, **entry.fields()} if entry is not None else stored
         schedule = entry.schedule if entry is not None else _schedule(stored)
         last = _number(stored.get("last"))
