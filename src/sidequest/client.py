@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from functools import cached_property
-from typing import Any
+from typing import Any, Unpack
 
 import redis
 from redis.commands.core import Script
@@ -29,7 +29,7 @@ from . import keys, results, unique, wire
 from .config import Config
 from .connection import connect
 from .errors import JobArgumentError
-from .options import DEFAULTS, check_options, schedule_at
+from .options import DEFAULTS, JobOptions, check_options, expires_at, payload_fields, schedule_at
 from .payload import check_args, encode, in_millis, new_jid, stamp
 from .scripts import PUSH_UNIQUE
 
@@ -56,7 +56,7 @@ class Client:
 
     # -- public --------------------------------------------------------------------------------
     def push(self, job: Any, args: Iterable[Any] = (), *, at: Any = None, in_: Any = None,
-             **options: Any) -> str | None:
+             **options: Unpack[JobOptions]) -> str | None:
         """Push one job; return its jid, or None if client middleware stopped it.
 
         `job` is a Job class, a `@job` function, or a wire name (a job of another codebase).
@@ -64,12 +64,12 @@ class Client:
         """
         now = self.clock()
         when = self.schedule_time(at, in_, now)
-        entries, jids = self.build(job, [args], [when], now, options)
+        entries, jids = self.build(job, [args], [when], now, dict(options))
         refused = self.write(entries, now)
         return None if jids[0] in refused else jids[0]
 
     def push_bulk(self, job: Any, args_list: Iterable[Any], *, at: Any = None,
-                  **options: Any) -> list[str | None]:
+                  **options: Unpack[JobOptions]) -> list[str | None]:
         """Push many jobs of one kind in one transaction; return their jids in order.
 
         `at` may be one time for all, or a list with one time per job. A job stopped by
@@ -77,7 +77,7 @@ class Client:
         """
         now = self.clock()
         all_args = list(args_list)
-        entries, jids = self.build(job, all_args, self.bulk_times(at, len(all_args), now), now, options)
+        entries, jids = self.build(job, all_args, self.bulk_times(at, len(all_args), now), now, dict(options))
         refused = self.write(entries, now)
         return [None if jid in refused else jid for jid in jids] if refused else jids
 
@@ -100,8 +100,11 @@ class Client:
         jids: list[str | None] = []
         middleware = len(self.config.client_middleware) > 0
         created = stamp(now, self.config.sidekiq_version >= 8)
+        expiring = base.get("expires_in") is not None
         for args, when in zip(checked, times, strict=True):
             payload = self._payload(name, base, args, created)
+            if expiring:  # the deadline counts from the job's own time, as Sidekiq Pro's
+                payload["expires_at"] = expires_at(payload, when, now)
             if middleware:
                 pushed = self._through_middleware(name, payload)
                 if pushed is None:
@@ -119,9 +122,9 @@ class Client:
         `name` and `payload_options()`), or a bare wire name."""
         name, defaults = getattr(job, "name", None), getattr(job, "payload_options", None)
         if not isinstance(job, str) and isinstance(name, str) and name and callable(defaults):
-            return name, {**defaults(), **check_options(options)}
+            return name, {**defaults(), **payload_fields(check_options(options))}
         if isinstance(job, str) and job:
-            return job, {**DEFAULTS, **check_options(options)}
+            return job, {**DEFAULTS, **payload_fields(check_options(options))}
         raise JobArgumentError(f"push needs a Job class, a @job function or a job name, got {job!r}")
 
     @staticmethod

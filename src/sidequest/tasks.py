@@ -42,6 +42,7 @@ from . import keys
 from .client import Client, default_client
 from .errors import JobFailed
 from .job import JobSetter
+from .options import check_options, merge_options
 from .outcome import Outcome, error_class_name
 from .payload import encode
 from .scripts import TASK_FEATURE, TASK_SEAL, TASK_TRANSITION
@@ -107,8 +108,8 @@ class Task:
     def _add(self, job: Any, args_list: list[Any], times: list[float | None], now: float,
              extra: dict[str, Any]) -> list[str | None]:
         target, options = _unpack(job)
-        options.update(extra)
-        options["task_id"] = self.id
+        options = merge_options(options, check_options(extra))
+        options = merge_options(options, {"custom": {"task_id": self.id}})
         entries, jids = self.client.build(target, args_list, times, now, options)
         if not entries:
             return jids
