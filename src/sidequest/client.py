@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from functools import cached_property
-from typing import Any, Unpack
+from typing import Any, ClassVar, Unpack
 
 import redis
 from redis.commands.core import Script
@@ -38,6 +38,10 @@ BULK_BATCH = 1000  # payloads per LPUSH/ZADD, as Sidekiq's push_bulk batches
 
 class Client:
     """Builds payloads, runs client middleware, and writes them to Redis."""
+
+    # Whether rate limits (`sidequest.limiter`) count on this client's Redis. The clients of
+    # `sidequest.testing`'s fake and inline modes have none: a limiter on them lets everyone in.
+    counts_limits: ClassVar[bool] = True
 
     def __init__(self, config: Config | None = None, *, redis_client: redis.Redis | None = None,
                  clock: Callable[[], float] = time.time) -> None:
