@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import difflib
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any, Literal, TypedDict
 
@@ -53,7 +53,7 @@ class JobOptions(TypedDict, total=False):
     retry_queue: str  # retries go to this queue instead
     backtrace: bool | int  # keep the failure's traceback in the payload (an int: that many frames)
     dead: bool  # False: a job out of retries is dropped instead of kept in `dead`
-    tags: Sequence[str]  # shown by Sidekiq's Web UI
+    tags: list[str] | tuple[str, ...]  # shown by Sidekiq's Web UI
     timeout: float | None  # seconds `perform` may run
     unique_for: float | None  # seconds: one pending copy per class, args and queue (`unique`)
     unique_until: Literal["success", "start"]  # when a unique job's claim ends

@@ -214,7 +214,7 @@ class Processor:
         return False
 
     def _perform(self, unit: UnitOfWork, payload: dict[str, Any]) -> None:
-        late = overdue(payload, self.rt.retrier.clock())
+        late = overdue(payload, self.rt.retrier.clock()) if "expires_at" in payload else None  # most: no clock
         if late is not None:
             self._expire(unit, payload, late)
             return
