@@ -19,7 +19,7 @@ def test_perform_async_writes_sidekiqs_layout(client, r):
     assert r.smembers("queues") == {b"default"}
     [p] = queued(r)
     assert p == {"retry": 3, "queue": "default", "backtrace": True, "tags": ["t1"],
-                 "custom": {"a": 1}, "args": [1], "class": "Plain", "jid": jid,
+                 "a": 1, "args": [1], "class": "Plain", "jid": jid,
                  "created_at": p["created_at"], "enqueued_at": p["enqueued_at"]}
     assert isinstance(p["created_at"], float) and abs(p["created_at"] - time.time()) < 5
     assert p["enqueued_at"] >= p["created_at"]
@@ -95,7 +95,8 @@ def test_bulk_with_times_per_job(client, r):
     (lambda c: c.push(plain, [float("inf")]), "inf, which JSON cannot hold"),
     (lambda c: c.push(plain, [1], retry="often"), "option 'retry'"),
     (lambda c: c.push(plain, [1], timeout=-1), "option 'timeout'"),
-    (lambda c: c.push(plain, [1], extra={1, 2}), "option 'extra'"),
+    (lambda c: c.push(plain, [1], custom={"extra": {1, 2}}), "custom field 'extra'"),
+    (lambda c: c.push(plain, [1], extra=1), "unknown job option 'extra'"),
     (lambda c: c.push(plain, [1], jid="mine"), "set by sidequest itself"),
     (lambda c: c.push(plain, [1], in_="soon"), "takes a number of seconds"),
     (lambda c: c.push(plain, [1], in_=float("nan")), "finite"),

@@ -172,3 +172,55 @@ def test_log_level_and_json_format(redis_url, r, client):
     assert not [line for line in lines if line["msg"] in ("start",) or line["msg"].startswith("done:")]
     [fail] = [line for line in lines if line["msg"].startswith("fail:")]
     assert fail["level"] == "warning" and fail["class"] == "Boom" and "Traceback" in fail["msg"]
+
+
+def _job_queues(source: str) -> list[str | None]:
+    """The `queue=` of every job a module defines (`@sidequest.job(...)`, `class X(sidequest.Job, ...)`),
+    None for a job that names none (it would go to `default`)."""
+    import ast
+
+    def queue_of(keywords: list[ast.keyword]) -> str | None:
+        found = [k.value for k in keywords if k.arg == "queue"]
+        return found[0].value if found and isinstance(found[0], ast.Constant) else None
+
+    queues: list[str | None] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            for deco in node.decorator_list:
+                if ast.unparse(deco).startswith("sidequest.job"):
+                    queues.append(queue_of(deco.keywords) if isinstance(deco, ast.Call) else None)
+        elif isinstance(node, ast.ClassDef) and any(ast.unparse(b) == "sidequest.Job" for b in node.bases):
+            queues.append(queue_of(node.keywords))
+    return queues
+
+
+def test_the_docs_examples_do_not_take_each_others_jobs_on_a_shared_redis():
+    """Every runnable example module of the docs that a worker runs (`sidequest worker -r x`)
+    puts its jobs in queues of its own, and its worker command works exactly those: two of them
+    (or an example and your project) on the one development Redis never take each other's jobs."""
+    import re
+
+    from conftest import ROOT
+
+    seen: dict[str, str] = {}
+    modules = 0
+    for doc in sorted((ROOT / "docs").glob("*.md")):
+        for block in re.findall(r"```python\n(.*?)```", doc.read_text(encoding="utf-8"), re.S):
+            first = block.splitlines()[0]
+            command = re.search(r"sidequest worker -r (\w+)((?: -q [\w-]+)*)", first)
+            name = re.match(r"# (\w+)\.py", first)
+            if not command or not name or command.group(1) != name.group(1):
+                continue  # not a module a worker runs (a script that pushes to one, say)
+            modules += 1
+            queues = _job_queues(block)
+            worked = command.group(2).split()[1::2]
+            where = f"{doc.name}: {name.group(1)}.py"
+            assert queues and None not in queues and "default" not in queues, f"{where}: {queues}"
+            assert sorted(set(queues)) == sorted(worked), f"{where}: jobs in {queues}, worker on {worked}"
+            for queue in set(queues):
+                assert seen.setdefault(queue, where) == where, f"{where} shares queue {queue!r} with {seen[queue]}"
+    assert modules >= 5  # hello, pricing, geo, reports, hourly
+    from sidequest import demo  # `make demo` leaves its Redis running for your own workers
+
+    demo_jobs = (demo.greet, demo.crunch, demo.fetch_page, demo.flaky)
+    assert {job.payload_options()["queue"] for job in demo_jobs} == {demo.QUEUE} != {"default"}

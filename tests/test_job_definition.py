@@ -3,6 +3,7 @@ worker can resolve (no `__main__.` default names)."""
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import UTC, datetime
 
@@ -171,3 +172,63 @@ def test_a_script_that_defines_and_pushes_a_job_without_a_name_fails_at_definiti
     assert result.returncode == 1
     assert "sidequest.errors.JobDefinitionError: job hello is defined in __main__" in result.stderr
     assert Client(sidequest.Config(redis_url=redis_url)).redis.dbsize() == 0
+
+
+# -- option names ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("options", "suggestion"), [
+    ({"retries": 3}, "did you mean 'retry'?"),          # Celery's and Huey's spelling
+    ({"max_retries": 3}, "did you mean 'retry'?"),      # Celery's and Dramatiq's
+    ({"queue_name": "mail"}, "did you mean 'queue'?"),  # Dramatiq's
+    ({"quee": "mail"}, "did you mean 'queue'?"),
+    ({"timout": 5}, "did you mean 'timeout'?"),
+    ({"result_tll": 60}, "did you mean 'result_ttl'?"),
+    ({"countdown": 60}, "push it with perform_in(seconds, ...)"),
+    ({"colour": "red"}, "the options are queue, retry,"),
+])
+def test_a_misspelt_option_is_refused_where_the_job_is_defined(options, suggestion):
+    name = next(iter(options))
+    with pytest.raises(JobDefinitionError) as by_decorator:
+        sidequest.job(name="Def.typo", registry=Registry(), **options)(lambda: None)
+    with pytest.raises(JobDefinitionError) as by_class:
+        type("Typo", (sidequest.Job,), {"perform": lambda self: None}, name="Def.Typo", registry=Registry(),
+             **options)
+    for caught in (by_decorator, by_class):
+        message = str(caught.value)
+        assert "\n" not in message and suggestion in message and repr(name) in message
+    if name != "countdown":
+        assert f"custom={{{name!r}: ...}}" in str(by_decorator.value)
+
+
+def test_a_misspelt_option_is_refused_by_set_and_push_and_nothing_is_written(client, r):
+    for call in (lambda: send.set(retries=3), lambda: Resize.set(client=client).set(quee="x"),
+                 lambda: send.aio.set(timout=5), lambda: client.push(send, [1], result_tll=60),
+                 lambda: client.push("HardWorker", [1], max_retries=2),
+                 lambda: Resize.set(client=client, custom={"retry": 3})):
+        with pytest.raises(JobArgumentError, match=r"did you mean '(retry|queue|timeout|result_ttl)'|as retry="):
+            call()
+    assert nothing_written(r)
+
+
+def test_custom_fields_travel_as_top_level_payload_fields(client, r):
+    tenant = sidequest.job(name="Def.tenant", registry=Registry(), custom={"tenant": "acme", "region": "eu"})(
+        lambda user_id: None)
+    tenant.set(client=client, custom={"trace": "t-1", "region": "us"}).set(queue="mail").perform_async(7)
+    client.push("HardWorker", [1], custom={"lock": "until_executed"})
+    [pushed] = [json.loads(raw) for raw in r.lrange("queue:mail", 0, -1)]
+    assert pushed["tenant"] == "acme" and pushed["region"] == "us" and pushed["trace"] == "t-1"
+    assert "custom" not in pushed and pushed["queue"] == "mail"
+    [by_name] = [json.loads(raw) for raw in r.lrange("queue:default", 0, -1)]
+    assert by_name["lock"] == "until_executed" and "custom" not in by_name
+
+
+@pytest.mark.parametrize(("custom", "expected"), [
+    ({"queue": "x"}, "'queue' is a job option, not a custom field: give it as queue=..."),
+    ({"jid": "x"}, "'jid' is set by sidequest itself"),
+    ({"when": {1, 2}}, "custom field 'when' is not native JSON"),
+    (["tenant"], "option 'custom' must be a dict"),
+])
+def test_bad_custom_fields_are_refused(custom, expected):
+    with pytest.raises(JobArgumentError) as caught:
+        send.set(custom=custom)
+    assert expected in str(caught.value)

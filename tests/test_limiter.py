@@ -206,7 +206,7 @@ def test_the_rate_limit_and_cancel_docs_examples_run(tmp_path, redis_url, r):
         return done.stdout.splitlines()
 
     assert run("limits_demo.py") == ["rate limit 'exports' is full", "[]"]
-    worker = WorkerProcess(redis_url, "-r", "geo", "-c", "8", cwd=str(tmp_path))
+    worker = WorkerProcess(redis_url, "-r", "geo", "-q", "geo", "-c", "8", cwd=str(tmp_path))
     try:
         worker.wait_registered(r)
         assert run("geocode_demo.py") == ["12", "True"]

@@ -1,6 +1,7 @@
 """Retries and the dead set, Sidekiq-compatible, through a real worker."""
 
 import json
+import logging
 import random
 import time
 
@@ -87,6 +88,32 @@ def test_unregistered_job_is_retried_like_a_name_error(start, client, r):
     [(p, _)] = zset_items(r, "retry")
     assert p["class"] == "NoSuchJob" and p["error_class"] == "sidequest.errors.UnknownJobError"
     assert "no job named 'NoSuchJob' is registered" in p["error_message"]
+
+
+def test_an_unknown_job_is_one_log_line_naming_it_and_the_workers_jobs(start, client, r, caplog):
+    """Another project's job on a shared Redis: no traceback of sidequest's own code, one line
+    with the name, what this worker runs, and the job's fate (retried with back-off, as Sidekiq
+    retries a class it cannot find)."""
+    from sidequest.registry import default_registry
+
+    caplog.set_level(logging.INFO, logger="sidequest")
+    start()
+    before = time.time()
+    jid = client.push("OtherProject::Mailer", [1])
+    wait_until(lambda: r.zcard("retry") == 1, message="the unknown job in the retry set")
+    [(p, score)] = zset_items(r, "retry")
+    assert p["jid"] == jid and p["retry_count"] == 0 and p["error_class"] == "sidequest.errors.UnknownJobError"
+    assert before + 15 <= score <= time.time() + 25  # Sidekiq's first back-off: 15 s and up to 9 more
+    lines = [rec for rec in caplog.records if rec.name in ("sidequest.processor", "sidequest.retry")]
+    assert len(lines) == 1, [rec.getMessage() for rec in lines]
+    [line] = lines
+    message = line.getMessage()
+    assert line.levelno == logging.WARNING and line.exc_info is None and "\n" not in message
+    names = default_registry.names()
+    assert f"OtherProject::Mailer {jid}: no job named 'OtherProject::Mailer'" in message
+    assert f"it runs {len(names)}: {', '.join(names[:3])}" in message
+    assert "; retry 1 of 25 in " in message
+    assert "Traceback" not in caplog.text
 
 
 def test_dead_set_is_trimmed_by_size_and_age(config, r):

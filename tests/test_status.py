@@ -242,7 +242,7 @@ def test_the_flow_control_docs_examples_run(tmp_path, redis_url, r):
         return done.stdout.splitlines()
 
     assert run("unique_demo.py") == ["True None True"]
-    worker = WorkerProcess(redis_url, "-r", "pricing", cwd=str(tmp_path))
+    worker = WorkerProcess(redis_url, "-r", "pricing", "-q", "pricing", cwd=str(tmp_path))
     try:
         worker.wait_registered(r)
         lines = run("quote_demo.py")

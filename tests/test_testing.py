@@ -91,6 +91,22 @@ class Seen(sidequest.Job, name="T.Seen", queue="seen", registry=REG):
         ran.append(("seen", self.jid, self.payload, list(args)))
 
 
+stripe = sidequest.limiter.concurrent("T.stripe", 1)  # as an app defines them: at module level
+quota = sidequest.limiter.window("T.quota", 1, per=3600)
+
+
+@sidequest.job(name="T.Charge", registry=REG)
+def charge(order_id: int) -> None:
+    with stripe, quota:
+        ran.append(("charge", order_id))
+
+
+@sidequest.job(name="T.ChargeAsync", registry=REG)
+async def charge_async(order_id: int) -> None:
+    with stripe:
+        ran.append(("charge async", order_id))
+
+
 @pytest.fixture(autouse=True)
 def reset() -> None:
     ran.clear()
@@ -381,6 +397,21 @@ def test_redis_use_raises_a_clear_error() -> None:
             jobs.drain()
     with inline(registry=REG), pytest.raises(NoRedisError, match=r"inline\(\) has no Redis"):
         _ = sidequest.default_client().redis
+
+
+def test_limited_jobs_run_in_fake_and_inline_modes_as_any_other() -> None:
+    """A limiter has no Redis to count in here: it lets every entry through (more than its limit
+    of 1 too), so a test of a job that uses one needs no Redis."""
+    with fake(registry=REG) as jobs:
+        charge.perform_async(1)
+        charge.perform_async(2)
+        charge_async.perform_async(3)
+        assert jobs.drain() == 3
+    with inline(registry=REG):
+        charge.perform_async(4)
+        with stripe, stripe, quota, quota:  # outside a job as well
+            charge.perform_async(5)
+    assert ran == [("charge", 1), ("charge", 2), ("charge async", 3), ("charge", 4), ("charge", 5)]
 
 
 # -- inline ---------------------------------------------------------------------------------------

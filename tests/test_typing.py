@@ -75,8 +75,18 @@ async def notify(user_id: int, text: str = "") -> str:
     return text
 
 
-class Resize(sidequest.Job, queue="images"):
+class Resize(sidequest.Job, queue="images", custom={"tenant": "acme"}):
     def perform(self, path: str, width: int) -> None:
+        ...
+
+
+@sidequest.job(retries=3)  # error
+def misspelt(user_id: int) -> None:
+    ...
+
+
+class Misspelt(sidequest.Job, quee="images"):  # error
+    def perform(self) -> None:
         ...
 
 
@@ -99,6 +109,8 @@ Resize.perform_in(60, "a.png", 200)
 Resize.perform_at(2_000_000_000, "a.png", 200)
 Resize.set(queue="urgent", retry=False).perform_async("b.png", 100)
 Resize.perform_bulk([["a.png", 1]])
+send.set(expires_in=timedelta(hours=1), custom={"trace": "t"}, result_ttl=60).perform_async(1)
+sidequest.push("HardWorker", [1], queue="ruby", expires_in=60)
 
 send.perform_async("x")  # error
 send.perform_async(1, 2)  # error
@@ -112,6 +124,12 @@ Resize.perform_async("a.png")  # error
 Resize.perform_async("a.png", "wide")  # error
 Resize.perform_in(60, 200, "a.png")  # error
 Resize.set(queue="urgent").perform_async("b.png")  # error
+send.set(retries=3)  # error
+Resize.set(timout=5)  # error
+send.set(queue="urgent").set(result_tll=60)  # error
+send.aio.set(max_retries=3)  # error
+send.set(queue=3)  # error
+sidequest.push("HardWorker", [1], retries=3)  # error
 '''
 
 
@@ -148,7 +166,7 @@ def test_mypy_reports_exactly_the_wrong_calls(mypy_report: tuple[str, list[str]]
     marked = {n for n, text in enumerate(source.splitlines(), 1) if text.endswith("# error")}
     errors = _lines(report, "error")
     assert set(errors) == marked, "\n".join(report)
-    assert len(marked) == 12
+    assert len(marked) == 20
 
 
 def test_reveal_type_shows_the_jobs_own_parameters(mypy_report: tuple[str, list[str]]) -> None:

@@ -12,7 +12,7 @@ Run them with `sidequest worker -r myapp.jobs`.
 
 __version__ = "0.1.0"  # first: modules below read it
 
-from typing import Any
+from typing import Any, Unpack
 
 from . import aio, limiter
 from .aio import AsyncClient
@@ -38,12 +38,13 @@ from .job import Job, JobFunction, job
 from .launcher import WorkerSetup, configure_worker
 from .lookup import result, status
 from .middleware import Chain
+from .options import JobOptions
 from .periodic import periodic
 from .registry import Registry, default_registry
 from .tasks import Task, task_message
 
 
-def push(job_name: str, args: list[Any], **options: Any) -> str | None:
+def push(job_name: str, args: list[Any], **options: Unpack[JobOptions]) -> str | None:
     """Push a job by name with the default client (e.g. a Ruby job: `push("HardWorker", [1])`)."""
     return default_client().push(job_name, args, **options)
 

@@ -30,7 +30,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Generic, ParamSpec, TypeVar, cast
+from typing import Any, Generic, ParamSpec, TypeVar, Unpack, cast
 
 import redis
 import redis.asyncio as aioredis
@@ -44,7 +44,7 @@ from .config import Config
 from .connection import CONNECT_TIMEOUT, SOCKET_TIMEOUT, mask_url
 from .errors import RedisUnavailableError, RedisURLError
 from .lookup import Command, Query, result_query, status_query
-from .options import check_options
+from .options import JobOptions, check_options, merge_options
 from .unique import PUSH_UNIQUE
 
 P = ParamSpec("P")
@@ -111,21 +111,21 @@ class AsyncClient:
 
     # -- pushing -----------------------------------------------------------------------------------
     async def push(self, job: Any, args: Iterable[Any] = (), *, at: Any = None, in_: Any = None,
-                   **options: Any) -> str | None:
+                   **options: Unpack[JobOptions]) -> str | None:
         """`Client.push`, awaited: the jid, or None (client middleware stopped it, or a unique
         job whose claim another copy holds)."""
         now = self.sync.clock()
         when = self.sync.schedule_time(at, in_, now)
-        entries, jids = self.sync.build(job, [args], [when], now, options)
+        entries, jids = self.sync.build(job, [args], [when], now, dict(options))
         refused = await self.write(entries, now)
         return None if jids[0] in refused else jids[0]
 
     async def push_bulk(self, job: Any, args_list: Iterable[Any], *, at: Any = None,
-                        **options: Any) -> list[str | None]:
+                        **options: Unpack[JobOptions]) -> list[str | None]:
         """`Client.push_bulk`, awaited."""
         now = self.sync.clock()
         all_args = list(args_list)
-        entries, jids = self.sync.build(job, all_args, self.sync.bulk_times(at, len(all_args), now), now, options)
+        entries, jids = self.sync.build(job, all_args, self.sync.bulk_times(at, len(all_args), now), now, dict(options))
         refused = await self.write(entries, now)
         return [None if jid in refused else jid for jid in jids] if refused else jids
 
@@ -193,6 +193,12 @@ def default_client(sync: Client | None = None) -> AsyncClient:
     return clients[chosen]
 
 
+class AsyncSetOptions(JobOptions, total=False):
+    """What `job.aio.set(...)` takes: the job options, and a client to push through."""
+
+    client: Client | AsyncClient
+
+
 class AsyncJobSetter(Generic[P]):
     """`job.aio`: a job's enqueue methods as coroutines, typed like the job (see the module)."""
 
@@ -204,8 +210,10 @@ class AsyncJobSetter(Generic[P]):
         self.options = check_options(options)
         self.client = client
 
-    def set(self, **options: Any) -> AsyncJobSetter[P]:
-        return AsyncJobSetter(self.job_class, {**self.options, **options}, self.client)
+    def set(self, **options: Unpack[AsyncSetOptions]) -> AsyncJobSetter[P]:
+        more: dict[str, Any] = dict(options)
+        client = more.pop("client", self.client)
+        return AsyncJobSetter(self.job_class, merge_options(self.options, check_options(more)), client)
 
     def _client(self) -> AsyncClient:
         if isinstance(self.client, AsyncClient):
@@ -228,7 +236,7 @@ class AsyncJobSetter(Generic[P]):
         return await self._client().push_bulk(self.job_class, args_list, at=at, **self.options)
 
 
-async def push(job_name: str, args: list[Any], **options: Any) -> str | None:
+async def push(job_name: str, args: list[Any], **options: Unpack[JobOptions]) -> str | None:
     """`sidequest.push`, awaited: a job by name (e.g. a Ruby job) with the loop's default client."""
     return await default_client().push(job_name, args, **options)
 

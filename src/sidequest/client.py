@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from functools import cached_property
-from typing import Any
+from typing import Any, ClassVar, Unpack
 
 import redis
 from redis.commands.core import Script
@@ -29,7 +29,7 @@ from . import keys, results, unique, wire
 from .config import Config
 from .connection import connect
 from .errors import JobArgumentError
-from .options import DEFAULTS, check_options, schedule_at
+from .options import DEFAULTS, JobOptions, check_options, expires_at, payload_fields, schedule_at
 from .payload import check_args, encode, in_millis, new_jid, stamp
 
 BULK_BATCH = 1000  # payloads per LPUSH/ZADD, as Sidekiq's push_bulk batches
@@ -37,6 +37,10 @@ BULK_BATCH = 1000  # payloads per LPUSH/ZADD, as Sidekiq's push_bulk batches
 
 class Client:
     """Builds payloads, runs client middleware, and writes them to Redis."""
+
+    # Whether rate limits (`sidequest.limiter`) count on this client's Redis. The clients of
+    # `sidequest.testing`'s fake and inline modes have none: a limiter on them lets everyone in.
+    counts_limits: ClassVar[bool] = True
 
     def __init__(self, config: Config | None = None, *, redis_client: redis.Redis | None = None,
                  clock: Callable[[], float] = time.time) -> None:
@@ -55,7 +59,7 @@ class Client:
 
     # -- public --------------------------------------------------------------------------------
     def push(self, job: Any, args: Iterable[Any] = (), *, at: Any = None, in_: Any = None,
-             **options: Any) -> str | None:
+             **options: Unpack[JobOptions]) -> str | None:
         """Push one job; return its jid, or None if client middleware stopped it.
 
         `job` is a Job class, a `@job` function, or a wire name (a job of another codebase).
@@ -63,12 +67,12 @@ class Client:
         """
         now = self.clock()
         when = self.schedule_time(at, in_, now)
-        entries, jids = self.build(job, [args], [when], now, options)
+        entries, jids = self.build(job, [args], [when], now, dict(options))
         refused = self.write(entries, now)
         return None if jids[0] in refused else jids[0]
 
     def push_bulk(self, job: Any, args_list: Iterable[Any], *, at: Any = None,
-                  **options: Any) -> list[str | None]:
+                  **options: Unpack[JobOptions]) -> list[str | None]:
         """Push many jobs of one kind in one transaction; return their jids in order.
 
         `at` may be one time for all, or a list with one time per job. A job stopped by
@@ -76,7 +80,7 @@ class Client:
         """
         now = self.clock()
         all_args = list(args_list)
-        entries, jids = self.build(job, all_args, self.bulk_times(at, len(all_args), now), now, options)
+        entries, jids = self.build(job, all_args, self.bulk_times(at, len(all_args), now), now, dict(options))
         refused = self.write(entries, now)
         return [None if jid in refused else jid for jid in jids] if refused else jids
 
@@ -99,8 +103,11 @@ class Client:
         jids: list[str | None] = []
         middleware = len(self.config.client_middleware) > 0
         created = stamp(now, self.config.sidekiq_version >= 8)
+        expiring = base.get("expires_in") is not None
         for args, when in zip(checked, times, strict=True):
             payload = self._payload(name, base, args, created)
+            if expiring:  # the deadline counts from the job's own time, as Sidekiq Pro's
+                payload["expires_at"] = expires_at(payload, when, now)
             if middleware:
                 pushed = self._through_middleware(name, payload)
                 if pushed is None:
@@ -118,9 +125,9 @@ class Client:
         `name` and `payload_options()`), or a bare wire name."""
         name, defaults = getattr(job, "name", None), getattr(job, "payload_options", None)
         if not isinstance(job, str) and isinstance(name, str) and name and callable(defaults):
-            return name, {**defaults(), **check_options(options)}
+            return name, {**defaults(), **payload_fields(check_options(options))}
         if isinstance(job, str) and job:
-            return job, {**DEFAULTS, **check_options(options)}
+            return job, {**DEFAULTS, **payload_fields(check_options(options))}
         raise JobArgumentError(f"push needs a Job class, a @job function or a job name, got {job!r}")
 
     @staticmethod

@@ -11,6 +11,9 @@
     Resize.set(queue="urgent").perform_async("b.png", 100)
     send_welcome.perform_bulk([[1], [2], [3]])        # -> [jid, jid, jid]
 
+Options are the known names of `options.JobOptions` (typed, so a type checker sees a misspelt
+one, and refused at run time with the nearest name); fields of your own go in `custom={...}`.
+
 A decorated function becomes a `Job` subclass behind the scenes, so a worker runs both kinds
 the same way. Every job is registered under its wire name (`module.qualname` unless `name=`
 is given); only registered names are ever run by a worker.
@@ -28,12 +31,12 @@ import functools
 import inspect
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, ParamSpec, Protocol, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, ParamSpec, Protocol, TypeVar, Unpack, cast, overload
 
 from .arguments import bind, function_signature, perform_signature, refuse_keywords
 from .client import default_client
 from .errors import JobArgumentError, JobDefinitionError
-from .options import DEFAULTS, check_options
+from .options import DEFAULTS, JobOptions, check_options, merge_options, payload_fields
 from .registry import Registry, default_registry
 
 if TYPE_CHECKING:
@@ -46,6 +49,12 @@ R = TypeVar("R")
 Delay = float | timedelta  # perform_in: seconds (int or float) or a timedelta
 When = float | datetime  # perform_at: epoch seconds or an aware datetime
 BulkAt = When | Sequence[When] | None  # perform_bulk: one time for all, or one per job
+
+
+class SetOptions(JobOptions, total=False):
+    """What `.set(...)` takes: the job options, and a client to push through."""
+
+    client: Client
 
 
 class _Performs(Protocol[P]):
@@ -76,7 +85,7 @@ class Job:
     """
 
     name: ClassVar[str] = ""
-    options: ClassVar[dict[str, Any]] = {}
+    options: ClassVar[dict[str, Any]] = {}  # checked (`options.check_options`), `custom` nested
     registry: ClassVar[Registry] = default_registry
     # perform's parameters without self (the function's, for @job), computed once per class and
     # bound to every push's arguments; None when they cannot be read (pushes go unchecked).
@@ -86,12 +95,12 @@ class Job:
     payload: dict[str, Any]
 
     def __init_subclass__(cls, *, name: str | None = None, abstract: bool = False,
-                          registry: Registry | None = None, **options: Any) -> None:
+                          registry: Registry | None = None, **options: Unpack[JobOptions]) -> None:
         super().__init_subclass__()
         if registry is not None:
             cls.registry = registry
         try:
-            merged = {**cls.options, **check_options(options)}
+            merged = merge_options(cls.options, check_options(options))
         except JobArgumentError as exc:
             raise JobDefinitionError(f"job {cls.__module__}.{cls.__qualname__}: {exc}") from None
         cls.options = merged
@@ -130,9 +139,9 @@ class Job:
 
     # -- enqueueing (class-level) --------------------------------------------------------------
     @classmethod
-    def set(cls: type[_Performs[P]], **options: Any) -> JobSetter[P]:
+    def set(cls: type[_Performs[P]], **options: Unpack[SetOptions]) -> JobSetter[P]:
         """Options for one call: `Resize.set(queue="urgent", retry=False).perform_async(...)`."""
-        return _setter(cls, options)
+        return _setter(cls, dict(options))
 
     @classmethod
     def perform_async(cls: type[_Performs[P]], *args: P.args, **kwargs: P.kwargs) -> str | None:
@@ -154,8 +163,8 @@ class Job:
 
     @classmethod
     def payload_options(cls) -> dict[str, Any]:
-        """The options stored in every payload of this job: Sidekiq's defaults, then the job's."""
-        return {**DEFAULTS, **cls.options}
+        """The fields stored in every payload of this job: Sidekiq's defaults, then the job's options."""
+        return {**DEFAULTS, **payload_fields(cls.options)}
 
     @classmethod
     def check_arguments(cls, args: Sequence[Any]) -> None:
@@ -177,8 +186,10 @@ class JobSetter(Generic[P]):
         self.options = check_options(options)
         self.client = client
 
-    def set(self, **options: Any) -> JobSetter[P]:
-        return JobSetter(self.job_class, {**self.options, **options}, self.client)
+    def set(self, **options: Unpack[SetOptions]) -> JobSetter[P]:
+        more: dict[str, Any] = dict(options)
+        client = more.pop("client", self.client)
+        return JobSetter(self.job_class, merge_options(self.options, check_options(more)), client)
 
     def _client(self) -> Client:
         return self.client if self.client is not None else default_client()
@@ -216,7 +227,8 @@ def job(*, name: str | None = None,
         retries_exhausted: Callable[[dict[str, Any], BaseException], None] | None = None,
         after_succeeded: Callable[..., None] | None = None,
         after_failed: Callable[..., None] | None = None,
-        registry: Registry | None = None, **options: Any) -> Callable[[Callable[P, R]], JobFunction[P, R]]: ...
+        registry: Registry | None = None,
+        **options: Unpack[JobOptions]) -> Callable[[Callable[P, R]], JobFunction[P, R]]: ...
 
 
 def job(func: Callable[P, R] | None = None, *, name: str | None = None,
@@ -225,7 +237,7 @@ def job(func: Callable[P, R] | None = None, *, name: str | None = None,
         after_succeeded: Callable[..., None] | None = None,
         after_failed: Callable[..., None] | None = None,
         registry: Registry | None = None,
-        **options: Any) -> JobFunction[P, R] | Callable[[Callable[P, R]], JobFunction[P, R]]:
+        **options: Unpack[JobOptions]) -> JobFunction[P, R] | Callable[[Callable[P, R]], JobFunction[P, R]]:
     """Turn a function (sync or `async def`) into a job. Usable bare (`@job`) or with options."""
 
     def wrap(fn: Callable[P, R]) -> JobFunction[P, R]:
@@ -279,8 +291,8 @@ class JobFunction(Generic[P, R]):
     def __repr__(self) -> str:
         return f"<sidequest job {self.name}>"
 
-    def set(self, **options: Any) -> JobSetter[P]:
-        return JobSetter(self.job_class, options)
+    def set(self, **options: Unpack[SetOptions]) -> JobSetter[P]:
+        return JobSetter(self.job_class, dict(options))
 
     def payload_options(self) -> dict[str, Any]:
         return self.job_class.payload_options()

@@ -29,6 +29,9 @@ window counter (INCR with EXPIRE) would let 2n through around a window's edge. L
 nothing: a window counts starts, not holders.
 
 Both read the Redis server's clock (TIME), so hosts whose clocks disagree share one limit.
+
+On a client without Redis (`sidequest.testing`'s fake and inline modes: `Client.counts_limits`
+is False) a limiter lets every entry through, so a test runs a limited job as it runs any other.
 """
 
 from __future__ import annotations
@@ -93,6 +96,11 @@ class _Limiter:
         """The given client's Redis, else the default client's (`REDIS_URL`, `sidequest.configure`)."""
         return (self._client or default_client()).redis
 
+    @property
+    def counts(self) -> bool:
+        """False on a client that has no Redis to count in (`sidequest.testing`): enter freely."""
+        return (self._client or default_client()).counts_limits
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} limit={self.limit}>"
 
@@ -111,6 +119,9 @@ class ConcurrentLimiter(_Limiter):
             f"sidequest_limit_{name}", default=())
 
     def __enter__(self) -> ConcurrentLimiter:
+        if not self.counts:
+            self._tokens.set((*self._tokens.get(), ""))  # holds nothing; its exit releases nothing
+            return self
         client = self.redis
         token = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(6)}"
         taken = client.register_script(LIMIT_ACQUIRE)(keys=[self.key], args=[token, self.limit, self.lease])
@@ -127,6 +138,8 @@ class ConcurrentLimiter(_Limiter):
             return
         token = held[-1]
         self._tokens.set(held[:-1])
+        if not token:
+            return
         lease = _leases.remove(token)
         try:
             (lease.client if lease is not None else self.redis).zrem(self.key, token)
@@ -159,6 +172,8 @@ class WindowLimiter(_Limiter):
         self.rng = rng or random.Random()
 
     def __enter__(self) -> WindowLimiter:
+        if not self.counts:
+            return self
         token = f"{os.getpid()}:{secrets.token_hex(6)}"
         got = cast("list[Any]", self.redis.register_script(WINDOW_ACQUIRE)(
             keys=[self.key], args=[token, self.limit, self.per]))

@@ -1,4 +1,4 @@
-"""Per-job metrics: runs, failures and run times per job name and UTC minute, kept 72 hours.
+"""Per-job metrics: runs, failures, expired jobs and run times per job name and UTC minute, kept 72 hours.
 
 A lifecycle feature that writes nothing per job: each finished run is appended to an in-memory
 deque (an append is atomic, so ten processors never wait on a lock), and the heartbeat folds
@@ -9,6 +9,7 @@ own MULTI, as Sidekiq 7 does with its metrics. One hash per minute, fields per j
     <name>|p      runs that ended (done, retried, dead, dropped)
     <name>|f      of which failed
     <name>|ms     their total run time, in milliseconds
+    <name>|x      jobs dropped unstarted past their deadline (`expires_in`): not runs
     <name>|h<i>   runs whose time fell in bucket i of `BUCKETS` (upper bounds in ms)
 
 `read` turns a window of minutes into totals and percentiles (from the histogram), for the
@@ -30,7 +31,7 @@ from typing import Any
 import redis
 
 from . import keys
-from .outcome import Outcome
+from .outcome import EXPIRED, Outcome
 
 RETENTION = 72 * 3600  # seconds a minute of metrics is kept
 BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 30_000, 60_000, float("inf"))
@@ -47,6 +48,7 @@ class _Tally:
     failed: int = 0
     ms: float = 0.0
     histogram: list[int] = field(default_factory=lambda: [0] * len(BUCKETS))
+    expired: int = 0
 
 
 class MetricsFeature:
@@ -61,6 +63,7 @@ class MetricsFeature:
         self.clock = clock
         self._lock = threading.Lock()  # only between `take` and `give_back`, never per job
         self._runs: deque[tuple[int, str, float, bool]] = deque()  # (minute, name, ms, failed)
+        self._expired: deque[tuple[int, str]] = deque()  # (minute, name)
         self._minutes: dict[str, dict[str, _Tally]] = {}
 
     def ops(self, point: str, payload: dict[str, Any], outcome: Outcome | None) -> list[Any] | None:
@@ -73,6 +76,8 @@ class MetricsFeature:
         if point in ENDS and outcome is not None and outcome.elapsed is not None:
             self._runs.append((int(self.clock() // 60), str(payload.get("class", "?")),
                                outcome.elapsed * 1000, point != "finished"))
+        elif point == "dropped" and outcome is not None and outcome.reason == EXPIRED:
+            self._expired.append((int(self.clock() // 60), str(payload.get("class", "?"))))
 
     def take(self) -> dict[str, dict[str, _Tally]]:
         with self._lock:
@@ -86,6 +91,10 @@ class MetricsFeature:
                 tally.failed += failed
                 tally.ms += ms
                 tally.histogram[bisect_left(BUCKETS, ms)] += 1
+            while self._expired:
+                minute, name = self._expired.popleft()
+                label = labels.get(minute) or labels.setdefault(minute, minute_of(minute * 60))
+                minutes.setdefault(label, {}).setdefault(name, _Tally()).expired += 1
         return minutes
 
     def give_back(self, minutes: dict[str, dict[str, _Tally]]) -> None:
@@ -98,6 +107,7 @@ class MetricsFeature:
                     into.runs += tally.runs
                     into.failed += tally.failed
                     into.ms += tally.ms
+                    into.expired += tally.expired
                     into.histogram = [a + b for a, b in zip(into.histogram, tally.histogram, strict=True)]
 
     @staticmethod
@@ -105,6 +115,10 @@ class MetricsFeature:
         for minute, names in minutes.items():
             key = keys.metrics(minute)
             for name, tally in names.items():
+                if tally.expired:
+                    pipe.hincrby(key, f"{name}|x", tally.expired)
+                if not tally.runs:
+                    continue
                 pipe.hincrby(key, f"{name}|p", tally.runs)
                 if tally.failed:
                     pipe.hincrby(key, f"{name}|f", tally.failed)
@@ -125,6 +139,8 @@ class JobMetrics:
     total_ms: float = 0.0
     histogram: list[int] = field(default_factory=lambda: [0] * len(BUCKETS))
     per_minute: dict[str, tuple[int, int, float]] = field(default_factory=dict)  # minute -> (runs, failed, ms)
+    expired: int = 0  # jobs dropped unstarted past their deadline (not runs)
+    expired_per_minute: dict[str, int] = field(default_factory=dict)
 
     @property
     def failure_rate(self) -> float:
@@ -173,6 +189,10 @@ def read(client: redis.Redis, minutes: int = 60, now: float | None = None,
             entry.failed += failed
             entry.total_ms += ms
             entry.per_minute[minute] = (runs, failed, ms)
+            expired = int(parts.get("x", 0))
+            if expired:
+                entry.expired += expired
+                entry.expired_per_minute[minute] = expired
             for index in range(len(BUCKETS)):
                 entry.histogram[index] += int(parts.get(f"h{index}", 0))
     return found

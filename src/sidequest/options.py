@@ -1,6 +1,6 @@
 """Job options (Sidekiq's `sidekiq_options`) and schedule times, checked with clear errors.
 
-Known options and their types:
+Known options and their types (`JobOptions` spells them for a type checker):
 
     queue        str, a valid queue name                       default "default"
     retry        True (= 25 attempts), False, or an int >= 0   default True
@@ -15,15 +15,24 @@ Known options and their types:
                  "start" (it ends when the job starts)
     result_ttl   number of seconds > 0: keep the job's state and return value this long after
                  each change (`sidequest.status`, `sidequest.result`)
+    expires_in   seconds > 0 or a timedelta: a job not started this long after its time is
+                 dropped unstarted (Sidekiq Pro's option; the push stores the deadline,
+                 `expires_at`, in epoch seconds)
+    custom       a dict of fields of your own (native JSON), written as top-level payload
+                 fields, as Sidekiq writes any option it does not know
 
-Any other option is kept in the payload as it is, if it is native JSON.
+Any other name is refused where it is written (`@job(...)`, a `Job` subclass's keywords,
+`.set(...)`, a push), with the nearest known name: a misspelt `retries=3` would otherwise
+travel as a payload field while the real `retry` kept its default.
 """
 
 from __future__ import annotations
 
+import difflib
 import math
+from collections.abc import Mapping
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 from .config import check_queue_name
 from .errors import ConfigError, JobArgumentError
@@ -34,6 +43,37 @@ UNIQUE_UNTIL = ("success", "start")  # when a unique job's claim ends (besides e
 
 # The point where Sidekiq stops reading a number as an interval and reads it as an epoch time.
 EPOCH_THRESHOLD = 1_000_000_000
+
+
+class JobOptions(TypedDict, total=False):
+    """The options of a job (`@sidequest.job(...)`, `class X(sidequest.Job, ...)`, `.set(...)`)."""
+
+    queue: str  # the queue it is pushed to ("default")
+    retry: bool | int  # True: up to max_retries (25); an int: that many; 0: dead at once; False: dropped
+    retry_queue: str  # retries go to this queue instead
+    backtrace: bool | int  # keep the failure's traceback in the payload (an int: that many frames)
+    dead: bool  # False: a job out of retries is dropped instead of kept in `dead`
+    tags: list[str] | tuple[str, ...]  # shown by Sidekiq's Web UI
+    timeout: float | None  # seconds `perform` may run
+    unique_for: float | None  # seconds: one pending copy per class, args and queue (`unique`)
+    unique_until: Literal["success", "start"]  # when a unique job's claim ends
+    result_ttl: float | None  # seconds to keep the job's state and return value (`results`)
+    expires_in: float | timedelta | None  # not started this long after its time: dropped unstarted
+    custom: Mapping[str, Any]  # payload fields of your own, native JSON
+
+
+KNOWN = tuple(JobOptions.__annotations__)
+# Spellings other job libraries use for what sidequest calls otherwise (Celery, RQ, Dramatiq,
+# Huey, arq): what a newcomer types first.
+ELSEWHERE = {"retries": "retry", "max_retries": "retry", "queue_name": "queue", "time_limit": "timeout",
+             "soft_time_limit": "timeout", "job_timeout": "timeout", "ttl": "expires_in",
+             "expires": "expires_in", "expire_in": "expires_in", "expiry": "expires_in",
+             "expiration": "expires_in", "unique": "unique_for", "unique_in": "unique_for",
+             "result_ttl_seconds": "result_ttl", "dead_letter": "dead"}
+# Words that are not options at all in sidequest, with where the thing lives instead.
+NOT_OPTIONS = {"countdown": "to run it later, push it with perform_in(seconds, ...)",
+               "eta": "to run it at a time, push it with perform_at(when, ...)",
+               "delay": "to run it later, push it with perform_in(seconds, ...)"}
 
 
 def _is_number(value: Any) -> bool:
@@ -47,12 +87,39 @@ def _check_queue(value: Any, option: str) -> str:
         raise JobArgumentError(str(exc)) from None
 
 
+def unknown_option(key: str) -> str:
+    """The one-line error for an option name sidequest does not know, with the nearest one."""
+    if key in NOT_OPTIONS:
+        return f"{key!r} is not a job option: {NOT_OPTIONS[key]}"
+    near = ELSEWHERE.get(key) or next(iter(difflib.get_close_matches(key, KNOWN, n=1, cutoff=0.6)), None)
+    known = f"did you mean {near!r}?" if near else f"the options are {', '.join(KNOWN[:-1])}"
+    return f"unknown job option {key!r}; {known} (a payload field of your own goes in custom={{{key!r}: ...}})"
+
+
+def _check_custom(value: Any) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise JobArgumentError(f"option 'custom' must be a dict of your own payload fields, got {value!r}")
+    fields: dict[str, Any] = {}
+    for name, item in value.items():
+        if not isinstance(name, str) or not name:
+            raise JobArgumentError(f"custom field names are non-empty strings, got {name!r}")
+        if name in KNOWN:
+            raise JobArgumentError(f"{name!r} is a job option, not a custom field: give it as {name}=...")
+        if name in RESERVED_KEYS:
+            raise JobArgumentError(f"{name!r} is set by sidequest itself and cannot be a custom field")
+        check_json_value(item, f"custom field {name!r}")
+        fields[name] = item
+    return fields
+
+
 def check_option(key: str, value: Any) -> Any:
     """Return the value to store for option `key`, or raise JobArgumentError saying why not."""
     if not isinstance(key, str) or not key:
         raise JobArgumentError(f"option names are non-empty strings, got {key!r}")
     if key in RESERVED_KEYS:
         raise JobArgumentError(f"{key!r} is set by sidequest itself and cannot be a job option")
+    if key not in KNOWN:
+        raise JobArgumentError(unknown_option(key))
     if key in ("queue", "retry_queue"):
         return _check_queue(value, key)
     if key == "retry":
@@ -83,20 +150,49 @@ def check_option(key: str, value: Any) -> Any:
         if value in UNIQUE_UNTIL:
             return value
         raise JobArgumentError(f"option 'unique_until' must be {' or '.join(map(repr, UNIQUE_UNTIL))}, got {value!r}")
-    check_json_value(value, f"option {key!r}")
-    return value
+    if key == "expires_in":
+        seconds = value.total_seconds() if isinstance(value, timedelta) else value
+        if seconds is None or (_is_number(seconds) and 0 < seconds < EPOCH_THRESHOLD):
+            return seconds  # None turns it off for one push
+        raise JobArgumentError(f"option 'expires_in' must be a duration (seconds above 0 or a timedelta; "
+                               f"not an epoch time), or None, got {value!r}")
+    return _check_custom(value)  # the last known option: `custom`
 
 
-def check_options(options: dict[str, Any]) -> dict[str, Any]:
+def check_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The options checked (see `check_option`); `custom` as a plain dict. Checking the result
+    again gives it back unchanged."""
     return {key: check_option(key, value) for key, value in options.items()}
 
 
+def merge_options(base: Mapping[str, Any], more: Mapping[str, Any]) -> dict[str, Any]:
+    """Checked options `base`, then checked `more` over them; `custom` fields merge by name."""
+    merged = {**base, **more}
+    if "custom" in base and "custom" in more:
+        merged["custom"] = {**base["custom"], **more["custom"]}
+    return merged
+
+
+def payload_fields(options: Mapping[str, Any]) -> dict[str, Any]:
+    """Checked options as payload fields: the custom ones at the top level, as Sidekiq keeps them."""
+    fields = {key: value for key, value in options.items() if key != "custom"}
+    fields.update(options.get("custom") or {})
+    return fields
+
+
 def seconds_option(value: Any) -> float | None:
-    """A duration option as read back from a payload (`unique_for`, `result_ttl`): seconds > 0,
-    or None when it is off, or not a usable number (a payload written by other code)."""
+    """A duration option as read back from a payload (`unique_for`, `result_ttl`, `expires_in`):
+    seconds > 0, or None when it is off, or not a usable number (a payload written by other code)."""
     if _is_number(value) and math.isfinite(value) and value > 0:
         return float(value)
     return None
+
+
+def expires_at(payload: Mapping[str, Any], when: float | None, now: float) -> float | None:
+    """The deadline of a payload being pushed (epoch seconds), or None when it has no `expires_in`:
+    `expires_in` after the job's time (`when`, a scheduled job's) or after now, as Sidekiq Pro."""
+    seconds = seconds_option(payload.get("expires_in"))
+    return None if seconds is None else (now if when is None else when) + seconds
 
 
 def schedule_at(when: Any, now: float, *, method: str) -> float | None:

@@ -26,6 +26,7 @@ from .payload import encode, new_jid
 Kind = Literal["done", "retry", "dead", "dropped", "put_back", "snoozed", "cancelled"]
 
 INVALID_CLASS = "sidequest.InvalidPayload"
+EXPIRED = "expired"  # the reason of a job dropped unstarted past its deadline (`expires_in`)
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,7 @@ class Outcome:
     reason: str = ""  # a few words for logs and features (why dropped, why dead)
     elapsed: float | None = None  # seconds the run took (None: it did not run)
     result: Any = field(default=None, compare=False)  # what a done job returned (kept only with result_ttl)
+    logged: bool = False  # its one log line, fate included, is written already (an unknown job's)
 
     @classmethod
     def done(cls, elapsed: float | None = None, result: Any = None) -> Outcome:

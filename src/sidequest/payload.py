@@ -21,7 +21,7 @@ from .errors import JobArgumentError, PayloadError
 
 # Keys the client sets itself; a job option of the same name would be overwritten or
 # would break the payload, so options may not use them.
-RESERVED_KEYS = frozenset({"class", "args", "jid", "created_at", "enqueued_at", "at", "unique_digest"})
+RESERVED_KEYS = frozenset({"class", "args", "jid", "created_at", "enqueued_at", "at", "unique_digest", "expires_at"})
 
 _SCALARS = (str, int, bool, type(None))
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
@@ -170,3 +170,10 @@ def stamp(now: float, millis: bool) -> float | int:
     """`now` (epoch seconds) as a payload time: float seconds (Sidekiq 6/7), or with `millis`
     integer epoch milliseconds (Sidekiq 8). Sorted-set scores stay float seconds in every version."""
     return int(now * 1000) if millis else now
+
+
+def overdue(payload: dict[str, Any], now: float) -> float | None:
+    """Seconds a job is past its deadline (`expires_at`, written at push from the `expires_in`
+    option, as Sidekiq Pro writes it), or None when it has none or is not past it."""
+    deadline = epoch(payload.get("expires_at"))
+    return now - deadline if deadline is not None and now > deadline else None

@@ -28,13 +28,13 @@ from typing import Any, Protocol, TypeVar
 import redis
 
 from .config import Config
-from .errors import Cancelled, OverLimit, PayloadError
+from .errors import Cancelled, OverLimit, PayloadError, UnknownJobError
 from .executor import Executor
 from .fetch import Fetch, UnitOfWork
 from .gate import SUSPECT_AFTER, Gate
 from .lifecycle import Lifecycle, has_ops
-from .outcome import Outcome, error_class_name, invalid
-from .payload import decode
+from .outcome import EXPIRED, Outcome, error_class_name, invalid
+from .payload import decode, overdue
 from .registry import Registry
 from .retry import Retrier
 from .stats import Stats
@@ -215,6 +215,15 @@ class Processor:
         return False
 
     def _perform(self, unit: UnitOfWork, payload: dict[str, Any]) -> None:
+        late = overdue(payload, self.rt.retrier.clock()) if "expires_at" in payload else None  # most: no clock
+        if late is not None:
+            self._expire(unit, payload, late)
+            return
+        try:
+            job_class = self.rt.registry.get(payload["class"])
+        except UnknownJobError as exc:
+            self._unknown(unit, payload, exc)
+            return
         ops = self.rt.lifecycle.ops("taken", payload)
         taken = True if not has_ops(ops) else self._settle(lambda: unit.taken(ops))  # most jobs: no call
         if not taken:  # None: Redis stayed down past the hard deadline; shutdown puts it back
@@ -229,7 +238,6 @@ class Processor:
         log.info("start")
         job = None
         try:
-            job_class = self.rt.registry.get(name)
             job = job_class()
             job.jid, job.payload = jid, payload
             args = payload["args"]
@@ -253,6 +261,27 @@ class Processor:
         finally:
             job_context.reset(token)
         self._finish(unit, outcome.payload or payload, job, outcome)
+
+    def _expire(self, unit: UnitOfWork, payload: dict[str, Any], late: float) -> None:
+        """A job past its deadline (`expires_in`, Sidekiq Pro's `expires_at`): dropped unstarted."""
+        log.info("%s %s expired %.1f s ago (expires_in=%s): dropped without running", payload["class"],
+                 payload.get("jid"), late, payload.get("expires_in"))
+        self._finish(unit, payload, None, Outcome("dropped", payload=payload, reason=EXPIRED))
+
+    def _unknown(self, unit: UnitOfWork, payload: dict[str, Any], exc: UnknownJobError) -> None:
+        """A job this worker does not run: one line (no traceback: nothing of the job's ran) and
+        Sidekiq's fate for a class it cannot find, a failure retried with back-off.
+
+        Not dropped, not dead at once: it is a job someone wants run. On a shared Redis it may be
+        another project's job in a queue both work (that project's workers may take the retry),
+        or a job of a newer deploy that this older worker does not know yet (the new workers run
+        the retry). Not put straight back: two workers would pass it between them without a
+        pause. After its retries (about 20 days by default) it is dead, where the dashboard
+        shows it with this message."""
+        self.rt.stats.failed.incr()
+        outcome = self._decide(None, unit, exc)
+        log.warning("%s %s: %s; %s", payload["class"], payload.get("jid"), exc, self.rt.retrier.fate(outcome))
+        self._finish(unit, outcome.payload or payload, None, dataclasses.replace(outcome, logged=True))
 
     def _decide(self, job: Any, unit: UnitOfWork, exc: BaseException) -> Outcome:
         """The retrier's outcome for the payload as fetched (not what middleware changed)."""

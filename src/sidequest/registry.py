@@ -15,6 +15,7 @@ from .errors import JobDefinitionError, UnknownJobError
 
 # A job class: a `sidequest.Job` subclass (job imports this module, so it is not named here).
 JobClass = type[Any]
+SHOWN = 20  # registered names an unknown-job message lists
 
 
 class Registry:
@@ -49,13 +50,16 @@ class Registry:
             raise UnknownJobError(self._unknown(name)) from None
 
     def _unknown(self, name: str) -> str:
-        close = difflib.get_close_matches(name, list(self._jobs), n=3, cutoff=0.5)
+        """One line: the name, the nearest registered ones, and every name this worker runs."""
+        known = sorted(self._jobs)
+        close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
         # a job pushed from a script that defined it (`__main__.x`) or by a short module name
-        close += [known for known in self._jobs if known.rsplit(".", 1)[-1] == name.rsplit(".", 1)[-1]
-                  and known not in close]
+        close += [k for k in known if k.rsplit(".", 1)[-1] == name.rsplit(".", 1)[-1] and k not in close]
         hint = f"; did you mean {', '.join(repr(c) for c in close[:3])}?" if close else ""
-        return (f"no job named {name!r} is registered in this worker{hint} "
-                f"(it knows {len(self._jobs)}: start it with -r for the module that defines the job)")
+        listed = ", ".join(known[:SHOWN]) + (f" and {len(known) - SHOWN} more" if len(known) > SHOWN else "")
+        return (f"no job named {name!r} is registered in this worker{hint} (it runs {len(known)}: "
+                f"{listed or 'none'}; start it with -r for the module that defines the job, or, if it "
+                "is another project's job on a shared Redis, give each project queues of its own)")
 
     def __contains__(self, name: object) -> bool:
         return name in self._jobs

@@ -150,6 +150,16 @@ class Retrier:
                            f"the job was snoozed and its payload cannot be written back as JSON: {encode_error}", now)
         return Outcome("snoozed", blob, now + delay, payload, reason=f"snoozed {count + 1} time(s)")
 
+    def fate(self, outcome: Outcome) -> str:
+        """A failed job's outcome in a few words, for its log line."""
+        payload = outcome.payload or {}
+        if outcome.kind == "retry" and outcome.at is not None:
+            return (f"retry {payload.get('retry_count', 0) + 1} of {self.max_attempts(payload)} "
+                    f"in {outcome.at - self.clock():.0f} s")
+        if outcome.kind == "dead":
+            return "moved to the dead set"
+        return f"{outcome.kind} ({outcome.reason})" if outcome.reason else outcome.kind
+
     def after(self, outcome: Outcome, job: Any, args: list[Any], queue: str) -> None:
         """Hooks for an outcome that has been written (their errors are logged, never raised):
         the job's `after_succeeded`/`after_failed`, the error handlers on every failure, and on
@@ -168,9 +178,10 @@ class Retrier:
                 except Exception:
                     log.exception("error handler %r raised", error_handler)
         name, jid = payload.get("class"), payload.get("jid")
-        if outcome.kind == "retry" and outcome.at is not None:
-            log.info("%s %s failed (%s); retry %d of %d in %.0f s", name, jid, payload.get("error_class"),
-                     payload["retry_count"] + 1, self.max_attempts(payload), outcome.at - self.clock())
+        if outcome.logged:
+            pass
+        elif outcome.kind == "retry" and outcome.at is not None:
+            log.info("%s %s failed (%s); %s", name, jid, payload.get("error_class"), self.fate(outcome))
         elif outcome.kind == "dropped" and exc is not None:
             log.warning("%s %s failed and was dropped (%s): %s: %s", name, jid, outcome.reason,
                         error_class_name(exc), exc)

@@ -47,7 +47,8 @@ from . import keys
 from .client import Client, default_client
 from .errors import JobFailed
 from .job import JobSetter
-from .outcome import Outcome, error_class_name
+from .options import check_options, merge_options
+from .outcome import EXPIRED, Outcome, error_class_name
 from .payload import encode
 from .scripts import TASK_FEATURE, TASK_SEAL, TASK_TRANSITION
 
@@ -121,8 +122,8 @@ class Task:
     def _add(self, job: Any, args_list: list[Any], times: list[float | None], now: float,
              extra: dict[str, Any]) -> list[str | None]:
         target, options = _unpack(job)
-        options.update(extra)
-        options["task_id"] = self.id
+        options = merge_options(options, check_options(extra))
+        options = merge_options(options, {"custom": {"task_id": self.id}})
         entries, jids = self.client.build(target, args_list, times, now, options)
         if not entries:
             return jids
@@ -287,6 +288,8 @@ def _event_change(point: str, payload: dict[str, Any], outcome: Outcome | None,
         return "enqueued", (f"error: {described}; waiting for retry {payload.get('retry_count', 0) + 1} "
                             f"in {outcome.at - now:.0f} s"), error
     if point == "dropped":
+        if outcome is not None and outcome.reason == EXPIRED:  # it never ran: nothing went wrong in it
+            return "error", "expired: not started before its deadline (expires_in)", {"finished_at": now}
         if isinstance(exc, JobFailed):
             return "failed", f"failed: {exc}", {**error, "finished_at": now}
         return "error", f"error: {described}", {**error, "finished_at": now}

@@ -292,6 +292,8 @@ class FakeClient(Client):
     """A `Client` that builds payloads exactly as the real one and hands them to `FakeJobs`
     instead of Redis: captured (fake mode) or run at once (inline mode)."""
 
+    counts_limits = False  # limiters pass through: a test of a limited job runs it, no Redis needed
+
     def __init__(self, jobs: FakeJobs, config: Config) -> None:
         super().__init__(config)
         self.jobs = jobs

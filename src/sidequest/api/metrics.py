@@ -1,9 +1,10 @@
 """Per-job metrics over a window of minutes (Sidekiq's `Metrics::Query`), kept 72 hours.
 
-Worker processes count every run that ended (done, retried, dead, dropped) per job name and UTC
-minute and write the counts with their heartbeat (see `sidequest.metrics`); this reads them back
-as summaries: runs, failures, total and mean run time, p50/p95/p99 (upper bounds of the
-histogram bucket holding that share of runs), and a per-minute series for charts.
+Worker processes count every run that ended (done, retried, dead, dropped), and every job dropped
+unstarted past its deadline (`expires_in`), per job name and UTC minute and write the counts with
+their heartbeat (see `sidequest.metrics`); this reads them back as summaries: runs, failures,
+expired jobs, total and mean run time, p50/p95/p99 (upper bounds of the histogram bucket holding
+that share of runs), and a per-minute series for charts.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ class MinutePoint:
     runs: int  # runs that ended in it
     failed: int  # of which failed
     total_ms: float  # their total run time, milliseconds
+    expired: int = 0  # jobs dropped unstarted in it, past their deadline (`expires_in`); not runs
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,7 @@ class JobSummary:
     p95_ms: float
     p99_ms: float
     series: list[MinutePoint]  # every minute of the window, oldest first (zeros included)
+    expired: int = 0  # jobs dropped unstarted past their deadline (`expires_in`); not runs
 
 
 class MetricsQuery:
@@ -85,6 +88,6 @@ def _summary(job: metrics.JobMetrics, span: list[str]) -> JobSummary:
     for minute in span:
         runs, failed, ms = job.per_minute.get(minute, (0, 0, 0.0))
         at = datetime.strptime(minute, "%Y%m%d%H%M").replace(tzinfo=UTC).timestamp()
-        series.append(MinutePoint(minute, at, runs, failed, ms))
+        series.append(MinutePoint(minute, at, runs, failed, ms, job.expired_per_minute.get(minute, 0)))
     return JobSummary(job.name, job.runs, job.failed, job.total_ms, job.mean_ms, job.failure_rate,
-                      job.percentile(0.50), job.percentile(0.95), job.percentile(0.99), series)
+                      job.percentile(0.50), job.percentile(0.95), job.percentile(0.99), series, job.expired)

@@ -198,7 +198,7 @@ def enqueue(job_name: str, args_json: str, queue: str | None, delay: float | Non
     if requires and isinstance(job, str):
         raise UserError(f"no job named {job_name!r} is registered by {', '.join(requires)}")
     client = admin_client(redis_url)
-    options = {"queue": queue} if queue else {}
+    options: dict[str, Any] = {"queue": queue} if queue else {}
     try:
         jid = client.push(job, args, in_=delay, **options)
     except JobArgumentError as exc:

@@ -38,6 +38,7 @@ import redis
 
 from .. import keys
 from ..client import Client
+from ..options import merge_options
 from ..payload import in_millis, stamp
 from ..scripts import PERIODIC_CLAIM
 from .entries import Entry
@@ -160,7 +161,7 @@ class Scheduler:
     def _job(self, entry: Entry, tick: int, now: float) -> tuple[bytes, str, str]:
         """The tick's payload as a push would write it, its jid and queue (client middleware may
         have changed it); no payload (b"") if middleware stopped it."""
-        options = {**entry.options, "periodic": entry.id, "periodic_at": tick}
+        options = merge_options(entry.options, {"custom": {"periodic": entry.id, "periodic_at": tick}})
         built, jids = self.client.build(entry.job, [entry.args], [None], now, options)
         if not built:
             return b"", "", entry.queue

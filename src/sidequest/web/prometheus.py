@@ -6,7 +6,7 @@ each scrape, with the official client library (`prometheus_client`), every name 
     sidequest_queue_size{queue}, sidequest_queue_latency_seconds{queue}, sidequest_queue_paused{queue}
     sidequest_processes, sidequest_busy, sidequest_concurrency
     sidequest_job_processed_total{job}, sidequest_job_failed_total{job},
-    sidequest_job_runtime_seconds_total{job}
+    sidequest_job_runtime_seconds_total{job}, sidequest_job_expired_total{job}
 
 Per-job counts exist in Redis only per minute, kept 72 hours (see `sidequest.metrics`): a sum
 over them would fall as old minutes expire, which Prometheus reads as counter resets. So each
@@ -34,28 +34,30 @@ RECENT_MINUTES = 10
 
 
 class JobCounters:
-    """Monotonic per-job counters (runs, failures, seconds) built from the per-minute metrics."""
+    """Monotonic per-job counters (runs, failures, seconds, expired jobs) built from the per-minute metrics."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._seen: dict[str, dict[str, tuple[int, int, float]]] = {}  # minute -> job -> counted so far
-        self.totals: dict[str, list[float]] = {}  # job -> [runs, failed, ms]
+        self._seen: dict[str, dict[str, tuple[int, int, float, int]]] = {}  # minute -> job -> counted so far
+        self.totals: dict[str, list[float]] = {}  # job -> [runs, failed, ms, expired]
 
     def update(self, query: MetricsQuery) -> dict[str, list[float]]:
         jobs = query.top_jobs(RECENT_MINUTES)
         with self._lock:
             window: set[str] = set()
             for job in jobs:
-                totals = self.totals.setdefault(job.name, [0, 0, 0.0])
+                totals = self.totals.setdefault(job.name, [0, 0, 0.0, 0])
                 for point in job.series:
                     window.add(point.minute)
                     seen = self._seen.setdefault(point.minute, {})
-                    runs, failed, ms = seen.get(job.name, (0, 0, 0.0))
-                    if point.runs > runs or point.failed > failed or point.total_ms > ms:
+                    runs, failed, ms, expired = seen.get(job.name, (0, 0, 0.0, 0))
+                    if point.runs > runs or point.failed > failed or point.total_ms > ms or point.expired > expired:
                         totals[0] += max(point.runs - runs, 0)
                         totals[1] += max(point.failed - failed, 0)
                         totals[2] += max(point.total_ms - ms, 0.0)
-                        seen[job.name] = (max(point.runs, runs), max(point.failed, failed), max(point.total_ms, ms))
+                        totals[3] += max(point.expired - expired, 0)
+                        seen[job.name] = (max(point.runs, runs), max(point.failed, failed), max(point.total_ms, ms),
+                                          max(point.expired, expired))
             if window:  # minutes that left the window are final: forget them
                 oldest = min(window)
                 for minute in [m for m in self._seen if m < oldest]:
@@ -105,14 +107,18 @@ class SidequestCollector(Collector):
                                     "exporter started.", labels=["job"])
         seconds = CounterMetricFamily("sidequest_job_runtime_seconds", "Seconds the job's runs took, counted "
                                       "since this exporter started.", labels=["job"])
+        expired = CounterMetricFamily("sidequest_job_expired", "Jobs dropped unstarted past their deadline "
+                                      "(expires_in), counted since this exporter started.", labels=["job"])
         for name in sorted(jobs):
-            count, failures, ms = jobs[name]
+            count, failures, ms, dropped = jobs[name]
             runs.add_metric([name], count)
             fails.add_metric([name], failures)
             seconds.add_metric([name], ms / 1000)
+            expired.add_metric([name], dropped)
         yield runs
         yield fails
         yield seconds
+        yield expired
 
 
 def routes(client: Client) -> list[Route]:
