@@ -4,7 +4,8 @@ In order, for every HTTP request:
 
 1. **Authentication.** With `basic_auth=(user, password)`, a request without those credentials
    gets 401 and a browser prompt. With `auth=hook`, the host application decides: the hook gets
-   the Starlette `Request` (sync or async) and returns True (full access), "read-only" (may
+   the Starlette `Request` (a plain function runs in the thread pool, an `async def` on the event
+   loop) and returns True (full access), "read-only" (may
    look, may not act), False (403), or a `Response` of its own (a redirect to its login page).
 2. **CSRF.** Every browser gets a random token in a cookie (`sidequest_csrf`, HttpOnly,
    SameSite=Strict); pages carry it in each form's hidden `csrf` field and in a `<meta>` tag for
@@ -26,13 +27,15 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hmac
 import inspect
 import secrets
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 from urllib.parse import parse_qs
 
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -77,9 +80,7 @@ class Guard:
                           {"WWW-Authenticate": 'Basic realm="sidequest", charset="UTF-8"'})
             return
         if self.auth is not None:
-            verdict = self.auth(request)
-            if inspect.isawaitable(verdict):
-                verdict = await verdict
+            verdict = await _ask(self.auth, request)
             if isinstance(verdict, Response):
                 await verdict(scope, receive, send)
                 return
@@ -115,6 +116,24 @@ class Guard:
         if token != cookie:
             send = _with_headers(send, [(b"set-cookie", _cookie(token, scope))])
         await self.app(scope, receive, send)
+
+
+async def _ask(hook: AuthHook, request: Request) -> AuthResult:
+    """The hook's verdict. A plain function runs in the thread pool, as a sync route does: it may
+    wait on the host's database, and the event loop serves every other request meanwhile."""
+    if _is_async(hook):
+        verdict = hook(request)
+    else:
+        verdict = await run_in_threadpool(hook, request)
+    if inspect.isawaitable(verdict):
+        verdict = await verdict
+    return cast("AuthResult", verdict)
+
+
+def _is_async(hook: object) -> bool:
+    while isinstance(hook, functools.partial):
+        hook = hook.func
+    return inspect.iscoroutinefunction(hook) or inspect.iscoroutinefunction(getattr(hook, "__call__", None))
 
 
 def _well_formed(token: str) -> bool:

@@ -1,0 +1,140 @@
+"""The dashboard under a real server (uvicorn, in a thread): a request held in a slow Redis call,
+or in the host application's auth hook, never holds up another request.
+
+The slow Redis is a redis-server of the test's own, stopped with SIGSTOP: a command sent to it
+waits in its socket until SIGCONT. The test sees that the held request's command has reached
+the server (its bytes wait unread in the server's receive queue, `/proc/net/tcp`), so the held
+request is, for certain, inside its Redis call while the other request is made.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+from conftest import RedisServer, free_port, redis_server_binary, wait_until
+from starlette.requests import Request
+
+from sidequest import Client, Config
+from sidequest.web import create_app
+
+FAST = 1.0  # seconds a request that touches no Redis may take, however loaded the machine
+
+
+class Served:
+    """An ASGI app served by uvicorn on a free port, in a thread of this process."""
+
+    def __init__(self, app: object) -> None:
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                                                    lifespan="off"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        wait_until(lambda: self.server.started, 20, message="uvicorn to start")
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(20)
+
+
+class Background:
+    """One HTTP GET made on its own thread; `result` once it ended."""
+
+    def __init__(self, url: str) -> None:
+        self.response: httpx.Response | None = None
+        self.error: Exception | None = None
+        self.thread = threading.Thread(target=self._get, args=(url,), daemon=True)
+        self.thread.start()
+
+    def _get(self, url: str) -> None:
+        try:
+            self.response = httpx.get(url, timeout=60)
+        except Exception as exc:  # shown by the assertion that reads it
+            self.error = exc
+
+    def result(self, timeout: float = 30) -> httpx.Response:
+        self.thread.join(timeout)
+        assert self.response is not None, f"the held request did not end: {self.error!r}"
+        return self.response
+
+
+def unread_bytes(port: int) -> int:
+    """Bytes waiting, unread, in the receive queues of the server's connections on `port`."""
+    total = 0
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        local, state, queues = fields[1], fields[3], fields[4]
+        if int(local.split(":")[1], 16) == port and state == "01":  # ESTABLISHED
+            total += int(queues.split(":")[1], 16)
+    return total
+
+
+@pytest.fixture
+def slow_redis() -> Iterator[RedisServer]:
+    if not Path("/proc/net/tcp").exists():
+        pytest.skip("needs Linux's /proc/net/tcp to see a command wait in the stopped server")
+    server = RedisServer(redis_server_binary())
+    try:
+        yield server
+    finally:
+        server.proc.send_signal(signal.SIGCONT)
+        server.stop()
+
+
+def test_a_request_held_in_redis_does_not_hold_up_a_static_file(slow_redis):
+    client = Client(Config(redis_url=slow_redis.url(0)))
+    served = Served(create_app(client))
+    try:
+        for path in ("/api/tasks/feedc0de", "/tasks/feedc0de", "/static/sidequest.css"):
+            httpx.get(served.url + path, timeout=10)  # every Redis connection the app needs is open now
+        assert unread_bytes(slow_redis.port) == 0
+        for path in ("/api/tasks/feedc0de", "/tasks/feedc0de"):  # the JSON API, on both of its paths
+            slow_redis.proc.send_signal(signal.SIGSTOP)
+            held = Background(served.url + path)
+            wait_until(lambda: unread_bytes(slow_redis.port) > 0, 10, message="the held request's command")
+            began = time.monotonic()
+            try:
+                fast = httpx.get(served.url + "/static/sidequest.css", timeout=FAST * 5)
+            except httpx.TimeoutException:
+                pytest.fail(f"a static file waited behind {path}, held in a Redis call")
+            took = time.monotonic() - began
+            assert fast.status_code == 200 and took < FAST, (path, took)
+            assert held.response is None and held.thread.is_alive()  # still in its Redis call
+            slow_redis.proc.send_signal(signal.SIGCONT)
+            assert held.result().status_code == 404
+    finally:
+        slow_redis.proc.send_signal(signal.SIGCONT)
+        served.stop()
+
+
+def test_a_sync_auth_hook_that_waits_does_not_hold_up_other_requests(client):
+    entered, release = threading.Event(), threading.Event()
+
+    def hook(request: Request) -> bool:  # say, a session looked up in the host's database
+        if request.url.path == "/slow":
+            entered.set()
+            release.wait(30)
+        return True
+
+    served = Served(create_app(client, auth=hook))
+    try:
+        held = Background(served.url + "/slow")
+        assert entered.wait(10)
+        began = time.monotonic()
+        try:
+            fast = httpx.get(served.url + "/static/sidequest.css", timeout=FAST * 5)
+        except httpx.TimeoutException:
+            pytest.fail("a static file waited behind another request's auth hook")
+        assert fast.status_code == 200 and time.monotonic() - began < FAST
+        release.set()
+        assert held.result().status_code == 404
+    finally:
+        release.set()
+        served.stop()
