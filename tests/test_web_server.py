@@ -9,6 +9,7 @@ request is, for certain, inside its Redis call while the other request is made.
 
 from __future__ import annotations
 
+import inspect
 import signal
 import threading
 import time
@@ -138,3 +139,30 @@ def test_a_sync_auth_hook_that_waits_does_not_hold_up_other_requests(client):
     finally:
         release.set()
         served.stop()
+
+
+def test_no_route_handler_runs_on_the_event_loop(client):
+    """What the tests above prove for two routes, for every route: each handler is a plain
+    function (Starlette runs it in the thread pool); the ASGI apps among them only dispatch."""
+    from starlette.applications import Starlette
+    from starlette.routing import Mount, Route
+    from starlette.staticfiles import StaticFiles
+
+    from sidequest.web.tasks_pages import Negotiated
+
+    def handlers(routes: list) -> Iterator[tuple[str, object]]:
+        for route in routes:
+            if isinstance(route, Mount):
+                if isinstance(route.app, StaticFiles):
+                    continue  # reads files through anyio's threads
+                yield from handlers(route.routes)
+            elif isinstance(route, Route):
+                app = route.endpoint.json_app if isinstance(route.endpoint, Negotiated) else route.endpoint
+                if isinstance(app, Starlette):  # the tasks JSON API, mounted on a path of its own
+                    yield from handlers(app.routes)
+                else:  # Negotiated's HTML side runs in the thread pool: checked above
+                    yield route.path, app
+
+    found = dict(handlers(create_app(client).routes))
+    assert len(found) > 20 and "/tasks/{task_id}/events" in found and "/metrics" in found
+    assert [path for path, endpoint in found.items() if inspect.iscoroutinefunction(endpoint)] == []
