@@ -340,9 +340,30 @@ def test_tasks_json_api_keeps_its_paths_and_html_is_for_browsers(client):
     assert http.get("/tasks/ffffffffffffffffffffffff", headers=HTML).status_code == 404
     found = http.get("/tasks", params={"id": task.id}, headers=HTML, follow_redirects=False)
     assert found.status_code == 303 and found.headers["location"] == f"/tasks/{task.id}"
-    assert f'href="/tasks/{task.id}"' in http.get("/tasks", headers=HTML).text  # opened in this browser
+    assert f'href="/tasks/{task.id}"' in http.get("/tasks", headers=HTML).text  # listed, as every new task is
     missing = http.get("/tasks", params={"id": "<nope>"}, headers=HTML)
     assert "No task &lt;nope&gt;" in missing.text
+
+
+def test_tasks_page_lists_recent_tasks_newest_first_paged(client):
+    done = Task.create("import <b>products</b>", client=client)
+    done.seal()  # an empty sealed task is complete at once
+    assert Task.find(done.id, client=client).status()["done"]
+    running = Task.create("resize images", client=client)
+    running.add_bulk(signup, [[1], [2], [3]])
+    http = TestClient(create_app(client))  # a browser that never opened either
+    page = http.get("/tasks", headers=HTML).text
+    assert page.index(f'href="/tasks/{running.id}"') < page.index(f'href="/tasks/{done.id}"')
+    assert "import &lt;b&gt;products&lt;/b&gt;" in page and "<b>products" not in page
+    row = page[page.index(f'href="/tasks/{done.id}"'):]
+    assert "done" in row[:400]
+    assert 'aria-valuenow="0.0"' in page and "Recent tasks" in page
+    for i in range(30):
+        Task.create(f"bulk {i}", client=client)
+    first, second = http.get("/tasks", headers=HTML).text, http.get("/tasks?page=2", headers=HTML).text
+    assert "bulk 29" in first and "bulk 5" in first and "bulk 4" not in first
+    assert "bulk 4" in second and "resize images" in second and "26–32 of 32" in second
+    assert "bulk 29" not in second
 
 
 # -- Prometheus ------------------------------------------------------------------------------------------

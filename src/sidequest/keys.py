@@ -19,6 +19,8 @@ sidequest's own keys live under the `sidequest:` prefix so Ruby Sidekiq never tr
     sidequest:reservations          set of every reserved list's key (recovery reads it, no SCAN)
     sidequest:recovery-lock         short lock while orphaned work is put back (value: the owner)
     sidequest:task:<id>[:...]       a task (batch) and its per-job events; see below
+    sidequest:tasks                 zset of task ids by creation time: the recent tasks, newest
+                                    kept (bounded in count and age when a task is created)
     sidequest:paused                set of paused queue names (no worker fetches from them)
     sidequest:metrics:<YYYYMMDDHHMM>  hash of per-job counts and run times for one UTC minute
     sidequest:periodic              set of periodic entry ids that a scheduler has described
@@ -144,6 +146,9 @@ def status_notify(jid: str) -> str:
 # (jid -> event JSON), `...:order` zset of every jid by position, `...:status:<s>` zsets of jids
 # by status (for filtered, paged event lists). All expire together once the task completes.
 TASK_STATUSES = ("enqueued", "working", "finished", "failed", "error")
+
+
+TASKS_RECENT = f"{PREFIX}:tasks"
 
 
 def task(task_id: str) -> str:
