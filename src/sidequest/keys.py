@@ -33,6 +33,7 @@ sidequest's own keys live under the `sidequest:` prefix so Ruby Sidekiq never tr
     sidequest:unique:<digest>       a unique job's claim: the jid holding it, expiring after `unique_for`
     sidequest:status:<jid>          hash of a `result_ttl` job's state (and result or error), expiring
     sidequest:status:<jid>:notify   list holding one token once that job has ended (waiters block on it)
+    sidequest:health                string written by `sidequest health --readiness` (expires in a minute)
 
 A test fails if a key literal appears in any other module.
 """
@@ -103,6 +104,7 @@ def metrics(minute: str) -> str:
     """Per-job metrics of one UTC minute, `minute` as `YYYYMMDDHHMM`."""
     return f"{PREFIX}:metrics:{minute}"
 RECOVERY_LOCK = f"{PREFIX}:recovery-lock"
+HEALTH = f"{PREFIX}:health"
 PERIODIC = f"{PREFIX}:periodic"
 
 

@@ -15,6 +15,9 @@ In order, for every HTTP request:
 3. **Read-only.** In read-only mode (the app's, or the hook's answer) every such request gets
    403 too, and pages hide their buttons.
 
+A GET (or HEAD) of `/health` skips all three: a probe has no credentials, and the route only
+says whether Redis answers.
+
 Every response also carries headers that keep the pages out of other sites' frames (so no one
 can trick a click on a button) and let the browser run only the dashboard's own script file
 (`HEADERS`): a second wall behind the templates' escaping.
@@ -32,7 +35,7 @@ import hmac
 import inspect
 import secrets
 from collections.abc import Awaitable, Callable
-from typing import Any, cast
+from typing import Any
 from urllib.parse import parse_qs
 
 from starlette.concurrency import run_in_threadpool
@@ -45,6 +48,7 @@ FIELD = "csrf"
 HEADER = "x-csrf-token"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 MAX_BODY = 1_000_000
+PUBLIC = frozenset({"/health"})  # paths a GET reaches without authentication (probes)
 
 HEADERS = [
     (b"content-security-policy", b"default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
@@ -74,6 +78,9 @@ class Guard:
             return
         send = _with_headers(send, HEADERS)
         request = Request(scope)
+        if request.method in SAFE_METHODS and _route_path(scope) in PUBLIC:
+            await self.app(scope, receive, send)  # a probe: no login, no cookie, nothing to change
+            return
         read_only = self.read_only
         if self.basic_auth is not None and not _credentials_match(request, self.basic_auth):
             await _refuse(401, "Authentication required", scope, receive, send,
@@ -127,13 +134,22 @@ async def _ask(hook: AuthHook, request: Request) -> AuthResult:
         verdict = await run_in_threadpool(hook, request)
     if inspect.isawaitable(verdict):
         verdict = await verdict
-    return cast("AuthResult", verdict)
+    return verdict
 
 
 def _is_async(hook: object) -> bool:
     while isinstance(hook, functools.partial):
         hook = hook.func
-    return inspect.iscoroutinefunction(hook) or inspect.iscoroutinefunction(getattr(hook, "__call__", None))
+    return inspect.iscoroutinefunction(hook) or inspect.iscoroutinefunction(type(hook).__call__)
+
+
+def _route_path(scope: Scope) -> str:
+    """The request's path under the mount point (Starlette keeps the whole path in `path`)."""
+    path: str = scope["path"]
+    root: str = scope.get("root_path", "")
+    if root and path.startswith(root) and path[len(root):len(root) + 1] in ("/", ""):
+        return path[len(root):]
+    return path
 
 
 def _well_formed(token: str) -> bool:
