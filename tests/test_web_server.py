@@ -25,7 +25,10 @@ from starlette.requests import Request
 from sidequest import Client, Config
 from sidequest.web import create_app
 
-FAST = 1.0  # seconds a request that touches no Redis may take, however loaded the machine
+# A request that touches no Redis gets this long, however loaded the machine (2 cores shared by
+# many processes); the held request is held until the fast one has ended, so "served while the
+# other is held" is the proof, and the deadline only says how long the test waits for it.
+DEADLINE = 10.0
 
 
 class Served:
@@ -51,14 +54,17 @@ class Background:
     def __init__(self, url: str) -> None:
         self.response: httpx.Response | None = None
         self.error: Exception | None = None
+        self.took = 0.0
         self.thread = threading.Thread(target=self._get, args=(url,), daemon=True)
         self.thread.start()
 
     def _get(self, url: str) -> None:
+        began = time.monotonic()
         try:
             self.response = httpx.get(url, timeout=60)
         except Exception as exc:  # shown by the assertion that reads it
             self.error = exc
+        self.took = time.monotonic() - began
 
     def result(self, timeout: float = 30) -> httpx.Response:
         self.thread.join(timeout)
@@ -100,16 +106,15 @@ def test_a_request_held_in_redis_does_not_hold_up_a_static_file(slow_redis):
             slow_redis.proc.send_signal(signal.SIGSTOP)
             held = Background(served.url + path)
             wait_until(lambda: unread_bytes(slow_redis.port) > 0, 10, message="the held request's command")
-            began = time.monotonic()
             try:
-                fast = httpx.get(served.url + "/static/sidequest.css", timeout=FAST * 5)
+                fast = httpx.get(served.url + "/static/sidequest.css", timeout=DEADLINE)
             except httpx.TimeoutException:
                 pytest.fail(f"a static file waited behind {path}, held in a Redis call")
-            took = time.monotonic() - began
-            assert fast.status_code == 200 and took < FAST, (path, took)
+            assert fast.status_code == 200
             assert held.response is None and held.thread.is_alive()  # still in its Redis call
             slow_redis.proc.send_signal(signal.SIGCONT)
             assert held.result().status_code == 404
+            assert held.took > fast.elapsed.total_seconds()
     finally:
         slow_redis.proc.send_signal(signal.SIGCONT)
         served.stop()
@@ -128,14 +133,15 @@ def test_a_sync_auth_hook_that_waits_does_not_hold_up_other_requests(client):
     try:
         held = Background(served.url + "/slow")
         assert entered.wait(10)
-        began = time.monotonic()
         try:
-            fast = httpx.get(served.url + "/static/sidequest.css", timeout=FAST * 5)
+            fast = httpx.get(served.url + "/static/sidequest.css", timeout=DEADLINE)
         except httpx.TimeoutException:
             pytest.fail("a static file waited behind another request's auth hook")
-        assert fast.status_code == 200 and time.monotonic() - began < FAST
+        assert fast.status_code == 200
+        assert held.response is None and held.thread.is_alive()  # still in the hook
         release.set()
         assert held.result().status_code == 404
+        assert held.took > fast.elapsed.total_seconds()
     finally:
         release.set()
         served.stop()
