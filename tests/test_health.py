@@ -3,6 +3,7 @@ liveness: this host's worker processes beat) and the dashboard's `GET /health`."
 
 from __future__ import annotations
 
+import json
 import signal
 import socket
 import subprocess
@@ -79,6 +80,17 @@ def test_liveness_follows_this_hosts_worker_heartbeat(redis_url, r, tmp_path):
         for args in ([], ["--pidfile", str(pidfile)], ["--identity", identity]):
             code, line = health("--liveness", *args, "--redis-url", redis_url)
             assert code == 0 and line.startswith("ok: ") and identity in line, (args, line)
+        # an earlier run with the same host and pid (a restarted container's pid 1), registered
+        # until its TTL, stale: the fresh one of that pid decides
+        twin = f"{socket.gethostname()}:{worker.proc.pid}:0ld0ld0ld0ld"
+        r.sadd("processes", twin)
+        r.hset(twin, mapping={"beat": time.time() - 500, "info": json.dumps(
+            {"hostname": socket.gethostname(), "pid": worker.proc.pid, "identity": twin})})
+        for args in ([], ["--pidfile", str(pidfile)]):
+            code, line = health("--liveness", *args, "--redis-url", redis_url)
+            assert code == 0 and identity in line and twin not in line, (args, line)
+        code, line = health("--liveness", "--identity", twin, "--redis-url", redis_url)
+        assert code == 1 and "last beat 500" in line
         code, line = health("--liveness", "--hostname", "elsewhere", "--redis-url", redis_url)
         assert code == 1 and "elsewhere" in line
         assert health("--liveness", "--readiness", "--pidfile", str(pidfile), "--redis-url", redis_url)[0] == 0

@@ -2,9 +2,9 @@
 `GET /health` (HTTP probes).
 
     readiness   Redis answers, and (for a worker) takes writes: `check_redis`
-    liveness    this host's worker processes beat: each one chosen (by identity, by the pids
-                of a pidfile and its children, or every one of this hostname) has a heartbeat
-                at most `max_age` seconds old: `check_workers`
+    liveness    this host's worker processes beat: the one of an identity, each pid of a
+                pidfile and its children, or any one of this hostname has a heartbeat at most
+                `max_age` seconds old: `check_workers`
 
 Each check returns a `Health`: whether it passed, and one line saying why.
 
@@ -30,7 +30,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from . import keys
-from .api import ProcessSet
+from .api import Process, ProcessSet
 from .client import Client
 from .config import Config
 from .connection import mask_url
@@ -93,8 +93,8 @@ def check_redis(client: Client, *, write: bool) -> Health:
 
 def check_workers(client: Client, *, hostname: str, max_age: float, pids: set[int] | None = None,
                   identity: str | None = None, clock: Callable[[], float] = time.time) -> Health:
-    """The chosen worker processes (`identity`; else those of `hostname`, of `pids` when given)
-    are registered and each has beaten within `max_age` seconds."""
+    """The worker process `identity`, or each of `pids` on `hostname`, or (neither given) any
+    process of `hostname`, is registered and has beaten within `max_age` seconds."""
     if identity is not None:
         wanted = f"worker process {identity}"
     elif pids is not None:
@@ -112,14 +112,21 @@ def check_workers(client: Client, *, hostname: str, max_age: float, pids: set[in
     if not chosen:
         return Health(False, f"no {wanted} has a heartbeat in Redis")
     now = clock()
+    # The freshest entry of each pid (of the whole host, without pids) decides: an earlier run
+    # with the same pid (a restarted container's pid 1) stays registered, stale, until its TTL.
+    groups: dict[int | None, list[Process]] = {}
     for process in chosen:
-        age = now - process.beat if process.beat is not None else None
+        groups.setdefault(process.pid if pids is not None else None, []).append(process)
+    fresh = []
+    for group in groups.values():
+        best = max(group, key=lambda p: p.beat or 0.0)
+        age = now - best.beat if best.beat is not None else None
         if age is None or age > max_age:
             last = "never beat" if age is None else f"last beat {age:.1f} s ago"
-            return Health(False, f"worker process {process.identity} {last} (more than {max_age:g} s)")
-    names = ", ".join(p.identity for p in chosen)
-    count = f"{len(chosen)} worker process{'es' if len(chosen) != 1 else ''}"
-    return Health(True, f"{count} beat within {max_age:g} s: {names}")
+            return Health(False, f"worker process {best.identity} {last} (more than {max_age:g} s)")
+        fresh += [p for p in group if p.beat is not None and now - p.beat <= max_age]
+    count = f"{len(fresh)} worker process{'es' if len(fresh) != 1 else ''}"
+    return Health(True, f"{count} beat within {max_age:g} s: {', '.join(p.identity for p in fresh)}")
 
 
 def pidfile_pids(path: str) -> set[int]:

@@ -13,7 +13,8 @@ from .root import UserError, main
 
 @main.command(cls=AdminCommand)
 @click.option("--readiness", is_flag=True, help="Redis answers and takes writes (the check when none is named).")
-@click.option("--liveness", is_flag=True, help="This host's worker processes have a fresh heartbeat.")
+@click.option("--liveness", is_flag=True,
+              help="This host's worker process has a fresh heartbeat (by default any one of this hostname).")
 @click.option("-P", "--pidfile", type=click.Path(dir_okay=False),
               help="Liveness of the worker that wrote this pidfile (`worker -P`), or of its children "
                    "under --processes.")
@@ -34,7 +35,7 @@ def health(readiness: bool, liveness: bool, pidfile: str | None, identity: str |
     Examples:
       sidequest health --readiness                          # Redis answers and takes writes
       sidequest health --liveness --pidfile /tmp/worker.pid # that worker (and its children) beat
-      sidequest health --liveness                           # every worker of this host beats
+      sidequest health --liveness                           # a worker of this host beats
     Liveness reads the heartbeats from Redis, so it fails while Redis is down too.
     """
     from .. import health as checks
