@@ -16,7 +16,7 @@ from jobs_for_tests import (
     signup,
 )
 
-from sidequest import Task
+from sidequest import Task, tasks
 
 
 def test_create_add_and_read_before_any_worker(client, r):
@@ -104,6 +104,30 @@ def test_seal_after_everything_ran_fires_callbacks_at_seal(start, client, r):
     task.seal()
     wait_until(lambda: ran(r, "on_success"))
     assert ran(r, "on_complete") == [[task.id]] and task.status()["done"]
+
+
+def test_created_tasks_are_listed_newest_first(client, r):
+    first = Task.create("first", client=client)
+    second = Task.create("second <b>", meta={"n": 2}, client=client)
+    second.add_bulk(noop, [[1], [2]])
+    total, listed = Task.recent(client=client)
+    assert total == 2 and [t["id"] for t in listed] == [second.id, first.id]
+    assert listed[0] == second.status() and listed[0]["total"] == 2 and listed[1]["name"] == "first"
+    total, listed = Task.recent(offset=1, limit=5, client=client)
+    assert total == 2 and [t["id"] for t in listed] == [first.id]
+    r.delete(f"sidequest:task:{first.id}")  # its records expired: it is listed as such, not dropped
+    assert Task.recent(client=client)[1][1] == {"id": first.id, "expired": True}
+
+
+def test_the_recent_tasks_index_is_bounded_by_count_and_age(client, r):
+    index = "sidequest:tasks"
+    now = time.time()
+    r.zadd(index, {f"old-{i}": now - 100 - i for i in range(tasks.RECENT_LIMIT)})
+    r.zadd(index, {"ancient": now - tasks.RECENT_AGE - 60})
+    kept = Task.create("the newest", client=client)
+    assert r.zcard(index) == tasks.RECENT_LIMIT  # the oldest went, in the call that created the task
+    assert r.zscore(index, kept.id) is not None and r.zscore(index, "ancient") is None
+    assert r.zscore(index, f"old-{tasks.RECENT_LIMIT - 1}") is None and r.zscore(index, "old-0") is not None
 
 
 def test_completed_task_expires_after_retention(start, client, r):

@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 import re
 import time
+from datetime import UTC, datetime
+from zoneinfo import ZoneInfo
 
 import pytest
 from conftest import wait_until
-from jobs_for_tests import FastBoom, echo, signup
+from jobs_for_tests import FastBoom, Tick, echo, signup
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -18,8 +20,11 @@ from starlette.responses import RedirectResponse
 from starlette.routing import Mount, Route
 from starlette.testclient import TestClient
 
+import sidequest
 from sidequest import Task
 from sidequest.api import DeadSet, ProcessSet, Queue, RetrySet, ScheduledSet, Stats
+from sidequest.periodic import PeriodicRegistry, Scheduler, forget
+from sidequest.periodic import status as periodic_status
 from sidequest.web import create_app
 from sidequest.web.security import COOKIE
 
@@ -340,9 +345,54 @@ def test_tasks_json_api_keeps_its_paths_and_html_is_for_browsers(client):
     assert http.get("/tasks/ffffffffffffffffffffffff", headers=HTML).status_code == 404
     found = http.get("/tasks", params={"id": task.id}, headers=HTML, follow_redirects=False)
     assert found.status_code == 303 and found.headers["location"] == f"/tasks/{task.id}"
-    assert f'href="/tasks/{task.id}"' in http.get("/tasks", headers=HTML).text  # opened in this browser
+    assert f'href="/tasks/{task.id}"' in http.get("/tasks", headers=HTML).text  # listed, as every new task is
     missing = http.get("/tasks", params={"id": "<nope>"}, headers=HTML)
     assert "No task &lt;nope&gt;" in missing.text
+
+
+def test_tasks_page_lists_recent_tasks_newest_first_paged(client):
+    done = Task.create("import <b>products</b>", client=client)
+    done.seal()  # an empty sealed task is complete at once
+    assert Task.find(done.id, client=client).status()["done"]
+    running = Task.create("resize images", client=client)
+    running.add_bulk(signup, [[1], [2], [3]])
+    http = TestClient(create_app(client))  # a browser that never opened either
+    page = http.get("/tasks", headers=HTML).text
+    assert page.index(f'href="/tasks/{running.id}"') < page.index(f'href="/tasks/{done.id}"')
+    assert "import &lt;b&gt;products&lt;/b&gt;" in page and "<b>products" not in page
+    row = page[page.index(f'href="/tasks/{done.id}"'):]
+    assert "done" in row[:400]
+    assert 'aria-valuenow="0.0"' in page and "Recent tasks" in page
+    for i in range(30):
+        Task.create(f"bulk {i}", client=client)
+    first, second = http.get("/tasks", headers=HTML).text, http.get("/tasks?page=2", headers=HTML).text
+    assert "bulk 29" in first and "bulk 5" in first and "bulk 4" not in first
+    assert "bulk 4" in second and "resize images" in second and "26\u201332 of 32" in second
+    assert "bulk 29" not in second
+
+
+# -- periodic entries ------------------------------------------------------------------------------------
+def test_periodic_page_lists_the_entries_schedulers_described(client):
+    registry = PeriodicRegistry()  # a worker's: the dashboard's process registered nothing
+    entry = sidequest.periodic("0 9 1 1 *", Tick, args=["x"], tz="Europe/Paris", queue="reports",
+                               id="<b>new year</b>", registry=registry)
+    scheduler = Scheduler(client, registry.entries)
+    tick = datetime(2026, 1, 1, 9, 0, tzinfo=ZoneInfo("Europe/Paris")).timestamp()
+    scheduler.run_due(tick - 60)
+    assert scheduler.run_due(tick + 0.2) == 1
+    [described] = periodic_status(client, registry=PeriodicRegistry())
+    http = TestClient(create_app(client))
+    assert 'href="/periodic"' in http.get("/", headers=HTML).text  # in the nav of every page
+    page = http.get("/periodic", headers=HTML)
+    assert page.status_code == 200 and 'aria-current="page"' in page.text
+    text = page.text
+    assert "&lt;b&gt;new year&lt;/b&gt;" in text and "<b>new year" not in text
+    assert "0 9 1 1 * Europe/Paris" in text and ">Tick<" in text and "reports" in text
+    assert described.last_jid and described.last_jid in text
+    assert "2026-01-01 08:00:00 UTC" in text  # the last run (09:00 in Paris)
+    assert datetime.fromtimestamp(entry.schedule.next_after(time.time()), UTC).strftime("%Y-%m-%d %H:%M") in text
+    assert forget(entry.id, client)
+    assert "No periodic entries" in http.get("/periodic", headers=HTML).text
 
 
 # -- Prometheus ------------------------------------------------------------------------------------------

@@ -25,8 +25,10 @@ import pytest
 from conftest import PYTHON, ROOT, free_port, python_env, wait_until
 from jobs_for_tests import FastBoom, boom, echo, signup, work
 
+import sidequest
 from sidequest import Task
 from sidequest.api import DeadSet, Queue, RetrySet, ScheduledSet, Stats
+from sidequest.periodic import PeriodicRegistry, Scheduler
 
 REQUIRE_BROWSER = os.environ.get("SIDEQUEST_REQUIRE_BROWSER") == "1"
 CHROMIUM = "/usr/bin/chromium"
@@ -176,8 +178,17 @@ def test_every_page_renders_on_a_laptop_and_a_phone(page, web, seeded, client):
         "job-metrics": ("/job-metrics", "Job metrics"),
         "job-metric": ("/job-metrics/Echo", "Echo"),
         "task": (f"/tasks/{task.id}", "import 12 products"),
-        "tasks": ("/tasks", "Tasks"),  # lists the task just opened
+        "tasks": ("/tasks", "Tasks"),  # lists the recent tasks, the seeded one too
+        "periodic": ("/periodic", "Periodic"),
     }
+    registry = PeriodicRegistry()  # a worker's entries, as its scheduler describes them in Redis
+    sidequest.periodic("30 6 * * 1-5", echo, args=["daily"], tz="Europe/Paris", queue="reports",
+                       registry=registry)
+    sidequest.periodic(job=echo, every=60, args=["<b>minutely</b>"], id="<b>minutely</b>", registry=registry)
+    scheduler = Scheduler(client, registry.entries)
+    now = time.time()
+    scheduler.run_due(now - 120)
+    scheduler.run_due(now)
     for size_name, size in (("desktop", LAPTOP), ("phone", PHONE)):
         page.set_viewport_size(size)
         for name, (path, heading) in pages.items():
@@ -197,6 +208,16 @@ def test_every_page_renders_on_a_laptop_and_a_phone(page, web, seeded, client):
     assert failed_rows.count() == 4 and "seller is not qualified" in failed_rows.first.inner_text()
     page.goto(web.url + "/job-metrics")
     assert "Echo" in page.inner_text("main table") and "FastBoom" in page.inner_text("main table")
+    page.goto(web.url + "/tasks")
+    row = page.locator("main tbody tr", has_text="import 12 products")
+    assert row.count() == 1 and "done" in row.inner_text() and "100" in row.inner_text()
+    page.get_by_role("link", name="import 12 products").click()
+    page.wait_for_url(re.compile(f"/tasks/{task.id}$"))
+    page.get_by_role("link", name="Periodic").click()
+    page.wait_for_url(re.compile(r"/periodic$"))
+    rows = page.locator("main tbody tr")
+    assert rows.count() == 2 and "<b>minutely</b>" in page.inner_text("main table")
+    assert "30 6 * * 1-5 Europe/Paris" in page.inner_text("main table")
 
 
 def test_a_script_in_a_job_argument_shows_as_text_and_runs_nothing(page, web, seeded, client):

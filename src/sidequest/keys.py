@@ -22,6 +22,8 @@ sidequest's own keys live under the `sidequest:` prefix so Ruby Sidekiq never tr
                                     only paused, tell "recovered" from "my own earlier attempt"
     sidequest:recovery-lock         short lock while orphaned work is put back (value: the owner)
     sidequest:task:<id>[:...]       a task (batch) and its per-job events; see below
+    sidequest:tasks                 zset of task ids by creation time: the recent tasks, newest
+                                    kept (bounded in count and age when a task is created)
     sidequest:paused                set of paused queue names (no worker fetches from them)
     sidequest:metrics:<YYYYMMDDHHMM>  hash of per-job counts and run times for one UTC minute
     sidequest:periodic              set of periodic entry ids that a scheduler has described
@@ -34,6 +36,7 @@ sidequest's own keys live under the `sidequest:` prefix so Ruby Sidekiq never tr
     sidequest:unique:<digest>       a unique job's claim: the jid holding it
     sidequest:status:<jid>          hash of a `result_ttl` job's state (and result or error)
     sidequest:status:<jid>:notify   list holding one token once that job has ended (waiters block on it)
+    sidequest:health                string written by `sidequest health --readiness` (expires in a minute)
 
 How long each lives. Every key expires by itself (its writer sets the TTL, and refreshes it),
 except those in `KEPT` below, which hold jobs, an operator's choice, or a total that Sidekiq
@@ -129,6 +132,7 @@ def metrics(minute: str) -> str:
     """Per-job metrics of one UTC minute, `minute` as `YYYYMMDDHHMM`."""
     return f"{PREFIX}:metrics:{minute}"
 RECOVERY_LOCK = f"{PREFIX}:recovery-lock"
+HEALTH = f"{PREFIX}:health"
 PERIODIC = f"{PREFIX}:periodic"
 
 
@@ -173,6 +177,9 @@ def status_notify(jid: str) -> str:
 # by status (for filtered, paged event lists). All expire together: task_ttl after the task's last
 # change, task_retention once it completes.
 TASK_STATUSES = ("enqueued", "working", "finished", "failed", "error")
+
+
+TASKS_RECENT = f"{PREFIX}:tasks"
 
 
 def task(task_id: str) -> str:

@@ -55,6 +55,10 @@ from .scripts import TASK_FEATURE, TASK_SEAL, TASK_TRANSITION
 RETENTION = 7 * 24 * 3600.0
 TTL = 7 * 24 * 3600.0  # an unfinished task's lifetime after its last change (`task_ttl`)
 FINAL = ("finished", "failed", "error")
+# The recent tasks index (`keys.TASKS_RECENT`) keeps at most this many, none older than this:
+# each task's creation trims it, so it never grows past the bound whatever the workload.
+RECENT_LIMIT = 10_000
+RECENT_AGE = RETENTION
 
 # (recorder, task id, jid) of the task job running on this thread, for `task_message`.
 _current: contextvars.ContextVar[tuple[TaskRecorder, str, str] | None] = contextvars.ContextVar(
@@ -101,9 +105,13 @@ class Task:
                     payload = entries[0][0]
                     fields[field] = encode(payload)[:-1]  # the script appends enqueued_at and "}"
                     fields[f"{field}:queue"] = payload["queue"]
-        pipe = task.redis.pipeline(transaction=True)
+        pipe = task.redis.pipeline(transaction=True)  # one round trip: the task and its place in the index
         pipe.hset(keys.task(task.id), mapping=fields)  # type: ignore[arg-type]  # redis-py: invariant key type
         pipe.expire(keys.task(task.id), _seconds(task.ttl))
+        pipe.zadd(keys.TASKS_RECENT, {task.id: now})
+        pipe.zremrangebyscore(keys.TASKS_RECENT, "-inf", f"({now - RECENT_AGE}")
+        pipe.zremrangebyrank(keys.TASKS_RECENT, 0, -RECENT_LIMIT - 1)
+        pipe.expire(keys.TASKS_RECENT, int(RECENT_AGE))  # no task created for that long: every entry is too old
         pipe.execute()
         return task
 
@@ -167,23 +175,36 @@ class Task:
         task = cls(task_id, client)
         return task if task.redis.exists(keys.task(task_id)) else None
 
+    @classmethod
+    def recent(cls, offset: int = 0, limit: int = 25,
+               client: Client | None = None) -> tuple[int, list[dict[str, Any]]]:
+        """The tasks created last, newest first, each as `status()` gives it: (how many the
+        index holds, `limit` of them from `offset`). A task whose records expired after it
+        completed is `{"id": ..., "expired": True}`. Two round trips, whatever the index holds.
+
+            total, newest = Task.recent(limit=10)
+        """
+        if offset < 0 or limit < 1:
+            raise ValueError("offset must be >= 0 and limit >= 1")
+        redis_client = (client or default_client()).redis
+        pipe = redis_client.pipeline(transaction=False)
+        pipe.zcard(keys.TASKS_RECENT)
+        pipe.zrevrange(keys.TASKS_RECENT, offset, offset + limit - 1)
+        total, members = pipe.execute()
+        ids = [member.decode() for member in members]
+        if not ids:
+            return int(total), []
+        pipe = redis_client.pipeline(transaction=False)
+        for task_id in ids:
+            pipe.hgetall(keys.task(task_id))
+        return int(total), [_status(task_id, stored) if stored else {"id": task_id, "expired": True}
+                            for task_id, stored in zip(ids, pipe.execute(), strict=True)]
+
     def status(self) -> dict[str, Any]:
         stored = cast("dict[bytes, bytes]", self.redis.hgetall(keys.task(self.id)))
-        raw = {k.decode(): v.decode() for k, v in stored.items()}
-        if not raw:
+        if not stored:
             raise LookupError(f"task {self.id} does not exist (or has expired)")
-        counts = {s: int(raw.get(f"count:{s}", 0)) for s in keys.TASK_STATUSES}
-        total = int(raw.get("total", 0))
-        ended = sum(counts[s] for s in FINAL)
-        return {
-            "id": self.id, "name": raw.get("name", ""), "total": total, "counts": counts,
-            "done": "completed_at" in raw, "sealed": raw.get("sealed") == "1",
-            # an empty task is done once sealed: nothing is left to do
-            "percent": round(100.0 * ended / total, 2) if total else (100.0 if raw.get("sealed") == "1" else 0.0),
-            "created_at": float(raw["created_at"]) if "created_at" in raw else None,
-            "completed_at": float(raw["completed_at"]) if "completed_at" in raw else None,
-            "meta": json.loads(raw.get("meta", "{}")),
-        }
+        return _status(self.id, stored)
 
     def events(self, status: str | None = None, offset: int = 0, limit: int = 50) -> list[dict[str, Any]]:
         """Events in the order jobs were added, optionally of one status, paged."""
@@ -196,6 +217,23 @@ class Task:
         if not jids:
             return []
         return [_event(json.loads(raw)) for raw in self.redis.hmget(keys.task_events(self.id), jids) if raw]
+
+
+def _status(task_id: str, stored: dict[bytes, bytes]) -> dict[str, Any]:
+    """What `Task.status` answers, from the task's hash."""
+    raw = {k.decode(): v.decode() for k, v in stored.items()}
+    counts = {s: int(raw.get(f"count:{s}", 0)) for s in keys.TASK_STATUSES}
+    total = int(raw.get("total", 0))
+    ended = sum(counts[s] for s in FINAL)
+    return {
+        "id": task_id, "name": raw.get("name", ""), "total": total, "counts": counts,
+        "done": "completed_at" in raw, "sealed": raw.get("sealed") == "1",
+        # an empty task is done once sealed: nothing is left to do
+        "percent": round(100.0 * ended / total, 2) if total else (100.0 if raw.get("sealed") == "1" else 0.0),
+        "created_at": float(raw["created_at"]) if "created_at" in raw else None,
+        "completed_at": float(raw["completed_at"]) if "completed_at" in raw else None,
+        "meta": json.loads(raw.get("meta", "{}")),
+    }
 
 
 def _event(data: dict[str, Any]) -> dict[str, Any]:

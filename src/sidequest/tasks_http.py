@@ -4,7 +4,9 @@
     GET /tasks/<id>/events?status=failed&offset=0&limit=50
 
 An ASGI app: mount it in your own Starlette/FastAPI app (`Mount("/jobs", tasks_app(client))`),
-or run it alone with `sidequest web`.
+or run it alone with `sidequest web`. The handlers are plain functions: they call Redis through
+the blocking client, so Starlette runs them in its thread pool, and a slow Redis call holds up
+its own request only, never the event loop.
 """
 
 from __future__ import annotations
@@ -26,13 +28,13 @@ def tasks_app(client: Client | None = None) -> Starlette:
     def find(request: Request) -> Task | None:
         return Task.find(request.path_params["task_id"], client=client or default_client())
 
-    async def status(request: Request) -> JSONResponse:
+    def status(request: Request) -> JSONResponse:
         task = find(request)
         if task is None:
             return JSONResponse({"error": "no such task (it may have expired)"}, status_code=404)
         return JSONResponse(task.status())
 
-    async def events(request: Request) -> JSONResponse:
+    def events(request: Request) -> JSONResponse:
         task = find(request)
         if task is None:
             return JSONResponse({"error": "no such task (it may have expired)"}, status_code=404)

@@ -7,11 +7,12 @@
     app = Starlette(routes=[Mount("/sidequest", create_app(read_only=True))])
 
 Routes, under the mount point: the pages `/`, `/busy`, `/queues`, `/queues/<name>`, `/retries`,
-`/scheduled`, `/dead` (each with `/<key>` for one job), `/job-metrics`, `/tasks`, `/tasks/<id>`;
+`/scheduled`, `/dead` (each with `/<key>` for one job), `/job-metrics`, `/tasks`, `/tasks/<id>`,
+`/periodic`;
 `/api/stats` (what the pages poll), the tasks JSON API (`/tasks/<id>` for non-HTML clients,
-`/api/tasks/<id>`), `/metrics` for Prometheus, `/static/...`. Every state change is a POST with
-a CSRF token, guarded by `security.Guard`, which also does basic auth, the host's own auth hook
-and read-only mode.
+`/api/tasks/<id>`), `/metrics` for Prometheus, `/health` for probes, `/static/...`. Every state
+change is a POST with a CSRF token, guarded by `security.Guard`, which also does basic auth, the
+host's own auth hook (for every path but a GET of `/health`) and read-only mode.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from starlette.staticfiles import StaticFiles
 from ..client import Client, default_client
 from ..connection import mask_url
 from ..errors import RedisUnavailableError
-from . import busy, dashboard, job_metrics, prometheus, queues, sets, tasks_pages
+from . import busy, dashboard, health, job_metrics, periodic, prometheus, queues, sets, tasks_pages
 from .render import Renderer
 from .security import AuthHook, Guard
 from .site import Site
@@ -67,7 +68,9 @@ def create_app(client: Client | None = None, *, auth: AuthHook | None = None,
         *sets.routes(site),
         *job_metrics.routes(site),
         *tasks_pages.routes(site),
+        *periodic.routes(site),
         *prometheus.routes(chosen),
+        *health.routes(site),
         Mount("/static", StaticFiles(directory=static), name="static"),
     ]
     app = Starlette(routes=routes, exception_handlers={redis.RedisError: _redis_down,

@@ -4,7 +4,8 @@ In order, for every HTTP request:
 
 1. **Authentication.** With `basic_auth=(user, password)`, a request without those credentials
    gets 401 and a browser prompt. With `auth=hook`, the host application decides: the hook gets
-   the Starlette `Request` (sync or async) and returns True (full access), "read-only" (may
+   the Starlette `Request` (a plain function runs in the thread pool, an `async def` on the event
+   loop) and returns True (full access), "read-only" (may
    look, may not act), False (403), or a `Response` of its own (a redirect to its login page).
 2. **CSRF.** Every browser gets a random token in a cookie (`sidequest_csrf`, HttpOnly,
    SameSite=Strict); pages carry it in each form's hidden `csrf` field and in a `<meta>` tag for
@@ -13,6 +14,9 @@ In order, for every HTTP request:
    it gets 403 — whatever its path, before any route runs. GET never changes anything.
 3. **Read-only.** In read-only mode (the app's, or the hook's answer) every such request gets
    403 too, and pages hide their buttons.
+
+A GET (or HEAD) of `/health` skips all three: a probe has no credentials, and the route only
+says whether Redis answers.
 
 Every response also carries headers that keep the pages out of other sites' frames (so no one
 can trick a click on a button) and let the browser run only the dashboard's own script file
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hmac
 import inspect
 import secrets
@@ -33,6 +38,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qs
 
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -42,6 +48,7 @@ FIELD = "csrf"
 HEADER = "x-csrf-token"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 MAX_BODY = 1_000_000
+PUBLIC = frozenset({"/health"})  # paths a GET reaches without authentication (probes)
 
 HEADERS = [
     (b"content-security-policy", b"default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
@@ -71,15 +78,16 @@ class Guard:
             return
         send = _with_headers(send, HEADERS)
         request = Request(scope)
+        if request.method in SAFE_METHODS and _route_path(scope) in PUBLIC:
+            await self.app(scope, receive, send)  # a probe: no login, no cookie, nothing to change
+            return
         read_only = self.read_only
         if self.basic_auth is not None and not _credentials_match(request, self.basic_auth):
             await _refuse(401, "Authentication required", scope, receive, send,
                           {"WWW-Authenticate": 'Basic realm="sidequest", charset="UTF-8"'})
             return
         if self.auth is not None:
-            verdict = self.auth(request)
-            if inspect.isawaitable(verdict):
-                verdict = await verdict
+            verdict = await _ask(self.auth, request)
             if isinstance(verdict, Response):
                 await verdict(scope, receive, send)
                 return
@@ -115,6 +123,33 @@ class Guard:
         if token != cookie:
             send = _with_headers(send, [(b"set-cookie", _cookie(token, scope))])
         await self.app(scope, receive, send)
+
+
+async def _ask(hook: AuthHook, request: Request) -> AuthResult:
+    """The hook's verdict. A plain function runs in the thread pool, as a sync route does: it may
+    wait on the host's database, and the event loop serves every other request meanwhile."""
+    if _is_async(hook):
+        verdict = hook(request)
+    else:
+        verdict = await run_in_threadpool(hook, request)
+    if inspect.isawaitable(verdict):
+        verdict = await verdict
+    return verdict
+
+
+def _is_async(hook: object) -> bool:
+    while isinstance(hook, functools.partial):
+        hook = hook.func
+    return inspect.iscoroutinefunction(hook) or inspect.iscoroutinefunction(type(hook).__call__)
+
+
+def _route_path(scope: Scope) -> str:
+    """The request's path under the mount point (Starlette keeps the whole path in `path`)."""
+    path: str = scope["path"]
+    root: str = scope.get("root_path", "")
+    if root and path.startswith(root) and path[len(root):len(root) + 1] in ("/", ""):
+        return path[len(root):]
+    return path
 
 
 def _well_formed(token: str) -> bool:

@@ -1,5 +1,6 @@
-"""The Tasks pages: a task's progress, its counts per status and its jobs' events with messages,
-filtered by status and paged; and a way in (by id, or from the tasks whose jobs are in sight).
+"""The Tasks pages: the tasks created last, newest first and paged, with their progress (from
+the recent tasks index that `Task.create` keeps); a task's progress, its counts per status and
+its jobs' events with messages, filtered by status and paged; and a task opened by its id.
 
 `/tasks/<id>` and `/tasks/<id>/events` keep answering JSON (`sidequest.tasks_http`) to any client
 that does not ask for HTML, so front ends polling the tasks API see no change; the same API is
@@ -8,7 +9,6 @@ also at `/api/tasks/<id>`.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 from urllib.parse import quote
 
@@ -19,18 +19,13 @@ from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .. import keys
-from ..api import DeadSet, RetrySet, Workers
-from ..tasks import Task
+from ..tasks import RECENT_AGE, RECENT_LIMIT, Task
 from ..tasks_http import tasks_app
 from .render import FRAGMENT_HEADER, back
-from .site import Site, pager
+from .site import Site, pager, whole
 
 EVENTS_PER_PAGE = 25
-SEEN_LIMIT = 20  # tasks listed on /tasks
-LOOK = 100  # newest retries and dead entries looked at for task ids
-RECENT_COOKIE = "sidequest_tasks"  # the task ids this browser opened last, newest first
-RECENT_LIMIT = 10
-TASK_ID = re.compile(r"[0-9A-Za-z_-]{1,64}")
+TASKS_PER_PAGE = 25
 
 
 def wants_html(request: Request) -> bool:
@@ -53,25 +48,6 @@ class Negotiated:
         await response(scope, receive, send)
 
 
-def _recent(request: Request) -> list[str]:
-    raw = request.cookies.get(RECENT_COOKIE, "")
-    return [t for t in raw.split(".") if TASK_ID.fullmatch(t)][:RECENT_LIMIT]
-
-
-def _seen_task_ids(site: Site, request: Request) -> list[str]:
-    """The tasks this browser opened last, then those of the jobs running now and of the newest
-    retries and dead jobs (bounded reads: the tasks API keeps no list of tasks)."""
-    found: dict[str, None] = dict.fromkeys(_recent(request))
-    items = [work.job.item for work in Workers(site.client)]
-    items += [entry.item for entry in RetrySet(site.client).page(0, LOOK)]
-    items += [entry.item for entry in DeadSet(site.client).page(0, LOOK)]
-    for item in items:
-        task_id = item.get("task_id")
-        if isinstance(task_id, str) and task_id:
-            found[task_id] = None
-    return list(found)[:SEEN_LIMIT]
-
-
 def routes(site: Site) -> list[Route | Mount]:
     json_api = tasks_app(site.client)
 
@@ -82,16 +58,13 @@ def routes(site: Site) -> list[Route | Mount]:
                 root = request.scope.get("root_path", "")
                 return RedirectResponse(f"{root}/tasks/{quote(wanted, safe='')}", status_code=303)
             return back(request, "/tasks", f"No task {wanted} (unknown, or expired after completing).", "bad")
-        tasks = []
-        for task_id in _seen_task_ids(site, request):
-            task = Task.find(task_id, client=site.client)
-            if task is not None:
-                try:
-                    tasks.append(task.status())
-                except LookupError:  # expired between the two reads
-                    continue
-        tasks.sort(key=lambda t: t.get("created_at") or 0, reverse=True)
-        return site.page(request, "tasks.html", page="tasks", title="Tasks", tasks=tasks)
+        offset = (whole(request.query_params.get("page"), 1) - 1) * TASKS_PER_PAGE
+        total, tasks = Task.recent(offset, TASKS_PER_PAGE, client=site.client)
+        paging = pager(request, total, TASKS_PER_PAGE)
+        if paging.offset != offset:  # past the last page: show the last one
+            total, tasks = Task.recent(paging.offset, TASKS_PER_PAGE, client=site.client)
+        return site.page(request, "tasks.html", page="tasks", title="Tasks", tasks=tasks, pager=paging,
+                         limit=RECENT_LIMIT, max_age_days=round(RECENT_AGE / 86400))
 
     def detail(request: Request) -> Response:
         task_id = request.path_params["task_id"]
@@ -109,13 +82,8 @@ def routes(site: Site) -> list[Route | Mount]:
         total = status["counts"][chosen] if chosen else status["total"]
         paging = pager(request, total, EVENTS_PER_PAGE)
         events = task.events(status=chosen, offset=paging.offset, limit=EVENTS_PER_PAGE) if total else []
-        response = site.page(request, "task.html", page="tasks", title=status["name"] or f"Task {task_id}",
-                             task=status, events=events, chosen=chosen, statuses=keys.TASK_STATUSES, pager=paging)
-        if TASK_ID.fullmatch(task_id):
-            recent = [task_id, *(t for t in _recent(request) if t != task_id)][:RECENT_LIMIT]
-            response.set_cookie(RECENT_COOKIE, ".".join(recent), max_age=30 * 86400,
-                                path=request.scope.get("root_path", "") or "/", httponly=True, samesite="strict")
-        return response
+        return site.page(request, "task.html", page="tasks", title=status["name"] or f"Task {task_id}",
+                         task=status, events=events, chosen=chosen, statuses=keys.TASK_STATUSES, pager=paging)
 
     return [
         Route("/tasks", index, name="tasks"),
