@@ -10,7 +10,8 @@ only when nothing else runs in its process: processors pass the gate before each
 processor holding a suspect closes the gate (no more fetches), waits until every other processor
 has finished its job and settled it, and runs the job alone. If it kills the process, it is the
 only job the process held, so only it is counted again; a neighbour can be in flight beside a
-pill only while both are below the threshold, so it never passes `max_recoveries` >= 2 with it.
+pill only while both are below the threshold, so it never passes `max_recoveries` with it. (With
+`max_recoveries` 1, a job recovered once is at its last chance, so it runs alone already.)
 
 At most one processor isolates at a time; another that fetches a suspect meanwhile puts it back
 and waits at the gate (the job is fetched again once the gate opens).

@@ -125,6 +125,8 @@ class Processor:
         self.unit: UnitOfWork | None = None  # the job in hand, for hard shutdown
         self._tid: str | None = None
         self._delay = BACKOFF_START
+        # a suspect: in flight at two crashes, or at its last chance before `max_recoveries`
+        self._suspect_after = max(1, min(SUSPECT_AFTER, runtime.config.max_recoveries))
         self.thread = threading.Thread(target=self.run, name=f"sidequest-processor-{index}", daemon=True)
 
     def start(self) -> None:
@@ -205,7 +207,7 @@ class Processor:
     def _isolate(self, unit: UnitOfWork, payload: dict[str, Any]) -> bool:
         """True when the job may run now: at once, or (a suspect, see `gate`) once it is alone."""
         recovered = payload.get("recovery_count")
-        if not isinstance(recovered, int) or isinstance(recovered, bool) or recovered < SUSPECT_AFTER:
+        if not isinstance(recovered, int) or isinstance(recovered, bool) or recovered < self._suspect_after:
             return True
         if self.rt.gate.isolate(self.index, give_up=self.pool.quieting.is_set):
             log.warning("%s %s: processes died %d times while running it; running it alone",
