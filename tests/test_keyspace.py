@@ -18,7 +18,7 @@ from sidequest import Task, keys
 from sidequest.api import DeadSet, Queue
 from sidequest.heartbeat import STATS_TTL
 from sidequest.limiter import concurrent, window
-from sidequest.periodic import PeriodicRegistry, Scheduler, status
+from sidequest.periodic import PeriodicRegistry, PeriodicScheduler, status
 
 # keys the tests themselves write (not sidequest's): jobs_for_tests.record's lists, gates
 TEST_KEYS = {"test:*": "the tests' own records and gates"}
@@ -143,7 +143,7 @@ def test_results_and_status_records(start, client, r):
 def test_periodic_entries(client, r):
     registry = PeriodicRegistry()
     sidequest.periodic(job=Tick, every=timedelta(seconds=1), args=["x"], registry=registry)
-    scheduler = Scheduler(client, registry.entries)
+    scheduler = PeriodicScheduler(client, registry.entries)
     now = time.time()
     scheduler.run_due(now)
     assert scheduler.run_due(now + 1.01) == 1

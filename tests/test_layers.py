@@ -91,7 +91,7 @@ def test_a_feature_never_imports_the_admin_api():
 # The core's scripts (scripts.py). A feature's Lua lives beside the feature, not here.
 CORE_SCRIPTS = {"_CORE_LIB", "SETTLE", "RESERVE", "RECOVER", "ENQUEUE_DUE", "RELEASE_LOCK", "FORGET_RESERVED",
                 "ADMIN_REQUEUE", "ADMIN_KILL", "ADMIN_DELETE", "ADMIN_FORGET_QUEUE"}
-STILL_TO_MOVE = {"TASK_LIB", "TASK_FEATURE", "TASK_TRANSITION", "TASK_SEAL", "PERIODIC_CLAIM"}  # to tasks/, periodic/
+STILL_TO_MOVE = {"TASK_LIB", "TASK_FEATURE", "TASK_TRANSITION", "TASK_SEAL"}  # to tasks
 
 
 def _constants(path: Path) -> set[str]:

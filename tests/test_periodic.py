@@ -2,7 +2,7 @@
 per tick, missed ticks, the config file's `:periodic:`, status, and real worker processes racing
 for the same ticks.
 
-Most tests drive a `Scheduler` by hand with a fixed clock (`run_due(now)`), so each tick is an
+Most tests drive a `PeriodicScheduler` by hand with a fixed clock (`run_due(now)`), so each tick is an
 exact moment; the last ones run real `sidequest worker` processes for real seconds.
 """
 
@@ -28,9 +28,9 @@ from sidequest.cli import main
 from sidequest.launcher import Launcher
 from sidequest.periodic import (
     PeriodicRegistry,
+    PeriodicScheduler,
     Schedule,
     ScheduleError,
-    Scheduler,
     entries_from_config,
     forget,
     status,
@@ -49,8 +49,8 @@ def entry_in(registry: PeriodicRegistry, *args, **kwargs):
     return sidequest.periodic(*args, registry=registry, **kwargs)
 
 
-def scheduler(client: Client, registry: PeriodicRegistry) -> Scheduler:
-    return Scheduler(client, registry.entries)
+def scheduler(client: Client, registry: PeriodicRegistry) -> PeriodicScheduler:
+    return PeriodicScheduler(client, registry.entries)
 
 
 # -- schedules ---------------------------------------------------------------------------------
@@ -169,7 +169,7 @@ def test_the_scheduler_wakes_on_the_next_tick(client):
     registry = PeriodicRegistry()
     entry_in(registry, "*/10 * * * * *", Tick, args=["x"])
     now = [1_800_000_003.0]
-    sched = Scheduler(client, registry.entries, clock=lambda: now[0])
+    sched = PeriodicScheduler(client, registry.entries, clock=lambda: now[0])
     sched.run_due()
     assert sched.next_wait() == 1.0  # capped: stops and new entries are noticed within a second
     now[0] = 1_800_000_009.5
@@ -304,11 +304,11 @@ def test_an_entry_removed_from_the_code_disappears_after_periodic_ttl(client, r)
     kept = entry_in(before, job=Tick, every=3600, args=["kept"], id="hourly")
     entry_in(before, job=Tick, every=3600, args=["removed"], id="removed")
     entry_in(after, job=Tick, every=3600, args=["kept"], id="hourly")
-    Scheduler(client, before.entries, ttl=1).run_due(time.time())
+    PeriodicScheduler(client, before.entries, ttl=1).run_due(time.time())
     last = r.hget(keys.periodic(kept.id), "last")
     assert {s.id for s in status(client, registry=PeriodicRegistry())} == {"hourly", "removed"}
     assert 0 < r.ttl(keys.periodic("removed")) <= 1 and 0 < r.ttl(keys.PERIODIC) <= 1
-    running = Scheduler(client, after.entries, ttl=1)  # describes its entries every ttl / 4
+    running = PeriodicScheduler(client, after.entries, ttl=1)  # describes its entries every ttl / 4
 
     def removed_is_gone() -> bool:
         running.run_due(time.time())
@@ -464,9 +464,9 @@ def test_the_scheduling_docs_examples_run(tmp_path, redis_url, r):
 
     # the modules register their entries; a scheduler pass describes them in Redis
     out = run("-c", "import reports, hourly, sidequest\n"
-                    "from sidequest.periodic import Scheduler, default_periodic, entries_from_config\n"
+                    "from sidequest.periodic import PeriodicScheduler, default_periodic, entries_from_config\n"
                     "from sidequest.registry import default_registry\n"
-                    "Scheduler(sidequest.default_client(), default_periodic.entries).run_due()\n"
+                    "PeriodicScheduler(sidequest.default_client(), default_periodic.entries).run_due()\n"
                     "config = sidequest.Config.from_file('sidequest.yml')\n"
                     "from_file = entries_from_config(config.periodic, default_registry)\n"
                     "print(len(default_periodic), [e.id for e in from_file])")

@@ -25,8 +25,8 @@ from jobs_for_tests import FastBoom, boom, echo  # importing registers Echo, Boo
 from sidequest import Client, Config
 from sidequest.errors import ConfigError
 from sidequest.payload import epoch, in_millis, stamp
+from sidequest.poller import Poller
 from sidequest.retry import Retrier
-from sidequest.scheduled import Poller
 
 JID = "0123456789abcdef01234567"
 

@@ -49,7 +49,7 @@ def test_queued_and_scheduled_from_the_record(client, r):
 def test_a_scheduled_record_whose_time_has_passed_reads_as_queued(client, r):
     jid = client.push(compute, [1], in_=1)
     assert status(client, jid) == "scheduled"
-    time.sleep(1.1)  # due: the scheduler moves it without a lifecycle operation
+    time.sleep(1.1)  # due: the poller moves it without a lifecycle operation
     assert status(client, jid) == "queued"
 
 

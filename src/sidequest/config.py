@@ -78,7 +78,7 @@ class Config:
     labels: tuple[str, ...] = ()
     fetch: str = "reliable"  # "reliable" keeps taken jobs until acknowledged; "basic" is BRPOP
     fetch_timeout: float = 2.0  # bound on a blocking fetch, so stops are noticed
-    poll_interval: float = 1.0  # longest the scheduler sleeps when nothing is due
+    poll_interval: float = 1.0  # longest the poller sleeps when nothing is due
     heartbeat_interval: float = 5.0
     heartbeat_ttl: float = 60.0  # a process silent this long counts as dead
     recovery_interval: float = 15.0

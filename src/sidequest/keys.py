@@ -26,7 +26,7 @@ sidequest's own keys live under the `sidequest:` prefix so Ruby Sidekiq never tr
                                     kept (bounded in count and age when a task is created)
     sidequest:paused                set of paused queue names (no worker fetches from them)
     sidequest:metrics:<YYYYMMDDHHMM>  hash of per-job counts and run times for one UTC minute
-    sidequest:periodic              set of periodic entry ids that a scheduler has described
+    sidequest:periodic              set of periodic entry ids that a periodic scheduler has described
     sidequest:periodic:<entry id>   hash: last (newest tick handled), last_run, last_jid,
                                     last_enqueued_at, and the entry's description (schedule,
                                     cron, every, tz, class, queue, missed, seen)
@@ -49,7 +49,7 @@ also keeps forever:
     sidequest:task:<id>[:...]          task_ttl after the task's last change; task_retention once
                                        it has completed (every key of the task, together)
     sidequest:metrics:<minute>         72 hours
-    sidequest:periodic, :periodic:<id> periodic_ttl after a scheduler last described the entry
+    sidequest:periodic, :periodic:<id> periodic_ttl after a periodic scheduler last described the entry
     sidequest:limit:concurrent:<name>  the longest lease held, plus a second
     sidequest:limit:window:<name>      the window, plus a second
     sidequest:cancel:<jid>             24 hours

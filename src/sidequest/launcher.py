@@ -1,4 +1,4 @@
-"""One worker process, composed: heartbeat, scheduled poller, periodic scheduler, orphan recovery,
+"""One worker process, composed: heartbeat, poller, periodic scheduler, orphan recovery,
 manager.
 
     launcher = Launcher(config)
@@ -34,13 +34,13 @@ from .heartbeat import Heartbeat, make_identity, rss_kb
 from .lifecycle import Lifecycle
 from .manager import Manager
 from .metrics import MetricsFeature
-from .periodic import PeriodicRegistry, Scheduler, default_periodic, entries_from_config
+from .periodic import PeriodicRegistry, PeriodicScheduler, default_periodic, entries_from_config
+from .poller import Poller
 from .processor import Runtime
 from .recovery import Recovery
 from .registry import Registry, default_registry
 from .results import StatusFeature
 from .retry import DeathHandler, ErrorHandler, Retrier
-from .scheduled import Poller
 from .scripts import Scripts
 from .signals import dump_threads
 from .stats import Stats
@@ -120,8 +120,9 @@ class Launcher:
         # periodic jobs: the file's `:periodic:` and those registered in code (read on every pass)
         from_file = entries_from_config(config.periodic, self.runtime.registry)
         in_code = default_periodic if periodic is None else periodic
-        self.periodic = Scheduler(Client(config, redis_client=self.redis), clock=clock, ttl=config.periodic_ttl,
-                                  entries=lambda: list({e.id: e for e in [*from_file, *in_code.entries()]}.values()))
+        self.periodic = PeriodicScheduler(
+            Client(config, redis_client=self.redis), clock=clock, ttl=config.periodic_ttl,
+            entries=lambda: list({e.id: e for e in [*from_file, *in_code.entries()]}.values()))
         paused = PausedQueues(self.redis)
         # the processors' shared batches, and the thread that acknowledges their successes
         self.hub = hub = Hub(config, self.identity, scripts, clock=clock, paused=paused, client=self.redis)

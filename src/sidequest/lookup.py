@@ -81,7 +81,7 @@ def status_query(jid: str, queue: str | None = None, clock: Callable[[], float] 
 
 def state_of(record: dict[str, bytes], now: float) -> str:
     """A record's state; a scheduled or retrying job whose time has passed is queued (the
-    scheduler moves it with no lifecycle operation, see `results`)."""
+    poller moves it with no lifecycle operation, see `results`)."""
     state = record.get("state", b"").decode()
     if state in ("scheduled", "retry"):
         try:

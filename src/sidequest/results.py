@@ -23,7 +23,7 @@ later change is `StatusFeature`'s operation inside the atomic call that moves th
 `result_ttl` seconds, plus the wait for a job due later. A job without `result_ttl` writes
 nothing here: plain jobs cost nothing.
 
-Two moves run no lifecycle operation: the scheduler moving a due job from `schedule` or `retry`
+Two moves run no lifecycle operation: the poller moving a due job from `schedule` or `retry`
 to its queue. So a `scheduled` or `retry` record whose time has passed reads as `queued`.
 """
 

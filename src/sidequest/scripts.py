@@ -197,28 +197,6 @@ end
 return 0
 """
 
-# KEYS: sidequest:periodic:<entry id>, queue:<q>, queues
-# ARGV: tick (epoch seconds), job to enqueue ('' passes the tick without a job), queue name, jid, now,
-# ttl (seconds the entry's record is kept: it may be created here, if it expired or was forgotten)
-# Claim one tick of a periodic entry (see `periodic`): only a tick newer than the entry's `last`
-# (the newest tick handled) is taken, so among any number of schedulers exactly one pushes it.
-# 1: this call pushed the job; 2: it passed the tick without one; 0: the tick was handled already.
-PERIODIC_CLAIM = """
-local last = redis.call('hget', KEYS[1], 'last')
-if last and tonumber(last) >= tonumber(ARGV[1]) then
-  return 0
-end
-redis.call('hset', KEYS[1], 'last', ARGV[1])
-redis.call('expire', KEYS[1], ARGV[6])
-if ARGV[2] == '' then
-  return 2
-end
-redis.call('hset', KEYS[1], 'last_run', ARGV[1], 'last_jid', ARGV[4], 'last_enqueued_at', ARGV[5])
-redis.call('sadd', KEYS[3], ARGV[3])
-redis.call('lpush', KEYS[2], ARGV[2])
-return 1
-"""
-
 # Operator actions (see `api`). Each names the exact stored entry (its bytes) and moves it only
 # if it is still there, so two operators acting on one entry at once get one move between them
 # (the other call returns 0 and writes nothing). The lifecycle's operations for the point

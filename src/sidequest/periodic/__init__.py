@@ -12,7 +12,8 @@ or in the config file, `:periodic:` (see `Config.periodic`). Parts, by role:
 
     schedule    when an entry fires: cron (croniter) in a time zone, or an epoch-aligned interval
     entries     Entry, the registry (`default_periodic`), `periodic(...)`, entries from the config
-    scheduler   the thread each worker runs (started by the Launcher); one atomic claim per tick
+    scheduler   PeriodicScheduler, the thread each worker runs (started by the Launcher); one atomic
+                claim per tick, its Lua beside it
     status      next and last run per entry, for the admin API, CLI and dashboard; `forget`
 
 `sidequest.periodic` is the function (as `sidequest.job` is); import the rest from here:
@@ -21,16 +22,16 @@ or in the config file, `:periodic:` (see `Config.periodic`). Parts, by role:
 
 from .entries import Entry, PeriodicRegistry, default_periodic, entries_from_config, periodic
 from .schedule import Schedule, ScheduleError
-from .scheduler import Scheduler
+from .scheduler import PeriodicScheduler
 from .status import PeriodicStatus, forget, format_table, status
 
 __all__ = [
     "Entry",
     "PeriodicRegistry",
+    "PeriodicScheduler",
     "PeriodicStatus",
     "Schedule",
     "ScheduleError",
-    "Scheduler",
     "default_periodic",
     "entries_from_config",
     "forget",

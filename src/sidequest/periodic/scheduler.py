@@ -1,7 +1,7 @@
 """The periodic scheduler: a thread in every worker process that enqueues due ticks.
 
 There is no leader to elect or lose. Every process computes the same ticks from the same
-entries and races for each: the claim is one Lua call per tick (`scripts.PERIODIC_CLAIM`)
+entries and races for each: the claim is one Lua call per tick (`PERIODIC_CLAIM`, below)
 that pushes the job only if the tick is newer than the entry's `last` in Redis, and moves
 `last` in the same call, so one process wins each tick and the others are refused, however
 many processes and hosts run. The payload is a normal one, built by `Client.build` (client
@@ -40,7 +40,6 @@ from .. import keys
 from ..client import Client
 from ..options import merge_options
 from ..payload import in_millis, stamp
-from ..scripts import PERIODIC_CLAIM
 from .entries import Entry
 
 log = logging.getLogger(__name__)
@@ -51,6 +50,28 @@ DESCRIBE_EVERY = 30.0  # how often entry descriptions (and `seen`, and their TTL
 TTL = 7 * 24 * 3600.0  # an entry no scheduler describes any more is forgotten after this (`periodic_ttl`)
 MAX_CATCH_UP = 100  # most recent ticks claimed in one pass (a 1 s entry after a 5 s stall: 5)
 EARLY = 0.002  # sleep this much past a tick: a timed wait may return a hair early
+
+# KEYS: sidequest:periodic:<entry id>, queue:<q>, queues
+# ARGV: tick (epoch seconds), job to enqueue ('' passes the tick without a job), queue name, jid, now,
+# ttl (seconds the entry's record is kept: it may be created here, if it expired or was forgotten)
+# Claim one tick of a periodic entry: only a tick newer than the entry's `last`
+# (the newest tick handled) is taken, so among any number of schedulers exactly one pushes it.
+# 1: this call pushed the job; 2: it passed the tick without one; 0: the tick was handled already.
+PERIODIC_CLAIM = """
+local last = redis.call('hget', KEYS[1], 'last')
+if last and tonumber(last) >= tonumber(ARGV[1]) then
+  return 0
+end
+redis.call('hset', KEYS[1], 'last', ARGV[1])
+redis.call('expire', KEYS[1], ARGV[6])
+if ARGV[2] == '' then
+  return 2
+end
+redis.call('hset', KEYS[1], 'last_run', ARGV[1], 'last_jid', ARGV[4], 'last_enqueued_at', ARGV[5])
+redis.call('sadd', KEYS[3], ARGV[3])
+redis.call('lpush', KEYS[2], ARGV[2])
+return 1
+"""
 
 
 def plan(entry: Entry, last: float | None, now: float, missed_after: float = MISSED_AFTER) -> list[tuple[int, bool]]:
@@ -75,7 +96,7 @@ def plan(entry: Entry, last: float | None, now: float, missed_after: float = MIS
     return ticks
 
 
-class Scheduler:
+class PeriodicScheduler:
     """Runs the entries that `entries()` returns (read again on every pass): start(), stop()."""
 
     def __init__(self, client: Client, entries: Callable[[], list[Entry]],

@@ -1,4 +1,5 @@
-"""The poller: moves due jobs from `schedule` and `retry` to their queues.
+"""The poller: moves due jobs from `schedule` and `retry` to their queues (Sidekiq's
+`Scheduled::Poller`). Periodic jobs are another thread's: `periodic.PeriodicScheduler`.
 
 Each move is one Lua call that removes the job from its sorted set and pushes it onto its
 queue together, so a job is never in both places nor in neither, with any number of pollers
@@ -47,7 +48,7 @@ class Poller:
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="sidequest-scheduler", daemon=True)
+        self._thread = threading.Thread(target=self._loop, name="sidequest-poller", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
@@ -61,10 +62,10 @@ class Poller:
                 self.enqueue_due()
                 wait = self.next_wait()
             except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
-                log.debug("scheduler: Redis unavailable: %s", exc)
+                log.debug("poller: Redis unavailable: %s", exc)
                 wait = self.config.poll_interval
             except Exception:  # thread boundary: keep polling
-                log.exception("scheduler error")
+                log.exception("poller error")
                 wait = self.config.poll_interval
             self._stop.wait(wait)
 

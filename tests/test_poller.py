@@ -1,4 +1,4 @@
-"""The scheduled poller: due jobs move atomically, promptly, and without hammering Redis."""
+"""The poller: due jobs move atomically, promptly, and without hammering Redis."""
 
 import json
 import threading
@@ -9,7 +9,7 @@ from helpers import queue_items, ran
 from jobs_for_tests import echo, stamp
 
 from sidequest.launcher import Launcher
-from sidequest.scheduled import Poller
+from sidequest.poller import Poller
 
 
 def test_due_jobs_move_to_their_queue_with_a_fresh_enqueued_at(config, client, r):
