@@ -23,7 +23,7 @@ from starlette.testclient import TestClient
 import sidequest
 from sidequest import Task
 from sidequest.api import DeadSet, ProcessSet, Queue, RetrySet, ScheduledSet, Stats
-from sidequest.periodic import PeriodicRegistry, Scheduler, forget
+from sidequest.periodic import PeriodicRegistry, PeriodicScheduler, forget
 from sidequest.periodic import status as periodic_status
 from sidequest.web import create_app
 from sidequest.web.security import COOKIE
@@ -376,7 +376,7 @@ def test_periodic_page_lists_the_entries_schedulers_described(client):
     registry = PeriodicRegistry()  # a worker's: the dashboard's process registered nothing
     entry = sidequest.periodic("0 9 1 1 *", Tick, args=["x"], tz="Europe/Paris", queue="reports",
                                id="<b>new year</b>", registry=registry)
-    scheduler = Scheduler(client, registry.entries)
+    scheduler = PeriodicScheduler(client, registry.entries)
     tick = datetime(2026, 1, 1, 9, 0, tzinfo=ZoneInfo("Europe/Paris")).timestamp()
     scheduler.run_due(tick - 60)
     assert scheduler.run_due(tick + 0.2) == 1

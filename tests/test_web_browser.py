@@ -28,7 +28,7 @@ from jobs_for_tests import FastBoom, boom, echo, signup, work
 import sidequest
 from sidequest import Task
 from sidequest.api import DeadSet, Queue, RetrySet, ScheduledSet, Stats
-from sidequest.periodic import PeriodicRegistry, Scheduler
+from sidequest.periodic import PeriodicRegistry, PeriodicScheduler
 
 REQUIRE_BROWSER = os.environ.get("SIDEQUEST_REQUIRE_BROWSER") == "1"
 CHROMIUM = "/usr/bin/chromium"
@@ -185,7 +185,7 @@ def test_every_page_renders_on_a_laptop_and_a_phone(page, web, seeded, client):
     sidequest.periodic("30 6 * * 1-5", echo, args=["daily"], tz="Europe/Paris", queue="reports",
                        registry=registry)
     sidequest.periodic(job=echo, every=60, args=["<b>minutely</b>"], id="<b>minutely</b>", registry=registry)
-    scheduler = Scheduler(client, registry.entries)
+    scheduler = PeriodicScheduler(client, registry.entries)
     now = time.time()
     scheduler.run_due(now - 120)
     scheduler.run_due(now)
