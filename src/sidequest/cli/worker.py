@@ -106,6 +106,7 @@ def build_config(config_file: str | None, **flags: Any) -> Config:
 @click.option("--swarm-child", is_flag=True, hidden=True)
 @click.option("--swarm-error-file", hidden=True, type=click.Path(dir_okay=False))
 @click.option("--swarm-slot", hidden=True, type=int)
+@click.option("--swarm-lifeline", hidden=True, type=int)
 @click.option("--pin-cpu/--no-pin-cpu", default=None,
               help="Keep each worker process on one CPU (default: each --processes child on its own, "
                    "a single process free).")
@@ -121,7 +122,8 @@ def worker(requires: tuple[str, ...], queues: tuple[str, ...], concurrency: int 
            heartbeat_interval: float | None, heartbeat_ttl: float | None, recovery_interval: float | None,
            max_recoveries: int | None, job_timeout: float | None, poll_interval: float | None,
            processes: int | None, max_jobs: int | None, max_memory: float | None, swarm_child: bool,
-           swarm_error_file: str | None, swarm_slot: int | None, pin_cpu: bool | None, verbose: bool | None,
+           swarm_error_file: str | None, swarm_slot: int | None, swarm_lifeline: int | None,
+           pin_cpu: bool | None, verbose: bool | None,
            log_level: str | None, log_format: str | None, logfile: str | None, pidfile: str | None) -> None:
     """Run jobs from Redis until INT or TERM.
 
@@ -153,7 +155,7 @@ def worker(requires: tuple[str, ...], queues: tuple[str, ...], concurrency: int 
     configure_logging(config.verbose, config.logfile, config.log_level, config.log_format)
     if config.processes >= 1:
         sys.exit(run_supervisor(config))
-    sys.exit(run_worker(config, swarm_child, swarm_error_file, swarm_slot))
+    sys.exit(run_worker(config, swarm_child, swarm_error_file, swarm_slot, swarm_lifeline))
 
 
 def run_supervisor(config: Config) -> int:
@@ -195,9 +197,15 @@ def pin_to_cpu(setting: bool | None, slot: int | None) -> None:
 
 
 def run_worker(config: Config, swarm_child: bool = False, error_file: str | None = None,
-               slot: int | None = None) -> int:
+               slot: int | None = None, lifeline_fd: int | None = None) -> int:
     from ..embedded import resolve_url
     from ..launcher import Launcher, run_worker_hooks
+    from ..swarm import Lifeline
+
+    lifeline = Lifeline(lifeline_fd) if lifeline_fd is not None else None
+    if lifeline is not None and lifeline.supervisor_gone():  # it died before we could ask to follow it
+        log.warning("the supervisor is gone; not starting")
+        return 0
 
     def cannot_start(message: str, exc: BaseException | None = None, code: int = 1) -> int:
         log.error("%s", message, exc_info=exc)
@@ -263,6 +271,10 @@ def run_worker(config: Config, swarm_child: bool = False, error_file: str | None
                     launcher.quiet()
                 elif action == "dump":
                     launcher.dump_threads()
+            if stop_asked is None and lifeline is not None and lifeline.supervisor_gone():
+                log.warning("the supervisor is gone (killed?); stopping this worker process")
+                stop_asked = time.monotonic()
+                launcher.request_stop()
         return 0
     finally:
         if config.pidfile:
