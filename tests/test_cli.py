@@ -130,3 +130,34 @@ def test_configure_worker_hooks_add_middleware_and_death_handlers(redis_url, r, 
         w.stop()
     assert sorted(x[0] for x in ran(r, "middleware")) == sorted([ok, dead])
     assert ran(r, "death-handler") == [[dead, "LookupError"]]
+
+
+def test_a_second_worker_refuses_a_pidfile_a_live_worker_holds(redis_url, r, tmp_path):
+    pidfile = tmp_path / "w.pid"
+    first = WorkerProcess(redis_url, "-P", str(pidfile))
+    try:
+        first.wait_registered(r)
+        out = run_cli("worker", "-r", "jobs_for_tests", "-P", str(pidfile), redis_url=redis_url, timeout=20)
+        lines = (out.stdout + out.stderr).strip().splitlines()
+        assert out.returncode == 2 and len(lines) == 1, lines
+        assert f"process {first.proc.pid} is running with this pidfile" in lines[0] and "-P/--pidfile" in lines[0]
+        assert pidfile.read_text().strip() == str(first.proc.pid) and first.proc.poll() is None
+    finally:
+        first.stop()
+    assert first.proc.returncode == 0 and not pidfile.exists()
+
+
+def test_a_stale_pidfile_is_taken_over_and_a_replaced_one_is_left_alone(redis_url, r, tmp_path):
+    pidfile = tmp_path / "w.pid"
+    gone = subprocess.Popen([PYTHON, "-c", "pass"])
+    gone.wait()
+    pidfile.write_text(f"{gone.pid}\n")  # the pid of a process that has exited
+    w = WorkerProcess(redis_url, "-P", str(pidfile))
+    try:
+        w.wait_registered(r)
+        assert pidfile.read_text().strip() == str(w.proc.pid)
+        pidfile.write_text("4242\n")  # someone else's now: not ours to delete
+    finally:
+        out = w.stop()
+    assert w.proc.returncode == 0, out
+    assert pidfile.read_text() == "4242\n"

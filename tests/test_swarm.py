@@ -164,10 +164,11 @@ def test_no_pin_cpu_leaves_children_free(procs, r):
     assert sup.stop() == 0
 
 
-def test_a_killed_supervisor_takes_its_children_with_it(procs, r, client):
+def test_a_killed_supervisor_takes_its_children_with_it(procs, r, client, tmp_path):
     """kill -9 of the supervisor: its children stop as on TERM (running jobs go back), so a new
     supervisor's fleet is the only one registered, not twice as many processes."""
-    first = procs("--processes", "2", "-c", "2", "-t", "1")
+    pidfile = str(tmp_path / "sup.pid")
+    first = procs("--processes", "2", "-c", "2", "-t", "1", "-P", pidfile)
     kids = wait_children(r, first, 2)
     client.push(blocker, ["gate:never"])
     wait_until(lambda: ran(r, "blocker-start"), 10, 0.05, "a child to start the job")
@@ -176,7 +177,7 @@ def test_a_killed_supervisor_takes_its_children_with_it(procs, r, client):
         wait_until(lambda: not any(alive(pid) for pid in kids.values()), 15, 0.05,
                    "every child of the killed supervisor to exit")
         assert r.llen("queue:default") == 1 and no_reserved_left(r)  # a graceful stop: the job went back
-        second = procs("--processes", "2", "-c", "2")
+        second = procs("--processes", "2", "-c", "2", "-P", pidfile)  # the stale pidfile is taken over
         fleet = wait_children(r, second, 2)
         assert set(live_processes(r)) == set(fleet) and r.scard("processes") == 2
         assert second.stop() == 0

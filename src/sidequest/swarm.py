@@ -189,8 +189,7 @@ class Lifeline:
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
-        die_with_parent()
-        # the supervisor may have died before the request above: the pipe says so if it did
+        die_with_parent()  # if the supervisor died before this, supervisor_gone() already says so
 
     def supervisor_gone(self) -> bool:
         """The supervisor never writes: the read end turns readable only at end-of-file."""

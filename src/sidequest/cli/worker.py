@@ -24,6 +24,7 @@ from ..connection import mask_url
 from ..errors import ConfigError, RedisUnavailableError, SidequestError
 from ..signals import SignalPipe
 from .logs import configure_logging
+from .pidfile import pidfile as held_pidfile
 from .root import UserError, main
 
 log = logging.getLogger("sidequest")
@@ -152,10 +153,13 @@ def worker(requires: tuple[str, ...], queues: tuple[str, ...], concurrency: int 
         raise UserError(str(exc)) from None
     check_folder("-L/--logfile", config.logfile)
     check_folder("-P/--pidfile", config.pidfile)
-    configure_logging(config.verbose, config.logfile, config.log_level, config.log_format)
-    if config.processes >= 1:
-        sys.exit(run_supervisor(config))
-    sys.exit(run_worker(config, swarm_child, swarm_error_file, swarm_slot, swarm_lifeline))
+    with held_pidfile(config.pidfile):  # the supervisor's under --processes; a child has none
+        configure_logging(config.verbose, config.logfile, config.log_level, config.log_format)
+        if config.processes >= 1:
+            code = run_supervisor(config)
+        else:
+            code = run_worker(config, swarm_child, swarm_error_file, swarm_slot, swarm_lifeline)
+    sys.exit(code)
 
 
 def run_supervisor(config: Config) -> int:
@@ -171,13 +175,7 @@ def run_supervisor(config: Config) -> int:
         log.error("%s", exc)
         return 1
     argv = sys.argv[sys.argv.index("worker") + 1:] if "worker" in sys.argv else []
-    if config.pidfile:
-        Path(config.pidfile).write_text(f"{os.getpid()}\n")
-    try:
-        return run_swarm(config.processes, argv, config.timeout, url)
-    finally:
-        if config.pidfile:
-            Path(config.pidfile).unlink(missing_ok=True)
+    return run_swarm(config.processes, argv, config.timeout, url)
 
 
 def pin_to_cpu(setting: bool | None, slot: int | None) -> None:
@@ -236,46 +234,40 @@ def run_worker(config: Config, swarm_child: bool = False, error_file: str | None
     except RedisUnavailableError as exc:
         return cannot_start(str(exc))
     pipe = SignalPipe()
-    if config.pidfile:
-        Path(config.pidfile).write_text(f"{os.getpid()}\n")
     try:
-        try:
-            launcher.run()
-        except ConfigError as exc:
-            return cannot_start(str(exc), code=2)
-        except RedisUnavailableError as exc:
-            return cannot_start(str(exc))
-        if sys.stdout.isatty() or config.verbose:
-            print(BANNER)
-        queues = ", ".join(f"{n},{w}" if w else n for n, w in config.queues)
-        log.info("sidequest %s starting: redis=%s queues=[%s] concurrency=%d fetch=%s identity=%s",
-                 __version__, mask_url(config.url), queues, config.concurrency, config.fetch, launcher.identity)
-        names = launcher.runtime.registry.names()
-        if names:
-            log.info("%d job(s) registered: %s", len(names), ", ".join(names))
-        else:
-            log.warning("no jobs are registered: pass -r with the module that defines your jobs")
-        stop_asked: float | None = None
-        while not launcher.wait(0):
-            for action in pipe.wait(0.5):
-                if action == "stop":
-                    # A stop signal within a second of the first is the same stop arriving twice
-                    # (a group's Ctrl-C or a service manager's TERM, plus the supervisor's); a
-                    # later one is an operator asking for "now".
-                    if stop_asked is None:
-                        stop_asked = time.monotonic()
-                        launcher.request_stop()
-                    elif time.monotonic() - stop_asked >= SAME_STOP:
-                        launcher.stop_now()
-                elif action == "quiet":
-                    launcher.quiet()
-                elif action == "dump":
-                    launcher.dump_threads()
-            if stop_asked is None and lifeline is not None and lifeline.supervisor_gone():
-                log.warning("the supervisor is gone (killed?); stopping this worker process")
-                stop_asked = time.monotonic()
-                launcher.request_stop()
-        return 0
-    finally:
-        if config.pidfile:
-            Path(config.pidfile).unlink(missing_ok=True)
+        launcher.run()
+    except ConfigError as exc:
+        return cannot_start(str(exc), code=2)
+    except RedisUnavailableError as exc:
+        return cannot_start(str(exc))
+    if sys.stdout.isatty() or config.verbose:
+        print(BANNER)
+    queues = ", ".join(f"{n},{w}" if w else n for n, w in config.queues)
+    log.info("sidequest %s starting: redis=%s queues=[%s] concurrency=%d fetch=%s identity=%s",
+             __version__, mask_url(config.url), queues, config.concurrency, config.fetch, launcher.identity)
+    names = launcher.runtime.registry.names()
+    if names:
+        log.info("%d job(s) registered: %s", len(names), ", ".join(names))
+    else:
+        log.warning("no jobs are registered: pass -r with the module that defines your jobs")
+    stop_asked: float | None = None
+    while not launcher.wait(0):
+        for action in pipe.wait(0.5):
+            if action == "stop":
+                # A stop signal within a second of the first is the same stop arriving twice
+                # (a group's Ctrl-C or a service manager's TERM, plus the supervisor's); a
+                # later one is an operator asking for "now".
+                if stop_asked is None:
+                    stop_asked = time.monotonic()
+                    launcher.request_stop()
+                elif time.monotonic() - stop_asked >= SAME_STOP:
+                    launcher.stop_now()
+            elif action == "quiet":
+                launcher.quiet()
+            elif action == "dump":
+                launcher.dump_threads()
+        if stop_asked is None and lifeline is not None and lifeline.supervisor_gone():
+            log.warning("the supervisor is gone (killed?); stopping this worker process")
+            stop_asked = time.monotonic()
+            launcher.request_stop()
+    return 0
