@@ -161,3 +161,14 @@ def test_a_stale_pidfile_is_taken_over_and_a_replaced_one_is_left_alone(redis_ur
         out = w.stop()
     assert w.proc.returncode == 0, out
     assert pidfile.read_text() == "4242\n"
+
+
+def test_worker_takes_redis_url_like_every_other_command(redis_url, r):
+    # REDIS_URL names a port nothing listens on: the flag wins, as in the admin commands
+    w = WorkerProcess(f"redis://127.0.0.1:{free_port()}/0", "--redis-url", redis_url)
+    try:
+        w.wait_registered(r)
+    finally:
+        out = w.stop()
+    assert w.proc.returncode == 0, out
+    assert f"redis={redis_url}" in out

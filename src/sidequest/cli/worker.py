@@ -91,6 +91,7 @@ def build_config(config_file: str | None, **flags: Any) -> Config:
               help="Seconds running jobs get to finish on shutdown (default 25).")
 @click.option("-C", "--config", "config_file", type=click.Path(dir_okay=False),
               help="YAML file in the shape of a sidekiq.yml.")
+@click.option("--redis-url", metavar="URL", help="Redis to use (default: REDIS_URL, else the embedded one).")
 @click.option("--tag", help="Tag shown for this process (Sidekiq's Web UI shows it).")
 @click.option("--fetch", type=click.Choice(["reliable", "basic"]), help="Fetch strategy (default reliable).")
 @click.option("--heartbeat-interval", type=float, help="Seconds between heartbeats (default 5).")
@@ -119,7 +120,8 @@ def build_config(config_file: str | None, **flags: Any) -> Config:
 @click.option("-L", "--logfile", type=click.Path(dir_okay=False), help="Log to this file instead of stdout.")
 @click.option("-P", "--pidfile", type=click.Path(dir_okay=False), help="Write the process id here.")
 def worker(requires: tuple[str, ...], queues: tuple[str, ...], concurrency: int | None,
-           timeout: float | None, config_file: str | None, tag: str | None, fetch: str | None,
+           timeout: float | None, config_file: str | None, redis_url: str | None, tag: str | None,
+           fetch: str | None,
            heartbeat_interval: float | None, heartbeat_ttl: float | None, recovery_interval: float | None,
            max_recoveries: int | None, job_timeout: float | None, poll_interval: float | None,
            processes: int | None, max_jobs: int | None, max_memory: float | None, swarm_child: bool,
@@ -138,7 +140,8 @@ def worker(requires: tuple[str, ...], queues: tuple[str, ...], concurrency: int 
     running jobs, take no new ones), TTIN log every thread's stack.
     """
     try:
-        config = build_config(config_file, require=requires, queues=queues, concurrency=concurrency,
+        config = build_config(config_file, redis_url=redis_url, require=requires, queues=queues,
+                              concurrency=concurrency,
                               timeout=timeout, tag=tag, fetch=fetch, heartbeat_interval=heartbeat_interval,
                               heartbeat_ttl=heartbeat_ttl, recovery_interval=recovery_interval,
                               max_recoveries=max_recoveries, job_timeout=job_timeout,
