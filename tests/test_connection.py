@@ -1,9 +1,10 @@
 import pytest
 from conftest import RedisServer, free_port
 
+import sidequest.aio
 from sidequest.connection import connect, mask_url
 from sidequest.embedded import server_binary
-from sidequest.errors import RedisUnavailableError
+from sidequest.errors import RedisUnavailableError, RedisURLError
 
 
 def test_mask_url_hides_only_the_password():
@@ -26,6 +27,17 @@ def test_unreachable_names_the_masked_url():
 def test_invalid_url_is_a_clear_error():
     with pytest.raises(RedisUnavailableError, match="invalid Redis URL"):
         connect("http://nope")
+
+
+def test_a_database_that_is_not_a_whole_number_is_refused(redis_url):
+    base = redis_url.rsplit("/", 1)[0]
+    for db in ("abc", "-1", "1.5", "0/1"):
+        with pytest.raises(RedisURLError, match=f"the database '{db}' is not a whole number"):
+            connect(f"{base}/{db}")
+    with pytest.raises(RedisURLError, match="the database 'x'"):
+        sidequest.aio.connect(f"{base}/x")
+    assert connect(f"{base}/3").connection_pool.connection_kwargs["db"] == 3
+    assert connect(f"{base}/").ping() and connect(base).ping()  # no database: 0
 
 
 @pytest.fixture(scope="module")

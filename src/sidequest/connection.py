@@ -8,6 +8,7 @@ reached or refused the credentials.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -38,6 +39,18 @@ def mask_url(url: str) -> str:
     return urlunsplit((parts.scheme, f"{user}:****@{host}", parts.path, parts.query, parts.fragment))
 
 
+URL_FORM = "redis://[[user]:password@]host[:port][/db] (rediss:// for TLS, unix:///path)"
+
+
+def check_url(url: str) -> None:
+    """RedisURLError for what redis-py would silently get wrong: a database that is not a whole
+    number (`redis://host:6379/abc` would quietly be database 0)."""
+    parts = urlsplit(url)
+    if parts.scheme in ("redis", "rediss") and not re.fullmatch(r"/?[0-9]*", parts.path):
+        raise RedisURLError(f"invalid Redis URL {mask_url(url)}: the database {parts.path[1:]!r} is not a whole "
+                            f"number; the form is {URL_FORM}")
+
+
 def connect(url: str, *, check: bool = True, max_connections: int | None = None) -> redis.Redis:
     """A client for `url`; with `check`, PING first and raise RedisUnavailableError on failure.
 
@@ -58,6 +71,7 @@ def connect(url: str, *, check: bool = True, max_connections: int | None = None)
         pass
     if not url.startswith("unix:"):
         options["socket_keepalive"] = True  # TCP only: unix sockets refuse the option
+    check_url(url)
     try:
         client = redis.Redis.from_url(
             url,
@@ -69,8 +83,7 @@ def connect(url: str, *, check: bool = True, max_connections: int | None = None)
             **options,
         )
     except ValueError as exc:
-        raise RedisURLError(f"invalid Redis URL {mask_url(url)}: {exc}; the form is "
-                            "redis://[[user]:password@]host[:port][/db] (rediss:// for TLS, unix:///path)") from None
+        raise RedisURLError(f"invalid Redis URL {mask_url(url)}: {exc}; the form is {URL_FORM}") from None
     if check:
         ping(client, url)
     return client

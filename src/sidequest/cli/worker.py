@@ -20,7 +20,7 @@ import click
 from .. import __version__
 from ..client import configure_unless_set
 from ..config import Config
-from ..connection import mask_url
+from ..connection import check_url, mask_url
 from ..errors import ConfigError, RedisUnavailableError, SidequestError
 from ..signals import SignalPipe
 from .logs import configure_logging
@@ -170,6 +170,7 @@ def run_supervisor(config: Config) -> int:
     from ..swarm import run_swarm
 
     try:
+        check_url(config.url)  # the supervisor itself never connects: catch what it can see now
         url = resolve_url(config)
     except ConfigError as exc:
         log.error("%s", exc)
