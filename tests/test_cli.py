@@ -172,3 +172,10 @@ def test_worker_takes_redis_url_like_every_other_command(redis_url, r):
         out = w.stop()
     assert w.proc.returncode == 0, out
     assert f"redis={redis_url}" in out
+
+
+def test_rediss_to_a_plain_redis_is_one_line_at_once(redis_url):
+    out = run_cli("worker", redis_url=redis_url.replace("redis://", "rediss://"), timeout=20)
+    lines = (out.stdout + out.stderr).strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1, lines
+    assert "did not answer TLS" in lines[0] and "use redis://" in lines[0]

@@ -1,3 +1,7 @@
+import shutil
+import subprocess
+import time
+
 import pytest
 from conftest import RedisServer, free_port
 
@@ -61,3 +65,43 @@ def test_username_and_password_acl(acl_server):
     assert connect(f"redis://app:app-pw@127.0.0.1:{acl_server.port}/0").ping()
     with pytest.raises(RedisUnavailableError, match="refused authentication"):
         connect(f"redis://app:nope@127.0.0.1:{acl_server.port}/0")
+
+
+@pytest.fixture(scope="module")
+def tls_server(tmp_path_factory):
+    """A redis-server with a plain port (`port`) and a TLS port (`tls_port`), its certificate in `ca`."""
+    if not shutil.which("openssl"):
+        pytest.skip("openssl is needed to make a certificate")
+    folder = tmp_path_factory.mktemp("tls")
+    key, cert = folder / "key.pem", folder / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
+                    str(cert), "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True)
+    tls_port = free_port()
+    try:
+        server = RedisServer(server_binary(), ["--tls-port", str(tls_port), "--tls-cert-file", str(cert),
+                                               "--tls-key-file", str(key), "--tls-ca-cert-file", str(cert),
+                                               "--tls-auth-clients", "no"])
+    except AssertionError:  # it did not come up
+        pytest.skip("this redis-server has no TLS")
+    server.tls_port, server.ca = tls_port, cert
+    yield server
+    server.stop()
+
+
+def test_rediss_to_a_server_without_tls_fails_fast_and_says_so(tls_server):
+    started = time.monotonic()
+    with pytest.raises(RedisURLError) as info:
+        connect(f"rediss://:secret@127.0.0.1:{tls_server.port}/0")
+    assert time.monotonic() - started < 4.5  # not the 30 s read timeout
+    message = str(info.value)
+    assert "did not answer TLS" in message and "use redis://" in message and "check the port" in message
+    assert f"rediss://:****@127.0.0.1:{tls_server.port}/0" in message and "secret" not in message
+
+
+def test_rediss_to_a_tls_server_works_and_a_bad_certificate_is_not_called_not_tls(tls_server):
+    url = f"rediss://127.0.0.1:{tls_server.tls_port}/0"
+    assert connect(f"{url}?ssl_ca_certs={tls_server.ca}").ping()
+    with pytest.raises(RedisUnavailableError, match="certificate verify failed") as info:
+        connect(url)  # the self-signed certificate is not in the system's store
+    assert "did not answer TLS" not in str(info.value)
