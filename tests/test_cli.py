@@ -35,14 +35,30 @@ def test_bad_flags_and_config_are_usage_errors(tmp_path):
     assert result.exit_code == 2 and "concurrency must be a whole number" in result.output
 
 
-def run_cli(*args, redis_url="redis://127.0.0.1:1/0", timeout=30):
+def run_cli(*args, redis_url="redis://127.0.0.1:1/0", timeout=30, cwd=None):
     return subprocess.run([PYTHON, "-m", "sidequest.cli", *args], env=python_env(REDIS_URL=redis_url),
-                          capture_output=True, text=True, timeout=timeout)
+                          capture_output=True, text=True, timeout=timeout, cwd=cwd)
 
 
 def test_import_error_in_required_module_exits_1():
     out = run_cli("worker", "-r", "no_such_module_xyz")
     assert out.returncode == 1 and "No module named 'no_such_module_xyz'" in out.stdout + out.stderr
+    assert "check the -r name" in out.stdout + out.stderr
+
+
+def test_a_required_module_that_fails_to_import_names_the_error_file_and_line(tmp_path):
+    (tmp_path / "raises_at_import.py").write_text("import os\nraise RuntimeError('no config for ' + 'prod')\n")
+    (tmp_path / "needs_a_dependency.py").write_text("import os\n\nimport no_such_dependency_xyz\n")
+    (tmp_path / "bad_syntax.py").write_text("x = 1\ndef broken(:\n")
+    cases = {"raises_at_import": ("RuntimeError: no config for prod", "line 2"),
+             "needs_a_dependency": ("ModuleNotFoundError: No module named 'no_such_dependency_xyz'", "line 3"),
+             "bad_syntax": ("SyntaxError: invalid syntax", "line 2")}
+    for module, (error, line) in cases.items():
+        out = run_cli("worker", "-r", module, cwd=tmp_path)
+        text = (out.stdout + out.stderr).strip()
+        assert out.returncode == 1 and len(text.splitlines()) <= 2 and "Traceback" not in text, text
+        assert f"-r {module}:" in text and error in text and f"{tmp_path / module}.py, {line}" in text, text
+        assert "check the -r name" not in text
 
 
 def test_no_redis_exits_1_with_the_masked_url():

@@ -12,6 +12,7 @@ import logging
 import os
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +52,11 @@ def require(module: str) -> None:
     A file is imported under its real dotted name: `-r app/jobs/mail.py` inside the package
     `app.jobs` imports `app.jobs.mail` (with the package's parent folder on the path), so its
     jobs get the same names as with `-r app.jobs.mail`, the names clients push.
+
+    A module that does not exist raises ModuleNotFoundError; one that raised while importing
+    (an import of its own that fails included), ConfigError naming the error and where.
     """
+    given = module
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     if module.endswith(".py") or os.sep in module:
@@ -61,7 +66,37 @@ def require(module: str) -> None:
         module, root = dotted_name(path)
         if str(root) not in sys.path:
             sys.path.insert(0, str(root))
-    importlib.import_module(module)
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and (module == exc.name or module.startswith(f"{exc.name}.")):
+            raise  # the -r name itself (or its package) is not there
+        raise import_failure(given, exc) from exc
+    except Exception as exc:
+        raise import_failure(given, exc) from exc
+
+
+def import_failure(given: str, exc: Exception) -> ConfigError:
+    """One line: the error a -r module raised while importing, and the file and line it came from."""
+    log.debug("importing -r %s failed", given, exc_info=exc)
+    detail = exc.msg if isinstance(exc, SyntaxError) else str(exc)
+    return ConfigError(f"-r {given}: importing it raised {type(exc).__name__}: {detail}{raised_at(exc)} "
+                       "(-v shows the traceback)")
+
+
+def raised_at(exc: Exception) -> str:
+    """` at FILE, line N`, where `exc` was raised, and the -r module's own line that led there."""
+    if isinstance(exc, SyntaxError) and exc.filename:  # raised by the compiler, not by a frame
+        return f" at {exc.filename}, line {exc.lineno}"
+    machinery = (__file__, importlib.__file__)  # require() and import_module() themselves
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if f.filename not in machinery and not f.filename.startswith("<frozen ")]
+    if not frames:
+        return ""
+    text = f" at {frames[-1].filename}, line {frames[-1].lineno}"
+    if frames[0].filename != frames[-1].filename:
+        text += f" (from {frames[0].filename}, line {frames[0].lineno})"
+    return text
 
 
 def dotted_name(path: Path) -> tuple[str, Path]:
