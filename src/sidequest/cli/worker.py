@@ -153,7 +153,8 @@ def build_config(config_file: str | None, **flags: Any) -> Config:
 @click.option("--log-format", type=click.Choice(["text", "json"], case_sensitive=False),
               help="text (default) or one JSON object per line.")
 @click.option("-L", "--logfile", type=click.Path(dir_okay=False), help="Log to this file instead of stdout.")
-@click.option("-P", "--pidfile", type=click.Path(dir_okay=False), help="Write the process id here.")
+@click.option("-P", "--pidfile", type=click.Path(dir_okay=False),
+              help="Write the process id here; refused while the process it names runs.")
 def worker(requires: tuple[str, ...], queues: tuple[str, ...], concurrency: int | None,
            timeout: float | None, config_file: str | None, redis_url: str | None, tag: str | None,
            fetch: str | None,
