@@ -11,6 +11,7 @@ import re
 import signal
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from conftest import wait_until
@@ -177,9 +178,10 @@ def test_a_killed_supervisor_takes_its_children_with_it(procs, r, client, tmp_pa
         wait_until(lambda: not any(alive(pid) for pid in kids.values()), 15, 0.05,
                    "every child of the killed supervisor to exit")
         assert r.llen("queue:default") == 1 and no_reserved_left(r)  # a graceful stop: the job went back
-        second = procs("--processes", "2", "-c", "2", "-P", pidfile)  # the stale pidfile is taken over
+        second = procs("--processes", "2", "-c", "2", "-t", "1", "-P", pidfile)  # takes the stale pidfile over
         fleet = wait_children(r, second, 2)
         assert set(live_processes(r)) == set(fleet) and r.scard("processes") == 2
+        assert Path(pidfile).read_text().strip() == str(second.pid)
         assert second.stop() == 0
     finally:  # without the fix they outlive the test: the fixture only knows the supervisor's tree
         for pid in kids.values():
