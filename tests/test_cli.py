@@ -35,14 +35,30 @@ def test_bad_flags_and_config_are_usage_errors(tmp_path):
     assert result.exit_code == 2 and "concurrency must be a whole number" in result.output
 
 
-def run_cli(*args, redis_url="redis://127.0.0.1:1/0", timeout=30):
+def run_cli(*args, redis_url="redis://127.0.0.1:1/0", timeout=30, cwd=None):
     return subprocess.run([PYTHON, "-m", "sidequest.cli", *args], env=python_env(REDIS_URL=redis_url),
-                          capture_output=True, text=True, timeout=timeout)
+                          capture_output=True, text=True, timeout=timeout, cwd=cwd)
 
 
 def test_import_error_in_required_module_exits_1():
     out = run_cli("worker", "-r", "no_such_module_xyz")
     assert out.returncode == 1 and "No module named 'no_such_module_xyz'" in out.stdout + out.stderr
+    assert "check the -r name" in out.stdout + out.stderr
+
+
+def test_a_required_module_that_fails_to_import_names_the_error_file_and_line(tmp_path):
+    (tmp_path / "raises_at_import.py").write_text("import os\nraise RuntimeError('no config for ' + 'prod')\n")
+    (tmp_path / "needs_a_dependency.py").write_text("import os\n\nimport no_such_dependency_xyz\n")
+    (tmp_path / "bad_syntax.py").write_text("x = 1\ndef broken(:\n")
+    cases = {"raises_at_import": ("RuntimeError: no config for prod", "line 2"),
+             "needs_a_dependency": ("ModuleNotFoundError: No module named 'no_such_dependency_xyz'", "line 3"),
+             "bad_syntax": ("SyntaxError: invalid syntax", "line 2")}
+    for module, (error, line) in cases.items():
+        out = run_cli("worker", "-r", module, cwd=tmp_path)
+        text = (out.stdout + out.stderr).strip()
+        assert out.returncode == 1 and len(text.splitlines()) <= 2 and "Traceback" not in text, text
+        assert f"-r {module}:" in text and error in text and f"{tmp_path / module}.py, {line}" in text, text
+        assert "check the -r name" not in text
 
 
 def test_no_redis_exits_1_with_the_masked_url():
@@ -130,3 +146,52 @@ def test_configure_worker_hooks_add_middleware_and_death_handlers(redis_url, r, 
         w.stop()
     assert sorted(x[0] for x in ran(r, "middleware")) == sorted([ok, dead])
     assert ran(r, "death-handler") == [[dead, "LookupError"]]
+
+
+def test_a_second_worker_refuses_a_pidfile_a_live_worker_holds(redis_url, r, tmp_path):
+    pidfile = tmp_path / "w.pid"
+    first = WorkerProcess(redis_url, "-P", str(pidfile))
+    try:
+        first.wait_registered(r)
+        out = run_cli("worker", "-r", "jobs_for_tests", "-P", str(pidfile), redis_url=redis_url, timeout=20)
+        lines = (out.stdout + out.stderr).strip().splitlines()
+        assert out.returncode == 2 and len(lines) == 1, lines
+        assert f"process {first.proc.pid} is running with this pidfile" in lines[0] and "-P/--pidfile" in lines[0]
+        assert pidfile.read_text().strip() == str(first.proc.pid) and first.proc.poll() is None
+    finally:
+        first.stop()
+    assert first.proc.returncode == 0 and not pidfile.exists()
+
+
+def test_a_stale_pidfile_is_taken_over_and_a_replaced_one_is_left_alone(redis_url, r, tmp_path):
+    pidfile = tmp_path / "w.pid"
+    gone = subprocess.Popen([PYTHON, "-c", "pass"])
+    gone.wait()
+    pidfile.write_text(f"{gone.pid}\n")  # the pid of a process that has exited
+    w = WorkerProcess(redis_url, "-P", str(pidfile))
+    try:
+        w.wait_registered(r)
+        assert pidfile.read_text().strip() == str(w.proc.pid)
+        pidfile.write_text("4242\n")  # someone else's now: not ours to delete
+    finally:
+        out = w.stop()
+    assert w.proc.returncode == 0, out
+    assert pidfile.read_text() == "4242\n"
+
+
+def test_worker_takes_redis_url_like_every_other_command(redis_url, r):
+    # REDIS_URL names a port nothing listens on: the flag wins, as in the admin commands
+    w = WorkerProcess(f"redis://127.0.0.1:{free_port()}/0", "--redis-url", redis_url)
+    try:
+        w.wait_registered(r)
+    finally:
+        out = w.stop()
+    assert w.proc.returncode == 0, out
+    assert f"redis={redis_url}" in out
+
+
+def test_rediss_to_a_plain_redis_is_one_line_at_once(redis_url):
+    out = run_cli("worker", redis_url=redis_url.replace("redis://", "rediss://"), timeout=20)
+    lines = (out.stdout + out.stderr).strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1, lines
+    assert "did not answer TLS" in lines[0] and "use redis://" in lines[0]

@@ -1,9 +1,14 @@
+import shutil
+import subprocess
+import time
+
 import pytest
 from conftest import RedisServer, free_port
 
+import sidequest.aio
 from sidequest.connection import connect, mask_url
 from sidequest.embedded import server_binary
-from sidequest.errors import RedisUnavailableError
+from sidequest.errors import RedisUnavailableError, RedisURLError
 
 
 def test_mask_url_hides_only_the_password():
@@ -28,6 +33,17 @@ def test_invalid_url_is_a_clear_error():
         connect("http://nope")
 
 
+def test_a_database_that_is_not_a_whole_number_is_refused(redis_url):
+    base = redis_url.rsplit("/", 1)[0]
+    for db in ("abc", "-1", "1.5", "0/1"):
+        with pytest.raises(RedisURLError, match=f"the database '{db}' is not a whole number"):
+            connect(f"{base}/{db}")
+    with pytest.raises(RedisURLError, match="the database 'x'"):
+        sidequest.aio.connect(f"{base}/x")
+    assert connect(f"{base}/3").connection_pool.connection_kwargs["db"] == 3
+    assert connect(f"{base}/").ping() and connect(base).ping()  # no database: 0
+
+
 @pytest.fixture(scope="module")
 def acl_server():
     server = RedisServer(server_binary(), ["--requirepass", "right-password"])
@@ -49,3 +65,43 @@ def test_username_and_password_acl(acl_server):
     assert connect(f"redis://app:app-pw@127.0.0.1:{acl_server.port}/0").ping()
     with pytest.raises(RedisUnavailableError, match="refused authentication"):
         connect(f"redis://app:nope@127.0.0.1:{acl_server.port}/0")
+
+
+@pytest.fixture(scope="module")
+def tls_server(tmp_path_factory):
+    """A redis-server with a plain port (`port`) and a TLS port (`tls_port`), its certificate in `ca`."""
+    if not shutil.which("openssl"):
+        pytest.skip("openssl is needed to make a certificate")
+    folder = tmp_path_factory.mktemp("tls")
+    key, cert = folder / "key.pem", folder / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
+                    str(cert), "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True)
+    tls_port = free_port()
+    try:
+        server = RedisServer(server_binary(), ["--tls-port", str(tls_port), "--tls-cert-file", str(cert),
+                                               "--tls-key-file", str(key), "--tls-ca-cert-file", str(cert),
+                                               "--tls-auth-clients", "no"])
+    except AssertionError:  # it did not come up
+        pytest.skip("this redis-server has no TLS")
+    server.tls_port, server.ca = tls_port, cert
+    yield server
+    server.stop()
+
+
+def test_rediss_to_a_server_without_tls_fails_fast_and_says_so(tls_server):
+    started = time.monotonic()
+    with pytest.raises(RedisURLError) as info:
+        connect(f"rediss://:secret@127.0.0.1:{tls_server.port}/0")
+    assert time.monotonic() - started < 4.5  # not the 30 s read timeout
+    message = str(info.value)
+    assert "did not answer TLS" in message and "use redis://" in message and "check the port" in message
+    assert f"rediss://:****@127.0.0.1:{tls_server.port}/0" in message and "secret" not in message
+
+
+def test_rediss_to_a_tls_server_works_and_a_bad_certificate_is_not_called_not_tls(tls_server):
+    url = f"rediss://127.0.0.1:{tls_server.tls_port}/0"
+    assert connect(f"{url}?ssl_ca_certs={tls_server.ca}").ping()
+    with pytest.raises(RedisUnavailableError, match="certificate verify failed") as info:
+        connect(url)  # the self-signed certificate is not in the system's store
+    assert "did not answer TLS" not in str(info.value)

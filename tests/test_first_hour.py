@@ -62,6 +62,9 @@ def test_a_url_that_is_not_redis_is_one_line_and_exit_2(http_port):
     (["worker", "-P", "/no/such/folder/w.pid"], {}, "the folder /no/such/folder does not exist"),
     (["worker"], {"SIDEQUEST_CONCURRENCY": "many"}, "SIDEQUEST_CONCURRENCY='many' is not a valid int"),
     (["worker"], {"REDIS_URL": "redis://:pw@127.0.0.1:99999/0"}, "invalid Redis URL"),
+    (["worker"], {"REDIS_URL": "redis://:pw@127.0.0.1:1/abc"}, "the database 'abc' is not a whole number"),
+    (["worker", "--processes", "2"], {"REDIS_URL": "redis://127.0.0.1:1/db1"}, "the database 'db1'"),
+    (["stats", "--redis-url", "rediss://127.0.0.1:1/0/"], {}, "the database '0/'"),
     (["worker", "-q", "a,heavy"], {}, "weight"),
 ])
 def test_user_errors_are_one_or_two_lines_and_exit_2(args, env, words):

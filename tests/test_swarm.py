@@ -11,11 +11,12 @@ import re
 import signal
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from conftest import wait_until
 from helpers import ran
-from jobs_for_tests import echo, work
+from jobs_for_tests import blocker, echo, work
 from test_reliability import (
     alive,
     children,
@@ -162,3 +163,27 @@ def test_no_pin_cpu_leaves_children_free(procs, r):
     kids = wait_children(r, sup, 2)
     assert all(len(os.sched_getaffinity(pid)) > 1 for pid in kids.values())
     assert sup.stop() == 0
+
+
+def test_a_killed_supervisor_takes_its_children_with_it(procs, r, client, tmp_path):
+    """kill -9 of the supervisor: its children stop as on TERM (running jobs go back), so a new
+    supervisor's fleet is the only one registered, not twice as many processes."""
+    pidfile = str(tmp_path / "sup.pid")
+    first = procs("--processes", "2", "-c", "2", "-t", "1", "-P", pidfile)
+    kids = wait_children(r, first, 2)
+    client.push(blocker, ["gate:never"])
+    wait_until(lambda: ran(r, "blocker-start"), 10, 0.05, "a child to start the job")
+    try:
+        first.sigkill()
+        wait_until(lambda: not any(alive(pid) for pid in kids.values()), 15, 0.05,
+                   "every child of the killed supervisor to exit")
+        assert r.llen("queue:default") == 1 and no_reserved_left(r)  # a graceful stop: the job went back
+        second = procs("--processes", "2", "-c", "2", "-t", "1", "-P", pidfile)  # takes the stale pidfile over
+        fleet = wait_children(r, second, 2)
+        assert set(live_processes(r)) == set(fleet) and r.scard("processes") == 2
+        assert Path(pidfile).read_text().strip() == str(second.pid)
+        assert second.stop() == 0
+    finally:  # without the fix they outlive the test: the fixture only knows the supervisor's tree
+        for pid in kids.values():
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)

@@ -468,3 +468,20 @@ def test_web_command_flags(redis_url, tmp_path):
         proc.wait(10)
         log.close()
     assert "with basic auth" in (tmp_path / "web.log").read_text()
+
+
+def test_web_on_a_busy_port_says_so_in_one_line_before_announcing_anything(redis_url):
+    import socket
+    import subprocess
+
+    from conftest import PYTHON, python_env
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        out = subprocess.run([PYTHON, "-m", "sidequest.cli", "web", "--port", str(port), "--redis-url", redis_url],
+                             env=python_env(), capture_output=True, text=True, timeout=30)
+    lines = (out.stdout + out.stderr).strip().splitlines()
+    assert out.returncode == 1 and len(lines) == 1, lines
+    assert f"port {port}" in lines[0] and "--port" in lines[0] and "dashboard on" not in lines[0]

@@ -41,7 +41,7 @@ from . import client as client_module
 from .arguments import refuse_keywords
 from .client import Client
 from .config import Config
-from .connection import CONNECT_TIMEOUT, SOCKET_TIMEOUT, mask_url
+from .connection import CONNECT_TIMEOUT, SOCKET_TIMEOUT, check_url, mask_url
 from .errors import RedisUnavailableError, RedisURLError
 from .lookup import Command, Query, result_query, status_query
 from .options import JobOptions, check_options, merge_options
@@ -61,6 +61,7 @@ def connect(url: str) -> aioredis.Redis:
     """A redis.asyncio client for `url`, set up as `connection.connect` sets up the sync one
     (never re-sending a command by itself, see there)."""
     options: dict[str, Any] = {} if url.startswith("unix:") else {"socket_keepalive": True}
+    check_url(url)
     try:
         return aioredis.Redis.from_url(url, socket_timeout=SOCKET_TIMEOUT, socket_connect_timeout=CONNECT_TIMEOUT,
                                        health_check_interval=30, retry=Retry(NoBackoff(), 0), **options)

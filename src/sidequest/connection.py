@@ -3,11 +3,14 @@
     r = connect("rediss://:secret@cache.example.com:6380/0")   # raises RedisUnavailableError
 
 The error names the URL with the password masked, and says whether the server could not be
-reached or refused the credentials.
+reached, refused the credentials, or (for rediss://) did not answer TLS.
 """
 
 from __future__ import annotations
 
+import re
+import socket
+import ssl
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -21,6 +24,9 @@ from .errors import RedisUnavailableError, RedisURLError
 # blocking call we make, or redis-py would cut a healthy BRPOP short.
 SOCKET_TIMEOUT = 30.0
 CONNECT_TIMEOUT = 5.0
+# A TLS handshake is two round trips once TCP is up; a server that has not answered in this
+# long is not speaking TLS (a plain Redis waits for the end of a command line).
+HANDSHAKE_TIMEOUT = 3.0
 
 
 def mask_url(url: str) -> str:
@@ -36,6 +42,62 @@ def mask_url(url: str) -> str:
     except ValueError:  # a port that is not a number: show the host part no further
         return f"{parts.scheme}://****@{parts.netloc.rpartition('@')[2]}" if "@" in parts.netloc else url
     return urlunsplit((parts.scheme, f"{user}:****@{host}", parts.path, parts.query, parts.fragment))
+
+
+# OpenSSL's reasons for a handshake answered with something that is not TLS (a plain Redis's
+# "-ERR ..." line, say)
+NOT_TLS_REASONS = frozenset({"WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG",
+                             "UNKNOWN_PROTOCOL"})
+
+
+class NotTLSError(redis.ConnectionError):
+    """The server behind a rediss:// URL does not speak TLS (see TLSConnection)."""
+
+
+class _TCPStep(redis.Connection):
+    """The TCP part of a TLSConnection's connect: notes that it succeeded."""
+
+    tcp_connected = False
+
+    def _connect(self) -> socket.socket:
+        sock: socket.socket = super()._connect()  # type: ignore[no-untyped-call]  # untyped in redis-py
+        sock.settimeout(HANDSHAKE_TIMEOUT)  # for the TLS handshake that follows
+        self.tcp_connected = True
+        return sock
+
+
+class TLSConnection(redis.SSLConnection, _TCPStep):
+    """redis-py's TLS connection, with a short bound on the handshake.
+
+    redis-py runs the handshake under the read timeout (SOCKET_TIMEOUT), so `rediss://` to a
+    Redis without TLS, which waits for the end of a line that never comes, hung 30 s and then
+    said "timeout". Here the handshake gets HANDSHAKE_TIMEOUT, and no answer or an answer that
+    is not TLS, once TCP is up, raises NotTLSError. (In the MRO, SSLConnection's call to the
+    plain TCP connect lands in _TCPStep.)
+    """
+
+    def _connect(self) -> socket.socket:
+        self.tcp_connected = False
+        try:
+            sock: socket.socket = super()._connect()  # type: ignore[no-untyped-call]  # untyped in redis-py
+        except (TimeoutError, ssl.SSLError) as exc:
+            if self.tcp_connected and (isinstance(exc, TimeoutError) or exc.reason in NOT_TLS_REASONS):
+                raise NotTLSError(f"{self.host}:{self.port} did not answer TLS ({exc})") from None
+            raise
+        sock.settimeout(self.socket_timeout)
+        return sock
+
+
+URL_FORM = "redis://[[user]:password@]host[:port][/db] (rediss:// for TLS, unix:///path)"
+
+
+def check_url(url: str) -> None:
+    """RedisURLError for what redis-py would silently get wrong: a database that is not a whole
+    number (`redis://host:6379/abc` would quietly be database 0)."""
+    parts = urlsplit(url)
+    if parts.scheme in ("redis", "rediss") and not re.fullmatch(r"/?[0-9]*", parts.path):
+        raise RedisURLError(f"invalid Redis URL {mask_url(url)}: the database {parts.path[1:]!r} is not a whole "
+                            f"number; the form is {URL_FORM}")
 
 
 def connect(url: str, *, check: bool = True, max_connections: int | None = None) -> redis.Redis:
@@ -58,6 +120,9 @@ def connect(url: str, *, check: bool = True, max_connections: int | None = None)
         pass
     if not url.startswith("unix:"):
         options["socket_keepalive"] = True  # TCP only: unix sockets refuse the option
+    if url.startswith("rediss:"):
+        options["connection_class"] = TLSConnection
+    check_url(url)
     try:
         client = redis.Redis.from_url(
             url,
@@ -69,8 +134,7 @@ def connect(url: str, *, check: bool = True, max_connections: int | None = None)
             **options,
         )
     except ValueError as exc:
-        raise RedisURLError(f"invalid Redis URL {mask_url(url)}: {exc}; the form is "
-                            "redis://[[user]:password@]host[:port][/db] (rediss:// for TLS, unix:///path)") from None
+        raise RedisURLError(f"invalid Redis URL {mask_url(url)}: {exc}; the form is {URL_FORM}") from None
     if check:
         ping(client, url)
     return client
@@ -85,6 +149,9 @@ def ping(client: redis.Redis, url: str) -> None:
         if "NOAUTH" in str(exc) or "WRONGPASS" in str(exc) or "NOPERM" in str(exc):
             raise RedisUnavailableError(f"Redis at {mask_url(url)} refused authentication: {exc}") from None
         raise RedisUnavailableError(f"Redis at {mask_url(url)} answered with an error: {exc}") from None
+    except NotTLSError:
+        raise RedisURLError(f"Redis at {mask_url(url)} did not answer TLS: if the server does not use TLS, "
+                            "use redis:// instead of rediss://; else check the port") from None
     except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
         raise RedisUnavailableError(f"cannot reach Redis at {mask_url(url)}: {exc}") from None
     except (redis.RedisError, ValueError) as exc:  # e.g. InvalidResponse: an HTTP server, a database...

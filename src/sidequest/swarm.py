@@ -15,12 +15,22 @@ with the last reason.
 
 Children are fresh interpreters started with the supervisor's own arguments, not forks: the
 job code is imported cleanly in each, and nothing is inherited from a process with threads.
+
+A supervisor that dies without stopping them (kill -9, the OOM killer) takes its children with
+it, so a restarted supervisor does not run a second fleet beside the orphaned first one. Each
+child holds the read end of a pipe whose only write end the supervisor keeps open and never
+writes to (its "lifeline"): when the supervisor dies, the kernel closes that end, the child's
+main loop sees end-of-file and stops as on TERM (running jobs get `timeout` seconds, the rest
+go back to their queues). On Linux the child also asks for SIGTERM when its parent dies
+(PR_SET_PDEATHSIG), a backstop that needs no loop to notice.
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -85,6 +95,9 @@ class Swarm:
         self.start_failures = 0  # children in a row that exited before they could start
         self.last_error = ""
         self._errors = tempfile.TemporaryDirectory(prefix="sidequest-swarm-")
+        # Not inheritable (os.pipe's default): only the read end is passed on, so the write end
+        # closes when the supervisor dies, however it dies.
+        self.lifeline, self._lifeline_writer = os.pipe()
         for slot in self.slots:
             slot.error_file = Path(self._errors.name) / f"child-{slot.index}.err"
 
@@ -99,8 +112,8 @@ class Swarm:
         # A group of its own: a Ctrl-C or a service manager's TERM to the supervisor's group must not
         # reach the children too, or the supervisor's forwarded TERM would be their second (stop now).
         slot.proc = subprocess.Popen([*self.command, "--swarm-error-file", str(slot.error_file),
-                                      "--swarm-slot", str(slot.index)], env=self.env,
-                                     process_group=0)
+                                      "--swarm-slot", str(slot.index), "--swarm-lifeline", str(self.lifeline)],
+                                     env=self.env, process_group=0, pass_fds=(self.lifeline,))
         slot.started = self.clock()
         slot.restart_at = None
         log.info("started worker process %d (pid %d)", slot.index, slot.proc.pid)
@@ -162,11 +175,44 @@ class Swarm:
             slot.proc.kill()
             slot.proc.wait()
         self._errors.cleanup()
+        os.close(self.lifeline)
+        os.close(self._lifeline_writer)
         log.info("all worker processes stopped")
         return True
 
     def pids(self) -> list[int]:
         return [s.proc.pid for s in self.slots if s.proc is not None and s.proc.poll() is None]
+
+
+class Lifeline:
+    """A child's side of the lifeline: tells whether the supervisor is gone."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        die_with_parent()  # if the supervisor died before this, supervisor_gone() already says so
+
+    def supervisor_gone(self) -> bool:
+        """The supervisor never writes: the read end turns readable only at end-of-file."""
+        ready, _, _ = select.select([self.fd], [], [], 0)
+        return bool(ready)
+
+
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def die_with_parent(sig: int = signal.SIGTERM) -> None:
+    """Linux: have the kernel send `sig` to this process when its parent dies (else nothing).
+
+    Sound here because the supervisor is single-threaded (the signal follows the thread that
+    forked us), and harmless before the child takes jobs (TERM's default action ends it)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0) != 0:
+            log.debug("prctl(PR_SET_PDEATHSIG) failed: %s", os.strerror(ctypes.get_errno()))
+    except (OSError, AttributeError) as exc:  # no libc to load, or no prctl in it
+        log.debug("cannot ask for a signal at the supervisor's death: %s", exc)
 
 
 def run_swarm(count: int, argv: list[str], timeout: float, redis_url: str) -> int:

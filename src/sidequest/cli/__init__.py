@@ -4,6 +4,7 @@ only place that maps OS signals to a launcher's methods.
     root        the command group, and its two errors: UserError (exit 2), Unreachable (exit 1)
     logs        configure_logging: text or JSON lines, with the job's context
     worker      `worker`: settings, job modules (`require`), one process or a supervisor
+    pidfile     `worker -P`: one live process per pidfile
     web, demo, periodic
                 `web` (the dashboard), `demo`, `periodic` (periodic entries)
     connect     what the admin commands share: --redis-url, --json, their client, one-line errors

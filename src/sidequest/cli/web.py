@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import logging
+import socket
 
 import click
 
@@ -47,6 +49,7 @@ def web(host: str, port: int, redis_url: str | None, read_only: bool, basic_auth
         if not sep or not user or not password:
             raise UserError("--basic-auth must be USER:PASSWORD, both non-empty")
         credentials = (user, password)
+    sockets = listen(host, port)  # before anything is announced, and before Redis
     configure_logging(False, None)
     try:
         config = Config.from_env()
@@ -62,4 +65,34 @@ def web(host: str, port: int, redis_url: str | None, read_only: bool, basic_auth
     app = create_app(client, basic_auth=credentials, read_only=read_only, poll_interval=poll_interval)
     log.info("dashboard on http://%s:%d%s%s (redis=%s)", host, port, " read-only" if read_only else "",
              " with basic auth" if credentials else "", mask_url(config.url))
-    uvicorn.run(app, host=host, port=port, root_path=root_path.rstrip("/"), log_level="warning")
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, root_path=root_path.rstrip("/"),
+                                           log_level="warning"))
+    try:
+        server.run(sockets=sockets)
+    except KeyboardInterrupt:  # uvicorn stops, then raises the INT it caught: a normal end, as in uvicorn.run
+        pass
+
+
+def listen(host: str, port: int) -> list[socket.socket]:
+    """Sockets listening on every address of `host` at `port`, or one line saying why not."""
+    try:
+        addresses = dict.fromkeys(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE))
+    except socket.gaierror as exc:
+        raise UserError(f"--host {host}: {exc.strerror}") from None
+    sockets: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in addresses:
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as asyncio.create_server does, and:
+            if family == socket.AF_INET6:  # one socket per family ("localhost" may give ::1 and 127.0.0.1)
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+            sock.listen()
+    except OSError as exc:
+        for sock in sockets:
+            sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise click.ClickException(f"port {port} on {host} is already in use: choose another with --port") from None
+        raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    return sockets

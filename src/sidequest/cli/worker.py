@@ -12,6 +12,7 @@ import logging
 import os
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +21,11 @@ import click
 from .. import __version__
 from ..client import configure_unless_set
 from ..config import Config
-from ..connection import mask_url
+from ..connection import check_url, mask_url
 from ..errors import ConfigError, RedisUnavailableError, SidequestError
 from ..signals import SignalPipe
 from .logs import configure_logging
+from .pidfile import pidfile as held_pidfile
 from .root import UserError, main
 
 log = logging.getLogger("sidequest")
@@ -50,7 +52,11 @@ def require(module: str) -> None:
     A file is imported under its real dotted name: `-r app/jobs/mail.py` inside the package
     `app.jobs` imports `app.jobs.mail` (with the package's parent folder on the path), so its
     jobs get the same names as with `-r app.jobs.mail`, the names clients push.
+
+    A module that does not exist raises ModuleNotFoundError; one that raised while importing
+    (an import of its own that fails included), ConfigError naming the error and where.
     """
+    given = module
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     if module.endswith(".py") or os.sep in module:
@@ -60,7 +66,37 @@ def require(module: str) -> None:
         module, root = dotted_name(path)
         if str(root) not in sys.path:
             sys.path.insert(0, str(root))
-    importlib.import_module(module)
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and (module == exc.name or module.startswith(f"{exc.name}.")):
+            raise  # the -r name itself (or its package) is not there
+        raise import_failure(given, exc) from exc
+    except Exception as exc:
+        raise import_failure(given, exc) from exc
+
+
+def import_failure(given: str, exc: Exception) -> ConfigError:
+    """One line: the error a -r module raised while importing, and the file and line it came from."""
+    log.debug("importing -r %s failed", given, exc_info=exc)
+    detail = exc.msg if isinstance(exc, SyntaxError) else str(exc)
+    return ConfigError(f"-r {given}: importing it raised {type(exc).__name__}: {detail}{raised_at(exc)} "
+                       "(-v shows the traceback)")
+
+
+def raised_at(exc: Exception) -> str:
+    """` at FILE, line N`, where `exc` was raised, and the -r module's own line that led there."""
+    if isinstance(exc, SyntaxError) and exc.filename:  # raised by the compiler, not by a frame
+        return f" at {exc.filename}, line {exc.lineno}"
+    machinery = (__file__, importlib.__file__)  # require() and import_module() themselves
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if f.filename not in machinery and not f.filename.startswith("<frozen ")]
+    if not frames:
+        return ""
+    text = f" at {frames[-1].filename}, line {frames[-1].lineno}"
+    if frames[0].filename != frames[-1].filename:
+        text += f" (from {frames[0].filename}, line {frames[0].lineno})"
+    return text
 
 
 def dotted_name(path: Path) -> tuple[str, Path]:
@@ -90,6 +126,7 @@ def build_config(config_file: str | None, **flags: Any) -> Config:
               help="Seconds running jobs get to finish on shutdown (default 25).")
 @click.option("-C", "--config", "config_file", type=click.Path(dir_okay=False),
               help="YAML file in the shape of a sidekiq.yml.")
+@click.option("--redis-url", metavar="URL", help="Redis to use (default: REDIS_URL, else the embedded one).")
 @click.option("--tag", help="Tag shown for this process (Sidekiq's Web UI shows it).")
 @click.option("--fetch", type=click.Choice(["reliable", "basic"]), help="Fetch strategy (default reliable).")
 @click.option("--heartbeat-interval", type=float, help="Seconds between heartbeats (default 5).")
@@ -106,6 +143,7 @@ def build_config(config_file: str | None, **flags: Any) -> Config:
 @click.option("--swarm-child", is_flag=True, hidden=True)
 @click.option("--swarm-error-file", hidden=True, type=click.Path(dir_okay=False))
 @click.option("--swarm-slot", hidden=True, type=int)
+@click.option("--swarm-lifeline", hidden=True, type=int)
 @click.option("--pin-cpu/--no-pin-cpu", default=None,
               help="Keep each worker process on one CPU (default: each --processes child on its own, "
                    "a single process free).")
@@ -115,13 +153,16 @@ def build_config(config_file: str | None, **flags: Any) -> Config:
 @click.option("--log-format", type=click.Choice(["text", "json"], case_sensitive=False),
               help="text (default) or one JSON object per line.")
 @click.option("-L", "--logfile", type=click.Path(dir_okay=False), help="Log to this file instead of stdout.")
-@click.option("-P", "--pidfile", type=click.Path(dir_okay=False), help="Write the process id here.")
+@click.option("-P", "--pidfile", type=click.Path(dir_okay=False),
+              help="Write the process id here; refused while the process it names runs.")
 def worker(requires: tuple[str, ...], queues: tuple[str, ...], concurrency: int | None,
-           timeout: float | None, config_file: str | None, tag: str | None, fetch: str | None,
+           timeout: float | None, config_file: str | None, redis_url: str | None, tag: str | None,
+           fetch: str | None,
            heartbeat_interval: float | None, heartbeat_ttl: float | None, recovery_interval: float | None,
            max_recoveries: int | None, job_timeout: float | None, poll_interval: float | None,
            processes: int | None, max_jobs: int | None, max_memory: float | None, swarm_child: bool,
-           swarm_error_file: str | None, swarm_slot: int | None, pin_cpu: bool | None, verbose: bool | None,
+           swarm_error_file: str | None, swarm_slot: int | None, swarm_lifeline: int | None,
+           pin_cpu: bool | None, verbose: bool | None,
            log_level: str | None, log_format: str | None, logfile: str | None, pidfile: str | None) -> None:
     """Run jobs from Redis until INT or TERM.
 
@@ -135,7 +176,8 @@ def worker(requires: tuple[str, ...], queues: tuple[str, ...], concurrency: int 
     running jobs, take no new ones), TTIN log every thread's stack.
     """
     try:
-        config = build_config(config_file, require=requires, queues=queues, concurrency=concurrency,
+        config = build_config(config_file, redis_url=redis_url, require=requires, queues=queues,
+                              concurrency=concurrency,
                               timeout=timeout, tag=tag, fetch=fetch, heartbeat_interval=heartbeat_interval,
                               heartbeat_ttl=heartbeat_ttl, recovery_interval=recovery_interval,
                               max_recoveries=max_recoveries, job_timeout=job_timeout,
@@ -150,10 +192,13 @@ def worker(requires: tuple[str, ...], queues: tuple[str, ...], concurrency: int 
         raise UserError(str(exc)) from None
     check_folder("-L/--logfile", config.logfile)
     check_folder("-P/--pidfile", config.pidfile)
-    configure_logging(config.verbose, config.logfile, config.log_level, config.log_format)
-    if config.processes >= 1:
-        sys.exit(run_supervisor(config))
-    sys.exit(run_worker(config, swarm_child, swarm_error_file, swarm_slot))
+    with held_pidfile(config.pidfile):  # the supervisor's under --processes; a child has none
+        configure_logging(config.verbose, config.logfile, config.log_level, config.log_format)
+        if config.processes >= 1:
+            code = run_supervisor(config)
+        else:
+            code = run_worker(config, swarm_child, swarm_error_file, swarm_slot, swarm_lifeline)
+    sys.exit(code)
 
 
 def run_supervisor(config: Config) -> int:
@@ -161,6 +206,7 @@ def run_supervisor(config: Config) -> int:
     from ..swarm import run_swarm
 
     try:
+        check_url(config.url)  # the supervisor itself never connects: catch what it can see now
         url = resolve_url(config)
     except ConfigError as exc:
         log.error("%s", exc)
@@ -169,13 +215,7 @@ def run_supervisor(config: Config) -> int:
         log.error("%s", exc)
         return 1
     argv = sys.argv[sys.argv.index("worker") + 1:] if "worker" in sys.argv else []
-    if config.pidfile:
-        Path(config.pidfile).write_text(f"{os.getpid()}\n")
-    try:
-        return run_swarm(config.processes, argv, config.timeout, url)
-    finally:
-        if config.pidfile:
-            Path(config.pidfile).unlink(missing_ok=True)
+    return run_swarm(config.processes, argv, config.timeout, url)
 
 
 def pin_to_cpu(setting: bool | None, slot: int | None) -> None:
@@ -195,9 +235,15 @@ def pin_to_cpu(setting: bool | None, slot: int | None) -> None:
 
 
 def run_worker(config: Config, swarm_child: bool = False, error_file: str | None = None,
-               slot: int | None = None) -> int:
+               slot: int | None = None, lifeline_fd: int | None = None) -> int:
     from ..embedded import resolve_url
     from ..launcher import Launcher, run_worker_hooks
+    from ..swarm import Lifeline
+
+    lifeline = Lifeline(lifeline_fd) if lifeline_fd is not None else None
+    if lifeline is not None and lifeline.supervisor_gone():  # it died before we could ask to follow it
+        log.warning("the supervisor is gone; not starting")
+        return 0
 
     def cannot_start(message: str, exc: BaseException | None = None, code: int = 1) -> int:
         log.error("%s", message, exc_info=exc)
@@ -228,42 +274,40 @@ def run_worker(config: Config, swarm_child: bool = False, error_file: str | None
     except RedisUnavailableError as exc:
         return cannot_start(str(exc))
     pipe = SignalPipe()
-    if config.pidfile:
-        Path(config.pidfile).write_text(f"{os.getpid()}\n")
     try:
-        try:
-            launcher.run()
-        except ConfigError as exc:
-            return cannot_start(str(exc), code=2)
-        except RedisUnavailableError as exc:
-            return cannot_start(str(exc))
-        if sys.stdout.isatty() or config.verbose:
-            print(BANNER)
-        queues = ", ".join(f"{n},{w}" if w else n for n, w in config.queues)
-        log.info("sidequest %s starting: redis=%s queues=[%s] concurrency=%d fetch=%s identity=%s",
-                 __version__, mask_url(config.url), queues, config.concurrency, config.fetch, launcher.identity)
-        names = launcher.runtime.registry.names()
-        if names:
-            log.info("%d job(s) registered: %s", len(names), ", ".join(names))
-        else:
-            log.warning("no jobs are registered: pass -r with the module that defines your jobs")
-        stop_asked: float | None = None
-        while not launcher.wait(0):
-            for action in pipe.wait(0.5):
-                if action == "stop":
-                    # A stop signal within a second of the first is the same stop arriving twice
-                    # (a group's Ctrl-C or a service manager's TERM, plus the supervisor's); a
-                    # later one is an operator asking for "now".
-                    if stop_asked is None:
-                        stop_asked = time.monotonic()
-                        launcher.request_stop()
-                    elif time.monotonic() - stop_asked >= SAME_STOP:
-                        launcher.stop_now()
-                elif action == "quiet":
-                    launcher.quiet()
-                elif action == "dump":
-                    launcher.dump_threads()
-        return 0
-    finally:
-        if config.pidfile:
-            Path(config.pidfile).unlink(missing_ok=True)
+        launcher.run()
+    except ConfigError as exc:
+        return cannot_start(str(exc), code=2)
+    except RedisUnavailableError as exc:
+        return cannot_start(str(exc))
+    if sys.stdout.isatty() or config.verbose:
+        print(BANNER)
+    queues = ", ".join(f"{n},{w}" if w else n for n, w in config.queues)
+    log.info("sidequest %s starting: redis=%s queues=[%s] concurrency=%d fetch=%s identity=%s",
+             __version__, mask_url(config.url), queues, config.concurrency, config.fetch, launcher.identity)
+    names = launcher.runtime.registry.names()
+    if names:
+        log.info("%d job(s) registered: %s", len(names), ", ".join(names))
+    else:
+        log.warning("no jobs are registered: pass -r with the module that defines your jobs")
+    stop_asked: float | None = None
+    while not launcher.wait(0):
+        for action in pipe.wait(0.5):
+            if action == "stop":
+                # A stop signal within a second of the first is the same stop arriving twice
+                # (a group's Ctrl-C or a service manager's TERM, plus the supervisor's); a
+                # later one is an operator asking for "now".
+                if stop_asked is None:
+                    stop_asked = time.monotonic()
+                    launcher.request_stop()
+                elif time.monotonic() - stop_asked >= SAME_STOP:
+                    launcher.stop_now()
+            elif action == "quiet":
+                launcher.quiet()
+            elif action == "dump":
+                launcher.dump_threads()
+        if stop_asked is None and lifeline is not None and lifeline.supervisor_gone():
+            log.warning("the supervisor is gone (killed?); stopping this worker process")
+            stop_asked = time.monotonic()
+            launcher.request_stop()
+    return 0
