@@ -134,7 +134,7 @@ def build_config(config_file: str | None, **flags: Any) -> Config:
 @click.option("--recovery-interval", type=float, help="Seconds between orphaned-job recoveries (15).")
 @click.option("--max-recoveries", type=click.IntRange(min=0), help="Recoveries before a job goes to dead (3).")
 @click.option("--job-timeout", type=float, help="Default time limit of a job, in seconds (none).")
-@click.option("--poll-interval", type=float, help="Longest wait of the scheduled poller (1).")
+@click.option("--poll-interval", type=float, help="Longest wait of the poller (1).")
 @click.option("--processes", type=click.IntRange(min=1),
               help="Run this many worker processes under a supervisor that restarts them (1 or more).")
 @click.option("--max-jobs", type=click.IntRange(min=1), help="A worker process restarts after this many jobs.")
