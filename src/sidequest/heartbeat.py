@@ -4,11 +4,11 @@ Every `heartbeat_interval` seconds, one MULTI: add the counts since the last bea
 to `stat:processed`/`stat:failed` and today's keys; add what the launcher's `flushes` queue (the
 per-job metrics, known here only as a call: the heartbeat never names a feature); rewrite the
 `<identity>:work` hash (and its Sidekiq 6 twin `<identity>:workers`) with the running jobs;
-`SADD processes`; write the `<identity>` hash (`info`, `busy`, `beat`, `quiet`, `rss`); expire everything after
-`heartbeat_ttl`; and pop one remote signal from `<identity>-signals` (Sidekiq's Web UI and API
-write TSTP/USR1 for quiet, TERM for stop, TTIN to dump thread stacks). A remote signal calls
-the launcher's own method: no OS signal is sent, so a worker embedded in an application stops
-or quiets itself, never the application. A process that vanishes disappears from Redis by
+`SADD processes`; write the `<identity>` hash (`info`, `busy`, `beat`, `quiet`, `rss`); expire
+everything after `heartbeat_ttl`; and pop one remote signal from `<identity>-signals` (Sidekiq's
+Web UI and API write TSTP/USR1 for quiet, TERM for stop, TTIN to dump thread stacks). A remote
+signal calls the launcher's own method: no OS signal is sent, so a worker embedded in an
+application stops or quiets itself, never the application. A process that vanishes disappears from Redis by
 itself; a clean stop removes its entries at once. A failed beat is a warning, once per outage.
 `registered` is set by the first beat that reaches Redis: the launcher fetches no job before it,
 since until then another process's recovery would count this one as dead and take its jobs.
