@@ -17,7 +17,7 @@ from starlette.testclient import TestClient
 
 from sidequest import Client, JobArgumentError
 from sidequest.api import MetricsQuery
-from sidequest.metrics import read
+from sidequest.job_metrics import read
 from sidequest.payload import overdue
 from sidequest.web import create_app
 

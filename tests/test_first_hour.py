@@ -140,7 +140,7 @@ def test_list_settings_in_the_environment_share_one_rule():
 def test_tasks_api_refuses_a_bad_limit_clearly_and_an_empty_sealed_task_is_done(client):
     from starlette.testclient import TestClient
 
-    from sidequest.tasks_http import tasks_app
+    from sidequest.tasks.http import tasks_app
 
     task = Task.create("nothing to do", client=client)
     assert task.status()["percent"] == 0.0

@@ -1,15 +1,23 @@
-"""Heartbeat: the process entries Sidekiq's API reads, stats flushing, remote signals, cleanup."""
+"""Heartbeat: the process entries Sidekiq's API reads, stats and metrics flushing, remote signals,
+cleanup."""
 
 import json
 import os
 import socket
 
 import pytest
-from conftest import wait_until
+import redis
+from conftest import free_port, wait_until
 from helpers import ran
 from jobs_for_tests import blocker, echo
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
+from sidequest.counters import ProcessCounters
+from sidequest.heartbeat import Heartbeat
+from sidequest.job_metrics import JobMetricsFeature, read
 from sidequest.launcher import Launcher
+from sidequest.outcome import Outcome
 
 
 @pytest.fixture
@@ -61,6 +69,20 @@ def test_stats_are_counted_in_memory_and_flushed(launcher, client, r):
     day = __import__("datetime").datetime.now(__import__("datetime").timezone.utc).strftime("%Y-%m-%d")
     assert int(r.get(f"stat:processed:{day}")) == 8 and int(r.get(f"stat:failed:{day}")) == 1
     assert r.ttl(f"stat:processed:{day}") > 365 * 24 * 3600
+
+
+def test_the_flushes_go_out_in_the_beat_and_a_failed_beat_gives_them_back(config, r):
+    """The per-job metrics reach Redis through the heartbeat's flushes (it never names them): a
+    beat that cannot reach Redis hands their counts back, and the next beat writes them once."""
+    counters, feature = ProcessCounters(), JobMetricsFeature(clock=lambda: 1_800_000_000.0)
+    feature.observe("finished", {"class": "Report"}, Outcome.done(0.004))
+    down = redis.Redis(port=free_port(), retry=Retry(NoBackoff(), 0))  # nothing listens there
+    Heartbeat(config, down, "host:1:down", counters, "0", flushes=[feature.flush]).beat()
+    assert r.keys("sidequest:metrics:*") == []
+    Heartbeat(config, r, "host:1:up", counters, "0", flushes=[feature.flush]).beat()
+    [report] = read(r, minutes=1, now=1_800_000_000.0).values()
+    assert (report.name, report.runs, report.failed) == ("Report", 1, 0)
+    assert r.hget("host:1:up", "beat") is not None  # in the same beat as the process entry
 
 
 def test_remote_quiet_calls_the_launcher_not_the_process(launcher, r):

@@ -59,7 +59,7 @@ def test_retry_false_is_not_retried_nor_dead(start, client, r):
 def test_dead_false_drops_after_exhaustion(start, client, r):
     launcher = start()
     client.push(no_dead, [])
-    wait_until(lambda: launcher.stats.failed.value or int(r.get("stat:failed") or 0), message="failure")
+    wait_until(lambda: launcher.counters.failed.value or int(r.get("stat:failed") or 0), message="failure")
     wait_until(lambda: not reserved(r, launcher.identity))
     assert r.zcard("retry") == 0 and r.zcard("dead") == 0
 

@@ -215,7 +215,7 @@ def test_callbacks_fire_exactly_once_across_processes(redis_url, r, client):
 def test_http_api_serves_status_and_events(client, r):
     from starlette.testclient import TestClient
 
-    from sidequest.tasks_http import tasks_app
+    from sidequest.tasks.http import tasks_app
 
     task = Task.create("http", client=client, meta={"who": "<script>"})
     task.add_bulk(signup, [[1], [2], [3]])

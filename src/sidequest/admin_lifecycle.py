@@ -17,7 +17,7 @@ from .unique import UniqueFeature
 
 def operator_lifecycle(client: Client) -> Lifecycle:
     """The features that record a move made outside a worker (an operator's action, a cancel):
-    tasks, unique claims and status records. Metrics count runs, so they are left out."""
+    tasks, unique claims and status records. The per-job metrics count runs, so they are left out."""
     recorder = TaskRecorder(client.redis, client.config.task_retention, clock=client.clock,
                             ttl=client.config.task_ttl)
     return Lifecycle([TaskFeature(recorder), UniqueFeature(),

@@ -1,13 +1,14 @@
 """Process registration and stats, in the keys Sidekiq's API and Web UI read.
 
-Every `heartbeat_interval` seconds, one MULTI: add the counts since the last beat to
-`stat:processed`/`stat:failed` and today's keys; rewrite the `<identity>:work` hash (and its
-Sidekiq 6 twin `<identity>:workers`) with the running jobs; `SADD processes`; write the
-`<identity>` hash (`info`, `busy`, `beat`, `quiet`, `rss`); expire everything after
-`heartbeat_ttl`; and pop one remote signal from `<identity>-signals` (Sidekiq's Web UI and API
-write TSTP/USR1 for quiet, TERM for stop, TTIN to dump thread stacks). A remote signal calls
-the launcher's own method: no OS signal is sent, so a worker embedded in an application stops
-or quiets itself, never the application. A process that vanishes disappears from Redis by
+Every `heartbeat_interval` seconds, one MULTI: add the counts since the last beat (`counters`)
+to `stat:processed`/`stat:failed` and today's keys; add what the launcher's `flushes` queue (the
+per-job metrics, known here only as a call: the heartbeat never names a feature); rewrite the
+`<identity>:work` hash (and its Sidekiq 6 twin `<identity>:workers`) with the running jobs;
+`SADD processes`; write the `<identity>` hash (`info`, `busy`, `beat`, `quiet`, `rss`); expire
+everything after `heartbeat_ttl`; and pop one remote signal from `<identity>-signals` (Sidekiq's
+Web UI and API write TSTP/USR1 for quiet, TERM for stop, TTIN to dump thread stacks). A remote
+signal calls the launcher's own method: no OS signal is sent, so a worker embedded in an
+application stops or quiets itself, never the application. A process that vanishes disappears from Redis by
 itself; a clean stop removes its entries at once. A failed beat is a warning, once per outage.
 `registered` is set by the first beat that reaches Redis: the launcher fetches no job before it,
 since until then another process's recovery would count this one as dead and take its jobs.
@@ -30,8 +31,7 @@ import redis
 
 from . import keys
 from .config import Config
-from .metrics import MetricsFeature
-from .stats import Stats
+from .counters import ProcessCounters
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +39,10 @@ UNREGISTERED_RETRY = 0.5  # seconds between beats while the first has not reache
 STATS_TTL = 5 * 365 * 24 * 3600  # daily stat keys live five years, as Sidekiq's
 # Remote signal names (Sidekiq's) -> the command they ask of the launcher.
 REMOTE_SIGNALS = {"TSTP": "quiet", "USR1": "quiet", "TERM": "stop", "INT": "stop", "TTIN": "dump"}
+# A part that writes with each beat, in the beat's own MULTI: it queues its commands on the
+# pipeline it is given and returns what puts its counts back, to go out with the next beat, should
+# that MULTI fail (`JobMetricsFeature.flush` is one).
+Flush = Callable[[Any], Callable[[], None]]
 
 
 def make_identity(nonce: str, hostname: str | None = None) -> str:
@@ -59,17 +63,17 @@ def rss_kb() -> int:
 
 
 class Heartbeat:
-    def __init__(self, config: Config, client: redis.Redis, identity: str, stats: Stats, version: str,
-                 commands: dict[str, Callable[[], None]] | None = None,
-                 extra: list[Callable[[], None]] | None = None, metrics: MetricsFeature | None = None) -> None:
+    def __init__(self, config: Config, client: redis.Redis, identity: str, counters: ProcessCounters,
+                 version: str, commands: dict[str, Callable[[], None]] | None = None,
+                 extra: list[Callable[[], None]] | None = None, flushes: list[Flush] | None = None) -> None:
         self.config = config
         self.redis = client
         self.identity = identity
-        self.stats = stats
+        self.counters = counters
         self.quiet = False
         self.commands = commands or {}  # "quiet" | "stop" | "dump" -> the launcher's method
         self.extra = extra or []  # other periodic duties (limits)
-        self.metrics = metrics  # per-job counts, written with each beat
+        self.flushes = flushes or []  # other counts written with each beat (per-job metrics)
         self._failing = False
         self.info = json.dumps({
             "hostname": config.hostname or socket.gethostname(), "started_at": time.time(), "pid": os.getpid(),
@@ -99,16 +103,16 @@ class Heartbeat:
                     log.exception("heartbeat duty failed")
 
     def beat(self) -> None:
-        processed, failed = self.stats.processed.reset(), self.stats.failed.reset()
-        minutes = self.metrics.take() if self.metrics is not None else {}
+        processed, failed = self.counters.processed.reset(), self.counters.failed.reset()
+        give_back: list[Callable[[], None]] = []
         try:
-            self._write(processed, failed, minutes)
+            self._write(processed, failed, give_back)
         except (redis.RedisError, OSError) as exc:
             # don't lose the counts: they go out with the next beat that reaches Redis
-            self.stats.processed.incr(processed)
-            self.stats.failed.incr(failed)
-            if self.metrics is not None:
-                self.metrics.give_back(minutes)
+            self.counters.processed.incr(processed)
+            self.counters.failed.incr(failed)
+            for undo in give_back:
+                undo()
             if not self._failing:
                 log.warning("heartbeat failed (%s); past heartbeat_ttl (%.0f s) other processes will "
                             "count this one as dead and recover its jobs", exc, self.config.heartbeat_ttl)
@@ -118,17 +122,16 @@ class Heartbeat:
             log.warning("heartbeat written again")
             self._failing = False
         self.registered.set()
-        self.stats.flushed += processed
+        self.counters.flushed += processed
 
-    def _write(self, processed: int, failed: int, minutes: dict[str, Any] | None = None) -> None:
+    def _write(self, processed: int, failed: int, give_back: list[Callable[[], None]]) -> None:
         # milliseconds: a fractional TTL (1.5 s) must not be cut to whole seconds, or the hash
         # could expire before the next beat and recovery would take a live process's jobs
         ttl_ms = max(int(self.config.heartbeat_ttl * 1000), 1)
-        work = self.stats.work.snapshot()
+        work = self.counters.work.snapshot()
         pipe = self.redis.pipeline(transaction=True)
         self._count(pipe, processed, failed)
-        if minutes:
-            MetricsFeature.write(pipe, minutes)
+        give_back.extend(flush(pipe) for flush in self.flushes)
         for work_key in (keys.work(self.identity), keys.workers(self.identity)):
             pipe.unlink(work_key)
             if work:
@@ -170,12 +173,12 @@ class Heartbeat:
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(5)
-        processed, failed = self.stats.processed.reset(), self.stats.failed.reset()
+        processed, failed = self.counters.processed.reset(), self.counters.failed.reset()
         try:
             pipe = self.redis.pipeline(transaction=True)
             self._count(pipe, processed, failed)
-            if self.metrics is not None:
-                MetricsFeature.write(pipe, self.metrics.take())
+            for flush in self.flushes:
+                flush(pipe)  # the last beat: nothing to give back to
             pipe.srem(keys.PROCESSES, self.identity)
             pipe.unlink(keys.process(self.identity), keys.work(self.identity), keys.workers(self.identity),
                         keys.signals(self.identity))

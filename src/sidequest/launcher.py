@@ -6,8 +6,9 @@ manager.
     ...
     launcher.stop()      # quiet, wait up to config.timeout, put back leftovers, deregister
 
-The features (tasks, metrics, cancel flags, unique claims, status records) are plugged into the
-job lifecycle here (see `lifecycle`): the parts below never name a feature.
+The features (tasks, per-job metrics, cancel flags, unique claims, status records) are plugged
+into the job lifecycle here (see `lifecycle`), and the per-job metrics' `flush` into the
+heartbeat: the parts below never name a feature.
 """
 
 from __future__ import annotations
@@ -28,12 +29,13 @@ from .cancellation import CancelFeature
 from .client import Client
 from .config import Config
 from .connection import check_server, connect
+from .counters import ProcessCounters
 from .executor import ThreadExecutor
 from .fetch import Hub, PausedQueues, build_fetch
 from .heartbeat import Heartbeat, make_identity, rss_kb
+from .job_metrics import JobMetricsFeature
 from .lifecycle import Lifecycle
 from .manager import Manager
-from .metrics import MetricsFeature
 from .periodic import PeriodicRegistry, PeriodicScheduler, default_periodic, entries_from_config
 from .poller import Poller
 from .processor import Runtime
@@ -43,7 +45,6 @@ from .results import StatusFeature
 from .retry import DeathHandler, ErrorHandler, Retrier
 from .scripts import Scripts
 from .signals import dump_threads
-from .stats import Stats
 from .tasks import TaskFeature, TaskRecorder
 from .unique import UniqueFeature
 from .wire import Lane
@@ -99,23 +100,23 @@ class Launcher:
         self._processor_clients: list[redis.Redis] = []
         self.redis = redis_client or connect(config.url)
         self.identity = make_identity(secrets.token_hex(6), config.hostname)
-        self.stats = Stats()
+        self.counters = ProcessCounters()
         self.recycle_on_timeout = recycle_on_timeout
         self.tasks = TaskRecorder(self.redis, config.task_retention, clock=clock, ttl=config.task_ttl)
-        self.metrics = MetricsFeature(clock=clock)
-        lifecycle = Lifecycle([TaskFeature(self.tasks), self.metrics, CancelFeature(self.redis),
+        self.job_metrics = JobMetricsFeature(clock=clock)
+        lifecycle = Lifecycle([TaskFeature(self.tasks), self.job_metrics, CancelFeature(self.redis),
                                UniqueFeature(), StatusFeature(clock, config.max_payload_size)])
         self.scripts = scripts = Scripts(self.redis, lifecycle.lua)
         self.runtime = Runtime(
-            config=config, registry=registry or default_registry, stats=self.stats,
+            config=config, registry=registry or default_registry, counters=self.counters,
             retrier=Retrier(config, death_handlers, clock=clock, rng=rng, error_handlers=error_handlers),
             executor=ThreadExecutor(on_abandon=self._abandoned), identity=self.identity, lifecycle=lifecycle,
         )
         self.recovery = Recovery(config, self.redis, self.identity, scripts, lifecycle, clock=clock)
-        self.heartbeat = Heartbeat(config, self.redis, self.identity, self.stats, __version__,
+        self.heartbeat = Heartbeat(config, self.redis, self.identity, self.counters, __version__,
                                    commands={"quiet": self.quiet, "stop": self.request_stop,
                                              "dump": self.dump_threads},
-                                   extra=[self._check_limits], metrics=self.metrics)
+                                   extra=[self._check_limits], flushes=[self.job_metrics.flush])
         self.poller = Poller(config, self.redis, clock=clock, rng=rng)
         # periodic jobs: the file's `:periodic:` and those registered in code (read on every pass)
         from_file = entries_from_config(config.periodic, self.runtime.registry)
@@ -177,8 +178,8 @@ class Launcher:
 
     def _check_limits(self) -> None:
         limit = self.config.max_jobs
-        if limit is not None and self.stats.total() >= limit:
-            self._recycle(f"processed {self.stats.total()} jobs (max_jobs {limit})")
+        if limit is not None and self.counters.total() >= limit:
+            self._recycle(f"processed {self.counters.total()} jobs (max_jobs {limit})")
         megabytes = rss_kb() / 1024
         if self.config.max_memory is not None and megabytes > self.config.max_memory:
             self._recycle(f"resident memory {megabytes:.0f} MB is over max_memory {self.config.max_memory:g} MB")

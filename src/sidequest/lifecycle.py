@@ -17,15 +17,16 @@ and three that an operator causes through the admin API (`api`), on a job in a q
     deleted    an operator deleted it
     killed     an operator moved it to `dead`
 
-A feature (tasks today; metrics, unique jobs and limiters next) contributes Lua functions to the
-scripts that apply these points (`lua`), and for each job and point the operations to run
-there (`ops`), with their values taken from the decoded payload in Python and passed as script
-arguments. The operations run inside the same atomic call that moves the job, and only if the
-move happened. The core (fetch, processor, manager, retry, recovery) calls `Lifecycle.ops` and
-never names a feature.
+A feature (tasks, unique claims, status records) contributes Lua functions to the scripts that
+apply these points (`lua`), and for each job and point the operations to run there (`ops`),
+with their values taken from the decoded payload in Python and passed as script arguments. The
+operations run inside the same atomic call that moves the job, and only if the move happened.
+The core (fetch, processor, manager, retry, recovery) calls `Lifecycle.ops` and never names a
+feature.
 
-A feature may also wrap the run of a job (`running`), e.g. to let the job report progress, and
-observe an outcome once it has been written (`observe`), e.g. to count it in memory.
+A feature may also wrap the run of a job (`running`), e.g. to let the job report progress
+(tasks) or read its cancel flag (cancellation), and observe an outcome once it has been written
+(`observe`), e.g. to count it in memory (the per-job metrics).
 """
 
 from __future__ import annotations

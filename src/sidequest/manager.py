@@ -58,7 +58,7 @@ class Manager:
 
     @property
     def busy(self) -> int:
-        return len(self.rt.stats.work)
+        return len(self.rt.counters.work)
 
     def alive(self) -> int:
         with self._changed:

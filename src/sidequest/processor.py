@@ -28,6 +28,7 @@ from typing import Any, Protocol, TypeVar
 import redis
 
 from .config import Config
+from .counters import ProcessCounters
 from .errors import Cancelled, OverLimit, PayloadError, UnknownJobError
 from .executor import Executor
 from .fetch import Fetch, UnitOfWork
@@ -37,7 +38,6 @@ from .outcome import EXPIRED, Outcome, error_class_name, invalid
 from .payload import decode, overdue
 from .registry import Registry
 from .retry import Retrier
-from .stats import Stats
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ class Runtime:
 
     config: Config
     registry: Registry
-    stats: Stats
+    counters: ProcessCounters  # processed, failed and the running jobs, flushed by the heartbeat
     retrier: Retrier
     executor: Executor
     identity: str
@@ -184,12 +184,12 @@ class Processor:
 
     def process(self, unit: UnitOfWork) -> None:
         self.unit = unit
-        self.rt.stats.work.start(self.tid, unit.queue, unit.raw)
+        self.rt.counters.work.start(self.tid, unit.queue, unit.raw)
         try:
             try:
                 payload = decode(unit.raw)
             except PayloadError as exc:
-                self.rt.stats.failed.incr()
+                self.rt.counters.failed.incr()
                 log.error("payload in queue %r is not a job, moved to the dead set: %s", unit.queue, exc)
                 self._finish(unit, None, None, invalid(unit.raw, unit.queue, error_class_name(exc), str(exc)))
             else:
@@ -199,7 +199,7 @@ class Processor:
                     finally:
                         self.rt.gate.release(self.index)
         finally:
-            self.rt.stats.work.finish(self.tid)
+            self.rt.counters.work.finish(self.tid)
         # Cleared only on a normal return: if anything escaped, the pool still sees the unit
         # in hand and files it when it replaces this processor.
         self.unit = None
@@ -252,7 +252,7 @@ class Processor:
         except (OverLimit, Cancelled) as exc:  # the job stopped itself: not a failure, no retry spent
             outcome = dataclasses.replace(self._control(unit, payload, exc), elapsed=time.monotonic() - started)
         except BaseException as exc:  # SystemExit from a job's sys.exit() is a job failure too
-            self.rt.stats.failed.incr()
+            self.rt.counters.failed.incr()
             elapsed = time.monotonic() - started
             log.warning("fail: %.3f sec: %s: %s", elapsed, error_class_name(exc), exc, exc_info=exc)
             outcome = dataclasses.replace(self._decide(job, unit, exc), elapsed=elapsed)
@@ -280,7 +280,7 @@ class Processor:
         the retry). Not put straight back: two workers would pass it between them without a
         pause. After its retries (about 20 days by default) it is dead, where the dashboard
         shows it with this message."""
-        self.rt.stats.failed.incr()
+        self.rt.counters.failed.incr()
         outcome = self._decide(None, unit, exc)
         log.warning("%s %s: %s; %s", payload["class"], payload.get("jid"), exc, self.rt.retrier.fate(outcome))
         self._finish(unit, outcome.payload or payload, None, dataclasses.replace(outcome, logged=True))
@@ -309,7 +309,7 @@ class Processor:
     def _finish(self, unit: UnitOfWork, payload: dict[str, Any] | None, job: Any, outcome: Outcome) -> None:
         if unit.done:  # put back by a hard shutdown while it ran
             return
-        self.rt.stats.processed.incr()
+        self.rt.counters.processed.incr()
         ops = self.rt.lifecycle.ops(POINT_OF[outcome.kind], payload, outcome)
         applied = self._settle(lambda: unit.apply(outcome, ops))
         if applied:

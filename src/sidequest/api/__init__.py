@@ -45,7 +45,7 @@ are epoch seconds whether Sidekiq 6/7 (float seconds) or Sidekiq 8 (integer ms) 
                                        JobSummary (runs failed total_ms p50/p95/p99_ms series)
 """
 
-from .metrics import JobSummary, MetricsQuery, MinutePoint
+from .job_metrics import JobSummary, MetricsQuery, MinutePoint
 from .processes import Process, ProcessDict, ProcessSet, Work, Workers, WorkSet
 from .queues import Queue
 from .records import JobDict, JobRecord, SortedEntry

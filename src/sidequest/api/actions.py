@@ -31,7 +31,7 @@ Call = tuple[Script, list[str], list[Any]]
 class Actions:
     """The admin scripts on one client, with the task, unique and status features at the admin points.
 
-    The worker-only metrics feature is left out: an operator's action is not a run.
+    The worker-only per-job metrics feature is left out: an operator's action is not a run.
     """
 
     def __init__(self, client: Client) -> None:

@@ -1,7 +1,9 @@
 """Cluster-wide numbers (Sidekiq's `Stats` and `Stats::History`), read in two round trips.
 
 `Stats()` reads a snapshot when it is built: totals, set sizes, processes and busy threads,
-and every queue's size, latency and paused flag. Build a new one to read again.
+and every queue's size, latency and paused flag. Build a new one to read again. The totals are
+what every process's `counters` add up to with each heartbeat; per job name and minute, read
+`api.job_metrics` (`MetricsQuery`) instead.
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
-"""The Job metrics pages: per job name over a window (1 h to 72 h), throughput, failure rate and
-run-time percentiles; one job's runs per minute and its run-time histogram.
+"""The dashboard's Job metrics pages: per job name over a window (1 h to 72 h), throughput,
+failure rate and run-time percentiles; one job's runs per minute and its run-time histogram.
 
-Worker processes write these counts with their heartbeat (see `sidequest.metrics`), so the
-numbers move every few seconds; the pages refresh every `REFRESH_MS`.
+Worker processes write these counts with their heartbeat (the feature, `sidequest.job_metrics`),
+so the numbers move every few seconds; the pages refresh every `REFRESH_MS`. They read them
+through the admin API (`api.job_metrics`); the same counts go to Prometheus from
+`web.prometheus`, and the dashboard's front page charts the cluster totals (`api.stats`).
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from .. import metrics
 from ..api import JobSummary, MetricsQuery, MinutePoint
+from ..job_metrics import BUCKETS, read
 from .site import Site, whole
 
 WINDOWS = ((60, "1 hour"), (480, "8 hours"), (1440, "24 hours"), (4320, "72 hours"))
@@ -54,10 +56,10 @@ def _per_minute_chart(jobs: list[JobSummary], minutes: int) -> dict[str, Any]:
 
 def _histogram_chart(name: str, minutes: int, site: Site) -> dict[str, Any]:
     # The admin API's JobSummary has percentiles but not the buckets: read them here.
-    found = metrics.read(site.client.redis, minutes, site.client.clock(), [name]).get(name)
-    counts = found.histogram if found else [0] * len(metrics.BUCKETS)
+    found = read(site.client.redis, minutes, site.client.clock(), [name]).get(name)
+    counts = found.histogram if found else [0] * len(BUCKETS)
     labels = []
-    for bound in metrics.BUCKETS:
+    for bound in BUCKETS:
         if bound == float("inf"):
             labels.append("> 60 s")
         else:

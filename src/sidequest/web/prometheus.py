@@ -1,5 +1,6 @@
 """`/metrics`: the cluster's numbers in Prometheus' text format, read through the admin API at
-each scrape, with the official client library (`prometheus_client`), every name `sidequest_`.
+each scrape (the totals from `api.stats`, the per-job counts from `api.job_metrics`), with the
+official client library (`prometheus_client`), every name `sidequest_`.
 
     sidequest_processed_total, sidequest_failed_total        all time (Redis `stat:*`)
     sidequest_enqueued, sidequest_scheduled, sidequest_retries, sidequest_dead
@@ -8,7 +9,7 @@ each scrape, with the official client library (`prometheus_client`), every name 
     sidequest_job_processed_total{job}, sidequest_job_failed_total{job},
     sidequest_job_runtime_seconds_total{job}, sidequest_job_expired_total{job}
 
-Per-job counts exist in Redis only per minute, kept 72 hours (see `sidequest.metrics`): a sum
+Per-job counts exist in Redis only per minute, kept 72 hours (see `sidequest.job_metrics`): a sum
 over them would fall as old minutes expire, which Prometheus reads as counter resets. So each
 app keeps its own per-job counters, which start at zero with the process (as any exporter's do)
 and grow by what each scrape finds new in the last `RECENT_MINUTES` minutes (a worker writes a

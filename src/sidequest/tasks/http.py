@@ -18,8 +18,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from .client import Client, default_client
-from .tasks import Task
+from ..client import Client, default_client
+from .task import Task
 
 MAX_LIMIT = 500
 

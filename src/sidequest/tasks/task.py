@@ -1,4 +1,4 @@
-"""Tasks: many jobs under one id, each job's whole life recorded, progress and callbacks.
+"""A task's handle: open one, add jobs to it, seal it, and read its status and events.
 
     task = Task.create("sign up 200 products", meta={"seller": 42}, on_complete=notify)
     jids = task.add_bulk(signup, [[p] for p in product_ids])
@@ -6,51 +6,31 @@
     Task.find(task.id).status()                  # {"counts": {...}, "percent": 37.5, "done": False, ...}
     Task.find(task.id).events(status="failed")   # why the failed ones failed
 
-Each job of a task carries `task_id` in its payload and has an event record: `status` (enqueued,
-working, finished, failed, error), `params`, timestamped `messages`, start and finish times,
-and the error's class and message. The worker keeps them current through `TaskFeature`, a
-feature of the job lifecycle (see `lifecycle`): working when a job is taken; finished when it
-returns; failed when it raises `JobFailed` (a business failure, never retried); back to
-enqueued with an "error ... waiting for retry" message when a retry is scheduled, or when
-shutdown or recovery puts it back, or a full rate limit snoozes it ("waiting for a rate limit");
-error when no retry is left, or with the message "cancelled" when it was cancelled. An
-operator's retry or run-now through the admin API (`api`) makes it enqueued again, a delete or
-kill makes it error, with a message saying an operator did it. Every change runs inside the atomic call that moves the
-job, and moves the counters and the status index together; the change that completes a sealed
-task enqueues its callbacks, so counts never drift and `on_complete`/`on_success` are enqueued
-exactly once.
+Creating a task writes its hash and its place in the recent tasks index; adding jobs pushes them
+with their `enqueued` events in the same transaction; sealing runs `TASK_SEAL` (see `lua`). What
+happens to each job afterwards is recorded by the worker (see `feature`).
 
 Every key of a task expires: `ttl` (the `task_ttl` setting, 7 days by default) after its last
 change while it runs, so a task that is never sealed, or whose jobs never all end, goes away by
 itself; `retention` after it completes. Adding a job scheduled further ahead makes room for it.
-
-The seed did this in server middleware (four round trips per job); here "finished" rides on the
-processor's next fetch and the failures on the call that files them, so a task job costs one
-extra round trip (its "working" record) over a plain job.
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import json
 import math
 import secrets
-import time
-from collections.abc import Iterable, Iterator
-from contextlib import AbstractContextManager
+from collections.abc import Iterable
 from typing import Any, cast
 
 import redis
 
-from . import keys
-from .client import Client, default_client
-from .errors import JobFailed
-from .job import JobSetter
-from .options import check_options, merge_options
-from .outcome import EXPIRED, Outcome, error_class_name
-from .payload import encode
-from .scripts import TASK_FEATURE, TASK_SEAL, TASK_TRANSITION
+from .. import keys
+from ..client import Client, default_client
+from ..job import JobSetter
+from ..options import check_options, merge_options
+from ..payload import encode
+from .lua import TASK_SEAL
 
 RETENTION = 7 * 24 * 3600.0
 TTL = 7 * 24 * 3600.0  # an unfinished task's lifetime after its last change (`task_ttl`)
@@ -59,10 +39,6 @@ FINAL = ("finished", "failed", "error")
 # each task's creation trims it, so it never grows past the bound whatever the workload.
 RECENT_LIMIT = 10_000
 RECENT_AGE = RETENTION
-
-# (recorder, task id, jid) of the task job running on this thread, for `task_message`.
-_current: contextvars.ContextVar[tuple[TaskRecorder, str, str] | None] = contextvars.ContextVar(
-    "sidequest_task", default=None)
 
 
 def _unpack(job: Any) -> tuple[Any, dict[str, Any]]:
@@ -107,7 +83,7 @@ class Task:
                     fields[f"{field}:queue"] = payload["queue"]
         pipe = task.redis.pipeline(transaction=True)  # one round trip: the task and its place in the index
         pipe.hset(keys.task(task.id), mapping=fields)  # type: ignore[arg-type]  # redis-py: invariant key type
-        pipe.expire(keys.task(task.id), _seconds(task.ttl))
+        pipe.expire(keys.task(task.id), expire_seconds(task.ttl))
         pipe.zadd(keys.TASKS_RECENT, {task.id: now})
         pipe.zremrangebyscore(keys.TASKS_RECENT, "-inf", f"({now - RECENT_AGE}")
         pipe.zremrangebyrank(keys.TASKS_RECENT, 0, -RECENT_LIMIT - 1)
@@ -156,7 +132,7 @@ class Task:
             pipe.hincrby(keys.task(self.id), "total", len(events))
             pipe.hincrby(keys.task(self.id), "count:enqueued", len(events))
             for key in keys.task_keys(self.id):  # never sooner than before: an earlier job may be further ahead
-                pipe.expire(key, max(_seconds(ttl), left))
+                pipe.expire(key, max(expire_seconds(ttl), left))
 
         self.client.write(entries, now, also=record)
         return jids
@@ -164,7 +140,7 @@ class Task:
     def seal(self) -> None:
         """No more jobs will be added; the task completes when every job has reached an end."""
         seal = self.redis.register_script(TASK_SEAL)
-        args = [self.client.clock(), int(self.retention), _seconds(self.ttl)]
+        args = [self.client.clock(), int(self.retention), expire_seconds(self.ttl)]
         if seal(keys=keys.task_keys(self.id), args=args) == -1:
             raise LookupError(f"task {self.id} does not exist (or has expired)")
 
@@ -248,129 +224,6 @@ def _event(data: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-# -- recording: the tasks feature of the job lifecycle ------------------------------------------
-class TaskRecorder:
-    """Writes event changes outside a job's lifecycle calls (`task_message` from inside a job)."""
-
-    def __init__(self, client: redis.Redis, retention: float = RETENTION, clock: Any = time.time,
-                 ttl: float = TTL) -> None:
-        self.redis = client
-        self.script = client.register_script(TASK_TRANSITION)
-        self.retention = retention
-        self.ttl = ttl  # every change keeps an unfinished task this long
-        self.clock = clock
-
-    def transition(self, task_id: str, jid: str, status: str, message: str = "", **fields: Any) -> None:
-        """Move the event of `jid` to `status` ('' keeps it) and append `message`."""
-        self.script(keys=keys.task_keys(task_id),
-                    args=[jid, status, self.clock(), message, json.dumps(fields), int(self.retention),
-                          _seconds(self.ttl)])
-
-
-class TaskFeature:
-    """Keeps each task job's event current at every point of its life (see `lifecycle`).
-
-    The operation runs in the same atomic call that moves the job, with the task id and jid
-    read from the decoded payload, so a job's event can never disagree with where the job is.
-    """
-
-    name = "task"
-    marks: frozenset[str] | None = frozenset({"task_id"})  # ops only for payloads with these keys
-    observes, wraps = False, True  # whether `observe` and `running` ever do anything
-    lua = TASK_FEATURE
-
-    def __init__(self, recorder: TaskRecorder) -> None:
-        self.recorder = recorder
-
-    def ops(self, point: str, payload: dict[str, Any], outcome: Outcome | None) -> list[Any] | None:
-        task_id, jid = payload.get("task_id"), payload.get("jid")
-        if not isinstance(task_id, str) or not isinstance(jid, str):
-            return None
-        now = self.recorder.clock()
-        change = _event_change(point, payload, outcome, now)
-        if change is None:
-            return None
-        status, message, fields = change
-        wait = outcome.at - now if outcome is not None and outcome.at is not None else 0.0  # a retry, a snooze
-        return [task_id, jid, status, message, json.dumps(fields), int(self.recorder.retention),
-                _seconds(self.recorder.ttl + max(wait, 0.0))]
-
-    def observe(self, point: str, payload: dict[str, Any], outcome: Outcome | None) -> None:
-        """Everything a task records is written by `ops`, with the job's move."""
-
-    def running(self, payload: dict[str, Any]) -> AbstractContextManager[None] | None:
-        task_id, jid = payload.get("task_id"), payload.get("jid")
-        if not isinstance(task_id, str) or not isinstance(jid, str):
-            return None
-        return _running(self.recorder, task_id, jid)
-
-
-def _seconds(ttl: float) -> int:
+def expire_seconds(ttl: float) -> int:
     """A TTL for EXPIRE: whole seconds, at least one (EXPIRE 0 would delete the key)."""
     return max(1, math.ceil(ttl))
-
-
-def _event_change(point: str, payload: dict[str, Any], outcome: Outcome | None,
-                  now: float) -> tuple[str, str, dict[str, Any]] | None:
-    """(status, message, fields) of a task job's event at a point of its life."""
-    exc = outcome.error if outcome is not None else None
-    error: dict[str, Any] = {}
-    if exc is not None:
-        error = {"error_class": error_class_name(exc), "error_message": str(exc)[:10_000]}
-    described = f"{error_class_name(exc)}: {exc}" if exc is not None else ""
-    if point == "taken":
-        return "working", "working", {"started_at": now}
-    if point == "finished":
-        return "finished", "finished", {"finished_at": now}
-    if point == "retried" and outcome is not None and outcome.at is not None:
-        return "enqueued", (f"error: {described}; waiting for retry {payload.get('retry_count', 0) + 1} "
-                            f"in {outcome.at - now:.0f} s"), error
-    if point == "dropped":
-        if outcome is not None and outcome.reason == EXPIRED:  # it never ran: nothing went wrong in it
-            return "error", "expired: not started before its deadline (expires_in)", {"finished_at": now}
-        if isinstance(exc, JobFailed):
-            return "failed", f"failed: {exc}", {**error, "finished_at": now}
-        return "error", f"error: {described}", {**error, "finished_at": now}
-    if point == "dead":
-        reason = f"{described}; no retries left" if exc is not None else (outcome.reason if outcome else "")
-        fields = error or {"error_class": payload.get("error_class"), "error_message": payload.get("error_message")}
-        return "error", f"error: {reason}", {**fields, "finished_at": now}
-    if point == "put_back":
-        return "enqueued", "error: interrupted by shutdown; requeued", {}
-    if point == "snoozed":  # a full rate limit: it waits in `schedule`, nothing went wrong
-        return "enqueued", "waiting for a rate limit", {}
-    if point == "cancelled":  # no status of its own: an ended job that did not finish is an error
-        return "error", "cancelled", {"finished_at": now}
-    if point == "recovered":
-        if outcome is not None and outcome.kind == "dead":
-            message = str(payload.get("error_message", ""))
-            return "error", message, {"error_class": payload.get("error_class"), "error_message": message,
-                                      "finished_at": now}
-        return "enqueued", "error: its worker process died; recovered", {}
-    if point == "requeued":  # the admin API's points: an operator acted on the stored job
-        return "enqueued", "requeued by an operator", {}
-    if point == "deleted":
-        return "error", "deleted by an operator", {"finished_at": now}
-    if point == "killed":
-        return "error", "killed by an operator", {"finished_at": now}
-    return None
-
-
-@contextlib.contextmanager
-def _running(recorder: TaskRecorder, task_id: str, jid: str) -> Iterator[None]:
-    """While a task job runs: what `task_message` writes to."""
-    token = _current.set((recorder, task_id, jid))
-    try:
-        yield
-    finally:
-        _current.reset(token)
-
-
-def task_message(text: str, *, progress: Any = None) -> None:
-    """Inside a task job: append `text` to this job's messages (and set its progress)."""
-    current = _current.get()
-    if current is None:
-        raise RuntimeError("task_message() is only available inside a job that belongs to a task")
-    recorder, task_id, jid = current
-    fields = {} if progress is None else {"progress": progress}
-    recorder.transition(task_id, jid, "", str(text), **fields)

@@ -1,10 +1,12 @@
-"""Per-job metrics over a window of minutes (Sidekiq's `Metrics::Query`), kept 72 hours.
+"""The admin API's query over the per-job metrics (Sidekiq's `Metrics::Query`): a window of
+minutes, kept 72 hours, as typed summaries.
 
 Worker processes count every run that ended (done, retried, dead, dropped), and every job dropped
 unstarted past its deadline (`expires_in`), per job name and UTC minute and write the counts with
-their heartbeat (see `sidequest.metrics`); this reads them back as summaries: runs, failures,
-expired jobs, total and mean run time, p50/p95/p99 (upper bounds of the histogram bucket holding
-that share of runs), and a per-minute series for charts.
+their heartbeat (the feature, `sidequest.job_metrics`); this reads them back as summaries: runs,
+failures, expired jobs, total and mean run time, p50/p95/p99 (upper bounds of the histogram
+bucket holding that share of runs), and a per-minute series for charts. Not `api.stats`, which
+reads the cluster-wide totals (processed, failed, queue sizes) that Sidekiq's `Stats` does.
 """
 
 from __future__ import annotations
@@ -12,10 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from .. import metrics
 from ..client import Client, default_client
+from ..job_metrics import RETENTION, JobMetrics, read, window
 
-MAX_MINUTES = metrics.RETENTION // 60  # 72 h
+MAX_MINUTES = RETENTION // 60  # 72 h
 
 
 @dataclass(frozen=True)
@@ -68,14 +70,14 @@ class MetricsQuery:
     def for_job(self, name: str, minutes: int = 60) -> JobSummary:
         """One job name over the last `minutes` (all zeros if it did not run)."""
         found = self._read(minutes, [name])
-        return found[0] if found else _summary(metrics.JobMetrics(name), self._window(minutes))
+        return found[0] if found else _summary(JobMetrics(name), self._window(minutes))
 
     def _window(self, minutes: int) -> list[str]:
-        return metrics.window(self.client.clock(), _span(minutes))
+        return window(self.client.clock(), _span(minutes))
 
     def _read(self, minutes: int, names: list[str] | None) -> list[JobSummary]:
         span = self._window(minutes)
-        found = metrics.read(self.client.redis, _span(minutes), self.client.clock(), names)
+        found = read(self.client.redis, _span(minutes), self.client.clock(), names)
         return [_summary(job, span) for job in found.values()]
 
 
@@ -83,7 +85,7 @@ def _span(minutes: int) -> int:
     return min(max(minutes, 1), MAX_MINUTES)
 
 
-def _summary(job: metrics.JobMetrics, span: list[str]) -> JobSummary:
+def _summary(job: JobMetrics, span: list[str]) -> JobSummary:
     series = []
     for minute in span:
         runs, failed, ms = job.per_minute.get(minute, (0, 0, 0.0))

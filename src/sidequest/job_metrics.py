@@ -1,10 +1,12 @@
-"""Per-job metrics: runs, failures, expired jobs and run times per job name and UTC minute, kept 72 hours.
+"""The per-job metrics feature: runs, failures, expired jobs and run times per job name and UTC
+minute, kept 72 hours; how they are counted, written and read back.
 
 A lifecycle feature that writes nothing per job: each finished run is appended to an in-memory
-deque (an append is atomic, so ten processors never wait on a lock), and the heartbeat folds
-them into a table (job name -> count, failures, total milliseconds, a histogram of run times)
-and writes it into `sidequest:metrics:<YYYYMMDDHHMM>` (see `keys`) in its
-own MULTI, as Sidekiq 7 does with its metrics. One hash per minute, fields per job name:
+deque (an append is atomic, so ten processors never wait on a lock), and the heartbeat (handed
+`JobMetricsFeature.flush` by the launcher) folds them into a table (job name -> count,
+failures, total milliseconds, a histogram of run times) and writes it into
+`sidequest:metrics:<YYYYMMDDHHMM>` (see `keys`) in its own MULTI, as Sidekiq 7 does with its
+metrics. One hash per minute, fields per job name:
 
     <name>|p      runs that ended (done, retried, dead, dropped)
     <name>|f      of which failed
@@ -13,7 +15,10 @@ own MULTI, as Sidekiq 7 does with its metrics. One hash per minute, fields per j
     <name>|h<i>   runs whose time fell in bucket i of `BUCKETS` (upper bounds in ms)
 
 `read` turns a window of minutes into totals and percentiles (from the histogram), for the
-admin API, the dashboard and the CLI.
+admin API, the dashboard and the CLI. Its neighbours: `counters` holds one process's totals
+(processed, failed: Sidekiq's `stat:*`), not per job; `api.job_metrics` is the admin API's
+query over these minutes (`MetricsQuery`); `web.job_metrics` draws them, `web.prometheus`
+exports them.
 """
 
 from __future__ import annotations
@@ -51,10 +56,10 @@ class _Tally:
     expired: int = 0
 
 
-class MetricsFeature:
+class JobMetricsFeature:
     """Counts every run that ended, in memory; `flush(pipe)` writes the counts (heartbeat)."""
 
-    name = "metrics"
+    name = "job_metrics"
     marks: frozenset[str] | None = frozenset()  # ops only for payloads with these keys
     observes, wraps = True, False  # whether `observe` and `running` ever do anything
     lua = ""  # nothing runs in Redis per job
@@ -109,6 +114,13 @@ class MetricsFeature:
                     into.ms += tally.ms
                     into.expired += tally.expired
                     into.histogram = [a + b for a, b in zip(into.histogram, tally.histogram, strict=True)]
+
+    def flush(self, pipe: Any) -> Callable[[], None]:
+        """Queue the counts taken since the last flush on `pipe` (the heartbeat's MULTI); the
+        returned call gives them back, to go out with the next flush, should that MULTI fail."""
+        minutes = self.take()
+        self.write(pipe, minutes)
+        return lambda: self.give_back(minutes)
 
     @staticmethod
     def write(pipe: Any, minutes: dict[str, dict[str, _Tally]]) -> None:

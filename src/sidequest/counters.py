@@ -1,7 +1,12 @@
-"""In-memory counts and the table of running jobs, flushed to Redis by the heartbeat.
+"""One worker process's own counters: jobs processed and failed since the last beat, and the
+table of its running jobs, kept in memory and flushed to Redis by the heartbeat (into Sidekiq's
+`stat:*` totals and `<identity>:work` hash).
 
 Counting in memory and flushing with each beat keeps the per-job hot path free of Redis
-writes for statistics, as Sidekiq does.
+writes for statistics, as Sidekiq does. Its neighbours: `job_metrics` counts per job name and
+minute (a lifecycle feature, also flushed by the heartbeat); `api.stats` reads the cluster-wide
+totals these counts become (Sidekiq's `Stats`); `api.job_metrics` reads the per-job metrics;
+`web.prometheus` serves both at `/metrics`.
 """
 
 from __future__ import annotations
@@ -52,8 +57,8 @@ class WorkState:
         return len(self._work)
 
 
-class Stats:
-    """Everything one worker process counts."""
+class ProcessCounters:
+    """Everything one worker process counts (not Sidekiq's `Stats`: that is `api.Stats`)."""
 
     def __init__(self) -> None:
         self.processed = Counter()
