@@ -161,5 +161,28 @@ def test_nothing_is_fetched_before_the_first_heartbeat_reaches_redis(config, mon
         r.delete("processes")
         wait_until(lambda: ran(r, "echo") == [["early"]], 10, 0.02, "the job, once the beat is written")
         assert r.sismember("processes", launcher.identity)
+        launcher.stop()
+        assert r.get("stat:processed") == b"1"  # the refused beats wrote their counts once, not again
     finally:
         launcher.stop()
+
+
+def test_a_beat_redis_refuses_in_part_writes_its_counts_once(config, monkeypatch, redis_url, client, r):
+    monkeypatch.setenv("SQ_TEST_REDIS_URL", redis_url)
+    launcher = Launcher(config.replace(heartbeat_interval=0.2, heartbeat_ttl=1.0))
+    launcher.run()
+    try:
+        client.push(echo, ["counted"])
+        wait_until(lambda: ran(r, "echo") == [["counted"]], 10, 0.02, "the job")
+        r.delete("processes")
+        r.set("processes", "not a set")  # the next beats' SADD is refused; the rest of the MULTI runs
+        wait_until(lambda: r.get("stat:processed") == b"1", 10, 0.02, "the count, written by a refused beat")
+        beats = set()
+        wait_until(lambda: beats.add(r.hget(launcher.identity, "beat")) or len(beats) >= 3, 10, 0.02,
+                   "more refused beats")
+        r.delete("processes")
+        wait_until(lambda: r.sismember("processes", launcher.identity), 10, 0.02, "a whole beat again")
+        assert r.get("stat:processed") == b"1"
+    finally:
+        launcher.stop()
+    assert r.get("stat:processed") == b"1"

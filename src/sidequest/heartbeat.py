@@ -62,6 +62,11 @@ def rss_kb() -> int:
     return 0
 
 
+class PartlyWritten(redis.RedisError):
+    """The beat's MULTI ran but Redis refused some of its commands (WRONGTYPE, an ACL): the
+    beat failed, yet its counts were written and must not be given back."""
+
+
 class Heartbeat:
     def __init__(self, config: Config, client: redis.Redis, identity: str, counters: ProcessCounters,
                  version: str, commands: dict[str, Callable[[], None]] | None = None,
@@ -108,11 +113,12 @@ class Heartbeat:
         try:
             self._write(processed, failed, give_back)
         except (redis.RedisError, OSError) as exc:
-            # don't lose the counts: they go out with the next beat that reaches Redis
-            self.counters.processed.incr(processed)
-            self.counters.failed.incr(failed)
-            for undo in give_back:
-                undo()
+            if not isinstance(exc, PartlyWritten):
+                # don't lose the counts: they go out with the next beat that reaches Redis
+                self.counters.processed.incr(processed)
+                self.counters.failed.incr(failed)
+                for undo in give_back:
+                    undo()
             if not self._failing:
                 log.warning("heartbeat failed (%s); past heartbeat_ttl (%.0f s) other processes will "
                             "count this one as dead and recover its jobs", exc, self.config.heartbeat_ttl)
@@ -146,7 +152,11 @@ class Heartbeat:
         })
         pipe.pexpire(keys.process(self.identity), ttl_ms)
         pipe.rpop(keys.signals(self.identity))
-        remote: Any = pipe.execute()[-1]
+        replies = pipe.execute(raise_on_error=False)
+        refused = [reply for reply in replies if isinstance(reply, Exception)]
+        if refused:  # the MULTI ran: the counts are in, only the refused commands are not
+            raise PartlyWritten(f"the heartbeat was refused in part: {refused[0]}")
+        remote: Any = replies[-1]
         if remote:
             name = remote.decode() if isinstance(remote, bytes) else str(remote)
             command = self.commands.get(REMOTE_SIGNALS.get(name.upper(), ""))
