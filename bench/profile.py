@@ -1,11 +1,12 @@
 """Where a sidequest worker spends its time: py-spy samples one worker draining no-op jobs.
 
-    .venv/bin/python bench/profile.py [JOBS] [-c CONCURRENCY] [--pin-cpu] [--all-threads]
+    .venv/bin/python bench/profile.py [JOBS] [-c CONCURRENCY] [--pin-cpu] [--all-threads] [--baseline REF]
 
 The same job and method as `make bench` (the jobs are renamed aside while the worker starts,
 then appear at once). py-spy samples the worker 250 times a second; by default only the thread
 holding the GIL (`--gil`), which is where Python CPU goes. Prints the share of samples by
 function (self, then inclusive) and the worker's CPU time per job split into user and system.
+With --baseline REF, the worker is sidequest as of git commit REF (see harness/baseline.py).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import redis
 
 sys.path.insert(0, os.path.dirname(__file__))
 from common import PrivateRedis
+from harness import baseline
 
 PEERS = Path(__file__).resolve().parent / "peers"
 
@@ -80,20 +82,25 @@ def main() -> None:
     parser.add_argument("--all-threads", action="store_true", help="sample every thread, waiting ones too")
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--pin-cpu", action="store_true", help="run the worker with --pin-cpu")
+    parser.add_argument("--baseline", metavar="REF", help="profile sidequest as of git commit REF instead")
     args = parser.parse_args()
+    path = [str(PEERS)]
+    if args.baseline:
+        path.insert(0, str(baseline.checkout(args.baseline).src))
     spy = shutil.which("py-spy", path=os.path.dirname(sys.executable)) or shutil.which("py-spy")
     if spy is None:
         raise SystemExit("py-spy is not installed: .venv/bin/pip install -e '.[bench]'")
     with PrivateRedis() as server, tempfile.TemporaryDirectory() as tmp:
         r = redis.Redis.from_url(server.url)
-        env = {**os.environ, "PYTHONPATH": str(PEERS), "BENCH_TOTAL": str(args.jobs), "REDIS_URL": server.url,
-               "BENCH_SIDEQUEST_ARGS": "--pin-cpu" if args.pin_cpu else ""}
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(path), "BENCH_TOTAL": str(args.jobs),
+               "REDIS_URL": server.url, "BENCH_SIDEQUEST_ARGS": "--pin-cpu" if args.pin_cpu else ""}
         peer = [sys.executable, str(PEERS / "sidequest_peer.py")]
+        log = Path(tmp) / "worker.log"
         subprocess.run([*peer, "enqueue", "--url", server.url, "--count", str(args.jobs)], env=env, check=True,
                        stdout=subprocess.DEVNULL)
         r.rename("queue:bench", "bench:aside")
         worker = subprocess.Popen([*peer, "worker", "--url", server.url, "--concurrency", str(args.concurrency)],
-                                  env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                  env=env, stdout=subprocess.DEVNULL, stderr=log.open("w"))
         try:
             proc = psutil.Process(worker.pid)
             wait_idle(proc)
@@ -103,11 +110,13 @@ def main() -> None:
                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(1.0)  # py-spy attached
             user0, system0 = cpu_times(proc)
+            r.config_resetstat()
             r.rename("bench:aside", "queue:bench")
             while r.blpop(["bench:last"], timeout=1) is None:
                 if worker.poll() is not None:
                     raise SystemExit("the worker exited")
             user1, system1 = cpu_times(proc)
+            stats = r.info("commandstats")
             sampler.send_signal(signal.SIGINT)
             sampler.wait(30)
         finally:
@@ -115,8 +124,14 @@ def main() -> None:
             worker.wait(30)
         n = args.jobs
         user, system = 1e6 * (user1 - user0) / n, 1e6 * (system1 - system0) / n
+        print("".join(line for line in log.read_text().splitlines(keepends=True) if line.startswith("sidequest_peer:")),
+              end="")
         print(f"worker CPU per job: user {user:.0f} µs, system {system:.0f} µs"
               f" ({n:,} jobs, -c {args.concurrency}; py-spy's sampling adds a little)")
+        calls = {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
+        calls = {name: count for name, count in calls.items() if name not in ("config|resetstat", "rename")}
+        print("Redis commands per job (Lua's inside counted too): "
+              + ", ".join(f"{name} {count / n:.3f}" for name, count in sorted(calls.items(), key=lambda kv: -kv[1])))
         shares(raw, args.top)
 
 

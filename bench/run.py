@@ -3,12 +3,15 @@ one private redis-server, each peer in its own virtualenv and its documented fas
 
     .venv/bin/python bench/run.py [--quick] [--rounds 3] [--jobs 20000] [--peers sidequest,huey]
                                   [--skip-install] [--scheduled-over 30] [--backlog] [--no-extras]
+                                  [--baseline REF] [--ack-jobs 1000]
     .venv/bin/python bench/run.py --report bench/results/latest.json [--to-docs]   (tables, chart, markdown again)
 
 A full run measures every configuration of harness/rows.py in 3 interleaved rounds (about half
 an hour on 2 cores), then runs the older single-purpose benchmarks (bulk_push.py, throughput.py:
 reliable vs basic fetch, tasks.py); --quick is sidequest vs Sidekiq, one short round (about a
-minute). What is measured and how: harness/phases.py; the peers' contract: peers/_peer.py.
+minute). --baseline REF adds, after each sidequest row, the same row run from a checkout of the
+git commit REF (bench/.baseline/<short sha>, see harness/baseline.py): `sidequest@<short sha>`.
+What is measured and how: harness/phases.py; the peers' contract: peers/_peer.py.
 Results: a table here, bench/results/<UTC time>.json and latest.json, the same tables as markdown
 in <UTC time>.md and latest.md, the chart in latest.png/.svg, and for a full run the markdown
 between the bench:begin/end lines of docs/performance.md and the chart as docs/images/bench.png/.svg;
@@ -31,14 +34,15 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import psutil
 from common import PrivateRedis
-from harness import install
+from harness import baseline, install
+from harness.baseline import imported_from, is_under
 from harness.chart import write_chart
 from harness.markdown import DOCS_PAGE, render, update_docs, write_markdown
 from harness.peers import Peer, PhaseError
 from harness.redisops import Counted, ceiling
 from harness.report import print_report, write_json
 from harness.rounds import run_rounds, summarise
-from harness.rows import REFERENCE, RESULTS, Row, Settings, all_rows, quick_rows, select
+from harness.rows import REFERENCE, RESULTS, Row, Settings, all_rows, quick_rows, select, with_baseline
 
 HERE = Path(__file__).resolve().parent
 LEGACY = ["bulk_push.py", "throughput.py", "tasks.py"]
@@ -54,6 +58,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--scheduled-over", type=float, help="seconds the scheduled jobs are spread over (30; quick: 10)")
     p.add_argument("--backlog", nargs="?", type=int, const=1_000_000, metavar="WAITING",
                    help="also: sidequest's throughput for --jobs jobs with WAITING (1,000,000) queued")
+    p.add_argument("--baseline", metavar="REF",
+                   help="also measure sidequest as of git commit REF (a row after each sidequest row)")
+    p.add_argument("--ack-jobs", type=int, metavar="N",
+                   help="jobs of the acknowledgement-window phase, sidequest rows (1,000; quick: 400; 0: skip)")
     p.add_argument("--no-extras", action="store_true", help="skip the older benchmarks after a full run")
     p.add_argument("--report", type=Path,
                    help="print the tables, draw the chart and write latest.md of a results JSON, then stop")
@@ -75,6 +83,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
     s.sched_over = args.scheduled_over or s.sched_over
     s.backlog = args.backlog is not None
     s.backlog_jobs = args.backlog or s.backlog_jobs
+    s.ack_jobs = s.ack_jobs if args.ack_jobs is None else args.ack_jobs
     return s
 
 
@@ -94,7 +103,29 @@ def prepare(rows: list[Row], url: str, skip_install: bool, log_dir: Path) -> tup
             skipped[peer] = lines[0] + (f": {lines[-1].strip()}" if len(lines) > 1 else "")
             pythons.pop(peer, None)
             print(f"  skipping {peer}: {skipped[peer]}", flush=True)
-    return {row.id: Peer(row, pythons[row.peer], url, log_dir) for row in rows if row.peer in pythons}, skipped
+    peers = {row.id: Peer(row, pythons[row.peer], url, log_dir) for row in rows if row.peer in pythons}
+    for peer in [peer for peer in peers.values() if peer.row.src]:  # a baseline row: its checkout shadows ours?
+        found = imported_from(peer.python, peer.env())
+        if not is_under(found.get("from", ""), peer.row.src):
+            skipped[peer.row.id] = f"imports sidequest from {found.get('from') or found}, not {peer.row.src}"
+            print(f"  skipping {peer.row.id}: {skipped[peer.row.id]}", flush=True)
+            del peers[peer.row.id]
+    return peers, skipped
+
+
+def version_key(row: Row) -> str:
+    """The peer's name; `sidequest@<short sha>` for the rows of a baseline."""
+    return f"{row.peer}@{row.id.rsplit('@', 1)[1]}" if row.src else row.peer
+
+
+def versions(peer: Peer) -> dict[str, str]:
+    """What the peer runs; a baseline row's sidequest is the checkout's (its version, and where from)."""
+    if not peer.row.src:
+        return install.versions(peer.row.peer, peer.python)
+    found = imported_from(peer.python, peer.env())
+    found[version_key(peer.row)] = found.pop("sidequest", "?")
+    found["from"] = os.path.relpath(found.get("from", "?"), HERE.parent)
+    return found
 
 
 def machine(counted: Counted) -> dict[str, Any]:
@@ -118,8 +149,7 @@ def measure(args: argparse.Namespace, settings: Settings, rows: list[Row], stamp
         doc: dict[str, Any] = {"started": stamp, "command": sys.argv, "settings": vars(settings).copy(),
                                "machine": machine(counted), "log_dir": str(log_dir.relative_to(HERE.parent)),
                                "skipped": skipped,
-                               "versions": {peer.row.peer: install.versions(peer.row.peer, peer.python)
-                                            for peer in peers.values()}}
+                               "versions": {version_key(peer.row): versions(peer) for peer in peers.values()}}
         print("measuring the Redis ceiling (redis-benchmark)", flush=True)
         doc["ceiling"] = ceiling(counted.r, server.port, settings.ceiling_requests)
         doc["rows"] = [{**vars(p.row), "label": p.row.label} for p in peers.values()]
@@ -153,6 +183,9 @@ def main(argv: list[str] | None = None) -> None:
     settings = settings_from(args)
     cores = settings.cores
     rows = select(quick_rows(cores) if args.quick else all_rows(cores), args.peers)
+    if args.baseline:
+        base = baseline.checkout(args.baseline)
+        rows = with_baseline(rows, base.short, base.src, args.baseline)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     began = time.monotonic()
     doc = measure(args, settings, rows, stamp)

@@ -6,7 +6,9 @@ Modules, in the order a run uses them:
   peers     driving a peer's command line (bench/peers/<peer>_peer.py, contract in _peer.py)
   tree      a worker's process tree: CPU time, RSS, idleness, stopping it with nothing left
   redisops  the harness's own Redis commands (counted), INFO commandstats, redis-benchmark
+  baseline  --baseline REF: a git worktree of an older sidequest, whose rows import it first
   phases    one configuration's measurements in one round
+  ackwindow (a phase of sidequest rows) how long finished jobs stay in Redis before acknowledged
   rounds    interleaved rounds, medians, ratios to Sidekiq of the same round
   report    the terminal tables (their text shared with markdown) and the JSON file
   chart     the PNG/SVG chart of the key figures

@@ -12,7 +12,7 @@ from .rows import BENCH, FIGURE, REFERENCE, RESULTS, TIMES
 
 PANELS = ["throughput", "cpu_us_per_job", "bulk_enqueue", "latency_p50_ms", "commands_besides_job", "idle_rss_mb"]
 DOCS = BENCH.parent / "docs" / "images"
-COLORS = {"sidekiq": "#b5332e", "sidequest": "#2f6db5"}
+COLORS = {"sidekiq": "#b5332e", "sidequest": "#2f6db5", "baseline": "#93b5e1"}  # baseline: a --baseline row
 
 
 def bar_label(doc: dict[str, Any], row_id: str, key: str, value: float) -> str:
@@ -27,7 +27,8 @@ def panel(ax: Any, doc: dict[str, Any], key: str) -> None:
     rows = [row for row in doc["rows"] if doc["medians"].get(row["id"], {}).get(key) is not None]
     values = [doc["medians"][row["id"]][key] for row in rows]
     y = range(len(rows))
-    ax.barh(list(y), values, color=[COLORS.get(row["peer"], "#8c8c8c") for row in rows])
+    colors = [COLORS.get("baseline" if row.get("src") else row["peer"], "#8c8c8c") for row in rows]
+    ax.barh(list(y), values, color=colors)
     ax.set_yticks(list(y), [row["label"] for row in rows], fontsize=8)
     ax.invert_yaxis()
     better = "higher is better" if figure.higher_is_better else "lower is better"

@@ -48,12 +48,12 @@ def md_cell(doc: dict[str, Any], row_id: str, key: str) -> str:
     return f"{text} {ratio}" if ratio != "n/a" else f"{text} {TIMES}n/a"
 
 
-def md_table(doc: dict[str, Any], title: str, keys: list[str], extra: list[Extra]) -> str:
+def md_table(doc: dict[str, Any], title: str, keys: list[str], extra: list[Extra], rows: list[dict[str, Any]]) -> str:
     headings = [report.heading(key) for key in keys] + [lines for lines, _ in extra]
     lines = [f"**{esc(title)}**", "",
              "| configuration | " + " | ".join(f"{label}<br>{unit}" for label, unit in headings) + " |",
              "|:--|" + "--:|" * len(headings)]
-    for i, row in enumerate(doc["rows"]):
+    for i, row in enumerate(rows):
         cells = [md_cell(doc, row["id"], key) for key in keys] + [cells[i] or "n/a" for _, cells in extra]
         lines.append(f"| {esc(row['label'])} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -71,7 +71,8 @@ def render(doc: dict[str, Any]) -> str:
     if line := report.ceiling_line(doc):
         blocks.append(f"{esc(line)}. {report.LOAD_HEADING[0]} (first table): each row's jobs/s {TIMES} Redis "
                       "commands per job, as a share of that INCR ceiling.")
-    goals = report.backlog_lines(doc) + report.goal_lines(doc, lambda met: "met" if met else "missed")
+    goals = [*report.baseline_lines(doc), *report.backlog_lines(doc),
+             *report.goal_lines(doc, lambda met: "met" if met else "missed")]
     blocks.append(bullets([esc(line) for line in goals]))
     if found := report.problems(doc):
         lines = [f"{kind} {esc(text)}" for kind, text, _ in found]

@@ -36,8 +36,9 @@ class Peer:
     url: str
     log_dir: Path
 
-    def env(self, total: int) -> dict[str, str]:
-        return {**os.environ, "PYTHONPATH": str(PEERS_DIR), "BENCH_TOTAL": str(total), "REDIS_URL": self.url,
+    def env(self, total: int = 0) -> dict[str, str]:
+        path = os.pathsep.join([*([self.row.src] if self.row.src else []), str(PEERS_DIR)])
+        return {**os.environ, "PYTHONPATH": path, "BENCH_TOTAL": str(total), "REDIS_URL": self.url,
                 **dict(self.row.env)}
 
     def argv(self, command: str, *extra: str) -> list[str]:

@@ -12,6 +12,8 @@ keys, such as Celery's queue bindings, must stay):
                time (after 3 discarded), then
   schedule     the lateness (start - due) of jobs scheduled at even steps over S seconds.
   single       with the worker stopped: enqueue a smaller number of jobs one call each (jobs/s).
+  ack window   (sidequest rows) the same worker again: how long finished jobs stay in Redis
+               before they are acknowledged, p50/p99/max (harness/ackwindow.py).
   backlog      (--backlog, sidequest only) the throughput of the first N jobs with 1,000,000
                waiting, against the same round's throughput with N waiting.
 
@@ -29,6 +31,8 @@ from typing import Any
 import psutil
 import redis
 
+from . import ackwindow
+from .baseline import BASELINES, is_under
 from .peers import Peer, PhaseError
 from .redisops import COUNT, FIRST, STAMPS, Counted, collect_stamps
 from .rows import Settings
@@ -101,6 +105,8 @@ def with_worker(ctx: Context) -> None:
     guarded(ctx, "throughput", lambda: keys.extend(stage(ctx)))
     with worker(ctx, ctx.settings.jobs, "worker") as tree:
         wait_idle(ctx, tree, "worker start")
+        if ctx.peer.row.peer == "sidequest":
+            check_source(ctx)
         idle = tree.idle_memory()
         ctx.figures["idle_rss_mb"] = sum(p["rss_mb"] for p in idle)
         ctx.figures["idle_rss_max_mb"] = max((p["rss_mb"] for p in idle), default=None)
@@ -111,6 +117,22 @@ def with_worker(ctx: Context) -> None:
             wait_idle(ctx, tree, "after the throughput run")
         guarded(ctx, "latency", lambda: latency(ctx))
         guarded(ctx, "schedule", lambda: schedule(ctx, tree))
+        if ctx.peer.row.peer == "sidequest" and ctx.settings.ack_jobs:
+            guarded(ctx, "ack window", lambda: ack_window(ctx, tree))
+
+
+def check_source(ctx: Context) -> None:
+    """Which sidequest the worker's processes imported (the peer file logs it): a baseline row's
+    checkout, or the working tree's for the others; a note when not."""
+    marker = "sidequest_peer: sidequest "
+    text = ctx.peer.log(ctx.name("worker")).read_text(errors="replace")
+    found = sorted({line.split(" from ", 1)[-1].strip() for line in text.splitlines() if line.startswith(marker)})
+    ctx.details["sidequest_from"] = found
+    src = ctx.peer.row.src
+    wrong = [path for path in found if (not is_under(path, src) if src else is_under(path, str(BASELINES)))]
+    if wrong or not found:
+        ctx.notes.append(f"worker start: the worker imported sidequest from {', '.join(found) or '(not logged)'}, "
+                         f"expected {src or 'the working tree'}")
 
 
 def window(ctx: Context, tree: Tree, keys: list[str], n: int) -> None:
@@ -177,6 +199,30 @@ def schedule(ctx: Context, tree: Tree) -> None:
     ctx.details.update({"sched_ran": len(stamps), "sched_missing": count - len(stamps), "sched_min_s": min(late)})
     if len(stamps) < count:
         ctx.notes.append(f"schedule: only {len(stamps)} of {count} scheduled jobs ran in time")
+
+
+def ack_window(ctx: Context, tree: Tree) -> None:
+    s = ctx.settings
+    found = ackwindow.measure(ctx.r, tree, s.ack_jobs, s.ack_interval, seed=ctx.round)
+    stays: list[ackwindow.Stay] = found["stays"]
+    if not stays:
+        raise PhaseError("no probe job ended")
+    ms = [stay.seconds * 1000 for stay in stays]
+    ctx.figures.update({"ack_p50_ms": percentile(ms, 50), "ack_p99_ms": percentile(ms, 99), "ack_max_ms": max(ms)})
+    gaps = [gap * 1000 for gap in found["gaps"]] or [0.0]
+    batch = [stay.seconds * 1000 for stay in stays if stay.batch]
+    alone = [stay.seconds * 1000 for stay in stays if not stay.batch]  # acknowledged at once: the floor
+    ctx.details.update({
+        "ack_jobs": len(stays), "ack_held_after_end": sum(stay.held_after_end for stay in stays),
+        "ack_unacknowledged": sum(not stay.acknowledged for stay in stays), "ack_batch_jobs": len(batch),
+        "ack_batch_p99_ms": percentile(batch, 99) if batch else None,
+        "ack_alone_p99_ms": percentile(alone, 99) if alone else None,
+        "ack_resolution_p50_ms": percentile(gaps, 50), "ack_resolution_p99_ms": percentile(gaps, 99),
+        "ack_snapshots": len(gaps) + 1, "ack_seconds": found["seconds"],
+    })
+    if unacknowledged := ctx.details["ack_unacknowledged"]:
+        ctx.notes.append(f"ack window: {unacknowledged} finished job(s) still in Redis {ackwindow.LINGER_CAP:.0f} s "
+                         "after the last one ended")
 
 
 def backlog(ctx: Context) -> None:

@@ -14,14 +14,21 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
+from rich.table import Table as RichTable
 
+from .rounds import median, ratios_in_rounds
 from .rows import FIGURE, REFERENCE, RESULTS, TIMES
 
 THROUGHPUT_COLUMNS = ["throughput", "bulk_enqueue", "single_enqueue", "cpu_us_per_job", "redis_cpu_us_per_job",
                       "commands_per_job", "commands_besides_job"]
 LATENCY_COLUMNS = ["latency_p50_ms", "latency_p99_ms", "sched_p50_s", "sched_p99_s", "sched_max_s",
                    "peak_rss_mb", "idle_rss_mb", "idle_rss_max_mb"]
+ACK_COLUMNS = ["ack_p50_ms", "ack_p99_ms", "ack_max_ms"]
+ACK_EXTRA = [(("batch-list jobs", "of them"), "ack_batch_jobs", 0),
+             (("batch-list jobs", "stay p99 ms"), "ack_batch_p99_ms", 2),
+             (("jobs taken alone", "stay p99 ms"), "ack_alone_p99_ms", 2),
+             (("resolution", "p50 ms"), "ack_resolution_p50_ms", 2)]
+BASELINE_FIGURES = ["throughput", "cpu_us_per_job", "redis_cpu_us_per_job", "commands_per_job", "latency_p50_ms"]
 IDLE_RSS_GOAL_MB = 40
 LOAD_HEADING = ("Redis load", "% INCR ceiling")
 
@@ -40,8 +47,8 @@ def cell_parts(doc: dict[str, Any], row_id: str, key: str) -> tuple[str, str | N
     if value is None:
         return None
     text = f"{value:,.{FIGURE[key].digits}f}"
-    if row_id == REFERENCE or REFERENCE not in doc["medians"]:
-        return text, None
+    if row_id == REFERENCE or doc["medians"].get(REFERENCE, {}).get(key) is None:
+        return text, None  # no ratio where the reference has no such figure (the ack window)
     ratio = doc["ratios"].get(row_id, {}).get(key)
     return text, f"{TIMES}{ratio_text(ratio)}" if ratio is not None else "n/a"
 
@@ -51,12 +58,38 @@ def heading(key: str) -> tuple[str, str]:
     return figure.label, f"{figure.unit} {'↑' if figure.higher_is_better else '↓'}"
 
 
-def tables(doc: dict[str, Any]) -> list[tuple[str, list[str], list[Extra]]]:
-    """The two tables: (title, figure keys, extra columns)."""
+Table = tuple[str, list[str], list[Extra], list[dict[str, Any]]]  # title, figure keys, extra columns, rows
+
+
+def tables(doc: dict[str, Any]) -> list[Table]:
+    """The two tables of every row, and the acknowledgement window's of the rows that measured it."""
     s = doc["settings"]
-    return [("Throughput and cost", THROUGHPUT_COLUMNS, [(LOAD_HEADING, ceiling_share(doc))]),
-            (f"Latency (idle worker), scheduled lateness ({s['sched_count']} jobs over {s['sched_over']:.0f} s), "
-             "memory", LATENCY_COLUMNS, [])]
+    found: list[Table] = [
+        ("Throughput and cost", THROUGHPUT_COLUMNS, [(LOAD_HEADING, ceiling_share(doc))], doc["rows"]),
+        (f"Latency (idle worker), scheduled lateness ({s['sched_count']} jobs over {s['sched_over']:.0f} s), "
+         "memory", LATENCY_COLUMNS, [], doc["rows"])]
+    acked = [row for row in doc["rows"] if any(doc["medians"].get(row["id"], {}).get(key) is not None
+                                               for key in ACK_COLUMNS)]
+    if acked:
+        found.append((f"Acknowledgement window: how long a job stays in Redis after it finished ({s.get('ack_jobs')} "
+                      "jobs of 0 or 50 ms in bursts; an upper bound, see docs/performance.md)",
+                      ACK_COLUMNS, ack_extra(doc, acked), acked))
+    return found
+
+
+def ack_extra(doc: dict[str, Any], rows: list[dict[str, Any]]) -> list[Extra]:
+    """Medians over rounds of the ack window's details: the jobs taken through the batch list (how
+    many, p99), the p99 of those a processor took alone (acknowledged at once by every version:
+    the floor the machine sets), and the gap between two snapshots."""
+    columns: list[Extra] = []
+    for lines, key, digits in ACK_EXTRA:
+        cells: list[str | None] = []
+        for row in rows:
+            found = median([r["results"][row["id"]]["details"][key] for r in doc["rounds"]
+                            if r["results"].get(row["id"], {}).get("details", {}).get(key) is not None])
+            cells.append(None if found is None else f"{found:,.{digits}f}")
+        columns.append((lines, cells))
+    return columns
 
 
 def setup_text(doc: dict[str, Any]) -> str:
@@ -105,6 +138,26 @@ def backlog_lines(doc: dict[str, Any]) -> list[str]:
     return found
 
 
+def baseline_lines(doc: dict[str, Any]) -> list[str]:
+    """Each row against its baseline row, same round: the median of the per-round ratios."""
+    found = []
+    labels = {row["id"]: row["label"] for row in doc["rows"]}
+    for row in doc["rows"]:
+        mine = row.get("baseline_of")
+        if not mine or mine not in labels:
+            continue
+        parts = []
+        for key in BASELINE_FIGURES:
+            ratios = ratios_in_rounds(doc["rounds"], mine, key, row["id"])
+            if ratios:
+                each = ", ".join(ratio_text(r) for r in ratios)
+                parts.append(f"{FIGURE[key].label} {TIMES}{ratio_text(median(ratios) or 0)}"
+                             + (f" ({each})" if len(ratios) > 1 else ""))
+        if parts:
+            found.append(f"{labels[mine]} / {row['label']}, same round: {'; '.join(parts)}")
+    return found
+
+
 def goal_lines(doc: dict[str, Any], mark: Callable[[bool], str]) -> list[str]:
     """The idle-RSS goal of each sidequest row; `mark(met)` renders "met"/"missed"."""
     found = []
@@ -145,15 +198,16 @@ def cell(doc: dict[str, Any], row_id: str, key: str) -> str:
     return f"{text} [cyan]{ratio}[/]" if ratio != "n/a" else f"{text} [dim]{TIMES}n/a[/]"
 
 
-def table(doc: dict[str, Any], title: str, keys: list[str], extra: list[Extra]) -> Table:
+def table(doc: dict[str, Any], title: str, keys: list[str], extra: list[Extra],
+          rows: list[dict[str, Any]]) -> RichTable:
     """One table: a row per configuration, a column per figure, then the `extra` columns."""
-    t = Table(title=title, title_justify="left", header_style="bold")
+    t = RichTable(title=title, title_justify="left", header_style="bold")
     t.add_column("configuration", no_wrap=True)
     for key in keys:
         t.add_column("\n".join(heading(key)), justify="right")
     for lines, _ in extra:
         t.add_column("\n".join(lines), justify="right")
-    for i, row in enumerate(doc["rows"]):
+    for i, row in enumerate(rows):
         t.add_row(row["label"], *(cell(doc, row["id"], key) for key in keys),
                   *(cells[i] or "[dim]n/a[/]" for _, cells in extra))
     return t
@@ -164,12 +218,12 @@ def print_report(doc: dict[str, Any]) -> None:
     out.print()
     out.print(f"[bold]sidequest benchmark[/] {doc['started']}  {setup_text(doc)}; {TIMES}: ratio to {REFERENCE}, "
               "same round; ↑ higher is better, ↓ lower")
-    for title, keys, extra in tables(doc):
-        out.print(table(doc, title, keys, extra))
+    for title, keys, extra, rows in tables(doc):
+        out.print(table(doc, title, keys, extra, rows))
     for row in doc["rows"]:
         out.print(f"[dim]{row['label']}: {row['note']}[/]", highlight=False)
     out.print(versions_line(doc), highlight=False)
-    for line in [ceiling_line(doc), *backlog_lines(doc)]:
+    for line in [ceiling_line(doc), *baseline_lines(doc), *backlog_lines(doc)]:
         if line:
             out.print(line)
     for line in goal_lines(doc, lambda met: "[green]met[/]" if met else "[red]missed[/]"):

@@ -55,11 +55,12 @@ def values(rounds: list[dict[str, Any]], row_id: str, key: str) -> list[float]:
     return [v for v in found if v is not None]
 
 
-def ratios_in_rounds(rounds: list[dict[str, Any]], row_id: str, key: str) -> list[float]:
+def ratios_in_rounds(rounds: list[dict[str, Any]], row_id: str, key: str, reference: str = REFERENCE) -> list[float]:
+    """row_id's figure / the reference row's, in each round that measured both."""
     found = []
     for rnd in rounds:
         mine = rnd["results"].get(row_id, {}).get("figures", {}).get(key)
-        ref = rnd["results"].get(REFERENCE, {}).get("figures", {}).get(key)
+        ref = rnd["results"].get(reference, {}).get("figures", {}).get(key)
         if mine is not None and ref:
             found.append(mine / ref)
     return found

@@ -4,7 +4,7 @@ concurrency), the figures reported for each, and the settings of a full or a qui
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent.parent
@@ -20,7 +20,9 @@ PYTHON_PEERS = ["huey", "dramatiq", "rq", "celery", "taskiq", "arq", "saq"]
 class Row:
     """One configuration: peer file `bench/peers/<peer>_peer.py`, `--processes`, `--concurrency`, and
     `env`, (name, value) pairs added to the environment of all its commands (harness/peers.py: the
-    worker's processes and the client commands, enqueue included)."""
+    worker's processes and the client commands, enqueue included). A baseline row (`--baseline`)
+    runs the same peer file with `src`, an older checkout's source, first on PYTHONPATH, and names
+    the row it is the baseline of in `baseline_of`."""
 
     id: str
     peer: str
@@ -28,6 +30,8 @@ class Row:
     concurrency: int = CONCURRENCY
     env: tuple[tuple[str, str], ...] = ()
     note: str = ""
+    src: str = ""
+    baseline_of: str = ""
 
     @property
     def label(self) -> str:
@@ -70,6 +74,18 @@ def select(rows: list[Row], wanted: str | None) -> list[Row]:
     return [row for row in rows if row.id == REFERENCE or row.id in names or row.peer in names]
 
 
+def with_baseline(rows: list[Row], short: str, src: Path, ref: str) -> list[Row]:
+    """Each sidequest row followed by the same configuration run from `src` (the checkout of `ref`,
+    commit `short`): `<id>@<short>`, measured next to its row in every round."""
+    found = []
+    for row in rows:
+        found.append(row)
+        if row.peer == "sidequest" and not row.src:
+            found.append(replace(row, id=f"{row.id}@{short}", src=str(src), baseline_of=row.id,
+                                 note=f"{row.note}; sidequest as of {ref}{f' ({short})' if ref != short else ''}"))
+    return found
+
+
 @dataclass(frozen=True)
 class Figure:
     key: str
@@ -97,6 +113,9 @@ FIGURES = [
     Figure("idle_rss_max_mb", "idle RSS/proc max", "MB", False, 1),
     Figure("backlog_jobs_per_s", "throughput, 1M waiting", "jobs/s", True),
     Figure("backlog_ratio", "backlog / no backlog", "ratio", True, 3),
+    Figure("ack_p50_ms", "stay after end p50", "ms", False, 2),
+    Figure("ack_p99_ms", "stay after end p99", "ms", False, 2),
+    Figure("ack_max_ms", "stay after end max", "ms", False, 2),
 ]
 FIGURE = {figure.key: figure for figure in FIGURES}
 
@@ -113,6 +132,8 @@ class Settings:
     sched_over: float = 30.0
     backlog: bool = False
     backlog_jobs: int = 1_000_000
+    ack_jobs: int = 1_000  # jobs of the acknowledgement-window phase (sidequest rows; 0: skipped)
+    ack_interval: float = 0.0005  # s between two of its snapshots (plus the call itself)
     ceiling_requests: int = 200_000
     quick: bool = False
     cores: int = field(default_factory=lambda: os.cpu_count() or 1)
@@ -122,6 +143,7 @@ class Settings:
     def quicken(self) -> None:
         self.rounds, self.jobs, self.single_jobs = 1, 10_000, 2_000
         self.latency_count, self.sched_count, self.sched_over = 50, 200, 10.0
+        self.ack_jobs = 400
         self.ceiling_requests, self.quick = 20_000, True
 
     @property

@@ -5,6 +5,10 @@ Fast configuration: reliable fetch (the default), logging at WARNING, `--process
 Redis (as the Ruby job uses Sidekiq.redis); with BENCH_PLAIN_REDIS=1 in the environment, through
 a stock `redis.Redis.from_url(REDIS_URL)` instead (the harness's transparency row).
 BENCH_SIDEQUEST_ARGS adds worker flags (the harness's `--pin-cpu` row).
+
+Every process that imports this file says on stderr which sidequest it imported (a baseline row,
+`--baseline`, puts an older checkout first on PYTHONPATH; harness/phases.py checks the worker's
+log). `BenchAckProbe` is the acknowledgement-window phase's job (harness/ackwindow.py).
 """
 # python: main
 
@@ -12,6 +16,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 import _peer
 import redis
@@ -19,6 +24,9 @@ import redis
 import sidequest
 
 LIMIT = _peer.total()
+ACK_ENDS = "bench:ack:ends"  # hash: probe job number -> the time its body ended (harness/ackwindow.py)
+print(f"sidequest_peer: sidequest {sidequest.__version__} from {os.path.dirname(sidequest.__file__)}",
+      file=sys.stderr, flush=True)
 PLAIN = redis.Redis.from_url(os.environ["REDIS_URL"]) if os.environ.get("BENCH_PLAIN_REDIS") == "1" else None
 
 
@@ -30,6 +38,14 @@ def noop(i: int) -> None:
 @sidequest.job(name="BenchStamp", queue=_peer.QUEUE)
 def stamp(sent: float) -> None:
     _peer.stamp_body(sidequest.redis(), sent)
+
+
+@sidequest.job(name="BenchAckProbe", queue=_peer.QUEUE)
+def ack_probe(i: int, seconds: float) -> None:
+    """Sleep `seconds`, then record when the body ended, as its last act."""
+    if seconds:
+        time.sleep(seconds)
+    sidequest.redis().hset(ACK_ENDS, str(i), repr(time.time()))
 
 
 def worker(url: str, processes: int, concurrency: int) -> list[str]:
@@ -63,7 +79,14 @@ def schedule(url: str, due: list[float]) -> None:
         stamp.perform_at(at, at)
 
 
-if __name__ == "__main__":
+def worker_env(url: str) -> dict[str, str]:
+    """This directory on the worker's PYTHONPATH (for `-r sidequest_peer`), after what is there
+    already: a baseline row's checkout stays first."""
     here = os.path.dirname(os.path.abspath(__file__))
+    path = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return {"REDIS_URL": url, "PYTHONPATH": os.pathsep.join([*path, here])}
+
+
+if __name__ == "__main__":
     _peer.main(worker=worker, staged_keys=lambda url: [f"queue:{_peer.QUEUE}"], enqueue=enqueue,
-               push_stamp=push_stamp, schedule=schedule, env=lambda url: {"REDIS_URL": url, "PYTHONPATH": here})
+               push_stamp=push_stamp, schedule=schedule, env=worker_env)
