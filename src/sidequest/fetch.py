@@ -199,7 +199,9 @@ class Hub:
         # the acknowledger: a thread that sends the successes no RESERVE carried within the window
         self._ack_wake = threading.Event()  # set by the first success of a window
         self._ack_full = threading.Event()  # set once ACK_BATCH successes wait
-        self._ack_pending = False  # a window is open: the acknowledger was woken for it
+        self._ack_pending = False  # a window is open: successes wait that no call has carried
+        self._ack_opened = 0.0  # when it opened (monotonic)
+        self._ack_idle = True  # the acknowledger sleeps on `_ack_wake` (nothing waits)
         self._ack_thread: threading.Thread | None = None
         self._ack_start = threading.Lock()
         self._closed = threading.Event()
@@ -217,6 +219,7 @@ class Hub:
                 self._waiters.append(waiter)
             else:
                 self._fetching = True
+                self._ack_pending = False  # this call carries the successes so far: a later one opens a window
                 want, acks = 1 + len(self._waiters), self._drain()
                 suspect, known = self._suspect, (Counter(self._known) if self._suspect else None)
         if waits:
@@ -287,9 +290,11 @@ class Hub:
         acks.append((raw, ops))  # deque appends and pops are atomic: no lock on every job's path
         if len(acks) >= ACK_BATCH:
             self._ack_full.set()
-        if not self._ack_pending:  # the first of a window wakes the acknowledger
+        if not self._ack_pending:  # the first success since the last call opens a window
+            self._ack_opened = time.monotonic()
             self._ack_pending = True
-            self._ack_wake.set()
+            if self._ack_idle:
+                self._ack_wake.set()
 
     def _start_acknowledger(self, client: redis.Redis) -> None:
         with self._ack_start:
@@ -299,18 +304,34 @@ class Hub:
                 self._ack_thread.start()
 
     def _acknowledger(self, lane: Lane) -> None:
-        """Each window: wake on its first success, wait the window out (or until the batch is
-        full), then send what no RESERVE took meanwhile. A Redis error keeps the successes for
-        the next attempt, after a back-off (their reserved copies make them safe meanwhile)."""
+        """Send the successes that no call carried within their window.
+
+        A window opens with the first success after the last call that carried successes (a
+        RESERVE or this thread's own), and it is sent once the window has passed, or at once
+        when ACK_BATCH wait. A RESERVE that leaves meanwhile carries them and closes the window,
+        so while processors fetch often this thread makes no call at all. It sleeps on an event
+        only when nothing waits (`_ack_idle`), so a success costs no wake-up while it works. A
+        Redis error keeps the successes for the next attempt, after a back-off (their reserved
+        copies keep them safe meanwhile)."""
         delay, failing = ACK_BACKOFF_START, False
         try:
             while not self._closed.is_set():
-                if not self._ack_wake.wait(1.0):  # bounded: a close is noticed within a second
+                if not (self._ack_pending or self._acks):
+                    self._ack_full.clear()
+                    self._ack_idle = True
+                    if not (self._ack_pending or self._acks):  # again: a success may have come meanwhile
+                        self._ack_wake.wait(1.0)  # bounded: a close is noticed within a second
+                    self._ack_wake.clear()
+                    self._ack_idle = False
                     continue
-                self._ack_wake.clear()
-                self._ack_full.wait(self.ack_window)
+                if self._ack_pending:
+                    due = self._ack_opened + self.ack_window
+                    left = due - time.monotonic()
+                    if left > 0 and not self._ack_full.is_set():
+                        self._ack_full.wait(left)
+                        continue  # look again: a call may have carried them, or a new window opened
                 self._ack_full.clear()
-                self._ack_pending = False  # before draining: a success added after this wakes us again
+                self._ack_pending = False  # before draining: a success added after this opens a window
                 try:
                     self.flush(lane)
                 except (redis.RedisError, OSError) as exc:
@@ -318,8 +339,6 @@ class Hub:
                         log.warning("acknowledging finished jobs failed (%s: %s); they stay reserved and "
                                     "are sent again with back-off", type(exc).__name__, exc)
                     failing = True
-                    self._ack_pending = True
-                    self._ack_wake.set()
                     self._closed.wait(delay)
                     delay = min(delay * 2, ACK_BACKOFF_MAX)
                     continue
