@@ -360,7 +360,7 @@ def test_a_paused_worker_loses_its_jobs_to_recovery_and_resumes_cleanly(procs, r
     wait_until(lambda: not r.exists(ident_a), 10, 0.05, "a's heartbeat hash to expire")
     wait_until(lambda: [n for n, pid in ran(r, "work-start") if pid == b.pid], 10, 0.05,
                "b to run a recovered job")
-    assert not reserved(r, ident_a)
+    wait_until(lambda: not reserved(r, ident_a), 10, 0.05, "recovery to take all three of a's jobs")
     recovered = [json.loads(x) for x in reserved(r, ident_b) + r.lrange("queue:default", 0, -1)]
     assert sorted(p["args"][0] for p in recovered) == [0, 1, 2]
     assert all(p["recovery_count"] == 1 for p in recovered)
