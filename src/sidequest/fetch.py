@@ -197,7 +197,10 @@ class Hub:
         self._fetching = False
         self._suspect = False  # a reply was lost: the list may hold a job no one knows of
         # the acknowledger: a thread that sends the successes no RESERVE carried within the window
-        self._ack_wake = threading.Event()  # set by the first success of a window
+        # released to wake the idle acknowledger (a bare lock: releasing it is one C call, where
+        # Event.set takes a condition's lock and notifies, on the path of every window's first job)
+        self._ack_wake = threading.Lock()
+        self._ack_wake.acquire()
         self._ack_full = threading.Event()  # set once ACK_BATCH successes wait
         self._ack_pending = False  # a window is open: successes wait that no call has carried
         self._ack_opened = 0.0  # when it opened (monotonic)
@@ -294,7 +297,13 @@ class Hub:
             self._ack_opened = time.monotonic()
             self._ack_pending = True
             if self._ack_idle:
-                self._ack_wake.set()
+                self._wake_acknowledger()
+
+    def _wake_acknowledger(self) -> None:
+        try:
+            self._ack_wake.release()
+        except RuntimeError:  # released already: it is waking
+            pass
 
     def _start_acknowledger(self, client: redis.Redis) -> None:
         with self._ack_start:
@@ -320,8 +329,7 @@ class Hub:
                     self._ack_full.clear()
                     self._ack_idle = True
                     if not (self._ack_pending or self._acks):  # again: a success may have come meanwhile
-                        self._ack_wake.wait(1.0)  # bounded: a close is noticed within a second
-                    self._ack_wake.clear()
+                        self._ack_wake.acquire(timeout=1.0)  # bounded: a close is noticed within a second
                     self._ack_idle = False
                     continue
                 if self._ack_pending:
@@ -351,7 +359,7 @@ class Hub:
     def close(self, lane: Lane | None = None) -> None:
         """Stop the acknowledger; what it had not sent yet is sent now (on `lane`, if given)."""
         self._closed.set()
-        self._ack_wake.set()
+        self._wake_acknowledger()
         thread = self._ack_thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(5)
