@@ -271,32 +271,51 @@ def test_top_redraws_in_a_terminal_until_ctrl_c_then_exits_0(redis_url):
     import os
     import pty
     import select
+    import signal
     import time
 
     pid, fd = pty.fork()
     if pid == 0:  # the child: `sidequest top` on a terminal
-        os.execve(PYTHON, [PYTHON, "-m", "sidequest.cli", "top", "--interval", "0.3"],
-                  python_env(REDIS_URL=redis_url, COLUMNS="160", LINES="50"))
+        try:
+            os.execve(PYTHON, [PYTHON, "-m", "sidequest.cli", "top", "--interval", "0.3"],
+                      python_env(REDIS_URL=redis_url, COLUMNS="160", LINES="50"))
+        finally:
+            os._exit(127)  # never back into the test runner's code in a forked copy of it
     output = b""
+    closed = False
+    status: int | None = None
 
-    def read_for(seconds: float) -> None:
-        nonlocal output
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
+    def read_until(done, timeout: float, what: str) -> str:
+        """Read the terminal until `done(text)` holds; fail with what it showed at the deadline."""
+        nonlocal output, closed
+        deadline = time.monotonic() + timeout
+        while not done(output.decode("utf-8", "replace")):
+            assert not closed and time.monotonic() < deadline, \
+                f"no {what} after {timeout} s; the terminal showed:\n{output.decode('utf-8', 'replace')}"
             if select.select([fd], [], [], 0.1)[0]:
                 try:
                     chunk = os.read(fd, 65536)
                 except OSError:  # the child closed the terminal
-                    return
-                if not chunk:
-                    return
+                    chunk = b""
+                closed = not chunk
                 output += chunk
+        return output.decode("utf-8", "replace")
 
-    read_for(3)
-    os.write(fd, b"\x03")  # Ctrl-C, as the terminal sends it
-    read_for(5)
-    _, status = os.waitpid(pid, 0)
-    os.close(fd)
-    text = output.decode("utf-8", "replace")
+    def reaped() -> tuple[int] | None:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        return (status,) if done else None
+
+    try:
+        # Ctrl-C only once frames show: sent earlier, it could reach a child that has not yet
+        # made the terminal its own (lost) or is still importing (a traceback, not a clean exit).
+        read_until(lambda text: text.count("sidequest top") >= 3, 60, "three frames")
+        os.write(fd, b"\x03")  # Ctrl-C, as the terminal sends it
+        text = read_until(lambda _: closed, 60, "exit after Ctrl-C")
+        [status] = wait_until(reaped, 30, 0.05, "sidequest top to exit")
+    finally:
+        if status is None:  # it did not exit: do not leave it running
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        os.close(fd)
     assert os.waitstatus_to_exitcode(status) == 0 and "Traceback" not in text
     assert text.count("sidequest top") >= 3 and "\x1b[1A\x1b[2K" in text  # redrawn in place: cursor up, erase
