@@ -86,3 +86,21 @@ def eventually_empty(r, key: str, timeout: float = 10.0) -> None:
 
 def now() -> float:
     return time.time()
+
+
+def pause_seen(launcher, queue: str, timeout: float = 15.0) -> None:
+    """Wait until the processors of `launcher` (in this process) leave `queue` out of their
+    fetches: they share one view of the paused set, read again at most once a second."""
+    wait_until(lambda: queue in launcher.paused.names(), timeout, 0.05, f"the worker to see {queue} paused")
+
+
+def push_fillers(client, queue: str, concurrency: int) -> None:
+    """Queue jobs ahead of one a test means to stay untouched while `queue` is paused.
+
+    Once the pause is seen, a fetch that began before it may still end with a job of the queue:
+    each of the `concurrency` processors has at most one such fetch, and a fetch takes at most one
+    job per processor. The fillers (oldest first) are all such fetches can reach.
+    """
+    from jobs_for_tests import echo
+
+    client.push_bulk(echo, [["filler"]] * concurrency**2, queue=queue)

@@ -9,7 +9,7 @@ from datetime import date
 
 import pytest
 from conftest import ROOT, wait_until
-from helpers import queue_items, ran
+from helpers import pause_seen, push_fillers, queue_items, ran
 from jobs_for_tests import blocker, echo, work
 
 import sidequest
@@ -151,15 +151,16 @@ def test_pause_unpause_and_paused(fixed, r):
 
 
 def test_a_paused_queue_is_skipped_by_a_running_worker(start, client, r):
-    start(concurrency=2)
+    launcher = start(concurrency=2)
     queue = Queue("default", client)
     queue.pause()
-    time.sleep(1.2)  # every worker reads the paused set at most a second apart
-    client.push(echo, ["while paused"])
-    time.sleep(1.5)
-    assert ran(r, "echo") == [] and queue.size == 1
+    pause_seen(launcher, "default")  # every worker reads the paused set at most a second apart
+    push_fillers(client, "default", 2)
+    jid = client.push(echo, ["while paused"])
+    time.sleep(1.5)  # give a worker the chance to take it, if it were going to
+    assert ["while paused"] not in ran(r, "echo") and queue.find_job(jid) is not None
     queue.unpause()
-    wait_until(lambda: ran(r, "echo") == [["while paused"]], 5, message="the job after unpause")
+    wait_until(lambda: ["while paused"] in ran(r, "echo"), 15, message="the job after unpause")
 
 
 # -- sorted sets -------------------------------------------------------------------------------

@@ -121,10 +121,10 @@ class Launcher:
         in_code = default_periodic if periodic is None else periodic
         self.periodic = Scheduler(Client(config, redis_client=self.redis), clock=clock, entries=lambda: list(
             {e.id: e for e in [*from_file, *in_code.entries()]}.values()))
-        paused = PausedQueues(self.redis)
-        hub = Hub(config, self.identity, scripts, clock=clock, paused=paused)  # the processors' shared batches
+        self.paused = PausedQueues(self.redis)  # the paused queues, as every processor here sees them
+        hub = Hub(config, self.identity, scripts, clock=clock, paused=self.paused)  # the processors' shared batches
         self.manager = Manager(self.runtime, lambda slot: build_fetch(config, self._processor_redis(), self.identity,
-                                                                       scripts, slot, paused, hub))
+                                                                       scripts, slot, self.paused, hub))
         self.stopped = threading.Event()  # set once stop() has finished
         self._stopping = threading.Lock()
         self._stop_requested = False
