@@ -105,6 +105,13 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         reporter.write_line(config.stash[_server_key])
 
 
+# Seconds a test gives a process it starts (a worker, a supervisor's children, a web server, a
+# redis-server, an interpreter running a script) to come up and answer. Generous on purpose: on
+# a loaded machine (two cores shared with other jobs and a CPU hog) starting Python and importing
+# sidequest has taken more than 20 s. A deadline costs nothing when the process is quick.
+STARTUP = 60.0
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -134,7 +141,7 @@ class RedisServer:
 
     def start(self) -> None:
         self.proc = subprocess.Popen(self.args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_until(self._ready, 10, message=f"redis-server on port {self.port}")
+        wait_until(self._ready, STARTUP, message=f"redis-server on port {self.port}")
 
     def _ready(self) -> bool:
         try:
@@ -151,7 +158,7 @@ class RedisServer:
         """Stop the server (it writes its AOF on the way out) but keep its data for `start()`."""
         self.proc.terminate()
         try:
-            self.proc.wait(5)
+            self.proc.wait(STARTUP)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()

@@ -8,7 +8,7 @@ import subprocess
 import tempfile
 import time
 
-from conftest import PYTHON, python_env, wait_until
+from conftest import PYTHON, STARTUP, python_env, wait_until
 
 
 def ran(r, kind: str | None = None) -> list[list]:
@@ -52,7 +52,7 @@ class WorkerProcess:
         with open(self.log.name, encoding="utf-8", errors="replace") as f:
             return f.read()
 
-    def wait_registered(self, r, timeout: float = 15.0) -> str:
+    def wait_registered(self, r, timeout: float = STARTUP) -> str:
         """Wait until this process is in the `processes` set; return its identity."""
         def find():
             for ident in r.smembers("processes"):

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from conftest import PYTHON, free_port, python_env, redis_server_binary, wait_until
+from conftest import PYTHON, STARTUP, free_port, python_env, redis_server_binary, wait_until
 
 from sidequest import Config, embedded
 from sidequest.connection import answers
@@ -113,7 +113,7 @@ def resolve_in_subprocess(config: Config, start_at: float | None = None) -> subp
 
 
 def finish(proc: subprocess.Popen) -> tuple[str, int]:
-    out, err = proc.communicate(timeout=15)
+    out, err = proc.communicate(timeout=STARTUP)
     assert proc.returncode == 0, err
     url, pid = out.split()
     return url, int(pid)

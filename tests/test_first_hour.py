@@ -7,7 +7,7 @@ import subprocess
 import textwrap
 
 import pytest
-from conftest import PYTHON, RedisServer, free_port, python_env, wait_until
+from conftest import PYTHON, STARTUP, RedisServer, free_port, python_env, wait_until
 from helpers import WorkerProcess, ran
 from jobs_for_tests import echo
 
@@ -37,7 +37,7 @@ def http_port():
             return True
         except OSError:
             return False
-    wait_until(listening, 10, message="the http server")
+    wait_until(listening, STARTUP, message="the http server")
     yield port
     proc.terminate()
     proc.wait()

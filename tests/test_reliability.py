@@ -20,7 +20,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from conftest import PYTHON, RedisServer, python_env, wait_until
+from conftest import PYTHON, STARTUP, RedisServer, python_env, wait_until
 from helpers import ran, reserved, zset_items
 from jobs_for_tests import exit_hard, spin, work
 
@@ -80,7 +80,7 @@ class Worker:
     def output(self) -> str:
         return self.log_path.read_text(errors="replace")
 
-    def wait_registered(self, r, timeout: float = 15.0) -> str:
+    def wait_registered(self, r, timeout: float = STARTUP) -> str:
         """This process's identity, once its heartbeat hash is in Redis."""
         def find():
             assert self.proc.poll() is None, f"worker exited early:\n{self.output()}"
@@ -196,7 +196,7 @@ def live_processes(r) -> dict[str, int]:
     return out
 
 
-def wait_children(r, supervisor: Worker, count: int, timeout: float = 20.0) -> dict[str, int]:
+def wait_children(r, supervisor: Worker, count: int, timeout: float = STARTUP) -> dict[str, int]:
     """identity -> pid of `count` registered, live children of `supervisor`."""
     def ready():
         assert supervisor.proc.poll() is None, f"supervisor exited:\n{supervisor.output()}"

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from conftest import PYTHON, python_env, wait_until
+from conftest import PYTHON, STARTUP, python_env, wait_until
 from jobs_for_tests import FastBoom, boom
 from ruby_peer import ruby_api, ruby_push
 
@@ -42,7 +42,7 @@ class Worker:
         assert self.proc.poll() is None, f"worker exited with {self.proc.returncode}:\n{self.output()}"
         return True
 
-    def identity(self, r, timeout: float = 15.0) -> str:
+    def identity(self, r, timeout: float = STARTUP) -> str:
         """Wait until this process has registered in `processes`; return its identity."""
         def find() -> str | None:
             self.alive()

@@ -9,7 +9,7 @@ import re
 import time
 
 import pytest
-from conftest import wait_until
+from conftest import STARTUP, wait_until
 from jobs_for_tests import FastBoom, echo, signup
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.applications import Starlette
@@ -409,7 +409,7 @@ def test_web_command_flags(redis_url, tmp_path):
                 return httpx.get(base + "/api/stats", timeout=1).status_code
             except httpx.HTTPError:
                 return 0
-        assert wait_until(answers, 15, 0.05, "sidequest web to answer") == 401
+        assert wait_until(answers, STARTUP, 0.05, "sidequest web to answer") == 401
         page = httpx.get(base + "/queues", auth=("admin", "s3cret"), headers=HTML)
         assert page.status_code == 200 and 'href="/ops/jobs/retries"' in page.text  # links for the proxy's path
         assert "Read-only" in page.text

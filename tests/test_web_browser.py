@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import PYTHON, ROOT, free_port, python_env, wait_until
+from conftest import PYTHON, ROOT, STARTUP, free_port, python_env, wait_until
 from jobs_for_tests import FastBoom, boom, echo, signup, work
 
 from sidequest import Task
@@ -75,7 +75,7 @@ class WebServer:
             [PYTHON, "-m", "sidequest.cli", "web", "--port", str(self.port), "--redis-url", redis_url,
              "--poll-interval", "0.5", *args],
             env=python_env(), stdout=self.log, stderr=subprocess.STDOUT)
-        wait_until(self._answers, 20, 0.05, "sidequest web to answer")
+        wait_until(self._answers, STARTUP, 0.05, "sidequest web to answer")
 
     def _answers(self) -> bool:
         import httpx
