@@ -118,8 +118,11 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_until(predicate, timeout: float = 10.0, interval: float = 0.02, message: str = "condition"):
-    """Poll `predicate` until it returns something truthy; fail the test at the deadline."""
+def wait_until(predicate, timeout: float = 30.0, interval: float = 0.02, message: str = "condition"):
+    """Poll `predicate` until it returns something truthy; fail the test at the deadline.
+
+    Deadlines are for a slow machine: waiting ends as soon as the condition holds, so a generous
+    one costs nothing, while a tight one fails a correct program on a loaded CI runner."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()

@@ -77,7 +77,7 @@ def test_a_running_job_stops_at_its_next_check_and_ends_as_cancelled(start, clie
     # every check from then on saw it: late by the cache's age at most (None: the first check did)
     assert last_clear is None or last_clear < flagged + CHECK_EVERY
     assert not ran(r, "coop-done")
-    wait_until(lambda: not reserved(r, launcher.identity), 5, 0.05, "the job to be acknowledged")
+    wait_until(lambda: not reserved(r, launcher.identity), 15, 0.05, "the job to be acknowledged")
     launcher.stop()
     assert r.zcard("retry") == 0 and r.zcard("dead") == 0 and r.llen("queue:default") == 0
     assert int(r.get("stat:failed") or 0) == 0 and int(r.get("stat:processed")) == 1

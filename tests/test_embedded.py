@@ -80,10 +80,10 @@ def stop(config: Config) -> None:
         client.close()
     for pid in pids:
         try:
-            wait_until(lambda pid=pid: not alive(pid), 3, message=f"redis-server {pid} to exit")
+            wait_until(lambda pid=pid: not alive(pid), 15, message=f"redis-server {pid} to exit")
         except AssertionError:
             os.kill(pid, signal.SIGKILL)
-            wait_until(lambda pid=pid: not alive(pid), 3, message=f"redis-server {pid} to die")
+            wait_until(lambda pid=pid: not alive(pid), 15, message=f"redis-server {pid} to die")
 
 
 @pytest.fixture
@@ -160,7 +160,7 @@ def test_starts_a_persistent_server(embedded_config: Config) -> None:
         pass
     finally:
         r.close()
-    wait_until(lambda: not alive(first_pid), 5, message="the server to exit after SHUTDOWN")
+    wait_until(lambda: not alive(first_pid), 30, message="the server to exit after SHUTDOWN")
     assert not answers(url)
 
     assert embedded.resolve_url(config) == url

@@ -32,4 +32,4 @@ def test_a_worker_whose_every_queue_is_paused_idles_without_spinning(start, clie
     time.sleep(1.5)
     assert not ran(r) and r.llen("queue:default") == 1 and launcher.manager.alive() == 2
     r.srem("sidequest:paused", "default")
-    wait_until(lambda: ran(r, "echo") == [["held"]], 5)
+    wait_until(lambda: ran(r, "echo") == [["held"]], 15)

@@ -371,7 +371,7 @@ def test_a_launcher_runs_its_entries_and_the_files(config, r, monkeypatch, redis
     launcher = Launcher(config, periodic=registry)
     launcher.run()
     try:
-        wait_until(lambda: {t[0] for t in ran(r, "tick")} == {"code", "file"}, 6, message="both entries to run")
+        wait_until(lambda: {t[0] for t in ran(r, "tick")} == {"code", "file"}, 30, message="both entries to run")
     finally:
         launcher.stop()
     assert not launcher.periodic._thread.is_alive()

@@ -321,9 +321,9 @@ def test_a_paused_worker_loses_its_jobs_to_recovery_and_resumes_cleanly(procs, r
     assert len(reserved(r, ident_b)) == 1  # alone: the other two wait in the queue
 
     a.signal(signal.SIGCONT)
-    wait_until(lambda: r.exists(ident_a), 5, 0.05, "a to beat again")
+    wait_until(lambda: r.exists(ident_a), 15, 0.05, "a to beat again")
     beat = r.hget(ident_a, "beat")
-    wait_until(lambda: r.hget(ident_a, "beat") != beat, 5, 0.05, "another beat of a")
+    wait_until(lambda: r.hget(ident_a, "beat") != beat, 15, 0.05, "another beat of a")
     # a is back, beating and recovering, and has not touched the copy b is running
     assert a.proc.poll() is None
     assert len(reserved(r, ident_b)) == 1 and r.llen("queue:default") + len(reserved(r, ident_a)) == 2
@@ -489,7 +489,7 @@ def test_reliability_knobs_work_from_a_config_file(procs, r, client, tmp_path):
     jid = client.push(work, [1, 5], queue="basicq")
     wait_until(lambda: ran(r, "work-start"), 10, 0.02, "the job on the basic worker")
     assert not any(ident_a in key for key in reserved_keys(r))
-    entry = wait_until(lambda: retry_entry(r), 5, 0.05, "the job past job_timeout in the retry set")
+    entry = wait_until(lambda: retry_entry(r), 15, 0.05, "the job past job_timeout in the retry set")
     assert entry["jid"] == jid and entry["error_class"] == TIMEOUT_ERROR
 
     # recovery_interval (default 15 s) and max_recoveries 0: a periodic recovery, after start-up,

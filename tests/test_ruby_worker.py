@@ -100,7 +100,7 @@ def test_worker_runs_jobs_pushed_by_ruby_sidekiq(ruby, worker, r, redis_url):
     got = ran(r, "ruby-echo")
     assert sorted(map(json.dumps, got)) == sorted(json.dumps(p["args"]) for p in pushed)
     assert [1, "two", {"three": [3.5, None, True]}] in got  # Ruby's nested args, exactly as pushed
-    wait_until(lambda: not reserved_left(r), 5, 0.05, "every job to be acknowledged")
+    wait_until(lambda: not reserved_left(r), 15, 0.05, "every job to be acknowledged")
     assert w.stop() == 0, w.output()
     assert r.llen("queue:default") == 0 and r.zcard("retry") == 0 and r.zcard("dead") == 0
     assert int(r.get("stat:processed")) == 41 and int(r.get("stat:failed") or 0) == 0
@@ -145,7 +145,7 @@ def test_ruby_api_reads_process_workers_stats_and_retries(ruby, worker, client, 
 
     # --- TSTP: quiet, as Ruby sees it ---------------------------------------------------------
     w.proc.send_signal(signal.SIGTSTP)
-    wait_until(lambda: w.alive() and ruby_api(redis_url)["processes"][0]["quiet"], 5, 0.1,
+    wait_until(lambda: w.alive() and ruby_api(redis_url)["processes"][0]["quiet"], 60, 0.1,
                "Ruby's Process#stopping? to turn true")
 
     # --- after a clean stop: the flushed counters, and the process gone --------------------------
@@ -188,10 +188,10 @@ def test_remote_quiet_and_stop_from_rubys_process_api(ruby, worker, r, redis_url
     w = worker()
     w.identity(r)
     ruby_api(redis_url, "quiet!")
-    wait_until(lambda: w.alive() and ruby_api(redis_url)["processes"][0]["quiet"], 5, 0.1,
+    wait_until(lambda: w.alive() and ruby_api(redis_url)["processes"][0]["quiet"], 60, 0.1,
                "the worker to go quiet on Ruby's quiet!")
     ruby_api(redis_url, "stop!")
-    assert w.proc.wait(10) == 0, w.output()
+    assert w.proc.wait(30) == 0, w.output()
     assert ruby_api(redis_url)["processes"] == []
 
 

@@ -116,7 +116,7 @@ def test_a_sidekiq8_payload_runs_and_reaches_the_job_unchanged(config, start, r)
     assert seen == [json.loads(text)]
     assert all(type(seen[0][key]) is int for key in ("created_at", "enqueued_at"))
     # the process hash carries `concurrency` as its own field (Sidekiq 8.1.2+ reads it there)
-    wait_until(lambda: r.hget(launcher.identity, "concurrency") == b"4", 5, message="concurrency field")
+    wait_until(lambda: r.hget(launcher.identity, "concurrency") == b"4", 15, message="concurrency field")
     assert json.loads(r.hget(launcher.identity, "info"))["concurrency"] == 4
 
 

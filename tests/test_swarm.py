@@ -76,7 +76,7 @@ def test_supervisor_forwards_tstp_and_stops_every_child_on_term(procs, r, client
     sup = procs("--processes", "2", "-c", "2")
     kids = wait_children(r, sup, 2)
     sup.signal(signal.SIGTSTP)
-    wait_until(lambda: all(r.hget(ident, "quiet") == b"true" for ident in kids), 5, 0.05,
+    wait_until(lambda: all(r.hget(ident, "quiet") == b"true" for ident in kids), 15, 0.05,
                "both children quiet")
     assert sup.proc.poll() is None  # TSTP is forwarded, not obeyed by the supervisor
     client.push(echo, ["while quiet"])

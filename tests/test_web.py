@@ -242,8 +242,8 @@ def test_quiet_and_stop_reach_the_process(start, client, r):
     token = token_of(http, "/busy")
     assert worker.identity in http.get("/busy", headers=HTML).text
     post(http, "/busy/actions", token, do="quiet", identity=worker.identity)
-    wait_until(lambda: worker.heartbeat.quiet, 5, message="the worker to go quiet")
-    wait_until(lambda: next(iter(ProcessSet(client))).stopping, 5, message="the process to show as quiet")
+    wait_until(lambda: worker.heartbeat.quiet, 15, message="the worker to go quiet")
+    wait_until(lambda: next(iter(ProcessSet(client))).stopping, 15, message="the process to show as quiet")
     gone = post(http, "/busy/actions", token, do="stop", identity="nohost:1:abc")
     assert gone.status_code == 303 and "gone" in http.get("/busy", headers=HTML).text
 

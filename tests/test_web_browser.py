@@ -227,7 +227,7 @@ def test_numbers_and_durations_update_without_a_reload(page, web, seeded, client
     page.evaluate("window.__sameDocument = true")
     since = page.locator("[data-since]").first
     first = since.inner_text()
-    wait_until(lambda: since.inner_text() != first, 5, 0.1, "the running job's duration to tick")
+    wait_until(lambda: since.inner_text() != first, 15, 0.1, "the running job's duration to tick")
     Queue("reports", client).clear()  # the nav's Enqueued badge follows
     badge = page.locator("nav [data-stat=enqueued]")
     wait_until(lambda: badge.inner_text() == str(Stats(client).enqueued), 10, 0.1, "the nav badge to follow")
@@ -264,10 +264,10 @@ def test_the_buttons_work(page, web, seeded, client, r):
     page.goto(web.url + "/queues")
     row = page.locator("tr", has=page.get_by_role("link", name="reports", exact=True))
     row.get_by_role("button", name="Pause").click()
-    wait_until(lambda: Queue("reports", client).paused, 5, 0.05, "the queue to be paused")
+    wait_until(lambda: Queue("reports", client).paused, 15, 0.05, "the queue to be paused")
     row = page.locator("tr", has=page.get_by_role("link", name="reports", exact=True))
     row.get_by_role("button", name="Resume").click()
-    wait_until(lambda: not Queue("reports", client).paused, 5, 0.05, "the queue to be resumed")
+    wait_until(lambda: not Queue("reports", client).paused, 15, 0.05, "the queue to be resumed")
     page.goto(web.url + "/queues/reports")
     sizes = Queue("reports", client).size
     page.locator("main tbody tr").first.get_by_role("button", name="Delete").click()
