@@ -104,3 +104,10 @@ def push_fillers(client, queue: str, concurrency: int) -> None:
     from jobs_for_tests import echo
 
     client.push_bulk(echo, [["filler"]] * concurrency**2, queue=queue)
+
+
+def pttl_and_spent(r, key: str, since: float) -> tuple[int, float]:
+    """`key`'s PTTL, then the milliseconds since `since` (a time.monotonic() taken before the
+    write that set it): a TTL of T reads between T - spent and T, however late this test runs."""
+    pttl = int(r.pttl(key))
+    return pttl, (time.monotonic() - since) * 1000
