@@ -84,6 +84,17 @@ def sleepy(seconds, tag=""):
     record("sleepy-done", tag)
 
 
+@sidequest.job(name="WaitsForFile")
+def waits_for_file(path, tag=""):
+    """Runs until the file `path` exists (at most 60 s): it needs no Redis while it waits, so it
+    can span an outage and end when the test says."""
+    record("file-start", tag)
+    end = time.monotonic() + 60
+    while not os.path.exists(path) and time.monotonic() < end:
+        time.sleep(0.02)
+    record("file-done", tag)
+
+
 @sidequest.job(name="Blocker")
 def blocker(key):
     """Runs until the test pushes to `key` (or 60 s pass)."""
