@@ -277,6 +277,10 @@ def test_top_redraws_in_a_terminal_until_ctrl_c_then_exits_0(redis_url):
     pid, fd = pty.fork()
     if pid == 0:  # the child: `sidequest top` on a terminal
         try:
+            # As a shell on a terminal starts it: with Ctrl-C's default action. Run from a
+            # background job (`make test &`, nohup, some CI runners) this process may ignore
+            # SIGINT, and Python keeps an inherited "ignore": top would never see the Ctrl-C.
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
             os.execve(PYTHON, [PYTHON, "-m", "sidequest.cli", "top", "--interval", "0.3"],
                       python_env(REDIS_URL=redis_url, COLUMNS="160", LINES="50"))
         finally:
