@@ -68,7 +68,7 @@ def test_an_unknown_jid_is_not_found(client, r):
 def test_a_running_job_stops_at_its_next_check_and_ends_as_cancelled(start, client, r):
     launcher = start(concurrency=2)
     jid = client.push(cooperative, ["long"])
-    wait_until(lambda: ran(r, "coop-start"), 10, 0.02, "the job to start")
+    wait_until(lambda: ran(r, "coop-start"), 30, 0.02, "the job to start")
     assert cancel(jid, client) is True
     flagged = time.monotonic()
     assert 0 < r.ttl(f"sidequest:cancel:{jid}") <= FLAG_TTL
@@ -86,7 +86,7 @@ def test_a_running_job_stops_at_its_next_check_and_ends_as_cancelled(start, clie
 def test_a_running_job_under_basic_fetch_is_found_through_its_process(start, client, r):
     start(concurrency=1, fetch="basic", heartbeat_interval=0.1)
     jid = client.push(cooperative, ["basic"])
-    wait_until(lambda: ran(r, "coop-start"), 10, 0.02, "the job to start")
+    wait_until(lambda: ran(r, "coop-start"), 30, 0.02, "the job to start")
     wait_until(lambda: cancel(jid, client), 15, 0.05, "the heartbeat to show the job running")
     wait_until(lambda: ran(r, "coop-cancelled"), 15, 0.02, "the job to see it was cancelled")
 

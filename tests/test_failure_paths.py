@@ -87,7 +87,7 @@ def test_a_redis_out_of_memory_is_an_outage_logged_once_not_a_loop(procs, own_re
     assert w.proc.poll() is None and "died" not in w.output()
     client = Client(Config(redis_url=url))
     client.push_bulk(work, [[n] for n in range(5)])
-    wait_until(lambda: done_set(r) == set(range(5)), 10, 0.05, "jobs after the outage")
+    wait_until(lambda: done_set(r) == set(range(5)), 30, 0.05, "jobs after the outage")
     assert w.stop() == 0
     assert "Redis answers again" in w.output()
 
@@ -136,18 +136,18 @@ def test_a_failure_filed_after_recovery_leaves_exactly_one_live_copy(procs, r, c
     a = procs("-c", "1")
     ident_a = a.wait_registered(r)
     jid = client.push(fails_in_pid, [7, gate, pid_key])
-    wait_until(lambda: ran(r, "fip-start"), 10, 0.05, "the job to start on a")
+    wait_until(lambda: ran(r, "fip-start"), 30, 0.05, "the job to start on a")
     r.set(pid_key, a.pid)  # a's copy will fail; any other copy succeeds
     a.signal(signal.SIGSTOP)
     b = procs("-c", "1")
     b.wait_registered(r)
-    wait_until(lambda: not r.exists(ident_a), 10, 0.05, "a's heartbeat to expire")
-    wait_until(lambda: [n for n, pid in ran(r, "fip-start") if pid == b.pid], 10, 0.05,
+    wait_until(lambda: not r.exists(ident_a), 30, 0.05, "a's heartbeat to expire")
+    wait_until(lambda: [n for n, pid in ran(r, "fip-start") if pid == b.pid], 30, 0.05,
                "b to run the recovered job")
     a.signal(signal.SIGCONT)
     wait_until(lambda: r.exists(ident_a), 15, 0.05, "a to beat again")
     r.set(gate, 1)  # both copies go on: a's fails, b's succeeds
-    wait_until(lambda: ran(r, "fip-fail") and ran(r, "fip-done"), 10, 0.05, "both copies to end")
+    wait_until(lambda: ran(r, "fip-fail") and ran(r, "fip-done"), 30, 0.05, "both copies to end")
     wait_until(lambda: "was not written" in a.output(), 15, 0.05, "a to discard its stale outcome")
     wait_until(lambda: no_reserved_left(r), 15, 0.05, "no copy left reserved")
     # exactly one live copy, which succeeded: nothing in retry, dead or any queue
@@ -174,7 +174,7 @@ def test_a_poison_pill_reaches_dead_alone_and_its_neighbours_all_complete(procs,
     [(entry, _)] = zset_items(r, "dead")
     assert entry["jid"] == pill and entry["error_class"] == "sidequest.RecoveryLimitExceeded"
     assert entry["recovery_count"] == 3
-    wait_until(lambda: no_reserved_left(r), 10, 0.1, "no job left reserved")
+    wait_until(lambda: no_reserved_left(r), 30, 0.1, "no job left reserved")
     assert r.llen("queue:default") == 0 and r.zcard("retry") == 0
     assert sup.stop() == 0
     out = sup.output()
@@ -189,7 +189,7 @@ def test_a_second_term_stops_at_once_and_puts_the_running_job_back(procs, r, cli
     original = r.lrange("queue:default", 0, -1)
     w = procs("-c", "2", "-t", "30")
     w.wait_registered(r)
-    wait_until(lambda: ran(r, "blocker-start"), 10, 0.05, "the job to run")
+    wait_until(lambda: ran(r, "blocker-start"), 30, 0.05, "the job to run")
     began = time.monotonic()
     w.signal(signal.SIGTERM)
     wait_until(lambda: "waiting up to" in w.output(), 30, 0.05, "the graceful stop to begin")
@@ -230,7 +230,7 @@ def test_a_signal_to_the_whole_group_stops_a_supervisor_gracefully(procs, r, cli
     sup = procs("--processes", "1", "-c", "2", "-t", "20")
     [child] = wait_children(r, sup, 1).values()
     client.push(work, [5, 1.5])
-    wait_until(lambda: ran(r, "work-start"), 10, 0.05, "the job to run")
+    wait_until(lambda: ran(r, "work-start"), 30, 0.05, "the job to run")
     for pid in (sup.pid, child):  # what a group signal does
         os.kill(pid, signal.SIGINT)
     assert sup.proc.wait(20) == 0, sup.output()

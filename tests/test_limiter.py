@@ -201,7 +201,7 @@ def test_a_snoozed_task_job_reads_as_waiting_for_a_rate_limit(start, r, client, 
         def waiting():
             events = Task.find(task.id, client).events()
             return events and any(m["text"] == "waiting for a rate limit" for m in events[0]["messages"])
-        wait_until(waiting, 10, 0.05, "the task job to be snoozed")
+        wait_until(waiting, 30, 0.05, "the task job to be snoozed")
         assert Task.find(task.id, client).events()[0]["status"] == "enqueued"
         assert r.zcard("schedule") == 1 and r.zcard("retry") == 0
     wait_until(lambda: Task.find(task.id, client).status()["done"], 15, 0.1, "the task to finish")

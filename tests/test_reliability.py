@@ -238,7 +238,7 @@ def test_sigkill_with_jobs_in_flight_loses_nothing_and_reruns_only_those(procs, 
     b = procs("-c", "5")
     b.wait_registered(r)
     wait_until(lambda: done_set(r) == set(range(50)), 20, 0.1, "every job to complete")
-    wait_until(lambda: no_reserved_left(r), 10, 0.1, "no job left reserved")
+    wait_until(lambda: no_reserved_left(r), 30, 0.1, "no job left reserved")
 
     after = runs(r)
     lost = set(range(50)) - {n for n, v in after.items() if v["done"]}
@@ -304,15 +304,15 @@ def test_a_paused_worker_loses_its_jobs_to_recovery_and_resumes_cleanly(procs, r
     a = procs("-c", "3")
     ident_a = a.wait_registered(r)
     client.push_bulk(work, [[n, 60, gate] for n in range(3)])
-    wait_until(lambda: len(ran(r, "work-start")) == 3, 10, 0.05, "three jobs running on a")
+    wait_until(lambda: len(ran(r, "work-start")) == 3, 30, 0.05, "three jobs running on a")
     a.signal(signal.SIGSTOP)
     b = procs("-c", "3")
     ident_b = b.wait_registered(r)
 
     # a stays stopped past its TTL: its hash expires and b takes the three jobs over; each was
     # running when its process stopped, so b runs them one at a time (a possible poison pill)
-    wait_until(lambda: not r.exists(ident_a), 10, 0.05, "a's heartbeat hash to expire")
-    wait_until(lambda: [n for n, pid in ran(r, "work-start") if pid == b.pid], 10, 0.05,
+    wait_until(lambda: not r.exists(ident_a), 30, 0.05, "a's heartbeat hash to expire")
+    wait_until(lambda: [n for n, pid in ran(r, "work-start") if pid == b.pid], 30, 0.05,
                "b to run a recovered job")
     assert not reserved(r, ident_a)
     recovered = [json.loads(x) for x in reserved(r, ident_b) + r.lrange("queue:default", 0, -1)]
@@ -334,7 +334,7 @@ def test_a_paused_worker_loses_its_jobs_to_recovery_and_resumes_cleanly(procs, r
                                                  for v in runs(r).values()),
                10, 0.05, "the recovered jobs to complete, once each")
     assert any(b.pid in v["done"] for v in runs(r).values())
-    wait_until(lambda: no_reserved_left(r), 10, 0.05, "no job left reserved")
+    wait_until(lambda: no_reserved_left(r), 30, 0.05, "no job left reserved")
     assert b.stop() == 0, b.output()
 
     # a keeps working new jobs after the pause, then stops cleanly
@@ -365,7 +365,7 @@ def test_a_job_that_kills_its_process_goes_dead_after_the_recovery_limit(procs, 
     assert entry["error_class"] == "sidequest.RecoveryLimitExceeded"
     assert entry["recovery_count"] == 3
     wait_until(lambda: done_set(r) == set(range(50)), 20, 0.1, "the other 50 jobs")
-    wait_until(lambda: no_reserved_left(r), 10, 0.1, "no job left reserved")
+    wait_until(lambda: no_reserved_left(r), 30, 0.1, "no job left reserved")
     assert r.llen("queue:default") == 0
     wait_children(r, sup, 2)  # the supervisor brought the crashed children back
     assert sup.stop() == 0
@@ -385,10 +385,10 @@ def test_a_job_past_its_timeout_is_retried_and_the_worker_goes_on(procs, r, clie
     w.wait_registered(r)
     jid = client.push(work, [0, 10], timeout=0.5)
     client.push_bulk(work, [[n, 0.01] for n in range(1, 11)])
-    entry = wait_until(lambda: retry_entry(r), 10, 0.05, "the timed-out job in the retry set")
+    entry = wait_until(lambda: retry_entry(r), 30, 0.05, "the timed-out job in the retry set")
     assert entry["jid"] == jid and entry["error_class"] == TIMEOUT_ERROR
     assert entry["retry_count"] == 0 and "time limit" in entry["error_message"]
-    wait_until(lambda: done_set(r) >= set(range(1, 11)), 10, 0.05, "the jobs behind it")
+    wait_until(lambda: done_set(r) >= set(range(1, 11)), 30, 0.05, "the jobs behind it")
     assert 0 not in done_set(r)  # its abandoned thread is still sleeping
     assert w.proc.poll() is None
     assert w.stop() == 0, w.output()
@@ -399,7 +399,7 @@ def test_a_timed_out_job_recycles_its_child_process_and_nothing_is_lost(procs, r
     first = wait_children(r, sup, 2)
     jid = client.push(work, [0, 10], timeout=0.5)
     client.push_bulk(work, [[n, 0.05] for n in range(1, 31)])
-    entry = wait_until(lambda: retry_entry(r), 10, 0.05, "the timed-out job in the retry set")
+    entry = wait_until(lambda: retry_entry(r), 30, 0.05, "the timed-out job in the retry set")
     assert entry["jid"] == jid and entry["error_class"] == TIMEOUT_ERROR
     [ran_it] = [pid for n, pid in ran(r, "work-start") if n == 0]
     assert ran_it in first.values()
@@ -408,7 +408,7 @@ def test_a_timed_out_job_recycles_its_child_process_and_nothing_is_lost(procs, r
     now = wait_children(r, sup, 2)
     assert ran_it not in now.values() and set(now.values()) - set(first.values())  # a new child
     wait_until(lambda: done_set(r) >= set(range(1, 31)), 20, 0.1, "the other 30 jobs")
-    wait_until(lambda: no_reserved_left(r), 10, 0.1, "no job left reserved")
+    wait_until(lambda: no_reserved_left(r), 30, 0.1, "no job left reserved")
     assert r.llen("queue:default") == 0 and r.zcard("retry") == 1 and r.zcard("dead") == 0
     assert sup.stop() == 0
     out = sup.output()
@@ -433,7 +433,7 @@ def test_term_while_redis_is_down_loses_nothing(procs, durable_redis):
     a = procs("-c", "2", "-t", "2", url=url)
     ident_a = a.wait_registered(r)
     client.push(work, [7, 1.0])
-    wait_until(lambda: ran(r, "work-start"), 10, 0.02, "the job to start")
+    wait_until(lambda: ran(r, "work-start"), 30, 0.02, "the job to start")
     durable_redis.halt()  # the job's record, its acknowledgement, the heartbeat: all fail now
     a.signal(signal.SIGTERM)
     assert a.proc.wait(STARTUP) == 0, a.output()
@@ -450,7 +450,7 @@ def test_term_while_redis_is_down_loses_nothing(procs, durable_redis):
     b.wait_registered(r)
     wait_until(lambda: [n for n, pid in ran(r, "work-done") if pid == b.pid] == [7], 15, 0.05,
                "the job to be recovered and completed")
-    wait_until(lambda: no_reserved_left(r), 10, 0.05, "no job left reserved")
+    wait_until(lambda: no_reserved_left(r), 30, 0.05, "no job left reserved")
     assert r.llen("queue:default") == 0 and r.zcard("retry") == 0 and r.zcard("dead") == 0
     assert b.stop() == 0
 
@@ -487,7 +487,7 @@ def test_reliability_knobs_work_from_a_config_file(procs, r, client, tmp_path):
 
     # fetch: basic keeps no reserved list; job_timeout (default none) applies to a job without its own
     jid = client.push(work, [1, 5], queue="basicq")
-    wait_until(lambda: ran(r, "work-start"), 10, 0.02, "the job on the basic worker")
+    wait_until(lambda: ran(r, "work-start"), 30, 0.02, "the job on the basic worker")
     assert not any(ident_a in key for key in reserved_keys(r))
     entry = wait_until(lambda: retry_entry(r), 15, 0.05, "the job past job_timeout in the retry set")
     assert entry["jid"] == jid and entry["error_class"] == TIMEOUT_ERROR
@@ -495,7 +495,7 @@ def test_reliability_knobs_work_from_a_config_file(procs, r, client, tmp_path):
     # recovery_interval (default 15 s) and max_recoveries 0: a periodic recovery, after start-up,
     # sends an orphaned job straight to dead
     client.push(work, [2], queue="relq")
-    wait_until(lambda: 2 in done_set(r), 10, 0.02, "a job on the reliable worker")
+    wait_until(lambda: 2 in done_set(r), 30, 0.02, "a job on the reliable worker")
     orphan = json.dumps({"retry": True, "queue": "relq", "args": [3], "class": "Work",
                          "jid": "0123456789abcdef01234567", "created_at": time.time(),
                          "enqueued_at": time.time()})

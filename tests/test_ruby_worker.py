@@ -96,7 +96,7 @@ def test_worker_runs_jobs_pushed_by_ruby_sidekiq(ruby, worker, r, redis_url):
     pushed = [json.loads(raw) for raw in reversed(r.lrange("queue:default", 0, -1))]  # oldest first
     assert len(pushed) == 41 and {p["class"] for p in pushed} == {"RubyEcho"}
     w = worker()
-    wait_until(lambda: w.alive() and len(ran(r, "ruby-echo")) == 41, 20, 0.05, "41 Ruby jobs to run")
+    wait_until(lambda: w.alive() and len(ran(r, "ruby-echo")) == 41, 60, 0.05, "41 Ruby jobs to run")
     got = ran(r, "ruby-echo")
     assert sorted(map(json.dumps, got)) == sorted(json.dumps(p["args"]) for p in pushed)
     assert [1, "two", {"three": [3.5, None, True]}] in got  # Ruby's nested args, exactly as pushed
@@ -113,7 +113,7 @@ def test_ruby_api_reads_process_workers_stats_and_retries(ruby, worker, client, 
     jid = client.push("Blocker", ["test:release"])
 
     # --- while the Blocker job runs: ProcessSet, Workers, Stats --------------------------------
-    wait_until(lambda: w.alive() and r.hget(identity, "busy") == b"1", 10, 0.05, "a heartbeat showing busy=1")
+    wait_until(lambda: w.alive() and r.hget(identity, "busy") == b"1", 30, 0.05, "a heartbeat showing busy=1")
     api = ruby_api(redis_url)
     [proc] = api["processes"]
     assert proc["identity"] == identity
@@ -131,7 +131,7 @@ def test_ruby_api_reads_process_workers_stats_and_retries(ruby, worker, client, 
     # --- a failure filed in the retry set -----------------------------------------------------
     r.rpush("test:release", 1)
     boom_jid = client.push(boom, ["kaboom: ünïcode"])
-    wait_until(lambda: w.alive() and r.zcard("retry") == 1, 10, 0.05, "Boom to be filed for retry")
+    wait_until(lambda: w.alive() and r.zcard("retry") == 1, 30, 0.05, "Boom to be filed for retry")
     api = ruby_api(redis_url)
     [entry] = api["retries"]
     assert entry["jid"] == boom_jid and entry["klass"] == "Boom" and entry["args"] == ["kaboom: ünïcode"]
@@ -199,6 +199,6 @@ def test_dead_set_stays_readable_after_a_non_object_payload(ruby, worker, r, red
     """Sidekiq 6.4's JobRecord raises on JSON that is not an object; sidequest wraps such payloads."""
     r.lpush("queue:default", b"[1,2]")
     w = worker()
-    wait_until(lambda: w.alive() and r.zcard("dead") == 1, 10, 0.05, "the payload in the dead set")
+    wait_until(lambda: w.alive() and r.zcard("dead") == 1, 30, 0.05, "the payload in the dead set")
     assert w.stop() == 0, w.output()
     assert ruby_api(redis_url)["dead_size"] == 1

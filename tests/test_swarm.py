@@ -97,7 +97,7 @@ def test_max_jobs_recycles_children_and_every_job_completes(procs, r, client):
     first = wait_children(r, sup, 2)
     client.push_bulk(work, [[n, 0.15] for n in range(30)])
     wait_until(lambda: done_set(r) == set(range(30)), 30, 0.1, "all 30 jobs")
-    wait_until(lambda: no_reserved_left(r), 10, 0.05, "no job left reserved")
+    wait_until(lambda: no_reserved_left(r), 30, 0.05, "no job left reserved")
     assert r.llen("queue:default") == 0 and r.zcard("retry") == 0 and r.zcard("dead") == 0
 
     per_pid = Counter(pid for _, pid in ran(r, "work-done"))

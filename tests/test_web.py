@@ -358,13 +358,13 @@ def test_metrics_in_prometheus_text_format(start, client, r):
     start()
     client.push_bulk(echo, [[i] for i in range(7)])
     client.push(FastBoom, ["no"])
-    wait_until(lambda: DeadSet(client).size == 1 and Stats(client).processed >= 10, 10, message="jobs to run")
+    wait_until(lambda: DeadSet(client).size == 1 and Stats(client).processed >= 10, 30, message="jobs to run")
     http = TestClient(create_app(client))
 
     def job_samples(name: str) -> dict[str, float]:
         return {s.labels["job"]: s.value for s in scrape(http)[name]}
 
-    wait_until(lambda: job_samples("sidequest_job_processed").get("Echo") == 7, 10,
+    wait_until(lambda: job_samples("sidequest_job_processed").get("Echo") == 7, 30,
                message="the heartbeat to write the per-job counts")
     families = scrape(http)
     assert all(name.startswith("sidequest_") for name in families)
@@ -378,7 +378,7 @@ def test_metrics_in_prometheus_text_format(start, client, r):
     assert families["sidequest_processed"][0].name == "sidequest_processed_total"
     assert job_samples("sidequest_job_failed")["FastBoom"] == 3  # the first run and two retries
     client.push_bulk(echo, [[i] for i in range(4)])  # counters only grow
-    wait_until(lambda: job_samples("sidequest_job_processed")["Echo"] == 11, 10, message="four more runs")
+    wait_until(lambda: job_samples("sidequest_job_processed")["Echo"] == 11, 30, message="four more runs")
     assert job_samples("sidequest_job_processed")["Echo"] == 11
 
 

@@ -230,7 +230,7 @@ def test_numbers_and_durations_update_without_a_reload(page, web, seeded, client
     wait_until(lambda: since.inner_text() != first, 15, 0.1, "the running job's duration to tick")
     Queue("reports", client).clear()  # the nav's Enqueued badge follows
     badge = page.locator("nav [data-stat=enqueued]")
-    wait_until(lambda: badge.inner_text() == str(Stats(client).enqueued), 10, 0.1, "the nav badge to follow")
+    wait_until(lambda: badge.inner_text() == str(Stats(client).enqueued), 30, 0.1, "the nav badge to follow")
     assert page.evaluate("window.__sameDocument") is True
 
 
