@@ -116,7 +116,7 @@ class CuttingProxy:
                             window = tail + data
                             if trigger in window:
                                 written, self._armed = self._armed[1], None
-                                deadline = time.monotonic() + 5
+                                deadline = time.monotonic() + 30
                             tail = window[-len(trigger):]
                 if up in ready:
                     data = up.recv(65536)

@@ -123,12 +123,12 @@ def seeded(start, client, r):
     task.add_bulk(signup, [[i] for i in range(1, 13)])
     task.seal()
     client.push(work, [1, 120, GATE])  # `blocker` would not do: redis-py 8 cuts its BLPOP after 5 s
-    wait_until(lambda: DeadSet(client).size == 2, 20, 0.05, "FastBoom to die")
-    wait_until(lambda: RetrySet(client).size == 1, 20, 0.05, "Boom to wait for a retry")
+    wait_until(lambda: DeadSet(client).size == 2, 30, 0.05, "FastBoom to die")
+    wait_until(lambda: RetrySet(client).size == 1, 30, 0.05, "Boom to wait for a retry")
     # its retry is due in 15-24 s, which a busy machine reaches mid-test: move it an hour away
     assert next(iter(RetrySet(client))).reschedule(time.time() + 3600)
-    wait_until(lambda: Task.find(task.id, client=client).status()["done"], 20, 0.05, "the task to end")
-    wait_until(lambda: Stats(client).workers_size == 1 and Stats(client).processed >= 30, 20, 0.05,
+    wait_until(lambda: Task.find(task.id, client=client).status()["done"], 30, 0.05, "the task to end")
+    wait_until(lambda: Stats(client).workers_size == 1 and Stats(client).processed >= 30, 30, 0.05,
                "the heartbeat to show the running job and the counts")
     yield {"worker": worker, "task": task}
     r.set(GATE, 1)
@@ -220,7 +220,7 @@ def test_numbers_and_durations_update_without_a_reload(page, web, seeded, client
     client.push_bulk(echo, [["live", i] for i in range(25)])
     wait_until(lambda: int(processed.inner_text().replace(",", "")) >= before + 25, 15, 0.1,
                "the processed card to count the new jobs")
-    page.wait_for_selector("#chart-rate path.line", state="attached", timeout=5000)
+    page.wait_for_selector("#chart-rate path.line", state="attached", timeout=30_000)
     assert page.evaluate("window.__sameDocument") is True
 
     page.goto(web.url + "/busy")
@@ -279,7 +279,7 @@ def test_the_buttons_work(page, web, seeded, client, r):
     page.get_by_role("button", name="Quiet", exact=True).click()
     page.wait_for_url(re.compile(r"/busy$"))
     page.evaluate("window.__sameDocument = true")
-    page.wait_for_selector("main table .tag.warn:text('quiet')", timeout=10_000)
+    page.wait_for_selector("main table .tag.warn:text('quiet')", timeout=30_000)
     assert page.evaluate("window.__sameDocument") is True
     assert seeded["worker"].heartbeat.quiet is True
 
