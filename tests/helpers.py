@@ -111,3 +111,11 @@ def pttl_and_spent(r, key: str, since: float) -> tuple[int, float]:
     write that set it): a TTL of T reads between T - spent and T, however late this test runs."""
     pttl = int(r.pttl(key))
     return pttl, (time.monotonic() - since) * 1000
+
+
+def fetches_blocked(r) -> int:
+    """Connections to this test's database waiting in a blocking command: idle processors'
+    fetches. A quiet worker's processors end with their fetch in hand; once none is left, a job
+    pushed is not taken (and put back) by a fetch begun before the quiet."""
+    db = int(r.connection_pool.connection_kwargs.get("db") or 0)
+    return sum(1 for c in r.client_list() if int(c.get("db", -1)) == db and "b" in c.get("flags", ""))

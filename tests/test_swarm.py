@@ -14,7 +14,7 @@ from collections import Counter
 
 import pytest
 from conftest import STARTUP, wait_until
-from helpers import ran
+from helpers import fetches_blocked, ran
 from jobs_for_tests import echo, work
 from test_reliability import (
     alive,
@@ -79,6 +79,7 @@ def test_supervisor_forwards_tstp_and_stops_every_child_on_term(procs, r, client
     wait_until(lambda: all(r.hget(ident, "quiet") == b"true" for ident in kids), 15, 0.05,
                "both children quiet")
     assert sup.proc.poll() is None  # TSTP is forwarded, not obeyed by the supervisor
+    wait_until(lambda: fetches_blocked(r) == 0, 30, 0.05, "the fetches begun before the quiet to end")
     client.push(echo, ["while quiet"])
     time.sleep(1.0)  # a quiet worker must not take it: give it the chance to
     assert r.llen("queue:default") == 1 and not ran(r, "echo")

@@ -8,7 +8,7 @@ real work: done and failed jobs, retries, dead and scheduled jobs, queued jobs a
 from __future__ import annotations
 
 from conftest import wait_until
-from helpers import ran
+from helpers import fetches_blocked, ran
 from jobs_for_tests import FastBoom, boom, echo, work
 from ruby_peer import ruby_api
 from starlette.testclient import TestClient
@@ -25,6 +25,7 @@ def test_the_dashboard_and_sidekiqs_api_agree(ruby, start, client, r, redis_url)
     client.push(work, [1, 30, "gate:compare"], queue="slow")  # keeps one processor busy
     wait_until(lambda: ran(r, "work-start"), message="the busy job")
     launcher.quiet()  # nothing else is taken: the queued jobs below stay queued
+    wait_until(lambda: fetches_blocked(r) == 0, message="the fetches begun before the quiet to end")
     client.push_bulk(echo, [["queued"]] * 3)
     client.push(echo, ["later"], in_=3600)
     wait_until(lambda: int(r.get("stat:processed") or 0) >= 8, message="stats flushed by a beat")
