@@ -120,13 +120,18 @@ def test_a_processor_that_keeps_dying_is_replaced_only_after_a_growing_back_off(
 
     launcher = Launcher(config.replace(concurrency=1, fetch="basic"))
     launcher.manager.make_fetch = lambda slot: Broken(launcher.config, launcher.redis, Scripts(launcher.redis))
+
+    def deaths():
+        return [rec for rec in caplog.records if "died (RuntimeError: always broken)" in rec.getMessage()]
     launcher.run()
     try:
-        time.sleep(3.0)
+        wait_until(lambda: len(deaths()) >= 3, 30, 0.05, "three deaths of the processor")
     finally:
         launcher.stop()
-    deaths = caplog.text.count("died (RuntimeError: always broken)")
-    assert 2 <= deaths <= 4, caplog.text  # 0.5 s, 1 s, 2 s apart: not hundreds a second
+    first, second, third = deaths()[:3]
+    delays = [float(re.search(r"replacing it in ([\d.]+) s", rec.getMessage()).group(1)) for rec in (first, second)]
+    assert delays == [0.5, 1.0], caplog.text  # not hundreds a second: 0.5 s, then 1 s, ...
+    assert second.created - first.created >= 0.5 and third.created - second.created >= 1.0
 
 
 # -- a stale process cannot fork a job ------------------------------------------------------------------
