@@ -95,11 +95,20 @@ def waits_for_file(path, tag=""):
     record("file-done", tag)
 
 
+def _wait_push(key, limit=60.0):
+    """Wait until the test pushes to the list `key` (at most `limit` seconds), in blocking pops
+    of a second: redis-py 8 cuts a single blocking call after 5 s (a TimeoutError, which would
+    end the job early on a machine slow enough to keep a test from pushing within 5 s)."""
+    end = time.monotonic() + limit
+    while time.monotonic() < end and _r().blpop([key], timeout=1) is None:
+        pass
+
+
 @sidequest.job(name="Blocker")
 def blocker(key):
     """Runs until the test pushes to `key` (or 60 s pass)."""
     record("blocker-start", key)
-    _r().blpop([key], timeout=60)
+    _wait_push(key)
     record("blocker-done", key)
 
 
@@ -330,7 +339,7 @@ def hold_slot(name, limit, lease, gate):
     """Holds a concurrent slot until the test pushes to the list `gate` (at most 60 s)."""
     with _limiter("concurrent", name, limit, lease):
         record("hold-slot", os.getpid())
-        redis_lib.Redis.from_url(os.environ["SQ_TEST_REDIS_URL"]).blpop([gate], timeout=60)
+        _wait_push(gate)
 
 
 @sidequest.job(name="Cooperative", retry=3)
