@@ -178,6 +178,15 @@ def redis_server() -> Iterator[RedisServer]:
     server.stop()
 
 
+@pytest.fixture
+def private_redis() -> Iterator[RedisServer]:
+    """A server of the test's own, for what the shared one cannot give: the CPU time it used
+    is the test's work alone."""
+    server = RedisServer(redis_server_binary())
+    yield server
+    server.stop()
+
+
 _dbs = itertools.cycle(range(1, 1000))
 
 

@@ -2,16 +2,14 @@
 
 import itertools
 import json
-import os
 import re
 import threading
 import time
-from collections.abc import Iterator
 from datetime import date
 
 import pytest
-from conftest import ROOT, RedisServer, redis_server_binary, wait_until
-from helpers import pause_seen, push_fillers, queue_items, ran
+from conftest import ROOT, wait_until
+from helpers import cpu_cost, pause_seen, push_fillers, queue_items, ran
 from jobs_for_tests import blocker, echo, work
 
 import sidequest
@@ -409,32 +407,6 @@ def test_metrics_per_job_name(start, client, r):
 
 
 # -- scale -------------------------------------------------------------------------------------
-def cpu_seconds(pid: int) -> float:
-    """CPU time (user + system) process `pid` has used so far."""
-    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-@pytest.fixture
-def private_redis() -> Iterator[RedisServer]:
-    """A server of this test's own: the CPU it uses is this test's work alone."""
-    server = RedisServer(redis_server_binary())
-    yield server
-    server.stop()
-
-
-def fastest(call, server: RedisServer, tries: int = 3) -> tuple[float, object]:
-    """The least CPU time a call cost, in this process and in the server (of a few tries), and its
-    result. CPU time, not elapsed time: a loaded machine stretches the wait, not the work."""
-    best, result = float("inf"), None
-    for _ in range(tries):
-        began = time.process_time() + cpu_seconds(server.proc.pid)
-        result = call()
-        best = min(best, time.process_time() + cpu_seconds(server.proc.pid) - began)
-    return best, result
-
-
 def test_a_retry_set_of_100_000_pages_and_finds_fast(private_redis, config):
     fixed = Client(config.replace(redis_url=private_redis.url(0)), clock=lambda: NOW)
     r = fixed.redis
@@ -444,13 +416,13 @@ def test_a_retry_set_of_100_000_pages_and_finds_fast(private_redis, config):
                             for n in range(start_at, start_at + 10_000)})
     pipe.execute()
     retries = RetrySet(fixed)
-    took, page = fastest(lambda: retries.page(0, 50), private_redis)
+    took, page = cpu_cost(lambda: retries.page(0, 50), private_redis, 3)
     assert took < 0.5 and [e.jid for e in page][:2] == [jid_of(99_999), jid_of(99_998)] and len(page) == 50
-    took, page = fastest(lambda: retries.page(50_000, 50), private_redis)
+    took, page = cpu_cost(lambda: retries.page(50_000, 50), private_redis, 3)
     assert took < 0.5 and page[0].jid == jid_of(49_999)
-    took, found = fastest(lambda: retries.find_job(jid_of(73_456)), private_redis)
+    took, found = cpu_cost(lambda: retries.find_job(jid_of(73_456)), private_redis, 3)
     assert took < 2.0 and found.jid == jid_of(73_456)
-    took, found = fastest(lambda: retries.find_job("f" * 24), private_redis)  # missing: the whole set is walked
+    took, found = cpu_cost(lambda: retries.find_job("f" * 24), private_redis, 3)  # missing: the whole set is walked
     assert took < 2.0 and found is None
 
 
