@@ -13,7 +13,7 @@ import signal
 import time
 
 import pytest
-from conftest import RedisServer, wait_until
+from conftest import STARTUP, RedisServer, wait_until
 from helpers import ran, reserved, zset_items
 from jobs_for_tests import blocker, exit_hard, fails_in_pid, work
 from test_reliability import done_set, no_reserved_left, procs, wait_children  # noqa: F401 (fixture)
@@ -219,7 +219,7 @@ def test_processes_1_runs_a_supervisor_that_restarts_its_child(procs, r):
 
 def test_a_supervisor_whose_children_cannot_start_exits_with_their_error(procs, r):
     sup = procs("--processes", "2", "-r", "no_such_module_for_the_supervisor")
-    code = sup.proc.wait(60)
+    code = sup.proc.wait(3 * STARTUP)  # five children in a row fail to start, with back-off between
     out = sup.output()
     assert code == 1, out
     [giving_up] = [line for line in out.splitlines()
