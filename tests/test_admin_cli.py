@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 from click.testing import CliRunner
-from conftest import PYTHON, free_port, python_env, wait_until
+from conftest import PYTHON, STARTUP, free_port, python_env, wait_until
 from helpers import queue_items, ran
 from jobs_for_tests import FastBoom, boom, echo, sleepy
 
@@ -242,7 +242,7 @@ def test_no_redis_is_one_line_and_exit_1_and_starts_no_embedded_server(monkeypat
 def test_python_dash_m_runs_the_admin_commands(redis_url, client):
     client.push(echo, [1])
     out = subprocess.run([PYTHON, "-m", "sidequest.cli", "stats", "--json"], env=python_env(REDIS_URL=redis_url),
-                         capture_output=True, text=True, timeout=30)
+                         capture_output=True, text=True, timeout=STARTUP)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["enqueued"] == 1
 

@@ -19,7 +19,7 @@ from sidequest.errors import RedisURLError, UnknownJobError
 from sidequest.registry import Registry
 
 
-def run_cli(*args: str, env: dict[str, str] | None = None, cwd: str | None = None, timeout: float = 30):
+def run_cli(*args: str, env: dict[str, str] | None = None, cwd: str | None = None, timeout: float = STARTUP):
     return subprocess.run([PYTHON, "-m", "sidequest.cli", *args], env=python_env(**(env or {})), cwd=cwd,
                           capture_output=True, text=True, timeout=timeout)
 

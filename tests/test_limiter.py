@@ -8,7 +8,7 @@ import subprocess
 import time
 
 import pytest
-from conftest import PYTHON, ROOT, python_env, wait_until
+from conftest import PYTHON, ROOT, STARTUP, python_env, wait_until
 from helpers import WorkerProcess, ran
 from jobs_for_tests import Limited, hold_slot, windowed
 from test_reliability import worker_factory
@@ -228,7 +228,8 @@ def test_the_rate_limit_and_cancel_docs_examples_run(tmp_path, redis_url, r):
     env = python_env(REDIS_URL=redis_url)
 
     def run(name: str) -> list[str]:
-        done = subprocess.run([PYTHON, name], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=90)
+        done = subprocess.run([PYTHON, name], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=2 * STARTUP)
         assert done.returncode == 0, done.stderr
         return done.stdout.splitlines()
 

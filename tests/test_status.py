@@ -6,7 +6,7 @@ import threading
 import time
 
 import pytest
-from conftest import PYTHON, ROOT, python_env, wait_until
+from conftest import PYTHON, ROOT, STARTUP, python_env, wait_until
 from helpers import WorkerProcess, pttl_and_spent
 from jobs_for_tests import (
     ComputeRetry,
@@ -244,7 +244,8 @@ def test_the_flow_control_docs_examples_run(tmp_path, redis_url, r):
     env = python_env(REDIS_URL=redis_url)
 
     def run(name: str) -> list[str]:
-        done = subprocess.run([PYTHON, name], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+        done = subprocess.run([PYTHON, name], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=2 * STARTUP)
         assert done.returncode == 0, done.stderr
         return done.stdout.splitlines()
 
