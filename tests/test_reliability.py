@@ -532,19 +532,28 @@ def test_heartbeat_keeps_its_pace_while_jobs_burn_cpu(procs, r, client):
     ident = w.wait_registered(r)
     client.push_bulk(spin, [[3], [3]])  # two pure-Python loops fighting for the GIL for 3 s
     beats: list[float] = []
-    deadline = time.monotonic() + 20
-    busy_seen = False
+    gaps: list[float] = []  # between beats seen one after the other, none missed in between
+    deadline = time.monotonic() + 60
+    busy_seen = blind = False
+    looked = time.monotonic()
     while len(ran(r, "spin")) < 2:
         assert time.monotonic() < deadline, "the spin jobs did not finish"
+        # This test may run late too: after a pause between two looks of more than an interval,
+        # a beat may have come and gone unseen, and the gap seen next is not one gap.
+        now = time.monotonic()
+        blind = blind or now - looked > interval
+        looked = now
         raw = r.hget(ident, "beat")
         if raw is not None and (not beats or float(raw) != beats[-1]):
+            if beats and not blind:
+                gaps.append(float(raw) - beats[-1])
             beats.append(float(raw))
+            blind = False
             busy_seen = busy_seen or r.hget(ident, "busy") == b"2"
         time.sleep(0.05)
-    gaps = [b - a for a, b in itertools.pairwise(beats)]
     print(f"\nheartbeat gaps under CPU load (interval {interval} s): max {max(gaps):.3f} s, "
-          f"mean {sum(gaps) / len(gaps):.3f} s over {len(gaps)} gaps")
+          f"mean {sum(gaps) / len(gaps):.3f} s over {len(gaps)} gaps ({len(beats)} beats seen)")
     assert busy_seen, "no beat showed both spin jobs running"
-    assert len(gaps) >= 3
-    assert max(gaps) < interval + 1.0
+    assert len(gaps) >= 2, beats
+    assert max(gaps) < interval + 1.0, gaps  # by the worker's clock
     assert w.stop() == 0
