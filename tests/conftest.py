@@ -105,14 +105,24 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         reporter.write_line(config.stash[_server_key])
 
 
+# Seconds a test gives a process it starts (a worker, a supervisor's children, a web server, a
+# redis-server, an interpreter running a script) to come up and answer. Generous on purpose: on
+# a loaded machine (two cores shared with other jobs and a CPU hog) starting Python and importing
+# sidequest has taken more than 20 s. A deadline costs nothing when the process is quick.
+STARTUP = 60.0
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
 
-def wait_until(predicate, timeout: float = 10.0, interval: float = 0.02, message: str = "condition"):
-    """Poll `predicate` until it returns something truthy; fail the test at the deadline."""
+def wait_until(predicate, timeout: float = 30.0, interval: float = 0.02, message: str = "condition"):
+    """Poll `predicate` until it returns something truthy; fail the test at the deadline.
+
+    Deadlines are for a slow machine: waiting ends as soon as the condition holds, so a generous
+    one costs nothing, while a tight one fails a correct program on a loaded CI runner."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
@@ -134,7 +144,7 @@ class RedisServer:
 
     def start(self) -> None:
         self.proc = subprocess.Popen(self.args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_until(self._ready, 10, message=f"redis-server on port {self.port}")
+        wait_until(self._ready, STARTUP, message=f"redis-server on port {self.port}")
 
     def _ready(self) -> bool:
         try:
@@ -151,7 +161,7 @@ class RedisServer:
         """Stop the server (it writes its AOF on the way out) but keep its data for `start()`."""
         self.proc.terminate()
         try:
-            self.proc.wait(5)
+            self.proc.wait(STARTUP)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
@@ -163,6 +173,15 @@ class RedisServer:
 
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisServer]:
+    server = RedisServer(redis_server_binary())
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def private_redis() -> Iterator[RedisServer]:
+    """A server of the test's own, for what the shared one cannot give: the CPU time it used
+    is the test's work alone."""
     server = RedisServer(redis_server_binary())
     yield server
     server.stop()

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import tempfile
 import time
 
-from conftest import PYTHON, python_env, wait_until
+from conftest import PYTHON, STARTUP, python_env, wait_until
 
 
 def ran(r, kind: str | None = None) -> list[list]:
@@ -52,7 +53,7 @@ class WorkerProcess:
         with open(self.log.name, encoding="utf-8", errors="replace") as f:
             return f.read()
 
-    def wait_registered(self, r, timeout: float = 15.0) -> str:
+    def wait_registered(self, r, timeout: float = STARTUP) -> str:
         """Wait until this process is in the `processes` set; return its identity."""
         def find():
             for ident in r.smembers("processes"):
@@ -86,3 +87,55 @@ def eventually_empty(r, key: str, timeout: float = 10.0) -> None:
 
 def now() -> float:
     return time.time()
+
+
+def pause_seen(launcher, queue: str, timeout: float = 15.0) -> None:
+    """Wait until the processors of `launcher` (in this process) leave `queue` out of their
+    fetches: they share one view of the paused set, read again at most once a second."""
+    wait_until(lambda: queue in launcher.paused.names(), timeout, 0.05, f"the worker to see {queue} paused")
+
+
+def push_fillers(client, queue: str, concurrency: int) -> None:
+    """Queue jobs ahead of one a test means to stay untouched while `queue` is paused.
+
+    Once the pause is seen, a fetch that began before it may still end with a job of the queue:
+    each of the `concurrency` processors has at most one such fetch, and a fetch takes at most one
+    job per processor. The fillers (oldest first) are all such fetches can reach.
+    """
+    from jobs_for_tests import echo
+
+    client.push_bulk(echo, [["filler"]] * concurrency**2, queue=queue)
+
+
+def pttl_and_spent(r, key: str, since: float) -> tuple[int, float]:
+    """`key`'s PTTL, then the milliseconds since `since` (a time.monotonic() taken before the
+    write that set it): a TTL of T reads between T - spent and T, however late this test runs."""
+    pttl = int(r.pttl(key))
+    return pttl, (time.monotonic() - since) * 1000
+
+
+def fetches_blocked(r) -> int:
+    """Connections to this test's database waiting in a blocking command: idle processors'
+    fetches. A quiet worker's processors end with their fetch in hand; once none is left, a job
+    pushed is not taken (and put back) by a fetch begun before the quiet."""
+    db = int(r.connection_pool.connection_kwargs.get("db") or 0)
+    return sum(1 for c in r.client_list() if int(c.get("db", -1)) == db and "b" in c.get("flags", ""))
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user and system) process `pid` has used so far."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_cost(call, server, tries: int = 1) -> tuple[float, object]:
+    """The CPU time `call` costs this process and `server` (its own redis-server: see the
+    `private_redis` fixture), the least of `tries`, and its result. CPU time, not elapsed time:
+    a loaded machine stretches the wait for a CPU, not the work, so a bound on it holds there."""
+    best, result = float("inf"), None
+    for _ in range(tries):
+        began = time.process_time() + cpu_seconds(server.proc.pid)
+        result = call()
+        best = min(best, time.process_time() + cpu_seconds(server.proc.pid) - began)
+    return best, result

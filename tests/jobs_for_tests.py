@@ -84,11 +84,31 @@ def sleepy(seconds, tag=""):
     record("sleepy-done", tag)
 
 
+@sidequest.job(name="WaitsForFile")
+def waits_for_file(path, tag=""):
+    """Runs until the file `path` exists (at most 60 s): it needs no Redis while it waits, so it
+    can span an outage and end when the test says."""
+    record("file-start", tag)
+    end = time.monotonic() + 60
+    while not os.path.exists(path) and time.monotonic() < end:
+        time.sleep(0.02)
+    record("file-done", tag)
+
+
+def _wait_push(key, limit=60.0):
+    """Wait until the test pushes to the list `key` (at most `limit` seconds), in blocking pops
+    of a second: redis-py 8 cuts a single blocking call after 5 s (a TimeoutError, which would
+    end the job early on a machine slow enough to keep a test from pushing within 5 s)."""
+    end = time.monotonic() + limit
+    while time.monotonic() < end and _r().blpop([key], timeout=1) is None:
+        pass
+
+
 @sidequest.job(name="Blocker")
 def blocker(key):
     """Runs until the test pushes to `key` (or 60 s pass)."""
     record("blocker-start", key)
-    _r().blpop([key], timeout=60)
+    _wait_push(key)
     record("blocker-done", key)
 
 
@@ -327,19 +347,23 @@ def hold_slot(name, limit, lease, gate):
     """Holds a concurrent slot until the test pushes to the list `gate` (at most 60 s)."""
     with _limiter("concurrent", name, limit, lease):
         record("hold-slot", os.getpid())
-        redis_lib.Redis.from_url(os.environ["SQ_TEST_REDIS_URL"]).blpop([gate], timeout=60)
+        _wait_push(gate)
 
 
 @sidequest.job(name="Cooperative", retry=3)
 def cooperative(tag):
-    """Works in small steps, asking `sidequest.cancelled()` before each (for 30 s at most)."""
+    """Works in small steps, asking `sidequest.cancelled()` before each (for 30 s at most).
+    Cancelled, it records when (time.monotonic(), one clock for every process on this host)
+    the last check that answered False began."""
     record("coop-start", tag)
     end = time.monotonic() + 30
-    steps = 0
+    steps, last_clear = 0, None
     while time.monotonic() < end:
+        asked = time.monotonic()
         if sidequest.cancelled():
-            record("coop-cancelled", tag, steps)
+            record("coop-cancelled", tag, steps, last_clear)
             raise sidequest.Cancelled()
+        last_clear = asked
         steps += 1
         time.sleep(0.02)
     record("coop-done", tag)

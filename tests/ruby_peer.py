@@ -8,6 +8,8 @@ import signal
 import subprocess
 from pathlib import Path
 
+from conftest import STARTUP
+
 RUBY_DIR = Path(__file__).parent / "ruby"
 
 
@@ -19,14 +21,14 @@ def ruby_env(redis_url: str) -> dict[str, str]:
 
 def ruby_push(redis_url: str, *command: str) -> list[str]:
     out = subprocess.run(["ruby", str(RUBY_DIR / "push.rb"), *command], env=ruby_env(redis_url),
-                         capture_output=True, text=True, timeout=60, check=True)
+                         capture_output=True, text=True, timeout=2 * STARTUP, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def ruby_api(redis_url: str, *actions: str) -> dict:
     """What Sidekiq's Ruby API reads (tests/ruby/api.rb), after `actions` such as "quiet!" or "stop!"."""
     out = subprocess.run(["ruby", str(RUBY_DIR / "api.rb"), *actions], env=ruby_env(redis_url),
-                         capture_output=True, text=True, timeout=60)
+                         capture_output=True, text=True, timeout=2 * STARTUP)
     assert out.returncode == 0, f"Sidekiq's Ruby API failed:\n{out.stderr}"
     return json.loads(out.stdout.strip().splitlines()[-1])
 

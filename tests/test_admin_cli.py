@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 from click.testing import CliRunner
-from conftest import PYTHON, free_port, python_env, wait_until
+from conftest import PYTHON, STARTUP, free_port, python_env, wait_until
 from helpers import queue_items, ran
 from jobs_for_tests import FastBoom, boom, echo, sleepy
 
@@ -242,7 +242,7 @@ def test_no_redis_is_one_line_and_exit_1_and_starts_no_embedded_server(monkeypat
 def test_python_dash_m_runs_the_admin_commands(redis_url, client):
     client.push(echo, [1])
     out = subprocess.run([PYTHON, "-m", "sidequest.cli", "stats", "--json"], env=python_env(REDIS_URL=redis_url),
-                         capture_output=True, text=True, timeout=30)
+                         capture_output=True, text=True, timeout=STARTUP)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["enqueued"] == 1
 
@@ -271,32 +271,55 @@ def test_top_redraws_in_a_terminal_until_ctrl_c_then_exits_0(redis_url):
     import os
     import pty
     import select
+    import signal
     import time
 
     pid, fd = pty.fork()
     if pid == 0:  # the child: `sidequest top` on a terminal
-        os.execve(PYTHON, [PYTHON, "-m", "sidequest.cli", "top", "--interval", "0.3"],
-                  python_env(REDIS_URL=redis_url, COLUMNS="160", LINES="50"))
+        try:
+            # As a shell on a terminal starts it: with Ctrl-C's default action. Run from a
+            # background job (`make test &`, nohup, some CI runners) this process may ignore
+            # SIGINT, and Python keeps an inherited "ignore": top would never see the Ctrl-C.
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.execve(PYTHON, [PYTHON, "-m", "sidequest.cli", "top", "--interval", "0.3"],
+                      python_env(REDIS_URL=redis_url, COLUMNS="160", LINES="50"))
+        finally:
+            os._exit(127)  # never back into the test runner's code in a forked copy of it
     output = b""
+    closed = False
+    status: int | None = None
 
-    def read_for(seconds: float) -> None:
-        nonlocal output
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
+    def read_until(done, timeout: float, what: str) -> str:
+        """Read the terminal until `done(text)` holds; fail with what it showed at the deadline."""
+        nonlocal output, closed
+        deadline = time.monotonic() + timeout
+        while not done(output.decode("utf-8", "replace")):
+            assert not closed and time.monotonic() < deadline, \
+                f"no {what} after {timeout} s; the terminal showed:\n{output.decode('utf-8', 'replace')}"
             if select.select([fd], [], [], 0.1)[0]:
                 try:
                     chunk = os.read(fd, 65536)
                 except OSError:  # the child closed the terminal
-                    return
-                if not chunk:
-                    return
+                    chunk = b""
+                closed = not chunk
                 output += chunk
+        return output.decode("utf-8", "replace")
 
-    read_for(3)
-    os.write(fd, b"\x03")  # Ctrl-C, as the terminal sends it
-    read_for(5)
-    _, status = os.waitpid(pid, 0)
-    os.close(fd)
-    text = output.decode("utf-8", "replace")
+    def reaped() -> tuple[int] | None:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        return (status,) if done else None
+
+    try:
+        # Ctrl-C only once frames show: sent earlier, it could reach a child that has not yet
+        # made the terminal its own (lost) or is still importing (a traceback, not a clean exit).
+        read_until(lambda text: text.count("sidequest top") >= 3, 60, "three frames")
+        os.write(fd, b"\x03")  # Ctrl-C, as the terminal sends it
+        text = read_until(lambda _: closed, 60, "exit after Ctrl-C")
+        [status] = wait_until(reaped, 30, 0.05, "sidequest top to exit")
+    finally:
+        if status is None:  # it did not exit: do not leave it running
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        os.close(fd)
     assert os.waitstatus_to_exitcode(status) == 0 and "Traceback" not in text
     assert text.count("sidequest top") >= 3 and "\x1b[1A\x1b[2K" in text  # redrawn in place: cursor up, erase

@@ -5,7 +5,7 @@ import signal
 import subprocess
 
 from click.testing import CliRunner
-from conftest import PYTHON, free_port, python_env, wait_until
+from conftest import PYTHON, STARTUP, free_port, python_env, wait_until
 from helpers import WorkerProcess, ran, reserved
 from jobs_for_tests import blocker, echo, hooked_echo, sleepy
 
@@ -35,7 +35,7 @@ def test_bad_flags_and_config_are_usage_errors(tmp_path):
     assert result.exit_code == 2 and "concurrency must be a whole number" in result.output
 
 
-def run_cli(*args, redis_url="redis://127.0.0.1:1/0", timeout=30, cwd=None):
+def run_cli(*args, redis_url="redis://127.0.0.1:1/0", timeout=STARTUP, cwd=None):
     return subprocess.run([PYTHON, "-m", "sidequest.cli", *args], env=python_env(REDIS_URL=redis_url),
                           capture_output=True, text=True, timeout=timeout, cwd=cwd)
 

@@ -116,7 +116,7 @@ class CuttingProxy:
                             window = tail + data
                             if trigger in window:
                                 written, self._armed = self._armed[1], None
-                                deadline = time.monotonic() + 5
+                                deadline = time.monotonic() + 30
                             tail = window[-len(trigger):]
                 if up in ready:
                     data = up.recv(65536)
@@ -364,7 +364,7 @@ def test_death_handlers_run_when_the_dead_outcomes_reply_is_lost(proxy, start, r
     r.script_load(launcher.recovery.scripts.settle.script)  # the cut EVALSHA is the one that runs
     proxy.arm(b"$4\r\ndead\r\n", written=lambda: r.zcard("dead") == 1)  # SETTLE's mode argument
     jid = client.push(hooked_echo, [True])  # retry=0: straight to the dead set
-    wait_until(lambda: ran(r, "death-handler") or "was not written" in caplog.text, 10,
+    wait_until(lambda: ran(r, "death-handler") or "was not written" in caplog.text, 30,
                message="the dead outcome to be settled")
     assert proxy.cuts == 1 and [e["jid"] for e, _ in zset_items(r, "dead")] == [jid]
     assert ran(r, "death-handler") == [[jid]]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from conftest import PYTHON, free_port, python_env, redis_server_binary, wait_until
+from conftest import PYTHON, STARTUP, free_port, python_env, redis_server_binary, wait_until
 
 from sidequest import Config, embedded
 from sidequest.connection import answers
@@ -80,10 +80,10 @@ def stop(config: Config) -> None:
         client.close()
     for pid in pids:
         try:
-            wait_until(lambda pid=pid: not alive(pid), 3, message=f"redis-server {pid} to exit")
+            wait_until(lambda pid=pid: not alive(pid), 15, message=f"redis-server {pid} to exit")
         except AssertionError:
             os.kill(pid, signal.SIGKILL)
-            wait_until(lambda pid=pid: not alive(pid), 3, message=f"redis-server {pid} to die")
+            wait_until(lambda pid=pid: not alive(pid), 15, message=f"redis-server {pid} to die")
 
 
 @pytest.fixture
@@ -113,7 +113,7 @@ def resolve_in_subprocess(config: Config, start_at: float | None = None) -> subp
 
 
 def finish(proc: subprocess.Popen) -> tuple[str, int]:
-    out, err = proc.communicate(timeout=15)
+    out, err = proc.communicate(timeout=STARTUP)
     assert proc.returncode == 0, err
     url, pid = out.split()
     return url, int(pid)
@@ -160,7 +160,7 @@ def test_starts_a_persistent_server(embedded_config: Config) -> None:
         pass
     finally:
         r.close()
-    wait_until(lambda: not alive(first_pid), 5, message="the server to exit after SHUTDOWN")
+    wait_until(lambda: not alive(first_pid), 30, message="the server to exit after SHUTDOWN")
     assert not answers(url)
 
     assert embedded.resolve_url(config) == url
@@ -233,7 +233,7 @@ def test_port_held_by_something_else_fails_fast_and_clearly(tmp_path: Path) -> N
     assert str(port) in message
     assert "in use" in message
     assert "REDIS_URL" in message  # says what to do about it
-    assert elapsed < 5  # it does not wait out the start deadline
+    assert elapsed < embedded.START_DEADLINE  # it does not wait out the start deadline
     assert servers_on(port) == []
 
 
@@ -249,7 +249,7 @@ def test_a_server_that_dies_at_start_is_reported_with_its_log(embedded_config: C
     began = time.monotonic()
     with pytest.raises(RedisUnavailableError) as caught:
         embedded.resolve_url(config)
-    assert time.monotonic() - began < 5  # noticed the exit, did not wait out the deadline
+    assert time.monotonic() - began < embedded.START_DEADLINE  # noticed the exit, did not wait out the deadline
     message = str(caught.value)
     assert "exited while starting" in message
     assert "Bad file format reading the append only file" in message  # the reason, from redis.log

@@ -7,7 +7,7 @@ import subprocess
 import textwrap
 
 import pytest
-from conftest import PYTHON, RedisServer, free_port, python_env, wait_until
+from conftest import PYTHON, STARTUP, RedisServer, free_port, python_env, wait_until
 from helpers import WorkerProcess, ran
 from jobs_for_tests import echo
 
@@ -19,7 +19,7 @@ from sidequest.errors import RedisURLError, UnknownJobError
 from sidequest.registry import Registry
 
 
-def run_cli(*args: str, env: dict[str, str] | None = None, cwd: str | None = None, timeout: float = 30):
+def run_cli(*args: str, env: dict[str, str] | None = None, cwd: str | None = None, timeout: float = STARTUP):
     return subprocess.run([PYTHON, "-m", "sidequest.cli", *args], env=python_env(**(env or {})), cwd=cwd,
                           capture_output=True, text=True, timeout=timeout)
 
@@ -37,7 +37,7 @@ def http_port():
             return True
         except OSError:
             return False
-    wait_until(listening, 10, message="the http server")
+    wait_until(listening, STARTUP, message="the http server")
     yield port
     proc.terminate()
     proc.wait()

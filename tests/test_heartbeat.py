@@ -96,7 +96,7 @@ def test_remote_quiet_calls_the_launcher_not_the_process(launcher, r):
 def test_remote_stop_stops_the_launcher_and_nothing_else(launcher, r):
     ident = launcher.identity
     r.lpush(f"{ident}-signals", "TERM")
-    assert launcher.wait(10), "the launcher stops itself"
+    assert launcher.wait(30), "the launcher stops itself"
     assert not r.sismember("processes", ident) and not r.exists(ident)
 
 

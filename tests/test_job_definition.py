@@ -163,11 +163,11 @@ def test_a_script_that_defines_and_pushes_a_job_without_a_name_fails_at_definiti
     import subprocess
     import sys
 
-    from conftest import python_env
+    from conftest import STARTUP, python_env
 
     script = tmp_path / "enqueue.py"
     script.write_text("import sidequest\n\n@sidequest.job\ndef hello():\n    pass\n\nhello.perform_async()\n")
-    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60,
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=2 * STARTUP,
                             env=python_env(REDIS_URL=redis_url))
     assert result.returncode == 1
     assert "sidequest.errors.JobDefinitionError: job hello is defined in __main__" in result.stderr

@@ -57,5 +57,5 @@ def test_a_job_gets_the_default_clients_redis(start, client, r, monkeypatch):
     monkeypatch.setattr(sidequest.client, "_default", client)  # what `sidequest worker` sets up
     client.push_bulk(count_with_sidequest_redis, [[n] for n in range(20)])
     start()
-    wait_until(lambda: r.get("visits") == b"20", 10, 0.05, "20 visits counted")
+    wait_until(lambda: r.get("visits") == b"20", 30, 0.05, "20 visits counted")
     assert isinstance(sidequest.redis(), redis.Redis)

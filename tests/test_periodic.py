@@ -17,7 +17,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from click.testing import CliRunner
-from conftest import PYTHON, ROOT, python_env, wait_until
+from conftest import PYTHON, ROOT, STARTUP, python_env, wait_until
 from helpers import queue_items, ran
 from jobs_for_tests import Tick, echo
 from test_reliability import procs, stop_all  # noqa: F401  (procs is a fixture)
@@ -411,7 +411,7 @@ def test_a_launcher_runs_its_entries_and_the_files(config, r, monkeypatch, redis
     assert launcher.periodic.ttl == 3600
     launcher.run()
     try:
-        wait_until(lambda: {t[0] for t in ran(r, "tick")} == {"code", "file"}, 6, message="both entries to run")
+        wait_until(lambda: {t[0] for t in ran(r, "tick")} == {"code", "file"}, 30, message="both entries to run")
     finally:
         launcher.stop()
     assert not launcher.periodic._thread.is_alive()
@@ -458,7 +458,8 @@ def test_the_scheduling_docs_examples_run(tmp_path, redis_url, r):
     env = python_env(REDIS_URL=redis_url)
 
     def run(*args: str) -> str:
-        done = subprocess.run([PYTHON, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+        done = subprocess.run([PYTHON, *args], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=2 * STARTUP)
         assert done.returncode == 0, done.stderr
         return done.stdout
 

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from conftest import PYTHON, python_env, wait_until
+from conftest import PYTHON, STARTUP, python_env, wait_until
 from jobs_for_tests import FastBoom, boom
 from ruby_peer import ruby_api, ruby_push
 
@@ -42,7 +42,7 @@ class Worker:
         assert self.proc.poll() is None, f"worker exited with {self.proc.returncode}:\n{self.output()}"
         return True
 
-    def identity(self, r, timeout: float = 15.0) -> str:
+    def identity(self, r, timeout: float = STARTUP) -> str:
         """Wait until this process has registered in `processes`; return its identity."""
         def find() -> str | None:
             self.alive()
@@ -96,11 +96,11 @@ def test_worker_runs_jobs_pushed_by_ruby_sidekiq(ruby, worker, r, redis_url):
     pushed = [json.loads(raw) for raw in reversed(r.lrange("queue:default", 0, -1))]  # oldest first
     assert len(pushed) == 41 and {p["class"] for p in pushed} == {"RubyEcho"}
     w = worker()
-    wait_until(lambda: w.alive() and len(ran(r, "ruby-echo")) == 41, 20, 0.05, "41 Ruby jobs to run")
+    wait_until(lambda: w.alive() and len(ran(r, "ruby-echo")) == 41, 60, 0.05, "41 Ruby jobs to run")
     got = ran(r, "ruby-echo")
     assert sorted(map(json.dumps, got)) == sorted(json.dumps(p["args"]) for p in pushed)
     assert [1, "two", {"three": [3.5, None, True]}] in got  # Ruby's nested args, exactly as pushed
-    wait_until(lambda: not reserved_left(r), 5, 0.05, "every job to be acknowledged")
+    wait_until(lambda: not reserved_left(r), 15, 0.05, "every job to be acknowledged")
     assert w.stop() == 0, w.output()
     assert r.llen("queue:default") == 0 and r.zcard("retry") == 0 and r.zcard("dead") == 0
     assert int(r.get("stat:processed")) == 41 and int(r.get("stat:failed") or 0) == 0
@@ -113,7 +113,7 @@ def test_ruby_api_reads_process_workers_stats_and_retries(ruby, worker, client, 
     jid = client.push("Blocker", ["test:release"])
 
     # --- while the Blocker job runs: ProcessSet, Workers, Stats --------------------------------
-    wait_until(lambda: w.alive() and r.hget(identity, "busy") == b"1", 10, 0.05, "a heartbeat showing busy=1")
+    wait_until(lambda: w.alive() and r.hget(identity, "busy") == b"1", 30, 0.05, "a heartbeat showing busy=1")
     api = ruby_api(redis_url)
     [proc] = api["processes"]
     assert proc["identity"] == identity
@@ -131,7 +131,7 @@ def test_ruby_api_reads_process_workers_stats_and_retries(ruby, worker, client, 
     # --- a failure filed in the retry set -----------------------------------------------------
     r.rpush("test:release", 1)
     boom_jid = client.push(boom, ["kaboom: ünïcode"])
-    wait_until(lambda: w.alive() and r.zcard("retry") == 1, 10, 0.05, "Boom to be filed for retry")
+    wait_until(lambda: w.alive() and r.zcard("retry") == 1, 30, 0.05, "Boom to be filed for retry")
     api = ruby_api(redis_url)
     [entry] = api["retries"]
     assert entry["jid"] == boom_jid and entry["klass"] == "Boom" and entry["args"] == ["kaboom: ünïcode"]
@@ -145,7 +145,7 @@ def test_ruby_api_reads_process_workers_stats_and_retries(ruby, worker, client, 
 
     # --- TSTP: quiet, as Ruby sees it ---------------------------------------------------------
     w.proc.send_signal(signal.SIGTSTP)
-    wait_until(lambda: w.alive() and ruby_api(redis_url)["processes"][0]["quiet"], 5, 0.1,
+    wait_until(lambda: w.alive() and ruby_api(redis_url)["processes"][0]["quiet"], 60, 0.1,
                "Ruby's Process#stopping? to turn true")
 
     # --- after a clean stop: the flushed counters, and the process gone --------------------------
@@ -188,10 +188,10 @@ def test_remote_quiet_and_stop_from_rubys_process_api(ruby, worker, r, redis_url
     w = worker()
     w.identity(r)
     ruby_api(redis_url, "quiet!")
-    wait_until(lambda: w.alive() and ruby_api(redis_url)["processes"][0]["quiet"], 5, 0.1,
+    wait_until(lambda: w.alive() and ruby_api(redis_url)["processes"][0]["quiet"], 60, 0.1,
                "the worker to go quiet on Ruby's quiet!")
     ruby_api(redis_url, "stop!")
-    assert w.proc.wait(10) == 0, w.output()
+    assert w.proc.wait(30) == 0, w.output()
     assert ruby_api(redis_url)["processes"] == []
 
 
@@ -199,6 +199,6 @@ def test_dead_set_stays_readable_after_a_non_object_payload(ruby, worker, r, red
     """Sidekiq 6.4's JobRecord raises on JSON that is not an object; sidequest wraps such payloads."""
     r.lpush("queue:default", b"[1,2]")
     w = worker()
-    wait_until(lambda: w.alive() and r.zcard("dead") == 1, 10, 0.05, "the payload in the dead set")
+    wait_until(lambda: w.alive() and r.zcard("dead") == 1, 30, 0.05, "the payload in the dead set")
     assert w.stop() == 0, w.output()
     assert ruby_api(redis_url)["dead_size"] == 1

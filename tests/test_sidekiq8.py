@@ -111,12 +111,12 @@ def test_a_sidekiq8_payload_runs_and_reaches_the_job_unchanged(config, start, r)
     text = sidekiq8_raw("Echo", ["from sidekiq 8", 1, {"k": [2.5, None]}])
     push_raw(r, text)
     launcher = start()
-    wait_until(lambda: ran(r, "echo"), 10, message="the Sidekiq 8 job to run")
+    wait_until(lambda: ran(r, "echo"), 30, message="the Sidekiq 8 job to run")
     assert ran(r, "echo") == [["from sidekiq 8", 1, {"k": [2.5, None]}]]
     assert seen == [json.loads(text)]
     assert all(type(seen[0][key]) is int for key in ("created_at", "enqueued_at"))
     # the process hash carries `concurrency` as its own field (Sidekiq 8.1.2+ reads it there)
-    wait_until(lambda: r.hget(launcher.identity, "concurrency") == b"4", 5, message="concurrency field")
+    wait_until(lambda: r.hget(launcher.identity, "concurrency") == b"4", 15, message="concurrency field")
     assert json.loads(r.hget(launcher.identity, "info"))["concurrency"] == 4
 
 
@@ -126,7 +126,7 @@ def test_a_failing_sidekiq8_job_is_filed_in_its_own_unit(start, r):
     before = time.time()
     push_raw(r, text)
     start()
-    wait_until(lambda: r.zcard("retry") == 1, 10, message="the retry entry")
+    wait_until(lambda: r.zcard("retry") == 1, 30, message="the retry entry")
     after = time.time()
     [(entry, score)] = zset_items(r, "retry")
     for key, value in original.items():  # every field it came with, value and type, untouched
@@ -196,7 +196,7 @@ def test_sidekiq_version_8_client_writes_milliseconds_and_a_worker_runs_them(con
     assert type(scheduled["created_at"]) is int and "enqueued_at" not in scheduled
     assert isinstance(score, float) and before / 1000 < score < after / 1000 + 1
     start(sidekiq_version=8)
-    wait_until(lambda: len(ran(r, "echo")) == 4, 10, message="four jobs to run")
+    wait_until(lambda: len(ran(r, "echo")) == 4, 30, message="four jobs to run")
     assert sorted(row[0] for row in ran(r, "echo")) == ["four", "one", "three", "two"]
 
     client.push(FastBoom, ["eight"])
@@ -213,7 +213,7 @@ def test_sidekiq64_api_reads_default_format_entries(ruby, client, start, r, redi
     start()
     client.push("Echo", ["waiting"], queue="elsewhere")  # a queue nobody works
     jid = client.push(boom, ["kaboom"])
-    wait_until(lambda: r.zcard("retry") == 1, 10, message="Boom to be filed for retry")
+    wait_until(lambda: r.zcard("retry") == 1, 30, message="Boom to be filed for retry")
     after = time.time()
     api = ruby_api(redis_url)
     [entry] = api["retries"]

@@ -14,8 +14,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import wait_until
-from helpers import ran
+from conftest import STARTUP, wait_until
+from helpers import fetches_blocked, ran
 from jobs_for_tests import blocker, echo, work
 from test_reliability import (
     alive,
@@ -55,13 +55,13 @@ def test_supervisor_starts_n_children_and_restarts_a_killed_one_with_backoff(pro
     victim = min(first.values())
     killed = time.monotonic()  # taken before the kill: the supervisor may notice it at once
     os.kill(victim, signal.SIGKILL)
-    [second] = set(wait_until(lambda: replaced(victim), 10, 0.01, "a replacement child")) - set(first.values())
+    [second] = set(wait_until(lambda: replaced(victim), STARTUP, 0.01, "a replacement child")) - set(first.values())
     first_wait = time.monotonic() - killed
 
     # the replacement dies young too: the back-off for that slot doubles
     killed = time.monotonic()
     os.kill(second, signal.SIGKILL)
-    [third] = set(wait_until(lambda: replaced(second), 10, 0.01, "a second replacement")) - set(first.values())
+    [third] = set(wait_until(lambda: replaced(second), STARTUP, 0.01, "a second replacement")) - set(first.values())
     second_wait = time.monotonic() - killed
     now = wait_children(r, sup, 3)
     assert third in now.values() and victim not in now.values() and second not in now.values()
@@ -77,9 +77,10 @@ def test_supervisor_forwards_tstp_and_stops_every_child_on_term(procs, r, client
     sup = procs("--processes", "2", "-c", "2")
     kids = wait_children(r, sup, 2)
     sup.signal(signal.SIGTSTP)
-    wait_until(lambda: all(r.hget(ident, "quiet") == b"true" for ident in kids), 5, 0.05,
+    wait_until(lambda: all(r.hget(ident, "quiet") == b"true" for ident in kids), 15, 0.05,
                "both children quiet")
     assert sup.proc.poll() is None  # TSTP is forwarded, not obeyed by the supervisor
+    wait_until(lambda: fetches_blocked(r) == 0, 30, 0.05, "the fetches begun before the quiet to end")
     client.push(echo, ["while quiet"])
     time.sleep(1.0)  # a quiet worker must not take it: give it the chance to
     assert r.llen("queue:default") == 1 and not ran(r, "echo")
@@ -98,19 +99,23 @@ def test_max_jobs_recycles_children_and_every_job_completes(procs, r, client):
     first = wait_children(r, sup, 2)
     client.push_bulk(work, [[n, 0.15] for n in range(30)])
     wait_until(lambda: done_set(r) == set(range(30)), 30, 0.1, "all 30 jobs")
-    wait_until(lambda: no_reserved_left(r), 10, 0.05, "no job left reserved")
+    wait_until(lambda: no_reserved_left(r), 30, 0.05, "no job left reserved")
     assert r.llen("queue:default") == 0 and r.zcard("retry") == 0 and r.zcard("dead") == 0
 
     per_pid = Counter(pid for _, pid in ran(r, "work-done"))
     print(f"\njobs per child process life: {sorted(per_pid.values(), reverse=True)}")
     assert len(per_pid) >= 3  # children were replaced along the way
     assert not all(alive(pid) for pid in first.values())
-    # Each life ends at the first beat (every 0.25 s) after its 5th job, plus the jobs in hand;
-    # without recycling one of the two children would run at least 15.
-    assert max(per_pid.values()) < 15
     assert len(ran(r, "work-start")) == 30  # a recycle puts nothing back to run twice
+    # A life ends at its first beat after its 5th job: it counted at least 5 by then, and ran no
+    # more than those and the jobs its two processors had in hand (how many a slow beat let in
+    # varies with the machine; what a life ran after deciding does not).
     out = sup.output()
-    assert "recycling this worker process: processed" in out and "(max_jobs 5)" in out
+    decided = {int(pid): int(count) for pid, count in
+               re.findall(r"pid=(\d+) .*recycling this worker process: processed (\d+) jobs \(max_jobs 5\)", out)}
+    assert decided and set(decided) <= set(per_pid), out
+    for pid, count in decided.items():
+        assert count >= 5 and per_pid[pid] <= count + 2, (pid, count, per_pid[pid])
     wait_children(r, sup, 2)
     assert sup.stop() == 0
 
@@ -125,7 +130,7 @@ def test_max_memory_recycles_a_child_over_its_limit(redis_url, r):
         def many_lives():
             seen.update(m.decode() for m in r.smembers("processes"))
             return len(seen) >= 4
-        wait_until(many_lives, 30, 0.05, "children to recycle and be replaced")
+        wait_until(many_lives, 2 * STARTUP, 0.05, "children to recycle and be replaced")  # two generations
     finally:
         out = supervisor.stop()
     assert supervisor.proc.returncode == 0, out

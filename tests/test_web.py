@@ -11,7 +11,8 @@ from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
 import pytest
-from conftest import wait_until
+from conftest import STARTUP, wait_until
+from helpers import cpu_cost
 from jobs_for_tests import FastBoom, Tick, echo, signup
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.applications import Starlette
@@ -21,7 +22,7 @@ from starlette.routing import Mount, Route
 from starlette.testclient import TestClient
 
 import sidequest
-from sidequest import Task
+from sidequest import Client, Task
 from sidequest.api import DeadSet, ProcessSet, Queue, RetrySet, ScheduledSet, Stats
 from sidequest.periodic import PeriodicRegistry, PeriodicScheduler, forget
 from sidequest.periodic import status as periodic_status
@@ -247,14 +248,16 @@ def test_quiet_and_stop_reach_the_process(start, client, r):
     token = token_of(http, "/busy")
     assert worker.identity in http.get("/busy", headers=HTML).text
     post(http, "/busy/actions", token, do="quiet", identity=worker.identity)
-    wait_until(lambda: worker.heartbeat.quiet, 5, message="the worker to go quiet")
-    wait_until(lambda: next(iter(ProcessSet(client))).stopping, 5, message="the process to show as quiet")
+    wait_until(lambda: worker.heartbeat.quiet, 15, message="the worker to go quiet")
+    wait_until(lambda: next(iter(ProcessSet(client))).stopping, 15, message="the process to show as quiet")
     gone = post(http, "/busy/actions", token, do="stop", identity="nohost:1:abc")
     assert gone.status_code == 303 and "gone" in http.get("/busy", headers=HTML).text
 
 
 # -- reading big sets ----------------------------------------------------------------------------------
-def test_pages_stay_fast_with_100000_entries_in_a_set(client, r):
+def test_pages_stay_fast_with_100000_entries_in_a_set(private_redis, config):
+    client = Client(config.replace(redis_url=private_redis.url(0)))
+    r = client.redis
     now = time.time()
     pipe = r.pipeline(transaction=False)
     for start_at in range(0, 100_000, 10_000):
@@ -269,18 +272,15 @@ def test_pages_stay_fast_with_100000_entries_in_a_set(client, r):
     http = TestClient(create_app(client))
     http.get("/retries", headers=HTML)  # warm up templates
     for path in ("/retries", "/retries?page=2000", "/retries?page=4000", "/", "/api/stats"):
-        started = time.perf_counter()
-        response = http.get(path, headers=HTML)
-        elapsed = time.perf_counter() - started
-        assert response.status_code == 200 and elapsed < 0.5, (path, elapsed)
+        cost, response = cpu_cost(lambda path=path: http.get(path, headers=HTML), private_redis)
+        assert response.status_code == 200 and cost < 0.5, (path, cost)
     last_page = http.get("/retries?page=4000", headers=HTML).text
     assert "[0]" in last_page and "[24]" in last_page and "page 4,000 / 4,000" in last_page
     first_page = http.get("/retries", headers=HTML).text
     assert "[99999]" in first_page
     key = next(iter(RetrySet(client))).key
-    started = time.perf_counter()
-    assert http.get(f"/retries/{key}", headers=HTML).status_code == 200
-    assert time.perf_counter() - started < 0.5
+    cost, response = cpu_cost(lambda: http.get(f"/retries/{key}", headers=HTML), private_redis)
+    assert response.status_code == 200 and cost < 0.5, cost
 
 
 def test_security_headers_and_a_redis_outage(client):
@@ -408,13 +408,13 @@ def test_metrics_in_prometheus_text_format(start, client, r):
     start()
     client.push_bulk(echo, [[i] for i in range(7)])
     client.push(FastBoom, ["no"])
-    wait_until(lambda: DeadSet(client).size == 1 and Stats(client).processed >= 10, 10, message="jobs to run")
+    wait_until(lambda: DeadSet(client).size == 1 and Stats(client).processed >= 10, 30, message="jobs to run")
     http = TestClient(create_app(client))
 
     def job_samples(name: str) -> dict[str, float]:
         return {s.labels["job"]: s.value for s in scrape(http)[name]}
 
-    wait_until(lambda: job_samples("sidequest_job_processed").get("Echo") == 7, 10,
+    wait_until(lambda: job_samples("sidequest_job_processed").get("Echo") == 7, 30,
                message="the heartbeat to write the per-job counts")
     families = scrape(http)
     assert all(name.startswith("sidequest_") for name in families)
@@ -428,7 +428,7 @@ def test_metrics_in_prometheus_text_format(start, client, r):
     assert families["sidequest_processed"][0].name == "sidequest_processed_total"
     assert job_samples("sidequest_job_failed")["FastBoom"] == 3  # the first run and two retries
     client.push_bulk(echo, [[i] for i in range(4)])  # counters only grow
-    wait_until(lambda: job_samples("sidequest_job_processed")["Echo"] == 11, 10, message="four more runs")
+    wait_until(lambda: job_samples("sidequest_job_processed")["Echo"] == 11, 30, message="four more runs")
     assert job_samples("sidequest_job_processed")["Echo"] == 11
 
 
@@ -459,7 +459,7 @@ def test_web_command_flags(redis_url, tmp_path):
                 return httpx.get(base + "/api/stats", timeout=1).status_code
             except httpx.HTTPError:
                 return 0
-        assert wait_until(answers, 15, 0.05, "sidequest web to answer") == 401
+        assert wait_until(answers, STARTUP, 0.05, "sidequest web to answer") == 401
         page = httpx.get(base + "/queues", auth=("admin", "s3cret"), headers=HTML)
         assert page.status_code == 200 and 'href="/ops/jobs/retries"' in page.text  # links for the proxy's path
         assert "Read-only" in page.text

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import PYTHON, ROOT, free_port, python_env, wait_until
+from conftest import PYTHON, ROOT, STARTUP, free_port, python_env, wait_until
 from jobs_for_tests import FastBoom, boom, echo, signup, work
 
 import sidequest
@@ -77,7 +77,7 @@ class WebServer:
             [PYTHON, "-m", "sidequest.cli", "web", "--port", str(self.port), "--redis-url", redis_url,
              "--poll-interval", "0.5", *args],
             env=python_env(), stdout=self.log, stderr=subprocess.STDOUT)
-        wait_until(self._answers, 20, 0.05, "sidequest web to answer")
+        wait_until(self._answers, STARTUP, 0.05, "sidequest web to answer")
 
     def _answers(self) -> bool:
         import httpx
@@ -125,12 +125,12 @@ def seeded(start, client, r):
     task.add_bulk(signup, [[i] for i in range(1, 13)])
     task.seal()
     client.push(work, [1, 120, GATE])  # `blocker` would not do: redis-py 8 cuts its BLPOP after 5 s
-    wait_until(lambda: DeadSet(client).size == 2, 20, 0.05, "FastBoom to die")
-    wait_until(lambda: RetrySet(client).size == 1, 20, 0.05, "Boom to wait for a retry")
+    wait_until(lambda: DeadSet(client).size == 2, 30, 0.05, "FastBoom to die")
+    wait_until(lambda: RetrySet(client).size == 1, 30, 0.05, "Boom to wait for a retry")
     # its retry is due in 15-24 s, which a busy machine reaches mid-test: move it an hour away
     assert next(iter(RetrySet(client))).reschedule(time.time() + 3600)
-    wait_until(lambda: Task.find(task.id, client=client).status()["done"], 20, 0.05, "the task to end")
-    wait_until(lambda: Stats(client).workers_size == 1 and Stats(client).processed >= 30, 20, 0.05,
+    wait_until(lambda: Task.find(task.id, client=client).status()["done"], 30, 0.05, "the task to end")
+    wait_until(lambda: Stats(client).workers_size == 1 and Stats(client).processed >= 30, 30, 0.05,
                "the heartbeat to show the running job and the counts")
     yield {"worker": worker, "task": task}
     r.set(GATE, 1)
@@ -241,17 +241,17 @@ def test_numbers_and_durations_update_without_a_reload(page, web, seeded, client
     client.push_bulk(echo, [["live", i] for i in range(25)])
     wait_until(lambda: int(processed.inner_text().replace(",", "")) >= before + 25, 15, 0.1,
                "the processed card to count the new jobs")
-    page.wait_for_selector("#chart-rate path.line", state="attached", timeout=5000)
+    page.wait_for_selector("#chart-rate path.line", state="attached", timeout=30_000)
     assert page.evaluate("window.__sameDocument") is True
 
     page.goto(web.url + "/busy")
     page.evaluate("window.__sameDocument = true")
     since = page.locator("[data-since]").first
     first = since.inner_text()
-    wait_until(lambda: since.inner_text() != first, 5, 0.1, "the running job's duration to tick")
+    wait_until(lambda: since.inner_text() != first, 15, 0.1, "the running job's duration to tick")
     Queue("reports", client).clear()  # the nav's Enqueued badge follows
     badge = page.locator("nav [data-stat=enqueued]")
-    wait_until(lambda: badge.inner_text() == str(Stats(client).enqueued), 10, 0.1, "the nav badge to follow")
+    wait_until(lambda: badge.inner_text() == str(Stats(client).enqueued), 30, 0.1, "the nav badge to follow")
     assert page.evaluate("window.__sameDocument") is True
 
 
@@ -285,10 +285,10 @@ def test_the_buttons_work(page, web, seeded, client, r):
     page.goto(web.url + "/queues")
     row = page.locator("tr", has=page.get_by_role("link", name="reports", exact=True))
     row.get_by_role("button", name="Pause").click()
-    wait_until(lambda: Queue("reports", client).paused, 5, 0.05, "the queue to be paused")
+    wait_until(lambda: Queue("reports", client).paused, 15, 0.05, "the queue to be paused")
     row = page.locator("tr", has=page.get_by_role("link", name="reports", exact=True))
     row.get_by_role("button", name="Resume").click()
-    wait_until(lambda: not Queue("reports", client).paused, 5, 0.05, "the queue to be resumed")
+    wait_until(lambda: not Queue("reports", client).paused, 15, 0.05, "the queue to be resumed")
     page.goto(web.url + "/queues/reports")
     sizes = Queue("reports", client).size
     page.locator("main tbody tr").first.get_by_role("button", name="Delete").click()
@@ -300,7 +300,7 @@ def test_the_buttons_work(page, web, seeded, client, r):
     page.get_by_role("button", name="Quiet", exact=True).click()
     page.wait_for_url(re.compile(r"/busy$"))
     page.evaluate("window.__sameDocument = true")
-    page.wait_for_selector("main table .tag.warn:text('quiet')", timeout=10_000)
+    page.wait_for_selector("main table .tag.warn:text('quiet')", timeout=30_000)
     assert page.evaluate("window.__sameDocument") is True
     assert seeded["worker"].heartbeat.quiet is True
 

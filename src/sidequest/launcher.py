@@ -124,11 +124,11 @@ class Launcher:
         self.periodic = PeriodicScheduler(
             Client(config, redis_client=self.redis), clock=clock, ttl=config.periodic_ttl,
             entries=lambda: list({e.id: e for e in [*from_file, *in_code.entries()]}.values()))
-        paused = PausedQueues(self.redis)
+        self.paused = PausedQueues(self.redis)  # the paused queues, as every processor here sees them
         # the processors' shared batches, and the thread that acknowledges their successes
-        self.hub = hub = Hub(config, self.identity, scripts, clock=clock, paused=paused, client=self.redis)
+        self.hub = hub = Hub(config, self.identity, scripts, clock=clock, paused=self.paused, client=self.redis)
         self.manager = Manager(self.runtime, lambda slot: build_fetch(config, self._processor_redis(), self.identity,
-                                                                       scripts, slot, paused, hub))
+                                                                       scripts, slot, self.paused, hub))
         self.stopped = threading.Event()  # set once stop() has finished
         self._stopping = threading.Lock()
         self._stop_requested = False
