@@ -254,16 +254,16 @@ def test_sigkill_with_jobs_in_flight_loses_nothing_and_reruns_only_those(procs, 
 
 
 def test_after_a_sigkill_only_running_jobs_run_again_and_recovery_is_not_serialized(procs, r, client):
-    """Two workers of ten processors, two-second jobs; one is killed in its second wave. Only the
-    jobs it was running may run again (a job that ended a few milliseconds before the kill may
-    too: its acknowledgement can be in flight), and the recovered ones run side by side on the
-    survivor, so all is done within heartbeat TTL + recovery interval + one job time + 2 s."""
-    ttl, interval, job_time = 2.0, 0.5, 2.0
-    a, b = procs("-c", "10"), procs("-c", "10")
+    """Two workers of ten processors; one is killed in its second wave of jobs, with some jobs
+    finished and ten running. Only the jobs it was running may run again (a job that ended a few
+    milliseconds before the kill may too: its acknowledgement can be in flight), and the
+    recovered ones run side by side on the survivor, so all is done within heartbeat TTL +
+    recovery interval + one job time + 2 s (recovered one at a time, they would take ten job
+    times). The survivor starts once a has taken every job, so it is idle when they come back."""
+    ttl, interval, job_time = 2.0, 0.5, 8.0
+    a = procs("-c", "10")
     a.wait_registered(r)
-    b.wait_registered(r)
-    client.push_bulk(timed, [[n, job_time] for n in range(40)])
-
+    client.push_bulk(timed, [[n, 1.0] for n in range(10)] + [[n, job_time] for n in range(10, 20)])
     def records(kind):  # n -> [(pid, at), ...]
         out = defaultdict(list)
         for n, pid, at in ran(r, kind):
@@ -275,6 +275,8 @@ def test_after_a_sigkill_only_running_jobs_run_again_and_recovery_is_not_seriali
         started_on_a = [n for n, v in records("timed-start").items() if any(pid == a.pid for pid, _ in v)]
         return len(done_on_a) >= 5 and len(started_on_a) - len(done_on_a) >= 5
     wait_until(a_in_second_wave, 30, 0.02, "a to finish jobs and run a second wave")
+    b = procs("-c", "10")
+    b.wait_registered(r, timeout=job_time - 1)  # before a's second wave ends
     a.signal(signal.SIGSTOP)  # frozen: what it ran and finished is final from here on
     killed_at = time.time()
     started, ended = records("timed-start"), records("timed-done")
@@ -284,10 +286,10 @@ def test_after_a_sigkill_only_running_jobs_run_again_and_recovery_is_not_seriali
     running = on_a - set(finished_on_a)
     assert len(running) >= 5
 
-    wait_until(lambda: set(records("timed-done")) == set(range(40)), 30, 0.05, "every job to complete")
+    wait_until(lambda: set(records("timed-done")) == set(range(20)), 30, 0.05, "every job to complete")
     wait_until(lambda: no_reserved_left(r), 10, 0.05, "no job left reserved")
     started, ended = records("timed-start"), records("timed-done")
-    assert set(ended) == set(range(40))  # lost: none
+    assert set(ended) == set(range(20))  # lost: none
     again = {n for n, v in started.items() if len(v) > 1}
     assert running <= again  # each interrupted job ran again, on b
     for n in again - running:  # any other rerun ended on a only a moment before the kill
