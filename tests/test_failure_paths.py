@@ -175,8 +175,9 @@ def test_a_poison_pill_reaches_dead_alone_and_its_neighbours_all_complete(procs,
     client.push_bulk(work, [[n, 0.3] for n in range(25)])
     pill = client.push(exit_hard)
     client.push_bulk(work, [[n, 0.3] for n in range(25, 49)])
-    wait_until(lambda: r.zcard("dead") == 1, 40, 0.1, "the pill in the dead set")
-    wait_until(lambda: done_set(r) == set(range(49)), 30, 0.1, "the 49 other jobs")
+    # three crashes, each followed by the start of a new child
+    wait_until(lambda: r.zcard("dead") == 1, 3 * STARTUP, 0.1, "the pill in the dead set")
+    wait_until(lambda: done_set(r) == set(range(49)), STARTUP, 0.1, "the 49 other jobs")
     [(entry, _)] = zset_items(r, "dead")
     assert entry["jid"] == pill and entry["error_class"] == "sidequest.RecoveryLimitExceeded"
     assert entry["recovery_count"] == limit + 1
@@ -213,7 +214,7 @@ def test_processes_1_runs_a_supervisor_that_restarts_its_child(procs, r):
     assert first != sup.pid
     import os
     os.kill(first, signal.SIGKILL)
-    wait_until(lambda: [p for p in wait_children(r, sup, 1).values() if p != first], 20, 0.1,
+    wait_until(lambda: [p for p in wait_children(r, sup, 1).values() if p != first], STARTUP, 0.1,
                "a new child")
     assert sup.stop() == 0
 

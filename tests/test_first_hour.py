@@ -85,7 +85,7 @@ def test_a_unix_socket_url_works_for_client_and_worker(tmp_path, monkeypatch):
         monkeypatch.setenv("SQ_TEST_REDIS_URL", url)
         w = WorkerProcess(url)
         r = connect(url)
-        wait_until(lambda: ran(r, "echo"), 15, message="the job to run over the socket")
+        wait_until(lambda: ran(r, "echo"), STARTUP, message="the job to run over the socket")  # a worker starting
         w.stop()
         assert w.proc.returncode == 0, w.output
     finally:

@@ -32,7 +32,7 @@ def test_workers_on_four_hosts_share_one_redis_and_a_dead_host_loses_nothing(pro
     victim.sigkill()  # the host dies with its jobs in hand (about five, under way or handed over)
 
     wait_until(lambda: len(done_set(r)) == total, 90, 0.25, f"all {total} jobs to be done")
-    wait_until(lambda: no_reserved_left(r), 20, 0.1, "the dead host's jobs to be recovered")
+    wait_until(lambda: no_reserved_left(r), 30, 0.1, "the dead host's jobs to be recovered")
     seen = runs(r)
     assert sorted(seen) == list(range(total))  # nothing lost
     by_pid = Counter(pid for _, pid in _done(r))

@@ -237,7 +237,7 @@ def test_sigkill_with_jobs_in_flight_loses_nothing_and_reruns_only_those(procs, 
 
     b = procs("-c", "5")
     b.wait_registered(r)
-    wait_until(lambda: done_set(r) == set(range(50)), 20, 0.1, "every job to complete")
+    wait_until(lambda: done_set(r) == set(range(50)), STARTUP, 0.1, "every job to complete")
     wait_until(lambda: no_reserved_left(r), 30, 0.1, "no job left reserved")
 
     after = runs(r)
@@ -329,7 +329,7 @@ def test_random_sigkills_in_a_loop_lose_nothing(procs, r, client):
 
     def finished():
         return len(done_set(r)) == total
-    wait_until(finished, 60, 0.25, f"all {total} jobs to complete")
+    wait_until(finished, 2 * STARTUP, 0.25, f"all {total} jobs to complete")  # replacements start meanwhile
     wait_until(lambda: no_reserved_left(r), 15, 0.1, "every reserved list to be recovered")
     assert r.llen("queue:default") == 0 and r.zcard("dead") == 0 and r.zcard("retry") == 0
 
@@ -408,12 +408,13 @@ def test_a_job_that_kills_its_process_goes_dead_after_the_recovery_limit(procs, 
     jid = client.push(exit_hard)
     client.push_bulk(work, [[n, 0.02] for n in range(50)])
 
-    wait_until(lambda: r.zcard("dead") == 1, 30, 0.1, "the crashing job in the dead set")
+    # three crashes, each followed by the start of a new child
+    wait_until(lambda: r.zcard("dead") == 1, 3 * STARTUP, 0.1, "the crashing job in the dead set")
     [(entry, _)] = zset_items(r, "dead")
     assert entry["jid"] == jid and entry["class"] == "ExitHard"
     assert entry["error_class"] == "sidequest.RecoveryLimitExceeded"
     assert entry["recovery_count"] == 3
-    wait_until(lambda: done_set(r) == set(range(50)), 20, 0.1, "the other 50 jobs")
+    wait_until(lambda: done_set(r) == set(range(50)), STARTUP, 0.1, "the other 50 jobs")
     wait_until(lambda: no_reserved_left(r), 30, 0.1, "no job left reserved")
     assert r.llen("queue:default") == 0
     wait_children(r, sup, 2)  # the supervisor brought the crashed children back
@@ -456,7 +457,7 @@ def test_a_timed_out_job_recycles_its_child_process_and_nothing_is_lost(procs, r
     wait_until(lambda: not alive(ran_it), 15, 0.05, "the child that ran it to recycle")
     now = wait_children(r, sup, 2)
     assert ran_it not in now.values() and set(now.values()) - set(first.values())  # a new child
-    wait_until(lambda: done_set(r) >= set(range(1, 31)), 20, 0.1, "the other 30 jobs")
+    wait_until(lambda: done_set(r) >= set(range(1, 31)), STARTUP, 0.1, "the other 30 jobs")
     wait_until(lambda: no_reserved_left(r), 30, 0.1, "no job left reserved")
     assert r.llen("queue:default") == 0 and r.zcard("retry") == 1 and r.zcard("dead") == 0
     assert sup.stop() == 0

@@ -163,7 +163,7 @@ def test_dead_set_entries_written_by_sidequest_read_in_ruby(ruby, worker, client
     not_a_job = json.dumps({"args": [1], "jid": "f" * 24})  # no class
     r.lpush("queue:default", not_a_job)
     w = worker()
-    wait_until(lambda: w.alive() and r.zcard("dead") == 3, 15, 0.05, "three entries in the dead set")
+    wait_until(lambda: w.alive() and r.zcard("dead") == 3, STARTUP, 0.05, "three entries in the dead set")
     assert w.stop() == 0, w.output()
 
     api = ruby_api(redis_url)
@@ -199,6 +199,6 @@ def test_dead_set_stays_readable_after_a_non_object_payload(ruby, worker, r, red
     """Sidekiq 6.4's JobRecord raises on JSON that is not an object; sidequest wraps such payloads."""
     r.lpush("queue:default", b"[1,2]")
     w = worker()
-    wait_until(lambda: w.alive() and r.zcard("dead") == 1, 30, 0.05, "the payload in the dead set")
+    wait_until(lambda: w.alive() and r.zcard("dead") == 1, STARTUP, 0.05, "the payload in the dead set")
     assert w.stop() == 0, w.output()
     assert ruby_api(redis_url)["dead_size"] == 1

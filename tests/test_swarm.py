@@ -98,7 +98,7 @@ def test_max_jobs_recycles_children_and_every_job_completes(procs, r, client):
     sup = procs("--processes", "2", "-c", "2", "--max-jobs", "5", "--heartbeat-interval", "0.25")
     first = wait_children(r, sup, 2)
     client.push_bulk(work, [[n, 0.15] for n in range(30)])
-    wait_until(lambda: done_set(r) == set(range(30)), 30, 0.1, "all 30 jobs")
+    wait_until(lambda: done_set(r) == set(range(30)), 3 * STARTUP, 0.1, "all 30 jobs")  # over several child lives
     wait_until(lambda: no_reserved_left(r), 30, 0.05, "no job left reserved")
     assert r.llen("queue:default") == 0 and r.zcard("retry") == 0 and r.zcard("dead") == 0
 

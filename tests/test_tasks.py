@@ -4,7 +4,7 @@ import json
 import time
 
 import pytest
-from conftest import wait_until
+from conftest import STARTUP, wait_until
 from helpers import WorkerProcess, ran
 from jobs_for_tests import (
     AlwaysBroken,
@@ -200,7 +200,7 @@ def test_callbacks_fire_exactly_once_across_processes(redis_url, r, client):
     task.seal()
     workers = [WorkerProcess(redis_url, "-c", "5") for _ in range(3)]
     try:
-        wait_until(lambda: task.status()["done"], 60, message="600 jobs over 3 processes")
+        wait_until(lambda: task.status()["done"], 2 * STARTUP, message="600 jobs over 3 processes")  # as they start
         wait_until(lambda: ran(r, "on_success") and ran(r, "on_complete"))
         time.sleep(0.5)  # give a duplicate callback, if there were one, the time to show up
     finally:
