@@ -144,7 +144,12 @@ class RedisServer:
 
     def start(self) -> None:
         self.proc = subprocess.Popen(self.args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_until(self._ready, STARTUP, message=f"redis-server on port {self.port}")
+        try:
+            wait_until(self._ready, STARTUP, message=f"redis-server on port {self.port}")
+        except BaseException:  # nothing else would stop a server that never answered
+            self.proc.kill()
+            self.proc.wait()
+            raise
 
     def _ready(self) -> bool:
         try:

@@ -77,7 +77,11 @@ class WebServer:
             [PYTHON, "-m", "sidequest.cli", "web", "--port", str(self.port), "--redis-url", redis_url,
              "--poll-interval", "0.5", *args],
             env=python_env(), stdout=self.log, stderr=subprocess.STDOUT)
-        wait_until(self._answers, STARTUP, 0.05, "sidequest web to answer")
+        try:
+            wait_until(self._answers, STARTUP, 0.05, "sidequest web to answer")
+        except BaseException:  # no fixture will stop a server that never answered: do it here
+            self.stop()
+            raise
 
     def _answers(self) -> bool:
         import httpx
