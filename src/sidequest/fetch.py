@@ -179,10 +179,9 @@ class Hub:
     idle processors, and which processor fetches now (see module). Shared by its processors."""
 
     def __init__(self, config: Config, identity: str, scripts: Scripts, rng: random.Random | None = None,
-                 clock: Callable[[], float] = time.time, paused: PausedQueues | None = None,
-                 client: redis.Redis | None = None, ack_window: float = ACK_WINDOW) -> None:
+                 clock: Callable[[], float] = time.time, paused: PausedQueues | None = None, *,
+                 client: redis.Redis, ack_window: float = ACK_WINDOW) -> None:
         self.identity = identity
-        self.client = client  # the acknowledger's connections are made from it (else the first fetch's)
         self.ack_window = ack_window
         self.reserved = keys.reserved(identity, keys.BATCH_SLOT)
         self.order = QueueOrder(config, rng, paused)
@@ -205,9 +204,10 @@ class Hub:
         self._ack_pending = False  # a window is open: successes wait that no call has carried
         self._ack_opened = 0.0  # when it opened (monotonic)
         self._ack_idle = True  # the acknowledger sleeps on `_ack_wake` (nothing waits)
-        self._ack_thread: threading.Thread | None = None
-        self._ack_start = threading.Lock()
         self._closed = threading.Event()
+        self._ack_thread = threading.Thread(target=self._acknowledger, args=(Lane(client),),
+                                            name="sidequest-acknowledger", daemon=True)
+        self._ack_thread.start()
 
     def take(self, lane: Lane, client: redis.Redis, own: str,
              waiter: Waiter) -> tuple[Taken | None, list[str] | None]:
@@ -227,8 +227,6 @@ class Hub:
                 suspect, known = self._suspect, (Counter(self._known) if self._suspect else None)
         if waits:
             return self._wait(waiter), None
-        if self._ack_thread is None:
-            self._start_acknowledger(client)
         got: list[Taken] = []
         order: list[str] = []
         try:
@@ -305,13 +303,6 @@ class Hub:
         except RuntimeError:  # released already: it is waking
             pass
 
-    def _start_acknowledger(self, client: redis.Redis) -> None:
-        with self._ack_start:
-            if self._ack_thread is None and not self._closed.is_set():
-                self._ack_thread = threading.Thread(target=self._acknowledger, args=(Lane(self.client or client),),
-                                                    name="sidequest-acknowledger", daemon=True)
-                self._ack_thread.start()
-
     def _acknowledger(self, lane: Lane) -> None:
         """Send the successes that no call carried within their window.
 
@@ -360,9 +351,8 @@ class Hub:
         """Stop the acknowledger; what it had not sent yet is sent now (on `lane`, if given)."""
         self._closed.set()
         self._wake_acknowledger()
-        thread = self._ack_thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(5)
+        if self._ack_thread is not threading.current_thread():
+            self._ack_thread.join(5)
         if lane is not None:
             self.flush(lane)
 
@@ -424,7 +414,7 @@ class ReliableFetch:
                  clock: Callable[[], float] = time.time, paused: PausedQueues | None = None,
                  hub: Hub | None = None) -> None:
         self.redis = client
-        self.hub = hub or Hub(config, identity, scripts, rng, clock, paused, client)
+        self.hub = hub or Hub(config, identity, scripts, rng, clock, paused, client=client)
         self.reserved: str | None = self.hub.reserved
         self.own = keys.reserved(identity, slot)
         self.slot = slot  # which queue this processor blocks on when all are empty
