@@ -438,3 +438,17 @@ def compute_not_json():
 def count_with_sidequest_redis(n):
     """Counts its runs with the worker's own Redis (`sidequest.redis()`)."""
     sidequest.redis().incr("visits")
+
+
+# -- jobs for topology tests (Redis itself fails over: what ran is kept outside it) --------------
+@sidequest.job(name="Logged")
+def logged(n, seconds=0.0):
+    """Appends "n pid epoch" to the file $SQ_TEST_RUN_LOG (one write, under PIPE_BUF: whole lines even
+    from many processes), so a count of runs survives whatever Redis loses in a failover."""
+    if seconds:
+        time.sleep(seconds)
+    fd = os.open(os.environ["SQ_TEST_RUN_LOG"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"{n} {os.getpid()} {time.time():.3f}\n".encode())
+    finally:
+        os.close(fd)

@@ -39,9 +39,17 @@ from redis.backoff import NoBackoff
 
 from . import client as client_module
 from .arguments import refuse_keywords
-from .client import Client
+from .client import NO_REPLICAS, Batch, Client, Replicas
 from .config import Config
-from .connection import CONNECT_TIMEOUT, SOCKET_TIMEOUT, check_url, mask_url
+from .connection import (
+    CONNECT_TIMEOUT,
+    SOCKET_TIMEOUT,
+    SentinelURL,
+    check_url,
+    is_sentinel_url,
+    mask_url,
+    parse_sentinel_url,
+)
 from .errors import RedisUnavailableError, RedisURLError
 from .lookup import Command, Query, result_query, status_query
 from .options import JobOptions, check_options, merge_options
@@ -62,11 +70,28 @@ def connect(url: str) -> aioredis.Redis:
     (never re-sending a command by itself, see there)."""
     options: dict[str, Any] = {} if url.startswith("unix:") else {"socket_keepalive": True}
     check_url(url)
+    if is_sentinel_url(url):
+        return _sentinel_connect(parse_sentinel_url(url))
     try:
         return aioredis.Redis.from_url(url, socket_timeout=SOCKET_TIMEOUT, socket_connect_timeout=CONNECT_TIMEOUT,
                                        health_check_interval=30, retry=Retry(NoBackoff(), 0), **options)
     except ValueError as exc:
         raise RedisURLError(f"invalid Redis URL {mask_url(url)}: {exc}") from None
+
+
+def _sentinel_connect(url: SentinelURL) -> aioredis.Redis:
+    """A redis.asyncio client of the primary the Sentinels of `url` name (`connection` tells how)."""
+    from redis.asyncio.sentinel import Sentinel
+
+    timeouts: dict[str, Any] = {"socket_timeout": SOCKET_TIMEOUT, "socket_connect_timeout": CONNECT_TIMEOUT}
+    asked: dict[str, Any] = {**timeouts, "retry": Retry(NoBackoff(), 0), "ssl": url.tls}
+    if url.sentinel_password is not None:
+        asked.update(username=url.sentinel_username, password=url.sentinel_password)
+    sentinels = Sentinel(list(url.sentinels), sentinel_kwargs=asked)  # type: ignore[no-untyped-call]
+    primary: aioredis.Redis = sentinels.master_for(url.service, db=url.db, username=url.username, password=url.password,
+                                ssl=url.tls, socket_keepalive=True, health_check_interval=30,
+                                retry=Retry(NoBackoff(), 0), **timeouts)
+    return primary
 
 
 class AsyncClient:
@@ -118,7 +143,7 @@ class AsyncClient:
         now = self.sync.clock()
         when = self.sync.schedule_time(at, in_, now)
         entries, jids = self.sync.build(job, [args], [when], now, dict(options))
-        refused = await self.write(entries, now)
+        refused = await self.write(entries, now, self.sync.replicas(job, options))
         return None if jids[0] in refused else jids[0]
 
     async def push_bulk(self, job: Any, args_list: Iterable[Any], *, at: Any = None,
@@ -127,22 +152,33 @@ class AsyncClient:
         now = self.sync.clock()
         all_args = list(args_list)
         entries, jids = self.sync.build(job, all_args, self.sync.bulk_times(at, len(all_args), now), now, dict(options))
-        refused = await self.write(entries, now)
+        refused = await self.write(entries, now, self.sync.replicas(job, options))
         return [None if jid in refused else jid for jid in jids] if refused else jids
 
-    async def write(self, entries: list[tuple[dict[str, Any], float | None]], now: float) -> frozenset[str]:
-        """`Client.write` on redis.asyncio: one MULTI, or one script call with unique jobs."""
+    async def write(self, entries: list[tuple[dict[str, Any], float | None]], now: float,
+                    replicas: Replicas = NO_REPLICAS) -> frozenset[str]:
+        """`Client.write` on redis.asyncio: one MULTI, or one script call with unique jobs; then,
+        with `replicas`, a WAIT on the same connection."""
         if type(self.sync).write is not Client.write:  # a client that writes elsewhere (testing's fakes)
-            return self.sync.write(entries, now)
+            return self.sync.write(entries, now, replicas=replicas)
         if not entries:
             return frozenset()
         batch = self.sync.prepare(entries, now)
         connection = await self.connection()
+        wait = replicas.command()
+        if wait:  # WAIT counts the writes of its own connection: keep one for both
+            async with connection.client() as single:
+                refused = await self._send(single, batch)
+                replicas.check(await single.execute_command(*wait), batch)  # type: ignore[no-untyped-call]
+            return refused
+        return await self._send(connection, batch)
+
+    async def _send(self, connection: aioredis.Redis, batch: Batch) -> frozenset[str]:
         if batch.unique:
             if self._script is None:
                 self._script = connection.register_script(PUSH_UNIQUE)
             script_keys, args = batch.script_args()
-            return batch.refused(await self._script(keys=script_keys, args=args))
+            return batch.refused(await self._script(keys=script_keys, args=args, client=connection))
         pipe = connection.pipeline(transaction=True)
         batch.commands(pipe)
         await pipe.execute()

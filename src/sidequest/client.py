@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, ClassVar, Unpack
 
@@ -28,11 +30,37 @@ from redis.commands.core import Script
 from . import keys, results, unique, wire
 from .config import Config
 from .connection import connect
-from .errors import JobArgumentError
-from .options import DEFAULTS, JobOptions, check_options, expires_at, payload_fields, schedule_at
+from .errors import JobArgumentError, NotReplicatedError
+from .options import DEFAULTS, PUSH_ONLY, JobOptions, check_options, expires_at, payload_fields, schedule_at
 from .payload import check_args, encode, in_millis, new_jid, stamp
 
 BULK_BATCH = 1000  # payloads per LPUSH/ZADD, as Sidekiq's push_bulk batches
+
+
+@dataclass(frozen=True)
+class Replicas:
+    """What a push waits for: `count` replicas to hold it (Redis WAIT), at most `timeout` seconds."""
+
+    count: int
+    timeout: float
+
+    def command(self) -> tuple[Any, ...] | None:
+        """The WAIT to send after the push on its connection, or None when nothing is waited for."""
+        return ("WAIT", self.count, max(1, round(self.timeout * 1000))) if self.count > 0 else None
+
+    def check(self, confirmed: Any, batch: Batch) -> None:
+        """Raise NotReplicatedError if fewer than `count` replicas confirmed the push."""
+        got = int(confirmed)
+        if got < self.count:
+            jids = [payload["jid"] for payload, _, _ in batch.jobs]
+            shown = ", ".join(jids[:3]) + (f" and {len(jids) - 3} more" if len(jids) > 3 else "")
+            raise NotReplicatedError(
+                f"pushed {len(jids)} job(s) ({shown}) to the primary, but {got} of the {self.count} replica(s) "
+                f"asked for (wait_replicas) confirmed them within {self.timeout:g} s: a failover now could lose "
+                "them; push again to be sure (an idempotent job may then run twice)", jids, got)
+
+
+NO_REPLICAS = Replicas(0, 1.0)
 
 
 class Client:
@@ -68,7 +96,7 @@ class Client:
         now = self.clock()
         when = self.schedule_time(at, in_, now)
         entries, jids = self.build(job, [args], [when], now, dict(options))
-        refused = self.write(entries, now)
+        refused = self.write(entries, now, replicas=self.replicas(job, options))
         return None if jids[0] in refused else jids[0]
 
     def push_bulk(self, job: Any, args_list: Iterable[Any], *, at: Any = None,
@@ -81,8 +109,17 @@ class Client:
         now = self.clock()
         all_args = list(args_list)
         entries, jids = self.build(job, all_args, self.bulk_times(at, len(all_args), now), now, dict(options))
-        refused = self.write(entries, now)
+        refused = self.write(entries, now, replicas=self.replicas(job, options))
         return [None if jid in refused else jid for jid in jids] if refused else jids
+
+    def replicas(self, job: Any, options: Mapping[str, Any]) -> Replicas:
+        """How many replicas a push of `job` waits for, and how long: the push's options, then
+        the job's, then the configuration's."""
+        declared = getattr(job, "push_options", None)
+        chosen = {**(declared() if callable(declared) and not isinstance(job, str) else {}),
+                  **{key: options[key] for key in PUSH_ONLY if key in options}}
+        return Replicas(chosen.get("wait_replicas", self.config.wait_replicas),
+                        chosen.get("wait_timeout", self.config.wait_timeout))
 
     def build(self, job: Any, args_list: list[Any], times: list[float | None], now: float,
               options: dict[str, Any]) -> tuple[list[tuple[dict[str, Any], float | None]], list[str | None]]:
@@ -169,29 +206,45 @@ class Client:
 
     # -- writing -------------------------------------------------------------------------------
     def write(self, entries: list[tuple[dict[str, Any], float | None]], now: float,
-              also: Callable[[Any], None] | None = None) -> frozenset[str]:
+              also: Callable[[Any], None] | None = None, replicas: Replicas = NO_REPLICAS) -> frozenset[str]:
         """One MULTI with every entry (and `also(pipe)`'s commands, e.g. a task's records), or with
         unique jobs one script call. Returns the jids of the unique jobs whose claim another copy
-        holds: nothing of theirs was written."""
+        holds: nothing of theirs was written. With `replicas`, the same connection then WAITs
+        for them (NotReplicatedError if too few confirm in time)."""
         if not entries and also is None:
             return frozenset()
         batch = self.prepare(entries, now)
+        wait = replicas.command()
         if batch.unique:
             if also is not None:
                 raise JobArgumentError("unique_for is not available for the jobs of a task; "
                                        "push them with unique_for=None")
             script_keys, args = batch.script_args()
-            return batch.refused(self._push_unique(keys=script_keys, args=args))
+            with self._connection(wait) as conn:
+                refused = batch.refused(self._push_unique(keys=script_keys, args=args, client=conn))
+                if wait:
+                    replicas.check(conn.execute_command(*wait), batch)
+            return refused
         if also is None:  # the common push: its MULTI sent directly (see `wire`)
             recorder = wire.Recorder()
             batch.commands(recorder)
-            self._lane.transaction(recorder.commands)
+            confirmed = self._lane.transaction(recorder.commands, then=[wait] if wait else [])
+            if wait:
+                replicas.check(confirmed[0], batch)
             return frozenset()
-        pipe = self.redis.pipeline(transaction=True)
-        batch.commands(pipe)
-        also(pipe)
-        pipe.execute()
+        with self._connection(wait) as conn:
+            pipe = conn.pipeline(transaction=True)
+            batch.commands(pipe)
+            also(pipe)
+            pipe.execute()
+            if wait:
+                replicas.check(conn.execute_command(*wait), batch)
         return frozenset()
+
+    def _connection(self, wait: Any) -> AbstractContextManager[Any]:
+        """The client to push on: with a WAIT to follow, one that keeps a single connection
+        (WAIT counts the writes of its own connection); else the shared one."""
+        return self.redis.client() if wait else nullcontext(self.redis)  # type: ignore[no-untyped-call]
 
     def prepare(self, entries: list[tuple[dict[str, Any], float | None]], now: float) -> Batch:
         """Every entry stamped, given its unique claim and status record, and encoded (all are
@@ -243,6 +296,8 @@ class Client:
                 f"({limit:,}); pass a reference (an id, a path, a URL) instead of the data, "
                 "or raise max_payload_size")
         return blob
+
+
 
 
 class Batch:

@@ -91,6 +91,10 @@ class Config:
     task_ttl: float = 7 * 24 * 3600.0  # ... and an unfinished one's, after its last change
     periodic_ttl: float = 7 * 24 * 3600.0  # a periodic entry no scheduler describes is forgotten after this
     max_payload_size: int = 16 * 1024 * 1024  # bytes; a bigger job is refused at push
+    # a push waits until this many replicas hold it (Redis WAIT), at most wait_timeout seconds,
+    # or raises NotReplicatedError: for jobs that must survive a failover (docs/deployment.md)
+    wait_replicas: int = 0
+    wait_timeout: float = 1.0
     sidekiq_version: int = 7  # payload times written: 6 or 7 float seconds, 8 integer milliseconds
     embedded_dir: str = ".sidequest"
     embedded_port: int = DEFAULT_REDIS_PORT
@@ -120,11 +124,12 @@ class Config:
         if len(queues) > 1 and 0 in weights and weights != {0}:
             raise ConfigError("give every queue a weight, or none (strict order)")
         for name in ("concurrency", "max_recoveries", "max_retries", "dead_max_jobs", "embedded_port",
-                     "processes", "max_payload_size"):
-            _positive_int(name, getattr(self, name), allow_zero=name in ("max_recoveries", "max_retries", "processes"))
+                     "processes", "max_payload_size", "wait_replicas"):
+            _positive_int(name, getattr(self, name),
+                          allow_zero=name in ("max_recoveries", "max_retries", "processes", "wait_replicas"))
         for name in ("timeout", "fetch_timeout", "poll_interval", "heartbeat_interval",
                      "heartbeat_ttl", "recovery_interval", "dead_timeout", "task_retention",
-                     "task_ttl", "periodic_ttl"):
+                     "task_ttl", "periodic_ttl", "wait_timeout"):
             _positive_number(name, getattr(self, name))
         for name in ("job_timeout", "max_memory"):
             if getattr(self, name) is not None:

@@ -1,9 +1,20 @@
-"""Redis connections from a URL (redis://, rediss:// with TLS, unix://), with clear errors.
+"""Redis connections from a URL (redis://, rediss:// with TLS, unix://, and Sentinel), with
+clear errors.
 
     r = connect("rediss://:secret@cache.example.com:6380/0")   # raises RedisUnavailableError
+    r = connect("redis+sentinel://:secret@s1:26379,s2:26379,s3:26379/mymaster/0")
 
 The error names the URL with the password masked, and says whether the server could not be
 reached, refused the credentials, or (for rediss://) did not answer TLS.
+
+A Sentinel URL names the Sentinels, the service (the name in `sentinel monitor`) and the
+database. Its client asks the Sentinels for the primary whenever it opens a connection, and a
+connection whose server stopped being the primary (READONLY after a failover) is closed and
+raises a ConnectionError, so every caller (the worker's outage back-off included) reconnects to
+the new primary by itself. The `wire` path opens its connections from the same pool settings,
+so it follows too. `user:password@` are the Redis servers' credentials; Sentinels that want
+their own take `?sentinel_password=...` (and `sentinel_username=`). `rediss+sentinel://`
+speaks TLS to both.
 """
 
 from __future__ import annotations
@@ -11,8 +22,9 @@ from __future__ import annotations
 import re
 import socket
 import ssl
+from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qs, unquote, urlsplit, urlunsplit
 
 import redis
 from redis.backoff import NoBackoff
@@ -31,6 +43,8 @@ HANDSHAKE_TIMEOUT = 3.0
 
 def mask_url(url: str) -> str:
     """`redis://user:secret@host:6379/0` -> `redis://user:****@host:6379/0`."""
+    if is_sentinel_url(url):
+        return _mask_sentinel(url)
     parts = urlsplit(url)
     try:
         if parts.password is None:
@@ -89,18 +103,99 @@ class TLSConnection(redis.SSLConnection, _TCPStep):
 
 
 URL_FORM = "redis://[[user]:password@]host[:port][/db] (rediss:// for TLS, unix:///path)"
+SENTINEL_FORM = "redis+sentinel://[[user]:password@]host:port[,host:port...]/service[/db] (rediss+sentinel:// for TLS)"
+SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
+SENTINEL_PORT = 26379
+
+
+@dataclass(frozen=True)
+class SentinelURL:
+    """A parsed `redis+sentinel://` URL (see module)."""
+
+    sentinels: tuple[tuple[str, int], ...]  # (host, port) of each Sentinel, in the URL's order
+    service: str  # the name the Sentinels monitor the primary by
+    db: int
+    username: str | None
+    password: str | None
+    tls: bool
+    sentinel_username: str | None = None
+    sentinel_password: str | None = None
+
+
+def is_sentinel_url(url: str) -> bool:
+    return url.partition("://")[0].lower() in SENTINEL_SCHEMES
+
+
+def _split_sentinel(url: str) -> tuple[str, str, str, str, str]:
+    """scheme, credentials (or ""), hosts, path, query of a Sentinel URL, unparsed."""
+    scheme, _, rest = url.partition("://")
+    rest, _, query = rest.partition("?")
+    netloc, slash, path = rest.partition("/")
+    credentials, at, hosts = netloc.rpartition("@")
+    return scheme.lower(), credentials if at else "", hosts, slash + path, query
+
+
+def _mask_sentinel(url: str) -> str:
+    scheme, credentials, hosts, path, query = _split_sentinel(url)
+    if not credentials:
+        return url
+    user, colon, _ = credentials.partition(":")
+    masked = f"{user}:****" if colon else credentials
+    hidden = "&".join(f"{k}=****" if k == "sentinel_password" else f"{k}={v}"
+                      for k, _, v in (item.partition("=") for item in query.split("&") if item))
+    return f"{scheme}://{masked}@{hosts}{path}" + (f"?{hidden}" if hidden else "")
+
+
+def parse_sentinel_url(url: str) -> SentinelURL:
+    """The parts of a `redis+sentinel://` URL; RedisURLError naming what is wrong."""
+    scheme, credentials, hosts, path, query = _split_sentinel(url)
+
+    def refuse(why: str) -> RedisURLError:
+        return RedisURLError(f"invalid Sentinel URL {mask_url(url)}: {why}; the form is {SENTINEL_FORM}")
+
+    sentinels: list[tuple[str, int]] = []
+    for item in hosts.split(","):
+        host, port = item, str(SENTINEL_PORT)
+        if item.startswith("["):  # [::1]:26379
+            host, _, tail = item[1:].partition("]")
+            port = tail[1:] if tail.startswith(":") else port
+        elif ":" in item:
+            host, _, port = item.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise refuse(f"{item!r} is not a Sentinel's host:port")
+        sentinels.append((unquote(host), int(port)))
+    parts = [p for p in path.split("/") if p]
+    if not parts:
+        raise refuse("it names no service (the name in the Sentinels' `sentinel monitor` line)")
+    if len(parts) > 2 or (len(parts) == 2 and not parts[1].isdigit()):
+        raise refuse(f"{path!r} is not /service or /service/db with a whole-number db")
+    user, colon, password = credentials.partition(":")
+    options = {k: v[-1] for k, v in parse_qs(query, keep_blank_values=True).items()}
+    unknown = set(options) - {"sentinel_username", "sentinel_password"}
+    if unknown:
+        raise refuse(f"unknown option {sorted(unknown)[0]!r} (known: sentinel_username, sentinel_password)")
+    return SentinelURL(sentinels=tuple(sentinels), service=unquote(parts[0]),
+                       db=int(parts[1]) if len(parts) == 2 else 0,
+                       username=unquote(user) or None, password=unquote(password) if colon else None,
+                       tls=scheme == "rediss+sentinel",
+                       sentinel_username=options.get("sentinel_username") or None,
+                       sentinel_password=options.get("sentinel_password") or None)
 
 
 def check_url(url: str) -> None:
     """RedisURLError for what redis-py would silently get wrong: a database that is not a whole
-    number (`redis://host:6379/abc` would quietly be database 0)."""
+    number (`redis://host:6379/abc` would quietly be database 0); a malformed Sentinel URL."""
+    if is_sentinel_url(url):
+        parse_sentinel_url(url)
+        return
     parts = urlsplit(url)
     if parts.scheme in ("redis", "rediss") and not re.fullmatch(r"/?[0-9]*", parts.path):
         raise RedisURLError(f"invalid Redis URL {mask_url(url)}: the database {parts.path[1:]!r} is not a whole "
                             f"number; the form is {URL_FORM}")
 
 
-def connect(url: str, *, check: bool = True, max_connections: int | None = None) -> redis.Redis:
+def connect(url: str, *, check: bool = True, max_connections: int | None = None,
+            socket_timeout: float = SOCKET_TIMEOUT) -> redis.Redis:
     """A client for `url`; with `check`, PING first and raise RedisUnavailableError on failure.
 
     The client never re-sends a command by itself (redis-py retries up to 10 times by default):
@@ -112,6 +207,13 @@ def connect(url: str, *, check: bool = True, max_connections: int | None = None)
     of its own: no lock shared with nine other threads per call, and the connection is opened
     lazily, so a refused connection is an outage of that call, not of the constructor.
     """
+    check_url(url)
+    if is_sentinel_url(url):
+        client = sentinel_client(parse_sentinel_url(url), socket_timeout=socket_timeout,
+                                 max_connections=max_connections)
+        if check:
+            ping(client, url)
+        return client
     options: dict[str, Any] = {}
     try:  # redis-py 7+: no maintenance-notification handshake (Redis Enterprise only; noisy at -v)
         from redis.maint_notifications import MaintNotificationsConfig
@@ -122,12 +224,11 @@ def connect(url: str, *, check: bool = True, max_connections: int | None = None)
         options["socket_keepalive"] = True  # TCP only: unix sockets refuse the option
     if url.startswith("rediss:"):
         options["connection_class"] = TLSConnection
-    check_url(url)
     try:
         client = redis.Redis.from_url(
             url,
-            socket_timeout=SOCKET_TIMEOUT,
-            socket_connect_timeout=CONNECT_TIMEOUT,
+            socket_timeout=socket_timeout,
+            socket_connect_timeout=min(CONNECT_TIMEOUT, socket_timeout),
             health_check_interval=30,
             max_connections=max_connections,
             retry=Retry(NoBackoff(), 0),
@@ -138,6 +239,25 @@ def connect(url: str, *, check: bool = True, max_connections: int | None = None)
     if check:
         ping(client, url)
     return client
+
+
+def sentinel_client(url: SentinelURL, *, socket_timeout: float = SOCKET_TIMEOUT,
+                    max_connections: int | None = None) -> redis.Redis:
+    """A client of the primary the Sentinels of `url` name (see module), set up as `connect`
+    sets up a plain one: nothing re-sent, keepalive, bounded timeouts."""
+    from redis.sentinel import Sentinel
+
+    timeouts: dict[str, Any] = {"socket_timeout": socket_timeout,
+                                "socket_connect_timeout": min(CONNECT_TIMEOUT, socket_timeout)}
+    asked: dict[str, Any] = {**timeouts, "retry": Retry(NoBackoff(), 0), "ssl": url.tls}
+    if url.sentinel_password is not None:
+        asked.update(username=url.sentinel_username, password=url.sentinel_password)
+    sentinels = Sentinel(list(url.sentinels), sentinel_kwargs=asked)  # type: ignore[no-untyped-call]
+    pool: dict[str, Any] = {"max_connections": max_connections} if max_connections else {}
+    primary: redis.Redis = sentinels.master_for(url.service, db=url.db, username=url.username, password=url.password,
+                                ssl=url.tls, socket_keepalive=True, health_check_interval=30,
+                                retry=Retry(NoBackoff(), 0), **timeouts, **pool)  # type: ignore[no-untyped-call]
+    return primary
 
 
 def ping(client: redis.Redis, url: str) -> None:

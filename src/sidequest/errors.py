@@ -3,7 +3,8 @@
     SidequestError
     ├── ConfigError              a setting is missing, malformed or contradictory
     ├── RedisUnavailableError    Redis cannot be reached or refuses us (URL shown masked)
-    │   └── RedisURLError        ... because the URL is wrong: invalid, or not a Redis server (also a ConfigError)
+    │   ├── RedisURLError        ... because the URL is wrong: invalid, or not a Redis server (also a ConfigError)
+    │   └── NotReplicatedError   a push reached the primary, but fewer replicas than wait_replicas confirmed it
     ├── JobArgumentError         an argument or option is not JSON, or does not fit the job (also TypeError, ValueError)
     ├── JobDefinitionError       a job is defined twice under one name, with bad options, or in __main__ without a name
     ├── UnknownJobError          a payload names a job that is not registered
@@ -32,6 +33,17 @@ class RedisUnavailableError(SidequestError):
 
 class RedisURLError(RedisUnavailableError, ConfigError):
     """The Redis URL is invalid, or what it points at does not speak Redis: a setting to fix."""
+
+
+class NotReplicatedError(RedisUnavailableError):
+    """A push with `wait_replicas` was written on the primary, but fewer replicas confirmed it
+    within `wait_timeout`: a failover now could lose it. Pushing it again is safe for
+    idempotent jobs (it may then run twice). `jids` are the jobs of that push."""
+
+    def __init__(self, message: str, jids: list[str], replicas: int) -> None:
+        super().__init__(message)
+        self.jids = jids
+        self.replicas = replicas  # how many replicas did confirm
 
 
 class JobArgumentError(SidequestError, TypeError, ValueError):

@@ -26,15 +26,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
 from . import keys
 from .api import Process, ProcessSet
 from .client import Client
 from .config import Config
-from .connection import mask_url
-from .errors import RedisUnavailableError, RedisURLError
+from .connection import connect, mask_url
+from .errors import RedisUnavailableError
 
 DEFAULT_TIMEOUT = 2.0  # seconds a probe waits for Redis: below a probe's own timeout
 MISSED_BEATS = 6  # a heartbeat older than this many intervals is stale by default
@@ -61,12 +59,7 @@ def this_host(config: Config) -> str:
 def probe_client(config: Config, timeout: float = DEFAULT_TIMEOUT) -> Client:
     """A client on the configured Redis whose every call gives up after `timeout` seconds, once:
     a probe must answer before its own deadline, not wait out a worker's long socket timeout."""
-    try:
-        connection = redis.Redis.from_url(config.url, socket_timeout=timeout, socket_connect_timeout=timeout,
-                                          retry=Retry(NoBackoff(), 0))
-    except ValueError as exc:
-        raise RedisURLError(f"invalid Redis URL {mask_url(config.url)}: {exc}") from None
-    return Client(config, redis_client=connection)
+    return Client(config, redis_client=connect(config.url, check=False, socket_timeout=timeout))
 
 
 def check_redis(client: Client, *, write: bool) -> Health:

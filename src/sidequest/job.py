@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, ParamSpec, Protocol, T
 from .arguments import bind, function_signature, perform_signature, refuse_keywords
 from .client import default_client
 from .errors import JobArgumentError, JobDefinitionError
-from .options import DEFAULTS, JobOptions, check_options, merge_options, payload_fields
+from .options import DEFAULTS, PUSH_ONLY, JobOptions, check_options, merge_options, payload_fields
 from .registry import Registry, default_registry
 
 if TYPE_CHECKING:
@@ -165,6 +165,11 @@ class Job:
     def payload_options(cls) -> dict[str, Any]:
         """The fields stored in every payload of this job: Sidekiq's defaults, then the job's options."""
         return {**DEFAULTS, **payload_fields(cls.options)}
+
+    @classmethod
+    def push_options(cls) -> dict[str, Any]:
+        """The job's options of how it is pushed (`wait_replicas`, `wait_timeout`): not stored."""
+        return {key: cls.options[key] for key in PUSH_ONLY if key in cls.options}
 
     @classmethod
     def check_arguments(cls, args: Sequence[Any]) -> None:
@@ -296,6 +301,9 @@ class JobFunction(Generic[P, R]):
 
     def payload_options(self) -> dict[str, Any]:
         return self.job_class.payload_options()
+
+    def push_options(self) -> dict[str, Any]:
+        return self.job_class.push_options()
 
     def check_arguments(self, args: Sequence[Any]) -> None:
         self.job_class.check_arguments(args)

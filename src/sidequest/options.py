@@ -18,6 +18,10 @@ Known options and their types (`JobOptions` spells them for a type checker):
     expires_in   seconds > 0 or a timedelta: a job not started this long after its time is
                  dropped unstarted (Sidekiq Pro's option; the push stores the deadline,
                  `expires_at`, in epoch seconds)
+    wait_replicas  int >= 0: the push returns once this many replicas hold it (Redis WAIT),
+                 or raises NotReplicatedError after wait_timeout (default: the client's
+                 configuration, 0); not stored in the payload
+    wait_timeout   seconds > 0 the push waits for wait_replicas (default: the configuration's, 1 s)
     custom       a dict of fields of your own (native JSON), written as top-level payload
                  fields, as Sidekiq writes any option it does not know
 
@@ -39,6 +43,7 @@ from .errors import ConfigError, JobArgumentError
 from .payload import RESERVED_KEYS, check_json_value
 
 DEFAULTS: dict[str, Any] = {"retry": True, "queue": "default"}
+PUSH_ONLY = ("wait_replicas", "wait_timeout")  # options of how a push is written, not payload fields
 UNIQUE_UNTIL = ("success", "start")  # when a unique job's claim ends (besides expiring), see `unique`
 
 # The point where Sidekiq stops reading a number as an interval and reads it as an epoch time.
@@ -59,6 +64,8 @@ class JobOptions(TypedDict, total=False):
     unique_until: Literal["success", "start"]  # when a unique job's claim ends
     result_ttl: float | None  # seconds to keep the job's state and return value (`results`)
     expires_in: float | timedelta | None  # not started this long after its time: dropped unstarted
+    wait_replicas: int  # the push waits until this many replicas hold it (see `Config.wait_replicas`)
+    wait_timeout: float  # ... at most this many seconds, then raises NotReplicatedError
     custom: Mapping[str, Any]  # payload fields of your own, native JSON
 
 
@@ -150,6 +157,14 @@ def check_option(key: str, value: Any) -> Any:
         if value in UNIQUE_UNTIL:
             return value
         raise JobArgumentError(f"option 'unique_until' must be {' or '.join(map(repr, UNIQUE_UNTIL))}, got {value!r}")
+    if key == "wait_replicas":
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+        raise JobArgumentError(f"option 'wait_replicas' must be a whole number >= 0, got {value!r}")
+    if key == "wait_timeout":
+        if _is_number(value) and math.isfinite(value) and value > 0:
+            return value
+        raise JobArgumentError(f"option 'wait_timeout' must be a number of seconds above 0, got {value!r}")
     if key == "expires_in":
         seconds = value.total_seconds() if isinstance(value, timedelta) else value
         if seconds is None or (_is_number(seconds) and 0 < seconds < EPOCH_THRESHOLD):
@@ -174,8 +189,9 @@ def merge_options(base: Mapping[str, Any], more: Mapping[str, Any]) -> dict[str,
 
 
 def payload_fields(options: Mapping[str, Any]) -> dict[str, Any]:
-    """Checked options as payload fields: the custom ones at the top level, as Sidekiq keeps them."""
-    fields = {key: value for key, value in options.items() if key != "custom"}
+    """Checked options as payload fields: the custom ones at the top level, as Sidekiq keeps them
+    (the options of how it is pushed, `PUSH_ONLY`, are not stored)."""
+    fields = {key: value for key, value in options.items() if key != "custom" and key not in PUSH_ONLY}
     fields.update(options.get("custom") or {})
     return fields
 

@@ -44,7 +44,7 @@ from typing import Any, cast
 
 import redis
 
-from .client import Client, configure, default_client
+from .client import NO_REPLICAS, Client, Replicas, configure, default_client
 from .config import Config
 from .connection import answers
 from .embedded import server_binary
@@ -303,10 +303,11 @@ class FakeClient(Client):
         raise _no_redis(self.jobs.mode, "code that uses client.redis")
 
     def write(self, entries: list[tuple[dict[str, Any], float | None]], now: float,
-              also: Callable[[Any], None] | None = None) -> frozenset[str]:
+              also: Callable[[Any], None] | None = None, replicas: Replicas = NO_REPLICAS) -> frozenset[str]:
         """Encode every entry as `Client.write` does (all before any is kept), then keep or run
         them. `also` (a task's records) is not called: they live in Redis only. Unique jobs'
-        claims live there too: every push is kept (none is refused as a duplicate)."""
+        claims live there too: every push is kept (none is refused as a duplicate). There are
+        no replicas to wait for (`replicas` is ignored)."""
         encoded: list[tuple[bytes, float | None, str]] = []
         for index, (payload, when) in enumerate(entries):
             if when is None:

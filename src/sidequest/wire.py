@@ -6,7 +6,8 @@ more CPU than the round trip itself since redis-py 7: an INCR costs about twice 
 redis-py 6. A `Lane` keeps a few connections of a client aside (made from the client's own
 connection settings), packs commands with hiredis, sends them in one write and reads the raw
 replies (integers, bytes, lists). Errors are raised as redis-py raises them; a connection that
-failed mid-call is closed before it is used again, so no reply is ever left unread on it.
+failed mid-call is closed and dropped, so no reply is ever left unread on one in use, and the
+next call connects afresh (to the primary of the moment, under Sentinel).
 Nothing is re-sent (see `connection`).
 """
 
@@ -40,7 +41,12 @@ class Lane:
         try:
             return self._idle.pop()
         except IndexError:
-            return self.pool.connection_class(**self.pool.connection_kwargs)  # type: ignore[no-any-return]
+            pass
+        conn: AbstractConnection = self.pool.connection_class(**self.pool.connection_kwargs)
+        # connect() picks the address: a Sentinel-managed connection asks the Sentinels for the
+        # primary here (sending on an unconnected one would open a socket to its default host)
+        conn.connect()  # type: ignore[no-untyped-call]
+        return conn
 
     def exchange(self, commands: Sequence[Command]) -> list[Any]:
         """Send `commands` in one write and read one reply each; an error reply is raised."""
@@ -49,8 +55,9 @@ class Lane:
             conn.send_packed_command([b"".join([hiredis.pack_command(c) for c in commands])], check_health=False)  # type: ignore[no-untyped-call]
             replies = [conn.read_response() for _ in commands]
         except BaseException:
-            conn.disconnect()  # type: ignore[no-untyped-call]  # a reply may still be unread: reconnect before the next use
-            self._idle.append(conn)
+            # a reply may still be unread: dropped, and a new connection is made (and connected
+            # to the primary of the moment) for the next call
+            conn.disconnect()  # type: ignore[no-untyped-call]
             raise
         self._idle.append(conn)
         return replies
@@ -58,16 +65,19 @@ class Lane:
     def call(self, *command: Any) -> Any:
         return self.exchange([command])[0]
 
-    def transaction(self, commands: Sequence[Command]) -> list[Any]:
+    def transaction(self, commands: Sequence[Command], then: Sequence[Command] = ()) -> list[Any]:
         """MULTI, `commands`, EXEC in one round trip; the EXEC reply. A command refused while
-        queued raises (the transaction is discarded with the connection)."""
-        result = self.exchange([("MULTI",), *commands, ("EXEC",)])[-1]
+        queued raises (the transaction is discarded with the connection). With `then`, those
+        commands follow on the same connection (a WAIT, say) and their replies are returned
+        instead."""
+        replies = self.exchange([("MULTI",), *commands, ("EXEC",), *then])
+        result = replies[len(commands) + 1]
         if result is None:
             raise redis.WatchError("the transaction was aborted")
         for reply in result:
             if isinstance(reply, ResponseError):
                 raise reply
-        return list(result)
+        return replies[len(commands) + 2:] if then else list(result)
 
     def evalsha(self, script: Any, keys: Sequence[Any], args: Sequence[Any]) -> Any:
         """Run a registered redis-py Script (its sha and source), loading it if the server lost it."""

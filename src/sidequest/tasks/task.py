@@ -134,7 +134,7 @@ class Task:
             for key in keys.task_keys(self.id):  # never sooner than before: an earlier job may be further ahead
                 pipe.expire(key, max(expire_seconds(ttl), left))
 
-        self.client.write(entries, now, also=record)
+        self.client.write(entries, now, also=record, replicas=self.client.replicas(target, options))
         return jids
 
     def seal(self) -> None:
