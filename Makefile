@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint bench bench-quick clean
+.PHONY: demo test lint bench bench-quick bench-failover clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,9 @@ bench: $(VENV)/.bench-installed  # every peer, 3 interleaved rounds (30-40 min o
 
 bench-quick: $(VENV)/.bench-installed  # sidequest vs Ruby Sidekiq, one short round (about a minute)
 	$(BIN)/python bench/run.py --quick $(BENCH_ARGS)
+
+bench-failover: $(STAMP)  # a Sentinel failover under load, with and without wait_replicas (about 2 minutes)
+	$(BIN)/python bench/failover.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info  # .sidequest holds the embedded Redis data: kept

@@ -9,21 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-import threading
-import time
-from collections import Counter
-from pathlib import Path
 
 import pytest
 import redis
 from conftest import PYTHON, STARTUP, python_env, redis_server_binary, wait_until
 from jobs_for_tests import logged
 from test_reliability import worker_factory
-from topology import SERVICE, SentinelSet
+from topology import SentinelSet, failover_under_load
 
 import sidequest
 from sidequest import Client, Config
 from sidequest.aio import AsyncClient
+from sidequest.api import Queue
 from sidequest.connection import connect, mask_url, parse_sentinel_url
 from sidequest.errors import JobArgumentError, NotReplicatedError, RedisURLError
 
@@ -41,17 +38,6 @@ def procs(tmp_path):
     start = next(factory)
     yield lambda url, *args, **kw: start(*args, url=url, **kw)
     factory.close()
-
-
-def run_times(log: Path) -> list[float]:
-    return [float(line.split()[2]) for line in log.read_text().splitlines() if line.strip()]
-
-
-def runs_in(log: Path) -> Counter[int]:
-    """n -> how many times the Logged job ran with it."""
-    if not log.exists():
-        return Counter()
-    return Counter(int(line.split()[0]) for line in log.read_text().splitlines() if line.strip())
 
 
 # -- the URL -------------------------------------------------------------------------------------
@@ -171,72 +157,26 @@ def test_clients_of_every_kind_follow_a_failover(sentinels):
                           env=python_env(), capture_output=True, text=True, timeout=STARTUP)
     assert done.returncode == 0, done.stderr
     assert '"default"' in done.stdout
+    health = subprocess.run([PYTHON, "-m", "sidequest.cli", "health", "--readiness"],
+                            env=python_env(REDIS_URL=url), capture_output=True, text=True, timeout=STARTUP)
+    assert health.returncode == 0, health.stdout + health.stderr
+    assert "accepts writes" in health.stdout and "secret" not in health.stdout
+    assert Queue("default", client=client).size >= 2  # the admin API reads the new primary
 
 
 @pytest.mark.parametrize("replicas", [1, 0])
 def test_a_worker_and_a_producer_on_a_sentinel_url_keep_working_through_a_sigkill_of_the_primary(
-        sentinels, procs, tmp_path, capsys, replicas):
+        sentinels, tmp_path, capsys, replicas):
     """With wait_replicas=1 every confirmed push runs (0 lost); without it, what the primary had
     confirmed but not yet replicated when it died is lost, and the test reports how many."""
-    url = sentinels.url()
-    log = tmp_path / "runs.log"
-    worker = procs(url, "-c", "5", env={"SQ_TEST_RUN_LOG": str(log)})
-    client = Client(Config(redis_url=url, wait_replicas=replicas, wait_timeout=2))
-    wait_until(lambda: connect(url).scard("processes") == 1, STARTUP, 0.1, "the worker to register")
-
-    confirmed: set[int] = set()  # pushes that returned: each must run
-    unconfirmed: set[int] = set()  # pushes that raised: they may or may not have reached Redis
-    stop = threading.Event()
-    killed_at: list[float] = []
-    back_at: list[float] = []
-
-    def produce() -> None:
-        n = 0
-        while not stop.is_set():
-            n += 1
-            try:
-                client.push(logged, [n, 0.01])
-                confirmed.add(n)
-                if killed_at and not back_at:
-                    back_at.append(time.time())
-            except (redis.ConnectionError, redis.TimeoutError, NotReplicatedError):
-                unconfirmed.add(n)
-                time.sleep(0.05)
-            time.sleep(0.005)
-    producer = threading.Thread(target=produce, daemon=True)
-    producer.start()
-    wait_until(lambda: len(runs_in(log)) >= 100, STARTUP, 0.05, "jobs to run before the kill")
-    sentinels.kill_primary()
-    killed_at.append(time.time())
-    sentinels.wait_promoted()
-    if replicas:
-        sentinels.rejoin_old_primary()  # the new primary needs a replica to confirm pushes
-    wait_until(lambda: back_at, STARTUP, 0.05, "the producer to push again")
-    if not replicas:
-        sentinels.rejoin_old_primary()
-    after_failover = len(confirmed)
-    wait_until(lambda: len(confirmed) >= after_failover + 100, STARTUP, 0.05, "pushes after the failover")
-    stop.set()
-    producer.join(30)
-
-    def all_ran() -> bool:
-        return confirmed <= set(runs_in(log)) if replicas else not connect(url).llen("queue:default")
-    wait_until(all_ran, STARTUP, 0.1, "every confirmed push to run" if replicas else "the queue to drain")
-
-    ran = runs_in(log)
-    lost = confirmed - set(ran)
-    twice = {n for n, count in ran.items() if count > 1}
-    resumed = min(t for t in run_times(log) if t > killed_at[0] + 0.05)
+    run = failover_under_load(sentinels, replicas, tmp_path)
     with capsys.disabled():
-        print(f"\nsentinel failover, wait_replicas={replicas}: {len(confirmed)} confirmed pushes, "
-              f"{len(unconfirmed)} refused during the switch, lost {len(lost)}, ran twice {len(twice)}; "
-              f"producer down {back_at[0] - killed_at[0]:.1f} s, worker ran jobs again "
-              f"{resumed - killed_at[0]:.1f} s after the kill")
+        print(f"\nsentinel failover, {run.summary()}")
     if replicas:
-        assert lost == set()
-    assert set(ran) <= confirmed | unconfirmed  # nothing ran that was never pushed
-    assert worker.proc.poll() is None, worker.output()
-    assert worker.stop() == 0
-    output = worker.output()
-    assert "Traceback" not in output
-    assert "Redis is unavailable" in output and "Redis answers again" in output  # one line each way
+        assert run.lost == set()
+    assert set(run.ran) <= run.confirmed | run.unconfirmed  # nothing ran that was never pushed
+    assert run.worker_exit == 0, run.worker_output
+    assert "Traceback" not in run.worker_output
+    # the outage is one line each way, however many threads saw it
+    assert run.worker_output.count("Redis is unavailable") == 1, run.worker_output
+    assert "Redis answers again" in run.worker_output

@@ -17,6 +17,10 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis
@@ -96,7 +100,9 @@ class SentinelSet:
         wait_until(self._sentinels_see_all, STARTUP, 0.1, "the Sentinels to find each other and the replica")
 
     def _server(self, extra: list[str]) -> RedisServer:
-        server = RedisServer(self.binary, extra)
+        # a replica that must sync in full (the old primary, restarted empty) starts at once,
+        # not after the 5 s Redis 7 waits by default for more replicas to share one transfer
+        server = RedisServer(self.binary, ["--repl-diskless-sync-delay", "0", *extra])
         self.started.append(server)
         return server
 
@@ -165,3 +171,115 @@ class SentinelSet:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+# -- a failover under load: what the Sentinel test asserts on and bench/failover.py measures ------
+
+def runs_in(log: Path) -> Counter[int]:
+    """n -> how many times the Logged job (jobs_for_tests) ran with it."""
+    if not log.exists():
+        return Counter()
+    return Counter(int(line.split()[0]) for line in log.read_text().splitlines() if line.strip())
+
+
+def run_times(log: Path) -> list[float]:
+    return [float(line.split()[2]) for line in log.read_text().splitlines() if line.strip()]
+
+
+@dataclass
+class FailoverRun:
+    """What happened around one SIGKILL of the primary."""
+
+    replicas: int  # wait_replicas of the producer
+    confirmed: set[int] = field(default_factory=set)  # pushes that returned: each must run
+    unconfirmed: set[int] = field(default_factory=set)  # pushes that raised: they may or may not be in Redis
+    ran: Counter[int] = field(default_factory=Counter)
+    killed_at: float = 0.0
+    producer_back: float = 0.0  # seconds from the kill to the next confirmed push
+    worker_back: float = 0.0  # ... to the next job a worker ran
+    worker_exit: int | None = None
+    worker_output: str = ""
+
+    @property
+    def lost(self) -> set[int]:
+        return self.confirmed - set(self.ran)
+
+    @property
+    def twice(self) -> set[int]:
+        return {n for n, count in self.ran.items() if count > 1}
+
+    def summary(self) -> str:
+        return (f"wait_replicas={self.replicas}: {len(self.confirmed)} confirmed pushes, {len(self.unconfirmed)} "
+                f"refused during the switch, lost {len(self.lost)}, ran twice {len(self.twice)}; producer back "
+                f"{self.producer_back:.1f} s and worker running jobs {self.worker_back:.1f} s after the kill")
+
+
+def failover_under_load(topology: SentinelSet, replicas: int, log_dir: Path, *, before: int = 100,
+                        after: int = 100) -> FailoverRun:
+    """A `sidequest worker` (-c 5) and a producer (a push every 5 ms, `wait_replicas`) both on
+    the Sentinel URL; once `before` jobs ran, SIGKILL the primary; the old primary comes back as
+    a replica (needed for `wait_replicas` pushes to be confirmed again); once `after` more
+    pushes are confirmed, stop pushing and let the queue drain. Runs are counted from a file."""
+    from jobs_for_tests import logged
+    from test_reliability import Worker
+
+    from sidequest import Client, Config
+    from sidequest.connection import connect
+    from sidequest.errors import NotReplicatedError
+
+    url = topology.url()
+    log = log_dir / f"runs-{time.monotonic_ns()}.log"
+    result = FailoverRun(replicas)
+    worker = Worker(url, log_dir, "-c", "5", env={"SQ_TEST_RUN_LOG": str(log)})
+    stop = threading.Event()
+    try:
+        watch = connect(url)
+        wait_until(lambda: watch.scard("processes") == 1, STARTUP, 0.1, "the worker to register")
+        client = Client(Config(redis_url=url, wait_replicas=replicas, wait_timeout=2))
+        back: list[float] = []
+
+        def produce() -> None:
+            n = 0
+            while not stop.is_set():
+                n += 1
+                try:
+                    client.push(logged, [n, 0.01])
+                    result.confirmed.add(n)
+                    if result.killed_at and not back:
+                        back.append(time.time())
+                except (redis.ConnectionError, redis.TimeoutError, NotReplicatedError):
+                    result.unconfirmed.add(n)
+                    time.sleep(0.05)
+                time.sleep(0.005)
+        producer = threading.Thread(target=produce, daemon=True)
+        producer.start()
+        wait_until(lambda: len(runs_in(log)) >= before, STARTUP, 0.05, "jobs to run before the kill")
+        topology.kill_primary()
+        result.killed_at = time.time()
+        topology.wait_promoted()
+        if replicas:
+            topology.rejoin_old_primary()
+        wait_until(lambda: back, STARTUP, 0.05, "the producer to push again")
+        if not replicas:
+            topology.rejoin_old_primary()
+        resumed = len(result.confirmed)
+        wait_until(lambda: len(result.confirmed) >= resumed + after, STARTUP, 0.05, "pushes after the failover")
+        stop.set()
+        producer.join(30)
+        watch = connect(url)
+
+        def drained() -> bool:
+            return not watch.llen("queue:default") and result.confirmed - set(runs_in(log)) <= \
+                (set() if replicas else result.confirmed)
+        wait_until(drained, STARTUP, 0.1, "the queue to drain")
+        if replicas:
+            wait_until(lambda: result.confirmed <= set(runs_in(log)), STARTUP, 0.1, "every confirmed push to run")
+        result.ran = runs_in(log)
+        result.producer_back = back[0] - result.killed_at
+        result.worker_back = min(t for t in run_times(log) if t > result.killed_at + 0.05) - result.killed_at
+        result.worker_exit = worker.stop()
+        result.worker_output = worker.output()
+        return result
+    finally:
+        stop.set()
+        worker.cleanup()
