@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
+from pathlib import Path
 
 import pytest
 import redis
@@ -180,3 +181,18 @@ def test_a_worker_and_a_producer_on_a_sentinel_url_keep_working_through_a_sigkil
     # the outage is one line each way, however many threads saw it
     assert run.worker_output.count("Redis is unavailable") == 1, run.worker_output
     assert "Redis answers again" in run.worker_output
+
+
+def test_the_durability_snippet_of_the_deployment_docs_runs_as_written(sentinels, monkeypatch):
+    text = (Path(__file__).resolve().parent.parent / "docs" / "deployment.md").read_text()
+    section = text[text.index("### Durability"):]
+    start = section.index("```python") + len("```python")
+    snippet = section[start:section.index("```", start)]
+    monkeypatch.setenv("REDIS_URL", sentinels.url())
+    previous = sidequest.client._default
+    try:
+        exec(compile(snippet, "deployment.md", "exec"), {"__name__": "deployment_docs"})
+    finally:
+        sidequest.client._default = previous
+    replica = redis.Redis("127.0.0.1", sentinels.replica.port)
+    assert replica.llen("queue:default") == 1  # WAIT returned: the replica holds it already
