@@ -178,9 +178,11 @@ def test_a_worker_and_a_producer_on_a_sentinel_url_keep_working_through_a_sigkil
     assert set(run.ran) <= run.confirmed | run.unconfirmed  # nothing ran that was never pushed
     assert run.worker_exit == 0, run.worker_output
     assert "Traceback" not in run.worker_output
-    # the outage is one line each way, however many threads saw it
-    assert run.worker_output.count("Redis is unavailable") == 1, run.worker_output
-    assert "Redis answers again" in run.worker_output
+    # an outage is one line each way, however many threads saw it; the switch may be two short
+    # outages (the Sentinels close the clients of a replica they promote, with CLIENT KILL)
+    outages = run.worker_output.count("Redis is unavailable")
+    assert 1 <= outages <= 3, run.worker_output
+    assert run.worker_output.count("Redis answers again") == outages, run.worker_output
 
 
 def test_the_durability_snippet_of_the_deployment_docs_runs_as_written(sentinels, monkeypatch):

@@ -1,0 +1,1 @@
+"""Integrations: each imports its library lazily and is an optional extra; the core never imports contrib."""
