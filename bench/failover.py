@@ -34,7 +34,7 @@ def main() -> int:
     p.add_argument("--server", help="redis-server binary (default: the one the suite would use)")
     args = p.parse_args()
 
-    from conftest import redis_server_binary, _server_version
+    from conftest import _server_version, redis_server_binary
     from topology import FailoverRun, SentinelSet, failover_under_load
 
     binary = args.server or redis_server_binary()

@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from .errors import ConfigError
-from .middleware import Chain
+from .middleware import PROCESS_CLIENT, PROCESS_SERVER, Chain
 
 DEFAULT_REDIS_PORT = 6379
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -112,8 +112,9 @@ class Config:
     pidfile: str | None = None
     # periodic jobs from the config file (`:periodic:`), shape-checked here, parsed by `periodic`
     periodic: tuple[dict[str, Any], ...] = field(default=(), hash=False)
-    client_middleware: Chain = field(default_factory=Chain, compare=False)
-    server_middleware: Chain = field(default_factory=Chain, compare=False)
+    # each runs the process-wide links (`middleware.PROCESS_CLIENT`/`PROCESS_SERVER`) around its own
+    client_middleware: Chain = field(default_factory=lambda: Chain(PROCESS_CLIENT), compare=False)
+    server_middleware: Chain = field(default_factory=lambda: Chain(PROCESS_SERVER), compare=False)
 
     def __post_init__(self) -> None:
         if not self.queues:

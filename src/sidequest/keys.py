@@ -36,6 +36,8 @@ sidequest's own keys live under the `sidequest:` prefix so Ruby Sidekiq never tr
     sidequest:unique:<digest>       a unique job's claim: the jid holding it
     sidequest:status:<jid>          hash of a `result_ttl` job's state (and result or error)
     sidequest:status:<jid>:notify   list holding one token once that job has ended (waiters block on it)
+    sidequest:django-task:<jid>     hash: a Django task's result record (`contrib.django`: its task,
+                                    arguments, times, errors), beside the job's status record
     sidequest:health                string written by `sidequest health --readiness` (expires in a minute)
 
 How long each lives. Every key expires by itself (its writer sets the TTL, and refreshes it),
@@ -55,6 +57,7 @@ also keeps forever:
     sidequest:cancel:<jid>             24 hours
     sidequest:unique:<digest>          unique_for (after the job's time, for a scheduled one)
     sidequest:status:<jid>[:notify]    result_ttl after the job's last change
+    sidequest:django-task:<jid>        result_ttl after the task's last change (as its status record)
 
 A test fails if a key literal appears in any other module; another (tests/test_keyspace.py)
 runs every feature and fails if a key left without a TTL matches no pattern of `KEPT`.
@@ -169,6 +172,11 @@ def status(jid: str) -> str:
 def status_notify(jid: str) -> str:
     """Holds a token once the job of `status(jid)` has ended, for `result()` to block on."""
     return f"{PREFIX}:status:{jid}:notify"
+
+
+def django_task(jid: str) -> str:
+    """The result record of a Django task run as job `jid` (see `contrib.django.backend`)."""
+    return f"{PREFIX}:django-task:{jid}"
 
 
 

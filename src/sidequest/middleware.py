@@ -13,6 +13,11 @@ arguments plus `call_next`, and returns what `call_next()` returned or something
 
 Client links receive `(job_name, payload, queue, call_next)`; server links receive
 `(job, payload, queue, call_next)` where `job` is the job object about to run.
+
+`PROCESS_CLIENT` and `PROCESS_SERVER` are the process-wide chains: every `Config` made without
+chains of its own runs their links outside its own. They are for integrations that a user turns
+on once for the whole process (`SidequestInstrumentor().instrument()`, `sentry_sdk.init`), as
+Sidekiq's `configure_client`/`configure_server` blocks reach every chain of a Ruby process.
 """
 
 from __future__ import annotations
@@ -35,19 +40,30 @@ class _Entry:
 
 
 class Chain:
-    """Ordered middleware. Adding a link that is already present moves it (Sidekiq's rule)."""
+    """Ordered middleware. Adding a link that is already present moves it (Sidekiq's rule).
 
-    def __init__(self) -> None:
+    A chain made with an `outer` chain runs that chain's links around its own; iterating, `len`
+    and `in` see both, in the order they run, while add/remove/insert change only its own.
+    """
+
+    def __init__(self, outer: Chain | None = None) -> None:
         self._entries: list[_Entry] = []
+        self._outer = outer
+
+    def _all(self) -> list[_Entry]:
+        """The entries `invoke` runs, outermost first."""
+        if self._outer is None:
+            return self._entries
+        return [*self._outer._all(), *self._entries]
 
     def __iter__(self):  # type: ignore[no-untyped-def]
-        return (e.link for e in self._entries)
+        return (e.link for e in self._all())
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._entries) + (len(self._outer) if self._outer is not None else 0)
 
     def __contains__(self, link: Any) -> bool:
-        return self._index(link) is not None
+        return any(entry.link is link for entry in self._all())
 
     def _index(self, link: Any) -> int | None:
         for i, entry in enumerate(self._entries):
@@ -94,9 +110,10 @@ class Chain:
 
     def invoke(self, *args: Any, final: Callable[[], Any]) -> Any:
         """Run every link around `final`, outermost first, and return what the outermost returned."""
-        if not self._entries:
+        entries = self._all()
+        if not entries:
             return final()
-        links = [entry.build() for entry in self._entries]
+        links = [entry.build() for entry in entries]
 
         def step(i: int) -> Any:
             if i == len(links):
@@ -104,3 +121,8 @@ class Chain:
             return links[i](*args, lambda: step(i + 1))
 
         return step(0)
+
+
+# The process-wide chains (see the module docstring); `config.Config` builds its chains on them.
+PROCESS_CLIENT = Chain()
+PROCESS_SERVER = Chain()

@@ -1,0 +1,49 @@
+"""The Django app: `INSTALLED_APPS = [..., "sidequest.contrib.django"]`.
+
+When Django is ready it reads `SIDEQUEST` (see `conf`) and makes it the process's default
+client (what `perform_async` uses), imports each installed app's `jobs` module (as the admin
+imports `admin` modules), and registers the worker hook (see `worker`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.apps import AppConfig
+from django.conf import settings
+from django.utils.module_loading import autodiscover_modules
+
+from ...client import configure
+from ...config import Config
+from ...launcher import configure_worker
+from .conf import config_from_settings
+
+JOBS_MODULE = "jobs"
+
+
+class SidequestConfig(AppConfig):
+    name = "sidequest.contrib.django"
+    label = "sidequest"
+    verbose_name = "sidequest"
+    default = True
+
+    config: Config  # the SIDEQUEST setting, read
+    given: dict[str, Any]  # the SIDEQUEST setting as written
+
+    def ready(self) -> None:
+        from .worker import installer
+
+        self.given = dict(getattr(settings, "SIDEQUEST", None) or {})
+        self.config = config_from_settings(self.given)
+        configure(self.config)
+        if uses_tasks_backend():
+            from . import backend  # noqa: F401  (registers the job that runs Django tasks)
+        autodiscover_modules(JOBS_MODULE)
+        configure_worker(installer(self.config))
+
+
+def uses_tasks_backend() -> bool:
+    """Whether a `TASKS` backend is sidequest's (its job must be registered in workers)."""
+    backends = getattr(settings, "TASKS", None) or {}
+    return any(str(spec.get("BACKEND", "")).startswith(__package__ or "sidequest.contrib.django")
+               for spec in backends.values() if isinstance(spec, dict))
