@@ -4,6 +4,7 @@ import json
 import signal
 import subprocess
 
+import pytest
 from click.testing import CliRunner
 from conftest import PYTHON, STARTUP, free_port, python_env, wait_until
 from helpers import WorkerProcess, ran, reserved
@@ -132,6 +133,36 @@ def test_config_file_and_logfile(redis_url, r, client, tmp_path):
     w.stop()
     text = log.read_text()
     assert "class=Resize jid=" in text and "done:" in text
+
+
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+@pytest.mark.parametrize("fmt", ["json", "text"])
+def test_a_jobs_log_lines_carry_its_class_jid_queue_and_trace_id(redis_url, r, client, tmp_path, fmt):
+    log = tmp_path / "worker.log"
+    w = WorkerProcess(redis_url, "-q", "images", "--log-format", fmt, "-L", str(log))
+    w.wait_registered(r)
+    traced = client.push("Resize", ["x.png", 1], queue="images", custom={"traceparent": TRACEPARENT})
+    plain = client.push("Resize", ["y.png", 2], queue="images")
+    wait_until(lambda: len(ran(r, "resize")) == 2)
+    w.stop()
+    lines = [line for line in log.read_text().splitlines() if line.strip()]
+    if fmt == "json":
+        records = [json.loads(line) for line in lines]
+        mine = [x for x in records if x.get("jid") == traced]
+        assert mine and all(x["class"] == "Resize" and x["queue"] == "images" and
+                            x["trace_id"] == "4bf92f3577b34da6a3ce929d0e0e4736" for x in mine)
+        assert {x["msg"].split(":")[0] for x in mine} >= {"start", "done"}
+        other = [x for x in records if x.get("jid") == plain]
+        assert other and all(x["queue"] == "images" and "trace_id" not in x for x in other)
+        assert all("jid" not in x for x in records if "starting" in x["msg"])  # outside a job: none
+    else:
+        mine = [line for line in lines if f"jid={traced}" in line]
+        assert mine and all("class=Resize" in line and " queue=images" in line and
+                            " trace_id=4bf92f3577b34da6a3ce929d0e0e4736" in line for line in mine)
+        other = [line for line in lines if f"jid={plain}" in line]
+        assert other and all(" queue=images" in line and "trace_id" not in line for line in other)
 
 
 def test_configure_worker_hooks_add_middleware_and_death_handlers(redis_url, r, client):

@@ -69,3 +69,13 @@ def test_epoch_reads_float_seconds_and_integer_milliseconds():
     assert epoch(1700000000.5) == 1700000000.5
     assert epoch(1700000000500) == 1700000000.5
     assert epoch("x") is None and epoch(True) is None
+
+
+def test_the_trace_id_of_a_job_comes_from_a_well_formed_traceparent_only():
+    from sidequest.payload import trace_id
+
+    good = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    assert trace_id({"traceparent": good}) == "4bf92f3577b34da6a3ce929d0e0e4736"
+    for bad in (None, 7, "", "00-xyz", good.upper(), "00-" + "0" * 32 + "-00f067aa0ba902b7-01", good.replace("-", "_")):
+        assert trace_id({"traceparent": bad}) is None, bad
+    assert trace_id({}) is None

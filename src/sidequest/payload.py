@@ -177,3 +177,14 @@ def overdue(payload: dict[str, Any], now: float) -> float | None:
     option, as Sidekiq Pro writes it), or None when it has none or is not past it."""
     deadline = epoch(payload.get("expires_at"))
     return now - deadline if deadline is not None and now > deadline else None
+
+
+def trace_id(payload: dict[str, Any]) -> str | None:
+    """The W3C trace id of the trace a job was pushed in: from its top-level `traceparent`
+    (`00-<32 hex trace id>-<16 hex span id>-<flags>`), where OpenTelemetry's Sidekiq
+    instrumentation (Ruby's, and `sidequest.contrib.opentelemetry`) carries it; None without one."""
+    parent = payload.get("traceparent")
+    if not isinstance(parent, str) or len(parent) < 55 or parent[2] != "-" or parent[35] != "-":
+        return None
+    found = parent[3:35]
+    return found if found.strip("0123456789abcdef") == "" and found != "0" * 32 else None

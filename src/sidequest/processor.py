@@ -35,14 +35,16 @@ from .fetch import Fetch, UnitOfWork
 from .gate import SUSPECT_AFTER, Gate
 from .lifecycle import Lifecycle, has_ops
 from .outcome import EXPIRED, Outcome, error_class_name, invalid
-from .payload import decode, overdue
+from .payload import decode, overdue, trace_id
 from .registry import Registry
 from .retry import Retrier
 
 log = logging.getLogger(__name__)
 
 # (job name, jid) of the job running on this thread, for log lines (see cli's log format).
-job_context: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar("sidequest_job", default=None)
+# the running job, for log records: (class, jid, queue, trace id or None); see cli/logs.py
+job_context: contextvars.ContextVar[tuple[str, str, str, str | None] | None] = contextvars.ContextVar(
+    "sidequest_job", default=None)
 
 BACKOFF_START, BACKOFF_MAX = 0.5, 5.0
 REDIS_ERRORS = (redis.RedisError, OSError)
@@ -235,7 +237,7 @@ class Processor:
                 unit.done = True
             return
         name, jid = payload["class"], str(payload.get("jid", ""))
-        token = job_context.set((name, jid))
+        token = job_context.set((name, jid, unit.queue, trace_id(payload) if "traceparent" in payload else None))
         started = time.monotonic()
         log.info("start")
         job = None

@@ -13,27 +13,37 @@ from typing import Any
 
 from ..processor import job_context
 
+# the job's fields a record carries inside a job, as record attributes and in both formats
+JOB_FIELDS = ("class", "jid", "queue", "trace_id")
+
 
 class JobContextFilter(logging.Filter):
-    """Adds `tid` and, inside a job, `class=... jid=...` to every record."""
+    """Adds `tid` and, inside a job, its fields to every record: the attributes `job_class`,
+    `jid`, `queue` and `trace_id` (for handlers of your own), and `class=... jid=... queue=...
+    trace_id=...` for the text format (trace_id only when the job carries a `traceparent`)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         record.tid = format(threading.get_ident(), "x")[-6:]
         ctx = job_context.get()
         record.ctx = ctx
-        record.job = f" class={ctx[0]} jid={ctx[1]}" if ctx else ""
+        if ctx:
+            record.job_class, record.jid, record.queue, record.trace_id = ctx
+            record.job = f" class={ctx[0]} jid={ctx[1]} queue={ctx[2]}" + (f" trace_id={ctx[3]}" if ctx[3] else "")
+        else:
+            record.job = ""
         return True
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time, level, pid, tid, job class and jid (inside a job), message."""
+    """One JSON object per line: time, level, pid, tid, the job's class, jid, queue and trace id
+    (inside a job; trace_id when it has one), message."""
 
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {"ts": self.formatTime(record), "level": record.levelname.lower(),
                                  "pid": record.process, "tid": getattr(record, "tid", "")}
         ctx = getattr(record, "ctx", None)
         if ctx:
-            entry["class"], entry["jid"] = ctx
+            entry.update((name, value) for name, value in zip(JOB_FIELDS, ctx, strict=True) if value is not None)
         entry["msg"] = record.getMessage()
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
