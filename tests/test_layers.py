@@ -122,6 +122,25 @@ def _constants(path: Path) -> set[str]:
             if isinstance(target, ast.Name) and target.id.isupper()}
 
 
+INTEGRATED = ("django", "fastapi", "flask", "opentelemetry", "sentry_sdk", "starlette.testclient")
+
+
+def test_nothing_outside_contrib_imports_contrib_or_an_integrated_library():
+    """The integrations are optional extras: the rest of the package works without them."""
+    graph = import_graph()
+    outside = {name for name in graph if not name.startswith("contrib")}
+    assert "contrib.fastapi" in graph and "contrib.django.backend" in graph  # really read
+    assert not {name for name in outside if any(dep.startswith("contrib") for dep in graph[name])}
+    for path in PACKAGE.rglob("*.py"):
+        if "contrib" in path.relative_to(PACKAGE).parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            bad = [n for n in names if n.split(".")[0] in INTEGRATED or n in INTEGRATED]
+            assert not bad, f"{path.relative_to(PACKAGE)} imports {bad}"
+
+
 def test_scripts_holds_only_the_cores_moves():
     """A feature's Lua sits in the feature's own module (unique, results, limiter, ...)."""
     found = _constants(PACKAGE / "scripts.py")
