@@ -49,6 +49,7 @@ from .connection import (
     is_sentinel_url,
     mask_url,
     parse_sentinel_url,
+    sentinel_settings,
 )
 from .errors import RedisUnavailableError, RedisURLError
 from .lookup import Command, Query, result_query, status_query
@@ -83,14 +84,9 @@ def _sentinel_connect(url: SentinelURL) -> aioredis.Redis:
     """A redis.asyncio client of the primary the Sentinels of `url` name (`connection` tells how)."""
     from redis.asyncio.sentinel import Sentinel
 
-    timeouts: dict[str, Any] = {"socket_timeout": SOCKET_TIMEOUT, "socket_connect_timeout": CONNECT_TIMEOUT}
-    asked: dict[str, Any] = {**timeouts, "retry": Retry(NoBackoff(), 0), "ssl": url.tls}
-    if url.sentinel_password is not None:
-        asked.update(username=url.sentinel_username, password=url.sentinel_password)
-    sentinels = Sentinel(list(url.sentinels), sentinel_kwargs=asked)  # type: ignore[no-untyped-call]
-    primary: aioredis.Redis = sentinels.master_for(url.service, db=url.db, username=url.username, password=url.password,
-                                ssl=url.tls, socket_keepalive=True, health_check_interval=30,
-                                retry=Retry(NoBackoff(), 0), **timeouts)
+    asked, settings = sentinel_settings(url)
+    sentinels = Sentinel(list(url.sentinels), sentinel_kwargs={**asked, "retry": Retry(NoBackoff(), 0)})  # type: ignore[no-untyped-call]
+    primary: aioredis.Redis = sentinels.master_for(url.service, retry=Retry(NoBackoff(), 0), **settings)
     return primary
 
 
@@ -146,12 +142,13 @@ class AsyncClient:
         refused = await self.write(entries, now, self.sync.replicas(job, options))
         return None if jids[0] in refused else jids[0]
 
-    async def push_bulk(self, job: Any, args_list: Iterable[Any], *, at: Any = None,
+    async def push_bulk(self, job: Any, args_list: Iterable[Any], *, at: Any = None, spread: Any = None,
                         **options: Unpack[JobOptions]) -> list[str | None]:
         """`Client.push_bulk`, awaited."""
         now = self.sync.clock()
         all_args = list(args_list)
-        entries, jids = self.sync.build(job, all_args, self.sync.bulk_times(at, len(all_args), now), now, dict(options))
+        times = self.sync.bulk_times(at, len(all_args), now, spread)
+        entries, jids = self.sync.build(job, all_args, times, now, dict(options))
         refused = await self.write(entries, now, self.sync.replicas(job, options))
         return [None if jid in refused else jid for jid in jids] if refused else jids
 
@@ -269,8 +266,9 @@ class AsyncJobSetter(Generic[P]):
         refuse_keywords(self.job_class.name, self.job_class._signature, "perform_at", kwargs)
         return await self._client().push(self.job_class, list(args), at=when, **self.options)
 
-    async def perform_bulk(self, args_list: Iterable[Sequence[Any]], *, at: BulkAt = None) -> list[str | None]:
-        return await self._client().push_bulk(self.job_class, args_list, at=at, **self.options)
+    async def perform_bulk(self, args_list: Iterable[Sequence[Any]], *, at: BulkAt = None,
+                           spread: Delay | None = None) -> list[str | None]:
+        return await self._client().push_bulk(self.job_class, args_list, at=at, spread=spread, **self.options)
 
 
 async def push(job_name: str, args: list[Any], **options: Unpack[JobOptions]) -> str | None:

@@ -241,22 +241,32 @@ def connect(url: str, *, check: bool = True, max_connections: int | None = None,
     return client
 
 
-def sentinel_client(url: SentinelURL, *, socket_timeout: float = SOCKET_TIMEOUT,
-                    max_connections: int | None = None) -> redis.Redis:
-    """A client of the primary the Sentinels of `url` name (see module), set up as `connect`
-    sets up a plain one: nothing re-sent, keepalive, bounded timeouts."""
-    from redis.sentinel import Sentinel
-
+def sentinel_settings(url: SentinelURL,
+                      socket_timeout: float = SOCKET_TIMEOUT) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The keyword arguments of redis-py's `Sentinel` for the Sentinels' connections, and of its
+    `master_for` for the primary's, set up as `connect` sets up a plain client: keepalive,
+    bounded timeouts. Without `retry`: the sync and asyncio clients each add their own, that
+    re-sends nothing (see `connect`)."""
     timeouts: dict[str, Any] = {"socket_timeout": socket_timeout,
                                 "socket_connect_timeout": min(CONNECT_TIMEOUT, socket_timeout)}
-    asked: dict[str, Any] = {**timeouts, "retry": Retry(NoBackoff(), 0), "ssl": url.tls}
+    asked: dict[str, Any] = {**timeouts, "ssl": url.tls}
     if url.sentinel_password is not None:
         asked.update(username=url.sentinel_username, password=url.sentinel_password)
-    sentinels = Sentinel(list(url.sentinels), sentinel_kwargs=asked)  # type: ignore[no-untyped-call]
-    pool: dict[str, Any] = {"max_connections": max_connections} if max_connections else {}
-    primary: redis.Redis = sentinels.master_for(url.service, db=url.db, username=url.username, password=url.password,
-                                ssl=url.tls, socket_keepalive=True, health_check_interval=30,
-                                retry=Retry(NoBackoff(), 0), **timeouts, **pool)  # type: ignore[no-untyped-call]
+    primary: dict[str, Any] = {**timeouts, "db": url.db, "username": url.username, "password": url.password,
+                               "ssl": url.tls, "socket_keepalive": True, "health_check_interval": 30}
+    return asked, primary
+
+
+def sentinel_client(url: SentinelURL, *, socket_timeout: float = SOCKET_TIMEOUT,
+                    max_connections: int | None = None) -> redis.Redis:
+    """A client of the primary the Sentinels of `url` name (see module)."""
+    from redis.sentinel import Sentinel
+
+    asked, settings = sentinel_settings(url, socket_timeout)
+    if max_connections:
+        settings["max_connections"] = max_connections
+    sentinels = Sentinel(list(url.sentinels), sentinel_kwargs={**asked, "retry": Retry(NoBackoff(), 0)})  # type: ignore[no-untyped-call]
+    primary: redis.Redis = sentinels.master_for(url.service, retry=Retry(NoBackoff(), 0), **settings)  # type: ignore[no-untyped-call]
     return primary
 
 
