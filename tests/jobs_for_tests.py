@@ -452,3 +452,104 @@ def logged(n, seconds=0.0):
         os.write(fd, f"{n} {os.getpid()} {time.time():.3f}\n".encode())
     finally:
         os.close(fd)
+
+
+# -- capsule jobs
+@sidequest.job(name="CapsuleSpan")
+def capsule_span(n, queue, seconds=0.0):
+    """Records ("span-start", n, pid) as it starts and ("span", n, queue, pid, start, end) once done
+    (`queue`: the one it was pushed to), so a test sees overlaps and what was in flight."""
+    record("span-start", n, os.getpid())
+    start = time.time()
+    if seconds:
+        time.sleep(seconds)
+    record("span", n, queue, os.getpid(), start, time.time())
+
+
+@sidequest.job(name="BulkAt")
+def bulk_at(n):
+    """Records ("bulk-at", n, when it ran)."""
+    record("bulk-at", n, time.time())
+
+
+# -- iterable jobs (tests/test_iteration.py) --------------------------------------------------------
+class IterCount(sidequest.IterableJob, name="IterCount"):
+    """Pushes each number of range(n) to the list `key`: the list is the record of what ran."""
+
+    checkpoint_every = 50
+
+    def build_enumerator(self, n, key, pause=0.0005, *, cursor):
+        return sidequest.iteration.range_items(0, n, cursor=cursor)
+
+    def each_iteration(self, item, n, key, pause=0.0005):
+        time.sleep(pause)  # the item's work: long enough that a signal lands mid-iteration
+        sidequest.redis().rpush(key, item)
+
+
+class IterEveryItem(IterCount, name="IterEveryItem"):
+    """IterCount saving its cursor after every item (the cancel test counts single items)."""
+
+    checkpoint_every = 1
+
+
+class IterSliced(IterCount, name="IterSliced"):
+    """IterCount in slices of at most 0.3 s; each slice's start is pushed to `key`:slices."""
+
+    max_iteration_runtime = 0.3
+
+    def on_start(self):
+        sidequest.redis().rpush(f"{self.payload['args'][1]}:slices", f"start {self.cursor}")
+
+    def on_resume(self):
+        sidequest.redis().rpush(f"{self.payload['args'][1]}:slices", f"resume {self.cursor}")
+
+    def on_complete(self):
+        sidequest.redis().rpush(f"{self.payload['args'][1]}:slices", "complete")
+
+
+# -- workflow jobs ---------------------------------------------------------------------------------
+@sidequest.job(name="WfAdd")
+def wf_add(tag, x, y=0):
+    """Records its run under `tag`; returns x + y (in a chain, y is the previous step's result)."""
+    record("wf", tag, "add", x, y)
+    return x + y
+
+
+@sidequest.job(name="WfSum")
+def wf_sum(tag, values):
+    """A chord's callback: records the list it got and returns its sum (None counts as 0)."""
+    record("wf", tag, "sum", values)
+    return sum(v or 0 for v in values)
+
+
+@sidequest.job(name="WfStep")
+def wf_step(tag, name, *previous):
+    """Records that step `name` ran, with what it was given; returns the name (markup and all)."""
+    record("wf", tag, name, *previous)
+    return name
+
+
+@sidequest.job(name="WfFail", retry=False)
+def wf_fail(tag, name, *previous):
+    """Fails for good at once (a business failure, never retried)."""
+    record("wf", tag, name, *previous)
+    raise sidequest.JobFailed(f"step {name} <failed> on purpose")
+
+
+@sidequest.job(name="WfGate")
+def wf_gate(tag, n):
+    """Waits (in the job) until `test:gate:<tag>` is set, so that many finish at the same moment."""
+    while not _r().exists(f"test:gate:{tag}"):
+        time.sleep(0.005)
+    record("wf", tag, "gate", n)
+    return n
+
+
+@sidequest.job(name="WfUntilCancelled")
+def wf_until_cancelled(tag):
+    """Runs until its workflow is cancelled, then ends as cancelled."""
+    record("wf", tag, "started")
+    while not sidequest.cancelled():
+        time.sleep(0.05)
+    record("wf", tag, "saw cancel")
+    raise sidequest.Cancelled()

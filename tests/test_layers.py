@@ -72,7 +72,8 @@ CORE = ("fetch", "work", "processor", "manager", "executor", "outcome", "retry",
         "heartbeat", "counters")
 
 # The features that plug into the lifecycle, each a module or a package of its own.
-FEATURES = ("tasks", "unique", "limiter", "cancellation", "results", "lookup", "job_metrics", "periodic")
+FEATURES = ("tasks", "unique", "limiter", "cancellation", "results", "lookup", "job_metrics", "periodic",
+            "workflows", "iteration")
 
 
 def _reach(graph: dict[str, set[str]], module: str) -> set[str]:

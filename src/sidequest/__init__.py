@@ -14,12 +14,12 @@ __version__ = "0.1.0"  # first: modules below read it
 
 from typing import Any, Unpack
 
-from . import aio, limiter
+from . import aio, iteration, limiter
 from .aio import AsyncClient
 from .cancellation import cancel, cancelled
 from .client import Client, configure, default_client
 from .client import redis_for_jobs as redis
-from .config import Config
+from .config import Capsule, Config
 from .errors import (
     Cancelled,
     ConfigError,
@@ -34,6 +34,7 @@ from .errors import (
     SidequestError,
     UnknownJobError,
 )
+from .iteration import IterableJob
 from .job import Job, JobFunction, job
 from .launcher import WorkerSetup, configure_worker
 from .lookup import result, status
@@ -42,6 +43,7 @@ from .options import JobOptions
 from .periodic import periodic
 from .registry import Registry, default_registry
 from .tasks import Task, task_message
+from .workflows import Signature, Workflow, chain, chord, group, workflow
 
 
 def push(job_name: str, args: list[Any], **options: Unpack[JobOptions]) -> str | None:
@@ -52,10 +54,12 @@ def push(job_name: str, args: list[Any], **options: Unpack[JobOptions]) -> str |
 __all__ = [
     "AsyncClient",
     "Cancelled",
+    "Capsule",
     "Chain",
     "Client",
     "Config",
     "ConfigError",
+    "IterableJob",
     "Job",
     "JobArgumentError",
     "JobDefinitionError",
@@ -68,16 +72,22 @@ __all__ = [
     "RedisUnavailableError",
     "Registry",
     "SidequestError",
+    "Signature",
     "Task",
     "UnknownJobError",
     "WorkerSetup",
+    "Workflow",
     "aio",
     "cancel",
     "cancelled",
+    "chain",
+    "chord",
     "configure",
     "configure_worker",
     "default_client",
     "default_registry",
+    "group",
+    "iteration",
     "job",
     "limiter",
     "periodic",
@@ -86,4 +96,5 @@ __all__ = [
     "result",
     "status",
     "task_message",
+    "workflow",
 ]

@@ -13,12 +13,13 @@ from .lifecycle import Lifecycle
 from .results import StatusFeature
 from .tasks import TaskFeature, TaskRecorder
 from .unique import UniqueFeature
+from .workflows.feature import WorkflowFeature
 
 
 def operator_lifecycle(client: Client) -> Lifecycle:
     """The features that record a move made outside a worker (an operator's action, a cancel):
-    tasks, unique claims and status records. The per-job metrics count runs, so they are left out."""
+    tasks, unique claims, status records and workflow steps. The per-job metrics count runs, so they are left out."""
     recorder = TaskRecorder(client.redis, client.config.task_retention, clock=client.clock,
                             ttl=client.config.task_ttl)
     return Lifecycle([TaskFeature(recorder), UniqueFeature(),
-                      StatusFeature(client.clock, client.config.max_payload_size)])
+                      StatusFeature(client.clock, client.config.max_payload_size), WorkflowFeature()])

@@ -142,12 +142,13 @@ class AsyncClient:
         refused = await self.write(entries, now, self.sync.replicas(job, options))
         return None if jids[0] in refused else jids[0]
 
-    async def push_bulk(self, job: Any, args_list: Iterable[Any], *, at: Any = None,
+    async def push_bulk(self, job: Any, args_list: Iterable[Any], *, at: Any = None, spread: Any = None,
                         **options: Unpack[JobOptions]) -> list[str | None]:
         """`Client.push_bulk`, awaited."""
         now = self.sync.clock()
         all_args = list(args_list)
-        entries, jids = self.sync.build(job, all_args, self.sync.bulk_times(at, len(all_args), now), now, dict(options))
+        times = self.sync.bulk_times(at, len(all_args), now, spread)
+        entries, jids = self.sync.build(job, all_args, times, now, dict(options))
         refused = await self.write(entries, now, self.sync.replicas(job, options))
         return [None if jid in refused else jid for jid in jids] if refused else jids
 
@@ -265,8 +266,9 @@ class AsyncJobSetter(Generic[P]):
         refuse_keywords(self.job_class.name, self.job_class._signature, "perform_at", kwargs)
         return await self._client().push(self.job_class, list(args), at=when, **self.options)
 
-    async def perform_bulk(self, args_list: Iterable[Sequence[Any]], *, at: BulkAt = None) -> list[str | None]:
-        return await self._client().push_bulk(self.job_class, args_list, at=at, **self.options)
+    async def perform_bulk(self, args_list: Iterable[Sequence[Any]], *, at: BulkAt = None,
+                           spread: Delay | None = None) -> list[str | None]:
+        return await self._client().push_bulk(self.job_class, args_list, at=at, spread=spread, **self.options)
 
 
 async def push(job_name: str, args: list[Any], **options: Unpack[JobOptions]) -> str | None:

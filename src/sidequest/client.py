@@ -31,7 +31,17 @@ from . import keys, results, unique, wire
 from .config import Config
 from .connection import connect
 from .errors import JobArgumentError, NotReplicatedError
-from .options import DEFAULTS, PUSH_ONLY, JobOptions, check_options, expires_at, payload_fields, schedule_at
+from .options import (
+    DEFAULTS,
+    PUSH_ONLY,
+    JobOptions,
+    check_options,
+    expires_at,
+    payload_fields,
+    schedule_at,
+    spread_seconds,
+    spread_times,
+)
 from .payload import check_args, encode, in_millis, new_jid, stamp
 
 BULK_BATCH = 1000  # payloads per LPUSH/ZADD, as Sidekiq's push_bulk batches
@@ -99,16 +109,19 @@ class Client:
         refused = self.write(entries, now, replicas=self.replicas(job, options))
         return None if jids[0] in refused else jids[0]
 
-    def push_bulk(self, job: Any, args_list: Iterable[Any], *, at: Any = None,
+    def push_bulk(self, job: Any, args_list: Iterable[Any], *, at: Any = None, spread: Any = None,
                   **options: Unpack[JobOptions]) -> list[str | None]:
         """Push many jobs of one kind in one transaction; return their jids in order.
 
-        `at` may be one time for all, or a list with one time per job. A job stopped by
-        client middleware, or a unique job another copy holds the claim of, has None in its place.
+        `at` may be one time for all, or a list with one time per job. `spread` (a timedelta or
+        seconds) spreads the jobs evenly over that long from `at` (or now), as Sidekiq 8's
+        `spread_interval`. A job stopped by client middleware, or a unique job another copy holds
+        the claim of, has None in its place.
         """
         now = self.clock()
         all_args = list(args_list)
-        entries, jids = self.build(job, all_args, self.bulk_times(at, len(all_args), now), now, dict(options))
+        times = self.bulk_times(at, len(all_args), now, spread)
+        entries, jids = self.build(job, all_args, times, now, dict(options))
         refused = self.write(entries, now, replicas=self.replicas(job, options))
         return [None if jid in refused else jid for jid in jids] if refused else jids
 
@@ -195,8 +208,14 @@ class Client:
         return None
 
     @staticmethod
-    def bulk_times(at: Any, count: int, now: float) -> list[float | None]:
-        """One schedule time per job of a bulk: `at` is one time for all, or a list of them."""
+    def bulk_times(at: Any, count: int, now: float, spread: Any = None) -> list[float | None]:
+        """One schedule time per job of a bulk: `at` is one time for all, or a list of them;
+        with `spread`, the jobs' times step evenly from `at` (or now) over that interval."""
+        if spread is not None:
+            if isinstance(at, (list, tuple)):
+                raise JobArgumentError("give a bulk push either a list of times or spread, not both")
+            start = now if at is None else schedule_at(at, now, method="perform_at") or now
+            return spread_times(start, count, spread_seconds(spread), now)
         if isinstance(at, (list, tuple)):
             if len(at) != count:
                 raise JobArgumentError(f"bulk `at` has {len(at)} times for {count} jobs")

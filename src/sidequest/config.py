@@ -10,10 +10,10 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
@@ -23,6 +23,8 @@ from .middleware import PROCESS_CLIENT, PROCESS_SERVER, Chain
 DEFAULT_REDIS_PORT = 6379
 LOG_LEVELS = ("debug", "info", "warning", "error")
 CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+CAPSULE_NAME = re.compile(r"[A-Za-z0-9_-]+")  # it names a reserved list (see keys.capsule_batch)
+DEFAULT_CAPSULE = "default"
 
 
 def check_queue_name(name: Any, what: str = "queue name") -> str:
@@ -63,6 +65,52 @@ def parse_queue_spec(spec: Any) -> tuple[str, int]:
     if weight < 0:
         raise ConfigError(f"queue {name!r} has negative weight {weight}")
     return name, weight
+
+
+@dataclass(frozen=True)
+class Capsule:
+    """A named group of processor threads in a worker process, with queues of its own (Sidekiq
+    7's capsules): `Capsule("serial", queues=["ledger"], concurrency=1)` runs the `ledger`
+    queue's jobs one at a time, beside the process's own `queues` and `concurrency` (the
+    capsule named "default"). `queues` take the shapes of `Config.queues`: NAME, "NAME,WEIGHT"
+    or (NAME, WEIGHT); they are kept as (name, weight) pairs."""
+
+    name: str
+    queues: Sequence[str | tuple[str, int]]
+    concurrency: int = 1
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not CAPSULE_NAME.fullmatch(self.name):
+            raise ConfigError(f"capsule name {self.name!r} must be letters, digits, '_' or '-'")
+        if self.name == DEFAULT_CAPSULE:
+            raise ConfigError("capsule 'default' is the process's own queues and concurrency: set those instead")
+        where = f"capsule {self.name!r}"
+        if isinstance(self.queues, str) or not isinstance(self.queues, Sequence) or not self.queues:
+            raise ConfigError(f"{where}: queues must be a non-empty list of queue names")
+        pairs = tuple(parse_queue_spec(q) for q in self.queues)
+        object.__setattr__(self, "queues", pairs)
+        _check_weights(pairs, where)
+        _positive_int(f"{where}: concurrency", self.concurrency)
+
+    @property
+    def weighted(self) -> tuple[tuple[str, int], ...]:
+        """The queues as (name, weight) pairs."""
+        return cast("tuple[tuple[str, int], ...]", self.queues)
+
+    @classmethod
+    def from_mapping(cls, name: Any, spec: Any) -> Capsule:
+        """One entry of a config file's `capsules:` mapping: `{queues: [...], concurrency: N}`."""
+        if not isinstance(spec, Mapping):
+            raise ConfigError(f"capsule {name!r} must be a mapping with queues: and concurrency:")
+        given = {str(key).lstrip(":"): value for key, value in spec.items()}
+        unknown = sorted(set(given) - {"queues", "concurrency"})
+        if unknown:
+            raise ConfigError(f"capsule {name!r}: unknown key(s) {', '.join(unknown)}; known: queues, concurrency")
+        if "queues" not in given:
+            raise ConfigError(f"capsule {name!r}: queues: is required")
+        queues = given["queues"]
+        return cls(str(name).lstrip(":"), [queues] if isinstance(queues, str) else queues,
+                   given.get("concurrency", 1))
 
 
 @dataclass(frozen=True)
@@ -112,6 +160,9 @@ class Config:
     pidfile: str | None = None
     # periodic jobs from the config file (`:periodic:`), shape-checked here, parsed by `periodic`
     periodic: tuple[dict[str, Any], ...] = field(default=(), hash=False)
+    # more groups of threads beside the default one (`queues`, `concurrency`): see `Capsule`;
+    # a file's `capsules:` mapping ({name: {queues: [...], concurrency: N}}) is read into these
+    capsules: tuple[Capsule, ...] = ()
     # each runs the process-wide links (`middleware.PROCESS_CLIENT`/`PROCESS_SERVER`) around its own
     client_middleware: Chain = field(default_factory=lambda: Chain(PROCESS_CLIENT), compare=False)
     server_middleware: Chain = field(default_factory=lambda: Chain(PROCESS_SERVER), compare=False)
@@ -121,9 +172,8 @@ class Config:
             raise ConfigError("at least one queue is needed")
         queues = tuple(parse_queue_spec(q) for q in self.queues)
         object.__setattr__(self, "queues", queues)
-        weights = {w for _, w in queues}
-        if len(queues) > 1 and 0 in weights and weights != {0}:
-            raise ConfigError("give every queue a weight, or none (strict order)")
+        _check_weights(queues, "")
+        object.__setattr__(self, "capsules", check_capsules(self.capsules, queues))
         for name in ("concurrency", "max_recoveries", "max_retries", "dead_max_jobs", "embedded_port",
                      "processes", "max_payload_size", "wait_replicas"):
             _positive_int(name, getattr(self, name),
@@ -166,6 +216,16 @@ class Config:
         return [name for name, _ in self.queues]
 
     @property
+    def total_concurrency(self) -> int:
+        """Processor threads of a worker process, over every capsule."""
+        return self.concurrency + sum(c.concurrency for c in self.capsules)
+
+    def capsule_config(self, capsule: Capsule) -> Config:
+        """The configuration a capsule's processors and fetch work with: this one, with the
+        capsule's queues and concurrency."""
+        return dataclasses.replace(self, queues=capsule.weighted, concurrency=capsule.concurrency, capsules=())
+
+    @property
     def url(self) -> str:
         """The Redis URL to use: the configured one, or localhost on the embedded port."""
         return self.redis_url or f"redis://localhost:{self.embedded_port}/0"
@@ -190,7 +250,7 @@ class Config:
         for key, raw in env.items():
             if key.startswith("SIDEQUEST_") and key != "SIDEQUEST_REDIS_URL":
                 name = key[len("SIDEQUEST_"):].lower()
-                if name in names and name not in ("client_middleware", "server_middleware", "periodic"):
+                if name in names and name not in ("client_middleware", "server_middleware", "periodic", "capsules"):
                     values[name] = _cast(name, raw, names[name].type)
         if env.get("SIDEQUEST_REDIS_URL"):
             values["redis_url"] = env["SIDEQUEST_REDIS_URL"]
@@ -230,8 +290,37 @@ def load_file(path: str | os.PathLike[str]) -> dict[str, Any]:
             if not isinstance(value, list):
                 raise ConfigError(f"config file {p}: {key} must be a list")
             value = tuple(value)
+        if key == "capsules":
+            if not isinstance(value, Mapping):
+                raise ConfigError(f"config file {p}: capsules must be a mapping of "
+                                  "name: {queues: [...], concurrency: N}")
+            value = tuple(Capsule.from_mapping(name, spec) for name, spec in value.items())
         values[key] = value
     return values
+
+
+def check_capsules(items: Any, default_queues: tuple[tuple[str, int], ...]) -> tuple[Capsule, ...]:
+    """The capsules, checked as a whole: distinct names, and each queue in one capsule only
+    (the default capsule's queues included), so no two capsules take each other's jobs."""
+    if isinstance(items, Mapping):  # {name: Capsule or {queues:, concurrency:}}, as a file gives
+        items = [c if isinstance(c, Capsule) else Capsule.from_mapping(n, c) for n, c in items.items()]
+    if not isinstance(items, (list, tuple)) or not all(isinstance(c, Capsule) for c in items):
+        raise ConfigError("capsules must be a tuple of sidequest.Capsule (or a mapping of name to capsule)")
+    owner = {name: DEFAULT_CAPSULE for name, _ in default_queues}
+    for capsule in items:
+        if capsule.name in {c.name for c in items if c is not capsule}:
+            raise ConfigError(f"capsule {capsule.name!r} is given twice")
+        for name, _ in capsule.weighted:
+            if owner.setdefault(name, capsule.name) != capsule.name:
+                raise ConfigError(f"queue {name!r} is in capsules {owner[name]!r} and {capsule.name!r}; "
+                                  "a queue belongs to one capsule")
+    return tuple(items)
+
+
+def _check_weights(queues: tuple[tuple[str, int], ...], where: str) -> None:
+    weights = {w for _, w in queues}
+    if len(queues) > 1 and 0 in weights and weights != {0}:
+        raise ConfigError(f"{where + ': ' if where else ''}give every queue a weight, or none (strict order)")
 
 
 PERIODIC_KEYS = ("id", "class", "cron", "every", "tz", "args", "queue", "missed")

@@ -9,7 +9,8 @@ Basic fetch BRPOPs: a job lives only in the worker's memory while it runs, so `k
 Reliable fetch takes jobs in batches, one Redis call for every processor that is idle now and
 never more: the processor that finds nothing in hand calls RESERVE for itself and for the
 processors waiting meanwhile, which moves up to that many jobs atomically from their queues into
-the process's batch list `sidequest:reserved:<identity>:batch`.
+the process's batch list `sidequest:reserved:<identity>:batch` (each capsule of the process
+has a `Hub` and a batch list of its own, `...:batch-<capsule>`, over its own queues).
 
 A success is acknowledged when it ends, not "with the next fetch": the hub's acknowledger
 removes it from the batch list within `ACK_WINDOW` (a few milliseconds), together with the
@@ -179,15 +180,18 @@ class Waiter:
 
 
 class Hub:
-    """One process's batch list: the successes waiting to be acknowledged, the jobs taken for
-    idle processors, and which processor fetches now (see module). Shared by its processors."""
+    """One capsule's batch list (the process's, with no capsules): the successes waiting to be
+    acknowledged, the jobs taken for idle processors, and which processor fetches now (see
+    module). Shared by the capsule's processors."""
 
     def __init__(self, config: Config, identity: str, scripts: Scripts, rng: random.Random | None = None,
                  clock: Callable[[], float] = time.time, paused: PausedQueues | None = None, *,
-                 client: redis.Redis, ack_window: float = ACK_WINDOW) -> None:
+                 client: redis.Redis, ack_window: float = ACK_WINDOW, reserved: str | None = None) -> None:
         self.identity = identity
         self.ack_window = ack_window
-        self.reserved = keys.reserved(identity, keys.BATCH_SLOT)
+        # a capsule's hub has a batch list of its own (`keys.capsule_batch`), so one capsule's
+        # fetch never takes jobs for another's queues; `config` is then the capsule's
+        self.reserved = reserved or keys.reserved(identity, keys.BATCH_SLOT)
         self.order = QueueOrder(config, rng, paused)
         self.timeout = blocking_timeout(config)
         self.scripts = scripts

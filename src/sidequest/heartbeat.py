@@ -62,6 +62,22 @@ def rss_kb() -> int:
     return 0
 
 
+def capsule_info(config: Config) -> dict[str, dict[str, Any]]:
+    """The `capsules` of the process's `info`, as Sidekiq 7 and 8 write them: each capsule's
+    concurrency, mode (strict: no weights; random: every weight 1; else weighted) and weights
+    (queue -> weight). The top-level `queues`, `weights` (one mapping per capsule) and
+    `concurrency` (their total), which Sidekiq 6 reads too, are derived from them."""
+    groups = [("default", config.queues, config.concurrency),
+              *((c.name, c.weighted, c.concurrency) for c in config.capsules)]
+    info: dict[str, dict[str, Any]] = {}
+    for name, queues, concurrency in groups:
+        weights = dict(queues)
+        mode = ("strict" if all(w == 0 for w in weights.values())
+                else "random" if all(w == 1 for w in weights.values()) else "weighted")
+        info[name] = {"concurrency": concurrency, "mode": mode, "weights": weights}
+    return info
+
+
 class PartlyWritten(redis.RedisError):
     """The beat's MULTI ran but Redis refused some of its commands (WRONGTYPE, an ACL): the
     beat failed, yet its counts were written and must not be given back."""
@@ -80,11 +96,13 @@ class Heartbeat:
         self.extra = extra or []  # other periodic duties (limits)
         self.flushes = flushes or []  # other counts written with each beat (per-job metrics)
         self._failing = False
+        capsules = capsule_info(config)
         self.info = json.dumps({
             "hostname": config.hostname or socket.gethostname(), "started_at": time.time(), "pid": os.getpid(),
-            "tag": config.tag, "concurrency": config.concurrency,
-            "queues": list(dict.fromkeys(config.queue_names)),
-            "weights": [{name: weight for name, weight in config.queues}],
+            "tag": config.tag, "concurrency": config.total_concurrency,
+            "capsules": capsules,
+            "queues": list(dict.fromkeys(name for c in capsules.values() for name in c["weights"])),
+            "weights": [c["weights"] for c in capsules.values()],
             "labels": list(config.labels), "identity": identity, "version": version,
             "embedded": False,
         }, separators=(",", ":"))
@@ -148,7 +166,7 @@ class Heartbeat:
         pipe.hset(keys.process(self.identity), mapping={
             "info": self.info, "busy": len(work), "beat": time.time(),
             "quiet": "true" if self.quiet else "false", "rss": rss_kb(), "rtt_us": 0,
-            "concurrency": self.config.concurrency,  # Sidekiq 8.1.2+ reads it here, not from info
+            "concurrency": self.config.total_concurrency,  # Sidekiq 8.1.2+ reads it here, not from info
         })
         pipe.pexpire(keys.process(self.identity), ttl_ms)
         pipe.rpop(keys.signals(self.identity))

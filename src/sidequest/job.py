@@ -42,6 +42,7 @@ from .registry import Registry, default_registry
 if TYPE_CHECKING:
     from .aio import AsyncJobSetter
     from .client import Client
+    from .workflows.signature import Signature
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -156,10 +157,21 @@ class Job:
         return _setter(cls).perform_at(when, *args, **kwargs)
 
     @classmethod
-    def perform_bulk(cls, args_list: Iterable[Sequence[Any]], *, at: BulkAt = None) -> list[str | None]:
-        return JobSetter[Any](cls, {}).perform_bulk(args_list, at=at)
+    def perform_bulk(cls, args_list: Iterable[Sequence[Any]], *, at: BulkAt = None,
+                     spread: Delay | None = None) -> list[str | None]:
+        return JobSetter[Any](cls, {}).perform_bulk(args_list, at=at, spread=spread)
 
     aio = _Aio()  # `await Resize.aio.perform_async(...)`: the same methods for asyncio code
+
+    @classmethod
+    def s(cls, *args: Any) -> Signature:
+        """A workflow step whose dependencies' results come as its last argument (see `workflows`)."""
+        return _signature(cls, args, {}, {}, immutable=False)
+
+    @classmethod
+    def si(cls: type[_Performs[P]], *args: P.args, **kwargs: P.kwargs) -> Signature:
+        """A workflow step with exactly these arguments (see `workflows`)."""
+        return _signature(cast("type[Job]", cls), args, kwargs, {}, immutable=True)
 
     @classmethod
     def payload_options(cls) -> dict[str, Any]:
@@ -175,6 +187,16 @@ class Job:
     def check_arguments(cls, args: Sequence[Any]) -> None:
         """Raise JobArgumentError unless `args` fit the job's parameters (called at every push)."""
         bind(cls.name, cls._signature, args)
+
+
+def _signature(job_class: type[Job], args: tuple[Any, ...], kwargs: dict[str, Any], options: dict[str, Any],
+               immutable: bool) -> Signature:
+    """A workflow step (`s` takes the leading arguments only: typing cannot drop a ParamSpec's last
+    parameter, so they are checked when the workflow starts)."""
+    from .workflows.signature import Signature  # loaded only by code that builds workflows
+
+    refuse_keywords(job_class.name, job_class._signature, "si" if immutable else "s", kwargs)
+    return Signature(job_class, tuple(args), dict(options), immutable=immutable)
 
 
 def _setter(job_class: type[_Performs[P]], options: dict[str, Any] | None = None) -> JobSetter[P]:
@@ -211,8 +233,17 @@ class JobSetter(Generic[P]):
         refuse_keywords(self.job_class.name, self.job_class._signature, "perform_at", kwargs)
         return self._client().push(self.job_class, list(args), at=when, **self.options)
 
-    def perform_bulk(self, args_list: Iterable[Sequence[Any]], *, at: BulkAt = None) -> list[str | None]:
-        return self._client().push_bulk(self.job_class, args_list, at=at, **self.options)
+    def perform_bulk(self, args_list: Iterable[Sequence[Any]], *, at: BulkAt = None,
+                     spread: Delay | None = None) -> list[str | None]:
+        return self._client().push_bulk(self.job_class, args_list, at=at, spread=spread, **self.options)
+
+    def s(self, *args: Any) -> Signature:
+        """A workflow step with these options, given its dependencies' results as its last argument."""
+        return _signature(self.job_class, args, {}, self.options, immutable=False)
+
+    def si(self, *args: P.args, **kwargs: P.kwargs) -> Signature:
+        """A workflow step with these options and exactly these arguments."""
+        return _signature(self.job_class, args, kwargs, self.options, immutable=True)
 
     @property
     def aio(self) -> AsyncJobSetter[P]:
@@ -317,8 +348,17 @@ class JobFunction(Generic[P, R]):
     def perform_at(self, when: When, /, *args: P.args, **kwargs: P.kwargs) -> str | None:
         return self.set().perform_at(when, *args, **kwargs)
 
-    def perform_bulk(self, args_list: Iterable[Sequence[Any]], *, at: BulkAt = None) -> list[str | None]:
-        return self.set().perform_bulk(args_list, at=at)
+    def perform_bulk(self, args_list: Iterable[Sequence[Any]], *, at: BulkAt = None,
+                     spread: Delay | None = None) -> list[str | None]:
+        return self.set().perform_bulk(args_list, at=at, spread=spread)
+
+    def s(self, *args: Any) -> Signature:
+        """A workflow step given its dependencies' results as its last argument (see `workflows`)."""
+        return self.set().s(*args)
+
+    def si(self, *args: P.args, **kwargs: P.kwargs) -> Signature:
+        """A workflow step with exactly these arguments (see `workflows`)."""
+        return self.set().si(*args, **kwargs)
 
     @property
     def aio(self) -> AsyncJobSetter[P]:

@@ -16,6 +16,7 @@ sidequest's own keys live under the `sidequest:` prefix so Ruby Sidekiq never tr
 
     sidequest:reserved:<identity>:batch   list of payloads a process took in batches, not yet settled
     sidequest:reserved:<identity>:<slot>  list of payloads processor <slot> took alone while idle
+    sidequest:reserved:<identity>:batch-<capsule>  the batch list of a capsule (see `capsule_batch`)
     sidequest:reservations          set of every reserved list's key (recovery reads it, no SCAN)
     sidequest:recovered:<identity>  set of the payloads recovery took from a dead process's lists
                                     (expires after RECOVERED_TTL): lets that process, if it was
@@ -39,6 +40,12 @@ sidequest's own keys live under the `sidequest:` prefix so Ruby Sidekiq never tr
     sidequest:django-task:<jid>     hash: a Django task's result record (`contrib.django`: its task,
                                     arguments, times, errors), beside the job's status record
     sidequest:health                string written by `sidequest health --readiness` (expires in a minute)
+    sidequest:workflow:<id>[:...]   a workflow (steps with dependencies): its hash (name, state,
+                                    counts), `:graph` (step -> its fixed description), `:state`
+                                    (step -> status), `:pending` (step -> dependencies not yet resolved)
+    sidequest:workflows             zset of workflow ids by creation time: the recent workflows
+    sidequest:iteration:<jid>       hash of an iterable job's progress: cursor (JSON), state,
+                                    executions, items, runtime, class, updated_at (see `iteration`)
 
 How long each lives. Every key expires by itself (its writer sets the TTL, and refreshes it),
 except those in `KEPT` below, which hold jobs, an operator's choice, or a total that Sidekiq
@@ -58,6 +65,9 @@ also keeps forever:
     sidequest:unique:<digest>          unique_for (after the job's time, for a scheduled one)
     sidequest:status:<jid>[:notify]    result_ttl after the job's last change
     sidequest:django-task:<jid>        result_ttl after the task's last change (as its status record)
+    sidequest:workflow:<id>[:...]      the workflow's ttl (7 days by default) after its last change
+    sidequest:workflows                the same ttl after the last workflow was created
+    sidequest:iteration:<jid>          30 days after its last save; 24 hours once completed or cancelled
 
 A test fails if a key literal appears in any other module; another (tests/test_keyspace.py)
 runs every feature and fails if a key left without a TTL matches no pattern of `KEPT`.
@@ -180,6 +190,17 @@ def django_task(jid: str) -> str:
 
 
 
+# -- iteration: the progress of an iterable job (`sidequest.IterableJob`), kept by its jid so a
+# slice re-enqueued, put back or recovered resumes from its cursor.
+def iteration(jid: str) -> str:
+    """The cursor and counts of iterable job `jid` (see `iteration`)."""
+    return f"{PREFIX}:iteration:{jid}"
+
+
+ITERATION_TTL = 30 * 24 * 3600  # seconds a paused iteration keeps its cursor (Sidekiq's it-<jid>: 30 days)
+ITERATION_DONE_TTL = 24 * 3600  # seconds a completed or cancelled one stays readable
+
+
 # -- tasks: `sidequest:task:<id>` hash (name, meta, counts, callbacks), `...:events` hash
 # (jid -> event JSON), `...:order` zset of every jid by position, `...:status:<s>` zsets of jids
 # by status (for filtered, paged event lists). All expire together: task_ttl after the task's last
@@ -215,6 +236,32 @@ def task_keys(task_id: str) -> list[str]:
     """Every key of a task, in the order the task scripts expect them."""
     return [task(task_id), task_events(task_id), task_order(task_id),
             *(task_index(task_id, s) for s in TASK_STATUSES)]
+
+
+
+# -- capsules: a capsule's processors take jobs in batches into a list of their own (its name is
+# letters, digits, '_' and '-', so `identity_of_reserved` still reads the owner); it is one of the
+# process's reserved lists (`reserved("*", "*")`), recovered and released as the others are.
+def capsule_batch(identity: str, capsule: str) -> str:
+    """`sidequest:reserved:<identity>:batch-<capsule>`: what capsule `capsule` took in batches."""
+    return reserved(identity, f"{BATCH_SLOT}-{capsule}")
+
+
+# -- workflows: `sidequest:workflow:<id>` hash (name, state, counts per step status, ttl),
+# `...:graph` hash (step -> its description JSON, fixed at creation), `...:state` hash (step ->
+# status), `...:pending` hash (step -> how many of its dependencies are not yet resolved). All
+# expire together, the workflow's ttl after its last change (see `workflows`).
+WORKFLOWS_RECENT = f"{PREFIX}:workflows"
+
+
+def workflow(workflow_id: str) -> str:
+    return f"{PREFIX}:workflow:{workflow_id}"
+
+
+def workflow_keys(workflow_id: str) -> list[str]:
+    """Every key of a workflow, in the order its scripts expect them: hash, graph, state, pending."""
+    base = workflow(workflow_id)
+    return [base, f"{base}:graph", f"{base}:state", f"{base}:pending"]
 
 
 # -- lifetimes: the keys meant to live without a TTL, as Redis glob patterns, and why ----------------

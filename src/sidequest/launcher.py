@@ -1,5 +1,5 @@
 """One worker process, composed: heartbeat, poller, periodic scheduler, orphan recovery,
-manager.
+manager (one per capsule: `config.capsules`, each with its own hub and queues).
 
     launcher = Launcher(config)
     launcher.run()       # returns at once; work happens on threads
@@ -13,12 +13,13 @@ heartbeat: the parts below never name a feature.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import random
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,6 +49,7 @@ from .signals import dump_threads
 from .tasks import TaskFeature, TaskRecorder
 from .unique import UniqueFeature
 from .wire import Lane
+from .workflows import WorkflowFeature
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +107,8 @@ class Launcher:
         self.tasks = TaskRecorder(self.redis, config.task_retention, clock=clock, ttl=config.task_ttl)
         self.job_metrics = JobMetricsFeature(clock=clock)
         lifecycle = Lifecycle([TaskFeature(self.tasks), self.job_metrics, CancelFeature(self.redis),
-                               UniqueFeature(), StatusFeature(clock, config.max_payload_size)])
+                               UniqueFeature(), StatusFeature(clock, config.max_payload_size),
+                               WorkflowFeature()])  # after the status feature: it reads the results
         self.scripts = scripts = Scripts(self.redis, lifecycle.lua)
         self.runtime = Runtime(
             config=config, registry=registry or default_registry, counters=self.counters,
@@ -127,11 +130,26 @@ class Launcher:
         self.paused = PausedQueues(self.redis)  # the paused queues, as every processor here sees them
         # the processors' shared batches, and the thread that acknowledges their successes
         self.hub = hub = Hub(config, self.identity, scripts, clock=clock, paused=self.paused, client=self.redis)
+        numbers = itertools.count()  # processor numbers, unique over the capsules (each names a reserved list)
         self.manager = Manager(self.runtime, lambda slot: build_fetch(config, self._processor_redis(), self.identity,
-                                                                       scripts, slot, self.paused, hub))
+                                                                       scripts, slot, self.paused, hub),
+                               numbers=numbers)
+        # each capsule: processors, a hub and a batch list of its own, over its own queues
+        self.hubs, self.managers = [hub], [self.manager]
+        for capsule in config.capsules:
+            self._add_capsule(config.capsule_config(capsule), keys.capsule_batch(self.identity, capsule.name),
+                              numbers, clock)
         self.stopped = threading.Event()  # set once stop() has finished
         self._stopping = threading.Lock()
         self._stop_requested = False
+
+    def _add_capsule(self, config: Config, batch: str, numbers: Iterator[int], clock: Callable[[], float]) -> None:
+        hub = Hub(config, self.identity, self.scripts, clock=clock, paused=self.paused, client=self.redis,
+                  reserved=batch)
+        self.hubs.append(hub)
+        self.managers.append(Manager(self.runtime, lambda slot: build_fetch(
+            config, self._processor_redis(), self.identity, self.scripts, slot, self.paused, hub),
+            concurrency=config.concurrency, numbers=numbers))
 
     def _processor_redis(self) -> redis.Redis:
         """Each processor gets a connection of its own (see `connection.connect`), unless the
@@ -153,7 +171,7 @@ class Launcher:
         self.poller.start()
         self.periodic.start()
         if self.heartbeat.registered.is_set():
-            self.manager.start()
+            self._start_managers()
         else:  # nothing is fetched before this process is registered (see heartbeat)
             log.warning("not fetching jobs until this process's heartbeat reaches Redis")
             threading.Thread(target=self._start_when_registered, name="sidequest-start", daemon=True).start()
@@ -164,7 +182,11 @@ class Launcher:
                 return
         if not self._stop_requested:
             log.info("heartbeat written: fetching jobs")
-            self.manager.start()
+            self._start_managers()
+
+    def _start_managers(self) -> None:
+        for manager in self.managers:
+            manager.start()
 
     def _recycle(self, reason: str) -> None:
         """Stop this process gracefully (its supervisor or service manager starts a fresh one)."""
@@ -190,10 +212,12 @@ class Launcher:
         put-back failed, stays for recovery; so does the list of a processor still running)."""
         lane = Lane(self.redis)
         try:
-            self.hub.close(lane)
-            started, running = self.manager.slots()
-            lists = [self.hub.reserved, *(keys.reserved(self.identity, slot) for slot in range(started)
-                                          if slot not in running)]
+            lists = []
+            for hub, manager in zip(self.hubs, self.managers, strict=True):
+                hub.close(lane)
+                started, running = manager.slots()
+                idle = [keys.reserved(self.identity, slot) for slot in started if slot not in running]
+                lists += [hub.reserved, *idle]
             self.scripts.forget_reserved(keys=[keys.RESERVATIONS, *lists], args=[])
         except (redis.RedisError, OSError) as exc:
             log.warning("could not release this process's reserved lists (%s); recovery will", exc)
@@ -204,7 +228,8 @@ class Launcher:
     def quiet(self) -> None:
         """Stop fetching new jobs; running ones finish. Shown as quiet in Sidekiq's UI."""
         log.info("quiet: finishing running jobs, taking no new ones")
-        self.manager.quiet()
+        for manager in self.managers:
+            manager.quiet()
         self.heartbeat.quiet = True
         try:
             self.heartbeat.beat()
@@ -221,7 +246,8 @@ class Launcher:
     def stop_now(self) -> None:
         """Stop without waiting for running jobs: they go back to their queues."""
         log.warning("stopping now: running jobs go back to their queues")
-        self.manager.hurry()
+        for manager in self.managers:
+            manager.hurry()
         self.request_stop()
 
     def wait(self, timeout: float | None = None) -> bool:
@@ -239,12 +265,14 @@ class Launcher:
             if self.stopped.is_set():
                 return
             deadline = time.monotonic() + self.config.timeout
-            self.manager.quiet()
+            for manager in self.managers:  # every capsule stops fetching before any waits
+                manager.quiet()
             self.heartbeat.quiet = True
             self.poller.stop()
             self.periodic.stop()
             self.recovery.stop()
-            self.manager.stop(deadline)
+            for manager in self.managers:  # one deadline for every capsule's running jobs
+                manager.stop(deadline)
             if self.config.fetch == "reliable":
                 self._release_reservations()
             self.heartbeat.stop()

@@ -14,10 +14,11 @@ it held is filed in `dead` with the fault, its bytes kept, rather than run into 
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from .errors import PayloadError
@@ -32,26 +33,33 @@ RESPAWN_START, RESPAWN_MAX, RESPAWN_CALM = 0.5, 30.0, 60.0
 
 
 class Manager:
-    def __init__(self, runtime: Runtime, make_fetch: Callable[[int], Fetch]) -> None:
+    """One capsule's processors (the process's default one unless `concurrency` is given).
+    Processor numbers come from `numbers`, shared by a process's managers, so each processor
+    of the process has a number (and a reserved list) no other has."""
+
+    def __init__(self, runtime: Runtime, make_fetch: Callable[[int], Fetch], concurrency: int | None = None,
+                 numbers: Iterator[int] | None = None) -> None:
         self.rt = runtime
         self.make_fetch = make_fetch
+        self.concurrency = runtime.config.concurrency if concurrency is None else concurrency
+        self._numbers = numbers if numbers is not None else itertools.count()
+        self._started: list[int] = []
         self.quieting = threading.Event()
         self.hard_stop = threading.Event()
         self._hurry = threading.Event()
         self._processors: set[Processor] = set()
         self._changed = threading.Condition()
-        self._next_index = 0
         self._respawn_delay = 0.0
         self._last_death = 0.0
 
     def start(self) -> None:
-        for _ in range(self.rt.config.concurrency):
+        for _ in range(self.concurrency):
             self._spawn()
 
     def _spawn(self, delay: float = 0.0) -> None:
         with self._changed:
-            index = self._next_index
-            self._next_index += 1
+            index = next(self._numbers)
+            self._started.append(index)
             processor = Processor(self.rt, self.make_fetch(index), self, index, start_delay=delay)
             self._processors.add(processor)
         processor.start()
@@ -64,10 +72,10 @@ class Manager:
         with self._changed:
             return len(self._processors)
 
-    def slots(self) -> tuple[int, set[int]]:
-        """How many processors were ever started, and the slots of those still running."""
+    def slots(self) -> tuple[list[int], set[int]]:
+        """The slots of every processor ever started, and of those still running."""
         with self._changed:
-            return self._next_index, {p.index for p in self._processors}
+            return list(self._started), {p.index for p in self._processors}
 
     # -- processor callbacks (on the processor's thread) ---------------------------------------
     def processor_stopped(self, processor: Processor) -> None:

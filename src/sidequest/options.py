@@ -239,3 +239,24 @@ def schedule_at(when: Any, now: float, *, method: str) -> float | None:
             f"{method} takes a number of seconds, a timedelta or a datetime, got {type(when).__name__}"
         )
     return ts if ts > now else None
+
+
+def spread_seconds(spread: Any) -> float:
+    """The length in seconds of a bulk push's `spread` (a timedelta or a number of seconds),
+    checked: a negative, infinite or non-duration value is refused with one clear error."""
+    if isinstance(spread, timedelta):
+        seconds = spread.total_seconds()
+    elif _is_number(spread):
+        seconds = float(spread)
+    else:
+        raise JobArgumentError(f"spread takes a timedelta or a number of seconds, got {type(spread).__name__}")
+    if not math.isfinite(seconds) or seconds < 0:
+        raise JobArgumentError(f"spread must be a duration of 0 or more, got {spread!r}")
+    return seconds
+
+
+def spread_times(start: float, count: int, seconds: float, now: float) -> list[float | None]:
+    """Times for `count` jobs spread evenly over [start, start + seconds): job i at
+    start + i * seconds / count (None, enqueue now, for a time that is not in the future)."""
+    step = seconds / count if count else 0.0
+    return [t if t > now else None for t in (start + i * step for i in range(count))]

@@ -46,6 +46,20 @@ log = logging.getLogger(__name__)
 job_context: contextvars.ContextVar[tuple[str, str, str, str | None] | None] = contextvars.ContextVar(
     "sidequest_job", default=None)
 
+# The pool's quieting event, seen by the job this thread runs (Sidekiq's `Job#interrupted?`): a
+# long job can end early at a shutdown instead of being put back at the deadline and started over.
+# Set once per processor thread (no per-job cost); a timed job's thread gets a copy of the context.
+_quieting: contextvars.ContextVar[threading.Event | None] = contextvars.ContextVar(
+    "sidequest_quieting", default=None)
+
+
+def stopping() -> bool:
+    """True once the worker process running this job has been quieted or told to stop; False
+    outside a worker. A job that can end early (see `iteration`) checks it between steps."""
+    event = _quieting.get()
+    return event is not None and event.is_set()
+
+
 BACKOFF_START, BACKOFF_MAX = 0.5, 5.0
 REDIS_ERRORS = (redis.RedisError, OSError)
 POINT_OF = {"done": "finished", "retry": "retried", "dead": "dead", "dropped": "dropped", "put_back": "put_back",
@@ -143,6 +157,7 @@ class Processor:
 
     def run(self) -> None:
         gate = self.rt.gate
+        _quieting.set(self.pool.quieting)
         try:
             if self.start_delay:
                 self.pool.quieting.wait(self.start_delay)

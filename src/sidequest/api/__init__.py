@@ -41,10 +41,13 @@ are epoch seconds whether Sidekiq 6/7 (float seconds) or Sidekiq 8 (integer ms) 
                                        quiet() stop() dump_threads() as_dict()
     Workers() (WorkSet)                iteration of Work (process_id thread_id queue run_at
                                        payload job) size find_work(jid)
+    Iteration                          find(jid) -> IterationState (cursor state executions items
+                                       runtime per_item) or None; running() -> {jid: state}
     MetricsQuery()                     top_jobs(minutes, limit) for_job(name, minutes) ->
                                        JobSummary (runs failed total_ms p50/p95/p99_ms series)
 """
 
+from .iteration import Iteration
 from .job_metrics import JobSummary, MetricsQuery, MinutePoint
 from .processes import Process, ProcessDict, ProcessSet, Work, Workers, WorkSet
 from .queues import Queue
@@ -55,6 +58,7 @@ from .stats import History, QueueSummary, Stats, StatsDict
 __all__ = [
     "DeadSet",
     "History",
+    "Iteration",
     "JobDict",
     "JobRecord",
     "JobSet",

@@ -23,6 +23,18 @@ FIELDS = ("info", "busy", "beat", "quiet", "rss", "rtt_us", "concurrency")
 SIGNAL_TTL = 60  # seconds an unread signal waits (Sidekiq's)
 
 
+class CapsuleDict(TypedDict):
+    """One capsule of a process (a group of its threads with queues of their own), as Sidekiq 7
+    writes it in the process's info."""
+
+    concurrency: int
+    """Its threads."""
+    mode: str
+    """How it orders its queues: strict, random (every weight 1) or weighted."""
+    weights: dict[str, int]
+    """Its queues, each with its weight (0: strict order)."""
+
+
 class ProcessDict(TypedDict):
     """A worker process as plain JSON (`Process.as_dict()`)."""
 
@@ -52,6 +64,8 @@ class ProcessDict(TypedDict):
     """True once it is quiet or stopping: it takes no new jobs."""
     version: str | None
     """The sidequest (or Sidekiq) version it runs."""
+    capsules: dict[str, CapsuleDict]
+    """Its capsules by name ("default" first); a Sidekiq 6 process shows one, made of its queues."""
 
 
 class Process:
@@ -82,6 +96,7 @@ class Process:
         self.queues = [str(x) for x in self.info.get("queues") or []]
         self.version = str(self.info["version"]) if "version" in self.info else None
         self.embedded = self.info.get("embedded") is True
+        self.capsules = _capsules(self.info, self.queues, self.concurrency)
 
     def __repr__(self) -> str:
         return f"<Process {self.identity} busy={self.busy}/{self.concurrency}>"
@@ -115,8 +130,13 @@ class Process:
             "identity": self.identity, "hostname": self.hostname, "pid": self.pid, "tag": self.tag,
             "labels": self.labels, "queues": self.queues, "concurrency": self.concurrency, "busy": self.busy,
             "beat": self.beat, "started_at": self.started_at, "rss": self.rss, "stopping": self.stopping,
-            "version": self.version,
+            "version": self.version, "capsules": self.capsules,
         }
+
+    @property
+    def weights(self) -> list[dict[str, int]]:
+        """Each capsule's queue weights (Sidekiq's `Process#weights`)."""
+        return [capsule["weights"] for capsule in self.capsules.values()]
 
 
 class ProcessSet:
@@ -271,3 +291,19 @@ def _int(value: Any) -> int:
         return int(float(_text(value) or 0))
     except ValueError:
         return 0
+
+
+def _capsules(info: dict[str, Any], queues: list[str], concurrency: int) -> dict[str, CapsuleDict]:
+    """The `capsules` of a process's info, or, from a process that writes none (Sidekiq 6), one
+    default capsule of its queues."""
+    given = info.get("capsules")
+    if not isinstance(given, dict) or not given:
+        return {"default": {"concurrency": concurrency, "mode": "strict", "weights": dict.fromkeys(queues, 0)}}
+    capsules: dict[str, CapsuleDict] = {}
+    for name, capsule in given.items():
+        capsule = capsule if isinstance(capsule, dict) else {}
+        weights = capsule.get("weights")
+        weights = weights if isinstance(weights, dict) else {}
+        capsules[str(name)] = {"concurrency": _int(capsule.get("concurrency")), "mode": str(capsule.get("mode", "")),
+                               "weights": {str(q): _int(w) for q, w in weights.items()}}
+    return capsules

@@ -15,11 +15,12 @@ only place that maps OS signals to a launcher's methods.
     processes   `processes`
     top         `top`, the live view
     health      `health`: readiness and liveness for container probes
+    workflows   `workflows show`: a workflow's state and steps
 """
 
 from __future__ import annotations
 
-from . import admin, demo, health, periodic, processes, sets, top, web, worker  # noqa: F401  (they register commands)
+from . import admin, demo, health, periodic, processes, sets, top, web, worker, workflows  # noqa: F401  (they register commands)
 from .logs import JobContextFilter, JsonFormatter, configure_logging
 from .root import Unreachable, UserError, main
 from .worker import BANNER, build_config, check_folder, dotted_name, require, run_supervisor, run_worker

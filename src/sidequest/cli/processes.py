@@ -84,9 +84,18 @@ def list_processes(client: Client, found: list[Process], as_json: bool) -> None:
         return
     now = client.clock()
     out.print(views.processes(found, now, title=None))
+    for process in found:
+        if len(process.capsules) > 1:  # only the default capsule: its queues are in the table
+            out.print(f"{process.identity} capsules: {describe_capsules(process)}")
     if works:
         out.print()
         out.print(views.running(works, now))
+
+
+def describe_capsules(process: Process) -> str:
+    """`default 10 threads (strict: a, b); serial 1 thread (strict: ledger)`."""
+    return "; ".join(f"{name} {c['concurrency']} thread{'s' if c['concurrency'] != 1 else ''} "
+                     f"({c['mode']}: {', '.join(c['weights'])})" for name, c in process.capsules.items())
 
 
 def pick(found: list[Process], identity: str) -> Process:

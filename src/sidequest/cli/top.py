@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from rich.console import RenderableType
 
     from ..client import Client
+    from ..iteration.state import IterationState
 
 QUEUES_SHOWN = 10
 PROCESSES_SHOWN = 10
@@ -55,7 +56,7 @@ class Top:
         from rich.console import Group
         from rich.text import Text
 
-        from ..api import ProcessSet, Stats, Workers
+        from ..api import Iteration, ProcessSet, Stats, Workers
         from ..periodic import status as periodic_status
         from . import views
 
@@ -80,6 +81,9 @@ class Top:
                          "processes", "no worker processes")
         longest = works[:RUNNING_SHOWN]  # the API lists the oldest start first
         parts += section(views.running(longest, now), len(works), RUNNING_SHOWN, "running jobs", "no jobs running")
+        progress = Iteration(self.client).of(longest)
+        if progress:  # shown only while an iterable job runs
+            parts += section(iterations(progress), len(progress), RUNNING_SHOWN, "iterations", "")
         if upcoming:
             parts += section(views.periodic(upcoming[:PERIODIC_SHOWN], now), len(upcoming), PERIODIC_SHOWN,
                              "periodic entries", "")
@@ -100,6 +104,19 @@ class Top:
             return ""
         return (f"  {max(processed - first[1], 0) / elapsed:.1f} processed/s, "
                 f"{max(failed - first[2], 0) / elapsed:.1f} failed/s")
+
+
+def iterations(progress: dict[str, IterationState]) -> RenderableType:
+    """The running iterable jobs: where each is (its cursor), items done, time per item."""
+    from . import render
+
+    grid = render.table("JID", "CLASS", "CURSOR", "ITEMS", "PER ITEM", "SLICE", title="Iterations",
+                        right=("ITEMS", "PER ITEM", "SLICE"))
+    for jid, state in progress.items():
+        per_item = f"{state.per_item * 1000:.2f} ms" if state.per_item is not None else ""
+        render.row(grid, jid, state.klass, render.brief(state.cursor, 30), f"{state.items:,}", per_item,
+                   state.executions)
+    return grid
 
 
 def section(grid: RenderableType, total: int, shown: int, noun: str, empty: str) -> list[RenderableType]:

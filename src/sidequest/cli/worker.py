@@ -285,6 +285,9 @@ def run_worker(config: Config, swarm_child: bool = False, error_file: str | None
     queues = ", ".join(f"{n},{w}" if w else n for n, w in config.queues)
     log.info("sidequest %s starting: redis=%s queues=[%s] concurrency=%d fetch=%s identity=%s",
              __version__, mask_url(config.url), queues, config.concurrency, config.fetch, launcher.identity)
+    for capsule in config.capsules:
+        log.info("capsule %s: queues=[%s] concurrency=%d", capsule.name,
+                 ", ".join(f"{n},{w}" if w else n for n, w in capsule.weighted), capsule.concurrency)
     names = launcher.runtime.registry.names()
     if names:
         log.info("%d job(s) registered: %s", len(names), ", ".join(names))

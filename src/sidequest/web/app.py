@@ -8,7 +8,7 @@
 
 Routes, under the mount point: the pages `/`, `/busy`, `/queues`, `/queues/<name>`, `/retries`,
 `/scheduled`, `/dead` (each with `/<key>` for one job), `/job-metrics`, `/tasks`, `/tasks/<id>`,
-`/periodic`;
+`/workflows`, `/workflows/<id>`, `/periodic`;
 `/api/stats` (what the pages poll), the tasks JSON API (`/tasks/<id>` for non-HTML clients,
 `/api/tasks/<id>`), `/metrics` for Prometheus, `/health` for probes, `/static/...`. Every state
 change is a POST with a CSRF token, guarded by `security.Guard`, which also does basic auth, the
@@ -31,7 +31,7 @@ from starlette.staticfiles import StaticFiles
 from ..client import Client, default_client
 from ..connection import mask_url
 from ..errors import RedisUnavailableError
-from . import busy, dashboard, health, job_metrics, periodic, prometheus, queues, sets, tasks_pages
+from . import busy, dashboard, health, job_metrics, periodic, prometheus, queues, sets, tasks_pages, workflows_pages
 from .render import Renderer
 from .security import AuthHook, Guard
 from .site import Site
@@ -68,6 +68,7 @@ def create_app(client: Client | None = None, *, auth: AuthHook | None = None,
         *sets.routes(site),
         *job_metrics.routes(site),
         *tasks_pages.routes(site),
+        *workflows_pages.routes(site),
         *periodic.routes(site),
         *prometheus.routes(chosen),
         *health.routes(site),

@@ -9,7 +9,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
-from ..api import ProcessSet, Workers
+from ..api import Iteration, ProcessSet, Workers
 from .render import back
 from .site import Site, field
 
@@ -18,7 +18,9 @@ def routes(site: Site) -> list[Route]:
     def busy(request: Request) -> Response:
         processes = list(ProcessSet(site.client))
         works = list(Workers(site.client))
+        progress = Iteration(site.client).of(works)  # the iterable jobs' cursors, by jid
         return site.page(request, "busy.html", page="busy", title="Busy", processes=processes, works=works,
+                         progress=progress,
                          busy=sum(p.busy for p in processes), concurrency=sum(p.concurrency for p in processes),
                          rss_kb=sum(p.rss for p in processes),
                          controllable=any(not p.embedded for p in processes))

@@ -34,6 +34,7 @@ NAV = (  # (page key, label, path, badge: a stat the nav shows live)
     ("dead", "Dead", "/dead", "dead"),
     ("job-metrics", "Metrics", "/job-metrics", None),
     ("tasks", "Tasks", "/tasks", None),
+    ("workflows", "Workflows", "/workflows", None),
     ("periodic", "Periodic", "/periodic", None),
 )
 

@@ -1,0 +1,62 @@
+"""`sidequest workflows show ID`: a workflow's state and its steps, with what each waits for."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from .connect import AdminCommand, admin_client, json_option, redis_errors, redis_url_option
+from .root import UserError, main
+
+
+@main.command(cls=AdminCommand)
+@click.argument("action", metavar="show", required=False)
+@click.argument("workflow_id", metavar="ID", required=False)
+@json_option
+@redis_url_option
+@redis_errors
+def workflows(action: str | None, workflow_id: str | None, as_json: bool, redis_url: str | None) -> None:
+    """Show a workflow: its state, and each step's job, status, dependencies and result.
+
+    \b
+    Examples:
+      sidequest workflows show 5f2c0a9e...
+      sidequest workflows show 5f2c0a9e... --json
+    """
+    from ..api.workflows import workflow_detail
+    from . import render
+
+    if action != "show":
+        raise UserError(f"unknown workflows action {action!r}: use `sidequest workflows show ID`" if action
+                        else "`workflows` needs an action: `sidequest workflows show ID`")
+    if not workflow_id:
+        raise UserError("`workflows show` needs a workflow ID")
+    detail = workflow_detail(workflow_id, admin_client(redis_url))
+    if detail is None:
+        raise UserError(f"no workflow {workflow_id!r} (it never existed, or expired)")
+    if as_json:
+        render.emit_json(detail)
+        return
+    print_workflow(detail)
+
+
+def print_workflow(detail: dict[str, Any]) -> None:
+    from . import render
+
+    counts = ", ".join(f"{n} {s}" for s, n in detail["counts"].items() if n)
+    out = render.console()
+    out.print(render.facts([
+        ("workflow", detail["id"]), ("name", detail["name"] or "-"),
+        ("state", f"{detail['state']}{' (ended)' if detail['done'] else ''}"),
+        ("steps", f"{render.plural(detail['total'], 'step')}: {counts or '-'}"),
+        ("failed step", detail["failed_step"] or "-"), ("created", render.stamp(detail["created_at"])),
+        ("finished", render.stamp(detail["finished_at"])),
+    ]))
+    out.print()
+    grid = render.table("STEP", "JOB", "STATUS", "AFTER", "ON FAILURE", "RESULT OR ERROR")
+    for step in detail["steps"]:
+        policy = f"compensate: {step['compensation']}" if step["compensation"] else step["policy"]
+        outcome = step["error"] or (render.brief(step["result"], 40) if step["result"] is not None else None)
+        render.row(grid, step["name"], step["job"], step["status"], ", ".join(step["after"]) or "-", policy, outcome)
+    out.print(grid)

@@ -1,0 +1,259 @@
+"""Workflows: chains, groups, chords and graphs run by real worker processes, each step enqueued
+exactly once, the failure policies, cancel, and what the admin API and the CLI show."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from collections import Counter
+
+import conftest
+import pytest
+import redis
+from click.testing import CliRunner
+from conftest import PYTHON, ROOT, STARTUP, python_env, wait_until
+from helpers import WorkerProcess, queue_items, ran
+from jobs_for_tests import wf_add, wf_fail, wf_gate, wf_step, wf_sum, wf_until_cancelled
+
+import sidequest
+from sidequest import Client, Config, Workflow, chain, chord, group, keys, workflow
+from sidequest.api.workflows import workflow_detail
+from sidequest.cli import main
+from sidequest.errors import JobArgumentError
+
+DEADLINE = 90.0  # two worker processes on a shared two-core machine: generous, ends as soon as it holds
+
+
+# -- two real worker processes of 10 threads each, for the whole module --------------------------
+@pytest.fixture(scope="module")
+def wf_url(redis_server):
+    url = redis_server.url(next(conftest._dbs))
+    redis.Redis.from_url(url).flushdb()
+    return url
+
+
+@pytest.fixture(scope="module")
+def workers(wf_url):
+    r = redis.Redis.from_url(wf_url)
+    procs = [WorkerProcess(wf_url, "-c", "10") for _ in range(2)]
+    try:
+        for proc in procs:
+            proc.wait_registered(r)
+        yield procs
+    finally:
+        for proc in procs:
+            proc.stop()
+        r.close()
+
+
+@pytest.fixture
+def wr(wf_url, workers):
+    client = redis.Redis.from_url(wf_url)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def wclient(wf_url, workers):
+    return Client(Config(redis_url=wf_url))
+
+
+def runs(r, tag: str) -> list[list]:
+    """What the workflow jobs of this test recorded, in order: [step, values...]."""
+    return [item[1:] for item in ran(r, "wf") if item[0] == tag]
+
+
+def ended(client: Client, workflow_id: str) -> dict:
+    return wait_until(lambda: (s := Workflow.find(workflow_id, client).status())["done"] and s,
+                      DEADLINE, 0.05, f"workflow {workflow_id} to end")
+
+
+def step_states(client: Client, workflow_id: str) -> dict[str, str]:
+    return {s["name"]: s["status"] for s in Workflow.find(workflow_id, client).steps()}
+
+
+# -- canvas -----------------------------------------------------------------------------------------
+def test_a_chain_passes_each_result_to_the_next_step_in_order(wclient, wr):
+    workflow_id = chain(wf_add.s("chain", 1, 2), wf_add.s("chain", 10), wf_add.s("chain", 100)).perform_async(
+        name="add up", client=wclient)
+    status = ended(wclient, workflow_id)
+    assert status["state"] == "succeeded" and status["name"] == "add up"
+    assert status["counts"]["done"] == 3 and status["total"] == 3
+    assert runs(wr, "chain") == [["add", 1, 2], ["add", 10, 3], ["add", 100, 13]]
+    flow = Workflow.find(workflow_id, wclient)
+    assert [s["result"] for s in flow.steps()] == [3, 13, 113]
+    assert flow.result("3", timeout=5) == 113 == sidequest.result(flow.steps()[2]["jid"], client=wclient)
+
+
+def test_a_group_of_100_runs_each_step_once(wclient, wr):
+    workflow_id = group([wf_add.si("group", i) for i in range(100)]).perform_async(client=wclient)
+    status = ended(wclient, workflow_id)
+    assert status["state"] == "succeeded" and status["counts"]["done"] == 100
+    assert sorted(values[1] for values in runs(wr, "group")) == list(range(100))
+
+
+def test_a_chord_callback_gets_the_group_results_in_order_once(wclient, wr):
+    workflow_id = chord([wf_add.si("chord", i, i) for i in range(100)], wf_sum.s("chord")).perform_async(
+        client=wclient)
+    ended(wclient, workflow_id)
+    sums = [values for values in runs(wr, "chord") if values[0] == "sum"]
+    assert sums == [["sum", [2 * i for i in range(100)]]]
+    assert Workflow.find(workflow_id, wclient).result("101") == 9900
+
+
+def test_ten_dependencies_finishing_at_once_release_their_dependent_exactly_once(wclient, wr):
+    for round_ in range(3):
+        tag = f"gate{round_}"
+        workflow_id = chord([wf_gate.si(tag, i) for i in range(10)], wf_sum.s(tag)).perform_async(client=wclient)
+        flow = Workflow.find(workflow_id, wclient)
+        wait_until(lambda f=flow: f.status()["counts"]["running"] == 10, DEADLINE, 0.05, "10 gates running at once")
+        wr.set(f"test:gate:{tag}", "1", ex=600)  # every gate is released by the same write
+        assert ended(wclient, workflow_id)["state"] == "succeeded"
+        assert [v for v in runs(wr, tag) if v[0] == "sum"] == [["sum", list(range(10))]]
+        assert Counter(v[1] for v in runs(wr, tag) if v[0] == "gate") == Counter(range(10))
+
+
+def test_a_graph_runs_each_step_after_its_dependencies(wclient, wr):
+    flow = (workflow("diamond")
+            .add("a", wf_step.si("dag", "a"))
+            .add("b", wf_step.s("dag", "b"), after=["a"])
+            .add("c", wf_step.s("dag", "c"), after=["a"])
+            .add("d", wf_step.s("dag", "d"), after=["c", "b"])
+            .add("e", wf_step.si("dag", "e"), after=["d"]))
+    workflow_id = flow.perform_async(client=wclient)
+    assert ended(wclient, workflow_id)["state"] == "succeeded"
+    seen = runs(wr, "dag")
+    order = [values[0] for values in seen]
+    assert order[0] == "a" and set(order[1:3]) == {"b", "c"} and order[3:] == ["d", "e"]
+    assert ["b", "a"] in seen and ["c", "a"] in seen and ["d", ["c", "b"]] in seen and ["e"] in seen
+
+
+# -- failures and cancel ----------------------------------------------------------------------------
+def failing(tag: str, policy):
+    return (workflow(f"fails: {tag}")
+            .add("a", wf_step.si(tag, "a"))
+            .add("b", wf_fail.s(tag, "b").on_failure(policy), after=["a"])
+            .add("c", wf_step.s(tag, "c"), after=["b"]))
+
+
+def test_a_failing_step_under_stop_fails_the_workflow_and_the_rest_never_runs(wclient, wr):
+    workflow_id = failing("stop", "stop").perform_async(client=wclient)
+    status = ended(wclient, workflow_id)
+    assert status["state"] == "failed" and status["failed_step"] == "b"
+    assert step_states(wclient, workflow_id) == {"a": "done", "b": "failed", "c": "skipped"}
+    assert [v[0] for v in runs(wr, "stop")] == ["a", "b"]
+    [b] = [s for s in Workflow.find(workflow_id, wclient).steps() if s["name"] == "b"]
+    assert b["error"] == "sidequest.errors.JobFailed: step b <failed> on purpose" and b["result"] is None
+    with pytest.raises(sidequest.Cancelled):  # a skipped step's record says so: no waiter hangs
+        Workflow.find(workflow_id, wclient).result("c", timeout=5)
+
+
+def test_a_failing_step_under_continue_lets_its_dependents_run_with_none(wclient, wr):
+    workflow_id = failing("continue", "continue").perform_async(client=wclient)
+    status = ended(wclient, workflow_id)
+    assert status["state"] == "failed" and status["failed_step"] is None  # it ended with a failure in it
+    assert step_states(wclient, workflow_id) == {"a": "done", "b": "failed", "c": "done"}
+    assert runs(wr, "continue") == [["a"], ["b", "a"], ["c", None]]
+
+
+def test_a_failing_step_with_a_compensating_job_runs_it_once_and_stops(wclient, wr):
+    workflow_id = failing("undo", wf_step.si("undo", "compensate")).perform_async(client=wclient)
+    status = ended(wclient, workflow_id)
+    assert status["state"] == "failed" and status["compensation"]
+    wait_until(lambda: ["compensate"] in runs(wr, "undo"), DEADLINE, message="the compensating job")
+    assert runs(wr, "undo") == [["a"], ["b", "a"], ["compensate"]]
+    assert step_states(wclient, workflow_id)["c"] == "skipped"
+    assert sidequest.status(status["compensation"], client=wclient) in ("unknown", "done")
+
+
+def test_cancel_stops_the_workflow_and_the_running_step_sees_the_flag(wclient, wr):
+    flow_id = (workflow("to cancel")
+               .add("long", wf_until_cancelled.si("cancel"))
+               .add("next", wf_step.si("cancel", "next"), after=["long"])
+               .add("side", wf_step.si("cancel", "side"))
+               .add("after side", wf_step.s("cancel", "after side"), after=["side", "long"])).perform_async(
+                   client=wclient)
+    wait_until(lambda: ["started"] in runs(wr, "cancel"), DEADLINE, message="the long step to start")
+    flow = Workflow.find(flow_id, wclient)
+    assert flow.cancel() is True
+    status = ended(wclient, flow_id)
+    assert status["state"] == "cancelled"
+    assert ["saw cancel"] in runs(wr, "cancel") and ["next"] not in runs(wr, "cancel")
+    states = step_states(wclient, flow_id)
+    assert states["long"] == "cancelled" and states["next"] == "skipped" and states["after side"] == "skipped"
+    assert flow.cancel() is False  # it has ended: nothing to do
+
+
+def test_every_key_of_a_workflow_expires(wclient, wr):
+    workflow_id = chain(wf_add.s("ttl", 1), wf_add.s("ttl", 2)).perform_async(client=wclient, ttl=3600)
+    ended(wclient, workflow_id)
+    for key in [*keys.workflow_keys(workflow_id), keys.WORKFLOWS_RECENT]:
+        assert 0 < wr.ttl(key) <= 3600, key
+    for step in Workflow.find(workflow_id, wclient).steps():
+        assert 0 < wr.ttl(keys.status(step["jid"])) <= 3600
+
+
+# -- without workers: building, checking, reading ---------------------------------------------------
+def test_only_the_first_steps_are_pushed_and_arguments_are_checked_at_start(client, r):
+    workflow_id = chain(wf_add.s("x", 1), wf_add.s("x", 2)).perform_async(client=client)
+    [payload] = queue_items(r)
+    assert payload["class"] == "WfAdd" and payload["args"] == ["x", 1]
+    assert payload["workflow_id"] == workflow_id and payload["workflow_step"] == "1"
+    second = Workflow.find(workflow_id, client).steps()[1]["jid"]
+    assert sidequest.status(second, client=client) == "scheduled"  # waiting for its dependency
+    assert Workflow.find(workflow_id, client).status()["counts"] == {
+        "waiting": 1, "enqueued": 1, "running": 0, "done": 0, "failed": 0, "cancelled": 0, "skipped": 0}
+    with pytest.raises(JobArgumentError):
+        chain(wf_add.s("x", 1), wf_add.s("x", 2, 3)).perform_async(client=client)  # no room for the result
+    with pytest.raises(ValueError, match="not in the workflow yet"):
+        workflow().add("b", wf_add.si("x", 1), after=["a"])
+    with pytest.raises(ValueError, match="on_failure takes"):
+        wf_add.s("x").on_failure("ignore")  # type: ignore[arg-type]
+    assert len(queue_items(r)) == 1  # a refused workflow writes nothing
+    assert Workflow.find("0" * 24, client) is None
+
+
+def test_cancel_removes_waiting_steps_from_their_queue(client, r):
+    workflow_id = group([wf_add.si("q", 1), wf_add.si("q", 2)]).perform_async(client=client)
+    assert Workflow.find(workflow_id, client).cancel() is True
+    assert queue_items(r) == []
+    status = Workflow.find(workflow_id, client).status()
+    assert status["state"] == "cancelled" and status["done"] and status["counts"]["cancelled"] == 2
+
+
+def test_the_admin_api_and_the_cli_show_a_workflow(client, r, redis_url):
+    workflow_id = chord([wf_add.si("cli", 1)], wf_sum.s("cli")).perform_async(name="<b>report</b>", client=client)
+    detail = workflow_detail(workflow_id, client)
+    assert detail is not None and detail["name"] == "<b>report</b>"
+    assert [(s["name"], s["status"], s["after"]) for s in detail["steps"]] == [
+        ("1", "enqueued", []), ("2", "waiting", ["1"])]
+    runner = CliRunner()
+    shown = runner.invoke(main, ["workflows", "show", workflow_id, "--json", "--redis-url", redis_url])
+    assert shown.exit_code == 0, shown.output
+    assert json.loads(shown.output)["steps"][1]["job"] == "WfSum"
+    table = runner.invoke(main, ["workflows", "show", workflow_id, "--redis-url", redis_url])
+    assert table.exit_code == 0 and "WfSum" in table.output and "waiting" in table.output
+    missing = runner.invoke(main, ["workflows", "show", "nope", "--redis-url", redis_url])
+    assert missing.exit_code == 2 and "no workflow" in missing.output
+
+
+# -- the docs ---------------------------------------------------------------------------------------
+def test_the_workflows_docs_examples_run(tmp_path, redis_url):
+    text = (ROOT / "docs" / "workflows.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    named = {block.splitlines()[0].split()[1]: block for block in blocks if block.startswith("# ")}
+    assert set(named) == {"media.py", "start.py"}
+    for name, block in named.items():
+        (tmp_path / name).write_text(block, encoding="utf-8")
+    env = python_env(REDIS_URL=redis_url)
+    worker = subprocess.Popen([PYTHON, "-m", "sidequest.cli", "worker", "-r", "media", "-c", "5"], cwd=tmp_path,
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        done = subprocess.run([PYTHON, "start.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=4 * STARTUP)
+    finally:
+        worker.terminate()
+        worker.wait(STARTUP)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["succeeded 113", "[2, 4, 6] 12", "failed skipped", "publish succeeded"]
