@@ -118,7 +118,7 @@ def worker_command(kind: str, workdir: Path, concurrency: int) -> list[str]:
         return ["sidekiq", "-r", str(workdir / "bench_noop.rb"), "-c", str(concurrency), "-q", QUEUE, "-t", "10"]
     fetch = "reliable" if kind == "sidequest-reliable" else "basic"
     return [sys.executable, "-m", "sidequest.cli", "worker", "-r", str(workdir / "bench_noop.py"),
-            "-c", str(concurrency), "-q", QUEUE, "--fetch", fetch, "-t", "10"]
+            "-c", str(concurrency), "-q", QUEUE, "--fetch", fetch, "-t", "10", "--processes", "0"]
 
 
 def wait_for(predicate, timeout: float, what: str, proc: subprocess.Popen) -> object:

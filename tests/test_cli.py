@@ -226,3 +226,10 @@ def test_rediss_to_a_plain_redis_is_one_line_at_once(redis_url):
     lines = (out.stdout + out.stderr).strip().splitlines()
     assert out.returncode == 2 and len(lines) == 1, lines
     assert "did not answer TLS" in lines[0] and "use redis://" in lines[0]
+
+
+def test_processes_takes_auto_or_a_count_and_says_so_for_anything_else():
+    result = CliRunner().invoke(main, ["worker", "--processes", "many"])
+    assert result.exit_code == 2
+    assert "'many' is not 'auto' or a whole number of processes" in result.output
+    assert "Traceback" not in result.output

@@ -1,6 +1,8 @@
+import os
+
 import pytest
 
-from sidequest.config import Config, parse_queue_spec
+from sidequest.config import Config, parse_queue_spec, usable_cpus
 from sidequest.errors import ConfigError
 
 
@@ -73,3 +75,32 @@ def test_bad_config_files_are_clear(tmp_path, text, words):
 def test_missing_config_file():
     with pytest.raises(ConfigError, match="cannot read config file"):
         Config().merge_file("/nonexistent/sidekiq.yml")
+
+
+def test_processes_is_auto_by_default_and_takes_auto_in_every_form(tmp_path, monkeypatch):
+    assert Config().processes is None  # auto: one process per CPU for `sidequest worker`
+    assert Config.from_env({"SIDEQUEST_PROCESSES": "auto"}).processes is None
+    assert Config.from_env({"SIDEQUEST_PROCESSES": "0"}).processes == 0
+    cfg = tmp_path / "w.yml"
+    cfg.write_text(":processes: auto\n")
+    assert Config(processes=3).merge_file(cfg).processes is None
+    assert Config().replace(processes="auto").processes is None and Config(processes=0).worker_processes() == 0
+    assert Config(processes=2).worker_processes() == 2
+    cpus = usable_cpus()
+    assert Config().worker_processes() == (cpus if cpus > 1 else 0)
+    with pytest.raises(ConfigError, match="processes"):
+        Config(processes=-1)
+
+
+def test_usable_cpus_honours_a_cgroup_cpu_quota(tmp_path):
+    """A container limited to 1.5 CPUs (cgroup v2 `cpu.max`) gets 2 processes, never more than
+    its affinity allows; no limit ("max") or no file leaves the affinity."""
+    affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    limit = tmp_path / "cpu.max"
+    limit.write_text("150000 100000\n")
+    assert usable_cpus(limit) == min(affinity, 2)
+    limit.write_text("50000 100000\n")
+    assert usable_cpus(limit) == 1
+    limit.write_text("max 100000\n")
+    assert usable_cpus(limit) == affinity
+    assert usable_cpus(tmp_path / "missing") == affinity

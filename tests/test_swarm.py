@@ -152,6 +152,22 @@ def test_each_child_is_pinned_to_a_cpu_of_its_own(procs, r):
 
 
 @needs_two_cpus
+def test_with_no_flags_a_worker_runs_a_pinned_process_per_cpu(procs, r, client):
+    """The default (`processes` "auto"): as many worker processes as CPUs this one may use, each
+    on its own CPU, under a supervisor; `--processes 0` and SIDEQUEST_PROCESSES=0 keep one."""
+    cpus = len(os.sched_getaffinity(0))
+    sup = procs(env={"SIDEQUEST_PROCESSES": "auto"})
+    kids = wait_children(r, sup, cpus)
+    assert len({frozenset(os.sched_getaffinity(pid)) for pid in kids.values()}) == cpus
+    client.push_bulk(work, [[n, 0.01] for n in range(40)])
+    wait_until(lambda: done_set(r) == set(range(40)), STARTUP, 0.05, "every job to run")
+    assert sup.stop() == 0
+    single = procs("--processes", "0", env={"SIDEQUEST_PROCESSES": "auto"})
+    single.wait_registered(r)
+    assert children(single.pid) == [] and single.stop() == 0
+
+
+@needs_two_cpus
 def test_a_single_process_is_free_unless_asked(procs, r):
     free, pinned = procs(), procs("--pin-cpu")
     free.wait_registered(r)

@@ -44,13 +44,14 @@ def all_rows(cores: int) -> list[Row]:
         Row("sidekiq", "sidekiq", 1, note="Ruby Sidekiq 6 OSS with YJIT, one process (OSS has no multi-process "
             "mode); Ruby 3.1's YJIT maps its whole 256 MiB code region at start: most of this row's RSS"),
         Row("sidekiq-nojit", "sidekiq", 1, env=(("BENCH_SIDEKIQ_YJIT", "0"),), note="Ruby Sidekiq without YJIT"),
-        Row("sidequest", "sidequest", 1, note="one process, reliable fetch, default settings"),
+        Row("sidequest", "sidequest", cores if cores > 1 else 1, env=(("BENCH_SIDEQUEST_DEFAULT", "1"),),
+            note="`sidequest worker` with no flags: one process per CPU, each on its own CPU (one process "
+                 "on 1 CPU), 10 threads each, reliable fetch; a --baseline row: that commit's default"),
     ]
     if cores > 1:
+        rows.append(Row("sidequest-1p", "sidequest", 1, note="--processes 0: one process, free to use every CPU"))
         rows.append(Row("sidequest-pinned", "sidequest", 1, env=(("BENCH_SIDEQUEST_ARGS", "--pin-cpu"),),
-                        note="one process kept on one CPU (--pin-cpu)"))
-        rows.append(Row(f"sidequest-{cores}p", "sidequest", cores,
-                        note="--processes: one process per core, each on its own CPU (the default for children)"))
+                        note="--processes 0 --pin-cpu: one process kept on one CPU"))
     rows.append(Row(f"sidequest-{cores}p-plain", "sidequest", cores, env=(("BENCH_PLAIN_REDIS", "1"),),
                     note="job's INCR through a stock redis-py client instead of sidequest.redis()"))
     rows += [Row(name, name, cores, note="the peer file's fast configuration") for name in PYTHON_PEERS]

@@ -49,9 +49,19 @@ def ack_probe(i: int, seconds: float) -> None:
 
 
 def worker(url: str, processes: int, concurrency: int) -> list[str]:
+    """The worker's command line. BENCH_SIDEQUEST_DEFAULT=1: no flags but the job module, the
+    queue and logging off (`sidequest worker` as a user types it: the `sidequest` row). Else
+    `processes` of them: one (`--processes 0` where that sidequest runs one per CPU by default)
+    or a supervisor of several."""
     argv = [sys.executable, "-m", "sidequest.cli", "worker", "-r", "sidequest_peer", "-q", _peer.QUEUE,
-            "-c", str(concurrency), "--log-level", "WARNING", *os.environ.get("BENCH_SIDEQUEST_ARGS", "").split()]
-    return [*argv, "--processes", str(processes)] if processes > 1 else argv
+            "--log-level", "WARNING", *os.environ.get("BENCH_SIDEQUEST_ARGS", "").split()]
+    if os.environ.get("BENCH_SIDEQUEST_DEFAULT") == "1":
+        return argv
+    argv += ["-c", str(concurrency)]
+    if processes > 1:
+        return [*argv, "--processes", str(processes)]
+    # a sidequest whose default is a process per CPU (`Config.worker_processes`) is kept to one
+    return [*argv, "--processes", "0"] if hasattr(sidequest.Config, "worker_processes") else argv
 
 
 def client(url: str) -> sidequest.Client:

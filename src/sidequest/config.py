@@ -8,6 +8,7 @@ or layer them: `Config.from_env().replace(**cli_flags)`.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -146,7 +147,10 @@ class Config:
     sidekiq_version: int = 7  # payload times written: 6 or 7 float seconds, 8 integer milliseconds
     embedded_dir: str = ".sidequest"
     embedded_port: int = DEFAULT_REDIS_PORT
-    processes: int = 0  # 1 or more: a supervisor runs (and restarts) this many worker processes
+    # how many worker processes `sidequest worker` runs: None ("auto", the default) one per CPU it
+    # may use, under a supervisor, when there are two or more, else one; 0 one process and no
+    # supervisor; 1 or more a supervisor that runs (and restarts) that many (see `worker_processes`)
+    processes: int | None = None
     # pin a worker process's threads to one CPU: None pins each `processes` child to a core of its
     # own and leaves a single process free; True pins a single process too; False never pins
     pin_cpu: bool | None = None
@@ -174,10 +178,13 @@ class Config:
         object.__setattr__(self, "queues", queues)
         _check_weights(queues, "")
         object.__setattr__(self, "capsules", check_capsules(self.capsules, queues))
+        if str(self.processes).lower() == "auto":  # the file's and the flag's spelling of the default
+            object.__setattr__(self, "processes", None)
         for name in ("concurrency", "max_recoveries", "max_retries", "dead_max_jobs", "embedded_port",
                      "processes", "max_payload_size", "wait_replicas"):
-            _positive_int(name, getattr(self, name),
-                          allow_zero=name in ("max_recoveries", "max_retries", "processes", "wait_replicas"))
+            if name != "processes" or self.processes is not None:
+                _positive_int(name, getattr(self, name),
+                              allow_zero=name in ("max_recoveries", "max_retries", "processes", "wait_replicas"))
         for name in ("timeout", "fetch_timeout", "poll_interval", "heartbeat_interval",
                      "heartbeat_ttl", "recovery_interval", "dead_timeout", "task_retention",
                      "task_ttl", "periodic_ttl", "wait_timeout"):
@@ -224,6 +231,17 @@ class Config:
         """The configuration a capsule's processors and fetch work with: this one, with the
         capsule's queues and concurrency."""
         return dataclasses.replace(self, queues=capsule.weighted, concurrency=capsule.concurrency, capsules=())
+
+    def worker_processes(self) -> int:
+        """How many worker processes `sidequest worker` starts under a supervisor; 0: none, the
+        command's own process works. "auto" (None) is one per CPU this process may run on, as
+        Celery, Dramatiq and gunicorn default to: a process's threads share one GIL, so one
+        process uses about one core, and a job's Python code runs faster in a process per core
+        than in more threads (docs/performance.md). One CPU: a single process, no supervisor."""
+        if self.processes is not None:
+            return self.processes
+        cpus = usable_cpus()
+        return cpus if cpus > 1 else 0
 
     @property
     def url(self) -> str:
@@ -363,6 +381,8 @@ def _cast(name: str, raw: str, kind: Any) -> Any:
             # `NAME,WEIGHT` comma); module names and labels cannot hold commas, so `,` works there too
             separators = r"[\s;]+" if name == "queues" else r"[\s;,]+"
             return tuple(part for part in re.split(separators, raw) if part)
+        if name == "processes" and raw.strip().lower() == "auto":
+            return "auto"
         if "bool" in text:
             return raw.strip().lower() in ("1", "true", "yes", "on")
         if text.startswith("int"):
@@ -372,6 +392,19 @@ def _cast(name: str, raw: str, kind: Any) -> Any:
     except ValueError:
         raise ConfigError(f"SIDEQUEST_{name.upper()}={raw!r} is not a valid {text}") from None
     return raw
+
+
+def usable_cpus(cgroup: Path = Path("/sys/fs/cgroup/cpu.max")) -> int:
+    """The CPUs this process may use: its affinity (a container's cpuset, `taskset`), and no more
+    than a cgroup v2 CPU quota allows (a container's `--cpus`, a Kubernetes CPU limit), rounded up."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        quota, period = cgroup.read_text().split()[:2]
+        if quota != "max" and int(period) > 0:
+            cpus = min(cpus, max(1, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):  # no cgroup v2 here, or an unlimited one
+        pass
+    return cpus
 
 
 def _positive_int(name: str, value: Any, allow_zero: bool = False) -> None:

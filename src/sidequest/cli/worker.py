@@ -116,6 +116,21 @@ def build_config(config_file: str | None, **flags: Any) -> Config:
     return config.replace(**{k: v for k, v in flags.items() if v not in (None, ())})
 
 
+class ProcessCount(click.ParamType):  # type: ignore[type-arg]  # generic in click 8.2+ only
+    """`--processes`: "auto" or a whole number >= 0."""
+
+    name = "auto|N"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int | str:
+        text = str(value).strip().lower()
+        if text == "auto":
+            return "auto"
+        if text.isdigit():
+            return int(text)
+        self.fail(f"{value!r} is not 'auto' or a whole number of processes (0: one, without a supervisor)",
+                  param, ctx)
+
+
 @main.command()
 @click.option("-r", "--require", "requires", multiple=True, metavar="MODULE",
               help="Module (or .py file) that defines jobs; repeatable.")
@@ -135,8 +150,9 @@ def build_config(config_file: str | None, **flags: Any) -> Config:
 @click.option("--max-recoveries", type=click.IntRange(min=0), help="Recoveries before a job goes to dead (3).")
 @click.option("--job-timeout", type=float, help="Default time limit of a job, in seconds (none).")
 @click.option("--poll-interval", type=float, help="Longest wait of the poller (1).")
-@click.option("--processes", type=click.IntRange(min=1),
-              help="Run this many worker processes under a supervisor that restarts them (1 or more).")
+@click.option("--processes", type=ProcessCount(),
+              help="Worker processes under a supervisor that restarts them: 'auto' (the default) one per "
+                   "CPU when there are two or more; 0 one process, no supervisor; or how many.")
 @click.option("--max-jobs", type=click.IntRange(min=1), help="A worker process restarts after this many jobs.")
 @click.option("--max-memory", type=click.FloatRange(min=0, min_open=True),
               help="A worker process restarts once its memory passes this many MB.")
@@ -160,7 +176,7 @@ def worker(requires: tuple[str, ...], queues: tuple[str, ...], concurrency: int 
            fetch: str | None,
            heartbeat_interval: float | None, heartbeat_ttl: float | None, recovery_interval: float | None,
            max_recoveries: int | None, job_timeout: float | None, poll_interval: float | None,
-           processes: int | None, max_jobs: int | None, max_memory: float | None, swarm_child: bool,
+           processes: int | str | None, max_jobs: int | None, max_memory: float | None, swarm_child: bool,
            swarm_error_file: str | None, swarm_slot: int | None, swarm_lifeline: int | None,
            pin_cpu: bool | None, verbose: bool | None,
            log_level: str | None, log_format: str | None, logfile: str | None, pidfile: str | None) -> None:
@@ -194,14 +210,15 @@ def worker(requires: tuple[str, ...], queues: tuple[str, ...], concurrency: int 
     check_folder("-P/--pidfile", config.pidfile)
     with held_pidfile(config.pidfile):  # the supervisor's under --processes; a child has none
         configure_logging(config.verbose, config.logfile, config.log_level, config.log_format)
-        if config.processes >= 1:
-            code = run_supervisor(config)
+        count = config.worker_processes()
+        if count >= 1:
+            code = run_supervisor(config, count)
         else:
             code = run_worker(config, swarm_child, swarm_error_file, swarm_slot, swarm_lifeline)
     sys.exit(code)
 
 
-def run_supervisor(config: Config) -> int:
+def run_supervisor(config: Config, count: int) -> int:
     from ..embedded import resolve_url
     from ..swarm import run_swarm
 
@@ -215,7 +232,7 @@ def run_supervisor(config: Config) -> int:
         log.error("%s", exc)
         return 1
     argv = sys.argv[sys.argv.index("worker") + 1:] if "worker" in sys.argv else []
-    return run_swarm(config.processes, argv, config.timeout, url)
+    return run_swarm(count, argv, config.timeout, url)
 
 
 def pin_to_cpu(setting: bool | None, slot: int | None) -> None:
