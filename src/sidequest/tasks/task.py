@@ -30,6 +30,7 @@ from ..client import Client, default_client
 from ..job import JobSetter
 from ..options import check_options, merge_options
 from ..payload import encode
+from ..recent import newest
 from .lua import TASK_SEAL
 
 RETENTION = 7 * 24 * 3600.0
@@ -160,21 +161,7 @@ class Task:
 
             total, newest = Task.recent(limit=10)
         """
-        if offset < 0 or limit < 1:
-            raise ValueError("offset must be >= 0 and limit >= 1")
-        redis_client = (client or default_client()).redis
-        pipe = redis_client.pipeline(transaction=False)
-        pipe.zcard(keys.TASKS_RECENT)
-        pipe.zrevrange(keys.TASKS_RECENT, offset, offset + limit - 1)
-        total, members = pipe.execute()
-        ids = [member.decode() for member in members]
-        if not ids:
-            return int(total), []
-        pipe = redis_client.pipeline(transaction=False)
-        for task_id in ids:
-            pipe.hgetall(keys.task(task_id))
-        return int(total), [_status(task_id, stored) if stored else {"id": task_id, "expired": True}
-                            for task_id, stored in zip(ids, pipe.execute(), strict=True)]
+        return newest((client or default_client()).redis, keys.TASKS_RECENT, keys.task, _status, offset, limit)
 
     def status(self) -> dict[str, Any]:
         stored = cast("dict[bytes, bytes]", self.redis.hgetall(keys.task(self.id)))

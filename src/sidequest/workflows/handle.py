@@ -20,6 +20,7 @@ import redis
 from .. import keys
 from ..client import Client, default_client
 from ..lookup import result
+from ..recent import newest
 from .builder import STATUSES
 from .lua import WORKFLOW_CANCEL
 
@@ -44,20 +45,8 @@ class Workflow:
                client: Client | None = None) -> tuple[int, list[dict[str, Any]]]:
         """The workflows created last, newest first, as `status()` gives them: (how many the index
         holds, `limit` of them from `offset`); an expired one is `{"id": ..., "expired": True}`."""
-        if offset < 0 or limit < 1:
-            raise ValueError("offset must be >= 0 and limit >= 1")
-        redis_client = (client or default_client()).redis
-        pipe = redis_client.pipeline(transaction=False)
-        pipe.zcard(keys.WORKFLOWS_RECENT)
-        pipe.zrevrange(keys.WORKFLOWS_RECENT, offset, offset + limit - 1)
-        total, members = pipe.execute()
-        ids = [member.decode() for member in members]
-        pipe = redis_client.pipeline(transaction=False)
-        for workflow_id in ids:
-            pipe.hgetall(keys.workflow(workflow_id))
-        stored = pipe.execute() if ids else []
-        return int(total), [_status(i, s) if s else {"id": i, "expired": True}
-                            for i, s in zip(ids, stored, strict=True)]
+        return newest((client or default_client()).redis, keys.WORKFLOWS_RECENT, keys.workflow, _status,
+                      offset, limit)
 
     def status(self) -> dict[str, Any]:
         stored = cast("dict[bytes, bytes]", self.redis.hgetall(keys.workflow(self.id)))
