@@ -128,22 +128,23 @@ class Launcher:
             Client(config, redis_client=self.redis), clock=clock, ttl=config.periodic_ttl,
             entries=lambda: list({e.id: e for e in [*from_file, *in_code.entries()]}.values()))
         self.paused = PausedQueues(self.redis)  # the paused queues, as every processor here sees them
-        # the processors' shared batches, and the thread that acknowledges their successes
-        self.hub = hub = Hub(config, self.identity, scripts, clock=clock, paused=self.paused, client=self.redis)
+        # each capsule (the default one first: the process's queues and concurrency) has processors,
+        # a hub (their shared batches, and the thread that acknowledges their successes) and a
+        # batch list of its own, over its own queues
+        self.hubs: list[Hub] = []
+        self.managers: list[Manager] = []
         numbers = itertools.count()  # processor numbers, unique over the capsules (each names a reserved list)
-        self.manager = Manager(self.runtime, lambda slot: build_fetch(config, self._processor_redis(), self.identity,
-                                                                       scripts, slot, self.paused, hub),
-                               numbers=numbers)
-        # each capsule: processors, a hub and a batch list of its own, over its own queues
-        self.hubs, self.managers = [hub], [self.manager]
+        self._add_capsule(config, None, numbers, clock)
         for capsule in config.capsules:
             self._add_capsule(config.capsule_config(capsule), keys.capsule_batch(self.identity, capsule.name),
                               numbers, clock)
+        self.hub, self.manager = self.hubs[0], self.managers[0]
         self.stopped = threading.Event()  # set once stop() has finished
         self._stopping = threading.Lock()
         self._stop_requested = False
 
-    def _add_capsule(self, config: Config, batch: str, numbers: Iterator[int], clock: Callable[[], float]) -> None:
+    def _add_capsule(self, config: Config, batch: str | None, numbers: Iterator[int],
+                     clock: Callable[[], float]) -> None:
         hub = Hub(config, self.identity, self.scripts, clock=clock, paused=self.paused, client=self.redis,
                   reserved=batch)
         self.hubs.append(hub)

@@ -54,7 +54,8 @@ class Chain:
         """The entries `invoke` runs, outermost first."""
         if self._outer is None:
             return self._entries
-        return [*self._outer._all(), *self._entries]
+        outer = self._outer._all()
+        return [*outer, *self._entries] if outer else self._entries  # most processes: no outer links, no copy per job
 
     def __iter__(self):  # type: ignore[no-untyped-def]
         return (e.link for e in self._all())

@@ -41,8 +41,7 @@ from .retry import Retrier
 
 log = logging.getLogger(__name__)
 
-# (job name, jid) of the job running on this thread, for log lines (see cli's log format).
-# the running job, for log records: (class, jid, queue, trace id or None); see cli/logs.py
+# The job running on this thread, for log records: (class, jid, queue, trace id or None); see cli/logs.py.
 job_context: contextvars.ContextVar[tuple[str, str, str, str | None] | None] = contextvars.ContextVar(
     "sidequest_job", default=None)
 
