@@ -95,6 +95,23 @@ def pause_seen(launcher, queue: str, timeout: float = 15.0) -> None:
     wait_until(lambda: queue in launcher.paused.names(), timeout, 0.05, f"the worker to see {queue} paused")
 
 
+def beats(r, identities, count: int = 2, timeout: float = 30.0) -> None:
+    """Wait until each process in `identities` has written `count` more heartbeats: the event
+    after which whatever a process does once a beat (read its signals, see a pause, flush its
+    counts) has been done at least once since the call, instead of sleeping a guessed time."""
+    identities = [identities] if isinstance(identities, str) else list(identities)
+    start = {i: r.hget(i, "beat") for i in identities}
+    seen = {i: 0 for i in identities}
+
+    def advanced() -> bool:
+        for ident in identities:
+            now = r.hget(ident, "beat")
+            if now != start[ident]:
+                start[ident], seen[ident] = now, seen[ident] + 1
+        return all(n >= count for n in seen.values())
+    wait_until(advanced, timeout, 0.02, f"{count} more heartbeats of {', '.join(identities)}")
+
+
 def push_fillers(client, queue: str, concurrency: int) -> None:
     """Queue jobs ahead of one a test means to stay untouched while `queue` is paused.
 

@@ -151,13 +151,16 @@ def test_pause_unpause_and_paused(fixed, r):
 
 
 def test_a_paused_queue_is_skipped_by_a_running_worker(start, client, r):
-    launcher = start(concurrency=2)
+    launcher = start(concurrency=2, queues=("default", "other"))
     queue = Queue("default", client)
     queue.pause()
     pause_seen(launcher, "default")  # every worker reads the paused set at most a second apart
     push_fillers(client, "default", 2)
     jid = client.push(echo, ["while paused"])
-    time.sleep(1.5)  # give a worker the chance to take it, if it were going to
+    # give a worker the chance to take it, if it were going to: it fetches again (default first)
+    # for each of the later jobs of another queue
+    client.push_bulk(echo, [["after", n] for n in range(8)], queue="other")
+    wait_until(lambda: sum(1 for x in ran(r, "echo") if x[0] == "after") == 8, message="the later jobs")
     assert ["while paused"] not in ran(r, "echo") and queue.find_job(jid) is not None
     queue.unpause()
     wait_until(lambda: ["while paused"] in ran(r, "echo"), 15, message="the job after unpause")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import STARTUP, wait_until
-from helpers import fetches_blocked, ran
+from helpers import beats, fetches_blocked, ran
 from jobs_for_tests import blocker, echo, work
 from test_reliability import (
     alive,
@@ -82,7 +82,7 @@ def test_supervisor_forwards_tstp_and_stops_every_child_on_term(procs, r, client
     assert sup.proc.poll() is None  # TSTP is forwarded, not obeyed by the supervisor
     wait_until(lambda: fetches_blocked(r) == 0, 30, 0.05, "the fetches begun before the quiet to end")
     client.push(echo, ["while quiet"])
-    time.sleep(1.0)  # a quiet worker must not take it: give it the chance to
+    beats(r, kids, 2)  # a quiet worker must not take it: two beats of each child give it the chance to
     assert r.llen("queue:default") == 1 and not ran(r, "echo")
 
     sup.signal(signal.SIGTERM)

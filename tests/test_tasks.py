@@ -202,11 +202,11 @@ def test_callbacks_fire_exactly_once_across_processes(redis_url, r, client):
     try:
         wait_until(lambda: task.status()["done"], 2 * STARTUP, message="600 jobs over 3 processes")  # as they start
         wait_until(lambda: ran(r, "on_success") and ran(r, "on_complete"))
-        time.sleep(0.5)  # give a duplicate callback, if there were one, the time to show up
     finally:
         for w in workers:
-            w.stop()
+            w.stop()  # each finishes its running jobs first: a duplicate callback would have run, or wait
     assert ran(r, "on_complete") == [[task.id]] and ran(r, "on_success") == [[task.id]]
+    assert r.llen("queue:default") == 0 and r.zcard("schedule") == 0 and r.zcard("retry") == 0
     status = task.status()
     assert status["counts"]["finished"] == 600 and sum(status["counts"].values()) == 600
     assert len(task.events(status="finished", limit=1000)) == 600

@@ -12,7 +12,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from conftest import STARTUP, wait_until
-from helpers import cpu_cost
+from helpers import beats, cpu_cost
 from jobs_for_tests import FastBoom, Tick, echo, signup
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.applications import Starlette
@@ -106,7 +106,7 @@ def test_pages_carry_the_token_and_a_get_never_acts(start, client, r):
     for path in ("/scheduled/actions?do=delete_all", "/queues/actions?name=mail&do=clear",
                  f"/busy/actions?do=stop_all&identity={worker.identity}"):
         assert http.get(path).status_code in (200, 404, 405)  # a page or nothing, never an action
-    time.sleep(1.2)  # two heartbeats: a stop would have been read
+    beats(r, worker.identity, 2)  # two heartbeats: a stop would have been read
     assert ScheduledSet(client).size == 1 and Queue("mail", client).size == 1 and not worker.heartbeat.quiet
     assert not worker.stopped.is_set()
 
