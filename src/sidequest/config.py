@@ -282,6 +282,12 @@ class Config:
     def from_file(cls, path: str | os.PathLike[str]) -> Config:
         return cls(**load_file(path))
 
+    @classmethod
+    def cast_setting(cls, name: str, raw: str) -> Any:
+        """Setting `name` (a field name) read from text as its `SIDEQUEST_<NAME>` variable would be."""
+        kinds = {f.name: f.type for f in dataclasses.fields(cls)}
+        return _cast(name, raw, kinds[name])
+
 
 def load_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read a sidekiq.yml-shaped file: `:concurrency:`, `:queues:` (names or [name, weight]), ..."""

@@ -1,4 +1,4 @@
-"""Reading a bounded index of recent records, newest first: tasks (`sidequest:tasks`) and
+"""A bounded index of recent records, written and read newest first: tasks (`sidequest:tasks`) and
 workflows (`sidequest:workflows`) each keep one, a sorted set of ids by creation time, beside a
 hash per record that may expire before the id leaves the index."""
 
@@ -8,6 +8,16 @@ from collections.abc import Callable
 from typing import Any
 
 import redis
+
+
+def remember(pipe: Any, index: str, record_id: str, now: float, max_age: float, limit: int) -> None:
+    """Queue on `pipe` the commands that add `record_id` to `index` and trim it: no entry older than
+    `max_age` seconds, at most `limit` entries, and the index itself gone once nothing was added
+    for `max_age` (every entry would be too old). Each creation trims, so it never outgrows the bound."""
+    pipe.zadd(index, {record_id: now})
+    pipe.zremrangebyscore(index, "-inf", f"({now - max_age}")
+    pipe.zremrangebyrank(index, 0, -limit - 1)
+    pipe.expire(index, int(max_age))
 
 
 def newest(client: redis.Redis, index: str, key_of: Callable[[str], str],

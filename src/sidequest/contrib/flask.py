@@ -34,7 +34,7 @@ except ImportError as exc:
     raise ImportError(f"sidequest.contrib.flask needs Flask: pip install 'sidequest[flask]' ({exc})") from None
 
 from ..client import Client, configure
-from ..config import Config, _cast
+from ..config import Config
 from ..connection import mask_url
 from ..errors import ConfigError
 from ..launcher import WorkerSetup, configure_worker
@@ -44,7 +44,7 @@ __all__ = ["AppContext", "Sidequest", "State", "config_from_app"]
 PREFIX = "SIDEQUEST_"
 EXTENSION = "sidequest"  # the key in app.extensions
 # Chains are built in code (config.server_middleware.add(...)), not read from app.config.
-SETTINGS = {f.name: f for f in dataclasses.fields(Config) if f.name not in ("client_middleware", "server_middleware")}
+SETTINGS = tuple(f.name for f in dataclasses.fields(Config) if f.name not in ("client_middleware", "server_middleware"))
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +117,7 @@ def config_from_app(app: Flask) -> Config:
         name = key[len(PREFIX):].lower()
         if name not in SETTINGS:
             raise ConfigError(f"app.config[{key!r}] is not a sidequest setting{_nearest(name)}")
-        values[name] = _cast(name, value, str(SETTINGS[name].type)) if isinstance(value, str) else value
+        values[name] = Config.cast_setting(name, value) if isinstance(value, str) else value
     return Config.from_env().replace(**values)
 
 

@@ -30,7 +30,7 @@ from ..client import Client, default_client
 from ..job import JobSetter
 from ..options import check_options, merge_options
 from ..payload import encode
-from ..recent import newest
+from ..recent import newest, remember
 from .lua import TASK_SEAL
 
 RETENTION = 7 * 24 * 3600.0
@@ -85,10 +85,7 @@ class Task:
         pipe = task.redis.pipeline(transaction=True)  # one round trip: the task and its place in the index
         pipe.hset(keys.task(task.id), mapping=fields)  # type: ignore[arg-type]  # redis-py: invariant key type
         pipe.expire(keys.task(task.id), expire_seconds(task.ttl))
-        pipe.zadd(keys.TASKS_RECENT, {task.id: now})
-        pipe.zremrangebyscore(keys.TASKS_RECENT, "-inf", f"({now - RECENT_AGE}")
-        pipe.zremrangebyrank(keys.TASKS_RECENT, 0, -RECENT_LIMIT - 1)
-        pipe.expire(keys.TASKS_RECENT, int(RECENT_AGE))  # no task created for that long: every entry is too old
+        remember(pipe, keys.TASKS_RECENT, task.id, now, RECENT_AGE, RECENT_LIMIT)
         pipe.execute()
         return task
 

@@ -25,7 +25,8 @@ from .site import Site, pager, whole
 PER_PAGE = 25
 NODE_W, NODE_H, GAP_X, GAP_Y, PAD = 190, 54, 70, 18, 16  # the graph's geometry, in pixels
 TONE = {"waiting": "", "enqueued": "info", "running": "accent", "done": "ok", "failed": "bad",
-        "cancelled": "warn", "skipped": ""}  # a status's tag class (the dashboard's colors)
+        "cancelled": "warn", "skipped": ""}  # a step status's tag class (the dashboard's colors)
+STATE_TONE = {"running": "info", "succeeded": "ok", "failed": "bad", "cancelled": "warn"}  # a workflow's state's
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,7 @@ def routes(site: Site) -> list[Route]:
         if paging.offset != offset:  # past the last page: show the last one
             total, flows = recent_workflows(paging.offset, PER_PAGE, client=site.client)
         return site.page(request, "workflows.html", page="workflows", title="Workflows", flows=flows,
-                         pager=paging, tone=TONE)
+                         pager=paging, tone=TONE, state_tone=STATE_TONE)
 
     def detail(request: Request) -> Response:
         workflow_id = request.path_params["workflow_id"]
@@ -93,7 +94,7 @@ def routes(site: Site) -> list[Route]:
             return site.not_found(request, "workflows", "Workflow", f"No workflow {workflow_id}: unknown, or "
                                   "expired (a workflow's records are kept for its ttl).", "/workflows")
         return site.page(request, "workflow.html", page="workflows", title=found["name"] or f"Workflow {workflow_id}",
-                         flow=found, graph=layout(found["steps"]), tone=TONE)
+                         flow=found, graph=layout(found["steps"]), tone=TONE, state_tone=STATE_TONE)
 
     def cancel(request: Request) -> Response:
         workflow_id = request.path_params["workflow_id"]

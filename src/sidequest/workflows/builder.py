@@ -27,6 +27,7 @@ from ..client import Client, default_client
 from ..errors import JobArgumentError
 from ..options import check_options, merge_options
 from ..payload import encode
+from ..recent import remember
 from .signature import Signature
 
 TTL = 7 * 24 * 3600  # seconds a workflow's records (and its steps' results) are kept after its last change
@@ -123,10 +124,7 @@ class WorkflowBuilder:
             for jid in waiting:  # not pushed yet: `sidequest.status` and `result` see them as scheduled
                 pipe.hset(keys.status(jid), mapping={"state": "scheduled", "updated_at": now})
                 pipe.expire(keys.status(jid), keep)
-            pipe.zadd(keys.WORKFLOWS_RECENT, {workflow_id: now})
-            pipe.zremrangebyscore(keys.WORKFLOWS_RECENT, "-inf", f"({now - keep}")
-            pipe.zremrangebyrank(keys.WORKFLOWS_RECENT, 0, -RECENT_LIMIT - 1)
-            pipe.expire(keys.WORKFLOWS_RECENT, keep)
+            remember(pipe, keys.WORKFLOWS_RECENT, workflow_id, now, keep, RECENT_LIMIT)
 
         chosen.write(roots, now, also=record)
         return workflow_id
