@@ -1,5 +1,6 @@
-"""Real Redis topologies on loopback ports, for the Sentinel tests: a primary, a replica and
-three Sentinels (`redis-server --sentinel`), each a process of the test's own, stopped by pid.
+"""Real Redis topologies on loopback ports, each part a process of the test's own, stopped by
+pid: for the Sentinel tests a primary, a replica and three Sentinels (`redis-server --sentinel`);
+for the Cluster tests three primaries and a replica of each, joined by `redis-cli --cluster create`.
 
     with SentinelSet(redis_server_binary()) as s:
         url = s.url()                  # redis+sentinel://127.0.0.1:p1,127.0.0.1:p2,.../mymaster/0
@@ -9,6 +10,17 @@ three Sentinels (`redis-server --sentinel`), each a process of the test's own, s
 
 Failure is detected after `DOWN_AFTER_MS` and a failover is under way about a second later, so a
 test sees a new primary within a few seconds of the kill.
+
+    with ClusterSet(redis_server_binary()) as c:   # skips without redis-cli or cluster support
+        url = c.url()                  # redis+cluster://127.0.0.1:p1,127.0.0.1:p2,127.0.0.1:p3
+        port = c.node_of("queue:default")   # the primary that owns the key's slot
+        c.manual_failover(port)        # its replica takes over, the old primary follows it
+        c.kill_primary(port)           # SIGKILL ...
+        c.wait_promoted(port)          # ... and its replica is voted primary (`NODE_TIMEOUT_MS`)
+        c.restart(port)                # it comes back as a replica of the new primary
+
+Every change waits until the nodes agree again: each reachable node reports cluster_state:ok,
+the same primary for every one of the 16384 slots, and each replica in sync.
 """
 
 from __future__ import annotations
@@ -22,9 +34,12 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import pytest
 import redis
 from conftest import STARTUP, RedisServer, free_port, wait_until
+from redis.crc import key_slot
 
 SERVICE = "mymaster"
 DOWN_AFTER_MS = 1000
@@ -173,6 +188,257 @@ class SentinelSet:
         self.close()
 
 
+# -- Redis Cluster -------------------------------------------------------------------------------
+
+NODE_TIMEOUT_MS = 1000  # a primary silent this long is failing; its replica is voted up a second or two later
+SLOTS = 16384
+MANUAL_FAILOVER_S = 5.5  # a replica gives up a CLUSTER FAILOVER after 5 s (CLUSTER_MF_TIMEOUT)
+
+
+class ClusterMember:
+    """One `redis-server --cluster-enabled yes`, with its data and nodes.conf in a directory of its own
+    (kept across `kill` and `start`, so a restarted node knows its cluster)."""
+
+    def __init__(self, binary: str) -> None:
+        self.port = _cluster_port()
+        self.dir = Path(tempfile.mkdtemp(prefix="sq-cluster-"))
+        self.args = [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--cluster-enabled", "yes",
+                     "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", str(NODE_TIMEOUT_MS),
+                     "--appendonly", "no", "--save", "", "--dir", str(self.dir),
+                     "--repl-diskless-sync-delay", "0",  # a replica (re)joining syncs at once
+                     "--logfile", str(self.dir / "redis.log")]
+        self.start()
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(self.args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            wait_until(self._ready, STARTUP, 0.02, f"cluster node on port {self.port}")
+        except BaseException:
+            self.kill()
+            raise
+
+    def _ready(self) -> bool:
+        if self.proc.poll() is not None:
+            log = self.dir / "redis.log"
+            tail = log.read_text(errors="replace")[-500:] if log.exists() else ""
+            raise AssertionError(f"cluster node on port {self.port} exited ({self.proc.returncode}): {tail}")
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
+                s.sendall(b"PING\r\n")
+                return s.recv(64).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def client(self) -> redis.Redis:
+        return redis.Redis("127.0.0.1", self.port, socket_timeout=2, socket_connect_timeout=1, decode_responses=True)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+    def stop(self) -> None:
+        self.kill()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _cluster_port() -> int:
+    """A free port whose cluster bus port (port + 10000, fixed by Redis before 7) is free too."""
+    while True:
+        port = free_port()
+        if port + 10000 < 65536:
+            try:
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port + 10000))
+                return port
+            except OSError:
+                pass
+
+
+@dataclass(frozen=True)
+class NodeEntry:
+    """One line of CLUSTER NODES: a node as the node asked sees it."""
+
+    id: str
+    port: int
+    primary: bool
+    failed: bool  # flagged fail, or suspected (fail?), by the node asked
+    primary_id: str | None  # for a replica, the id of its primary
+    slots: tuple[tuple[int, int], ...]  # ranges, both ends included
+
+    @classmethod
+    def parse(cls, line: str) -> NodeEntry:
+        node_id, address, flags, primary_id, *fields = line.split()
+        ranges = []
+        for item in fields[4:]:  # after ping-sent, pong-recv, config-epoch, link-state
+            if not item.startswith("["):  # [slot->-id]: a slot on the move, listed in a range as well
+                first, _, last = item.partition("-")
+                ranges.append((int(first), int(last or first)))
+        flag_set = set(flags.split(","))
+        return cls(id=node_id, port=int(address.split("@")[0].rpartition(":")[2]), primary="master" in flag_set,
+                   failed=bool(flag_set & {"fail", "fail?"}), primary_id=None if primary_id == "-" else primary_id,
+                   slots=tuple(ranges))
+
+
+def _owners(view: list[NodeEntry]) -> dict[int, tuple[tuple[int, int], ...]]:
+    return {e.port: e.slots for e in view if e.primary and e.slots and not e.failed}
+
+
+class ClusterSet:
+    """Three primaries and a replica of each, in one Redis Cluster on loopback ports (see module)."""
+
+    def __init__(self, binary: str, shards: int = 3) -> None:
+        cli = shutil.which("redis-cli") or shutil.which("valkey-cli")
+        if cli is None:
+            pytest.skip("redis-cli not found: the Cluster tests build their cluster with `redis-cli --cluster create`")
+        self.members: dict[int, ClusterMember] = {}
+        self.successors: dict[int, int] = {}  # killed primary's port -> its replica's
+        try:
+            for _ in range(shards * 2):
+                member = ClusterMember(binary)
+                self.members[member.port] = member
+            with member.client() as c:
+                try:
+                    c.execute_command("CLUSTER", "INFO")
+                except redis.ResponseError as exc:
+                    pytest.skip(f"{binary} has no cluster support: {exc}")
+            addresses = [f"127.0.0.1:{port}" for port in self.members]
+            done = subprocess.run([cli, "--cluster", "create", *addresses, "--cluster-replicas", "1", "--cluster-yes"],
+                                  capture_output=True, text=True, timeout=STARTUP)
+            if done.returncode != 0:
+                raise AssertionError(f"redis-cli --cluster create failed: {done.stdout[-500:]} {done.stderr[-500:]}")
+            self.wait_settled()
+        except BaseException:
+            self.close()
+            raise
+
+    # -- what the nodes say ---------------------------------------------------------------------
+
+    def view(self, port: int | None = None) -> list[NodeEntry]:
+        """CLUSTER NODES as the node on `port` (else the first one running) answers it."""
+        asked = port if port is not None else self._running()[0]
+        with self.members[asked].client() as c:
+            text = c.execute_command("CLUSTER", "NODES")
+        return [NodeEntry.parse(line) for line in text.splitlines() if line.strip()]
+
+    def _running(self) -> list[int]:
+        return [port for port, member in self.members.items() if member.alive()]
+
+    def _owners(self, port: int | None = None) -> dict[int, tuple[tuple[int, int], ...]]:
+        """primary port -> its slot ranges, as the node on `port` sees them."""
+        return _owners(self.view(port))
+
+    def primaries(self) -> list[tuple[str, int]]:
+        """(host, port) of each primary serving slots, in slot order."""
+        owners = self._owners()
+        return [("127.0.0.1", port) for port in sorted(owners, key=lambda p: owners[p][0])]
+
+    def node_of(self, key: str | bytes) -> int:
+        """The port of the primary that owns `key`'s slot."""
+        slot = key_slot(key.encode() if isinstance(key, str) else key)
+        for port, ranges in self._owners().items():
+            if any(first <= slot <= last for first, last in ranges):
+                return port
+        raise AssertionError(f"no primary owns slot {slot} of {key!r}")
+
+    def replica_of(self, port: int) -> int:
+        """The port of a replica of the primary on `port`, as the primary sees it."""
+        entries = self.view(port)
+        primary_id = next(e.id for e in entries if e.port == port)
+        return next(e.port for e in entries if e.primary_id == primary_id and not e.failed)
+
+    def _replicates(self, replica: int, primary: int) -> bool:
+        """The node on `primary` serves slots and sees the one on `replica` as its replica."""
+        try:
+            entries = {e.port: e for e in self.view(primary)}
+        except (redis.RedisError, OSError):  # a node busy switching roles
+            return False
+        follower, leader = entries.get(replica), entries[primary]
+        return leader.primary and bool(leader.slots) and follower is not None and follower.primary_id == leader.id
+
+    def url(self, scheme: str = "redis+cluster") -> str:
+        return f"{scheme}://" + ",".join(f"{host}:{port}" for host, port in self.primaries())
+
+    # -- changes --------------------------------------------------------------------------------
+
+    def kill_primary(self, port: int) -> None:
+        """SIGKILL the primary on `port`; its replica will be voted primary (`wait_promoted`)."""
+        self.successors[port] = self.replica_of(port)
+        self.members[port].kill()
+
+    def wait_promoted(self, old_port: int, timeout: float = STARTUP) -> int:
+        """Wait until the replica of the killed primary on `old_port` serves its slots and every
+        running node agrees; the new primary's port."""
+        new = self.successors[old_port]
+        wait_until(lambda: new in self._owners(new), timeout, 0.05, f"port {new} to be voted primary")
+        self.wait_settled(timeout)
+        return new
+
+    def manual_failover(self, port: int, timeout: float = STARTUP) -> int:
+        """CLUSTER FAILOVER on the replica of the primary on `port`; wait until the two switched
+        roles and every node agrees; the new primary's port."""
+        replica = self.replica_of(port)
+        asked = [0.0]
+
+        def switched() -> bool:
+            if self._replicates(port, replica):
+                return True
+            # A primary votes for a replica of the same shard once per 2 x node timeout, so a
+            # failover soon after another can miss its votes and is dropped after 5 s: ask again.
+            if time.monotonic() - asked[0] > MANUAL_FAILOVER_S:
+                with self.members[replica].client() as c:
+                    c.execute_command("CLUSTER", "FAILOVER")
+                asked[0] = time.monotonic()
+            return False
+        wait_until(switched, timeout, 0.05, f"port {replica} to take over from port {port}")
+        self.wait_settled(timeout)
+        return replica
+
+    def restart(self, port: int, timeout: float = STARTUP) -> None:
+        """Start the killed node on `port` again: it rejoins as a replica of its successor."""
+        self.members[port].start()
+        self.successors.pop(port, None)
+        self.wait_settled(timeout)
+
+    def wait_settled(self, timeout: float = STARTUP) -> None:
+        wait_until(self._settled, timeout, 0.05, "the running cluster nodes to agree on every slot's "
+                   "primary, each replica in sync")
+
+    def _settled(self) -> bool:
+        try:
+            running = self._running()
+            views = [self.view(port) for port in running]
+            maps = [_owners(view) for view in views]
+            covered = sum(last - first + 1 for ranges in maps[0].values() for first, last in ranges)
+            if covered != SLOTS or any(m != maps[0] for m in maps):
+                return False
+            if any(e.failed for view in views for e in view if e.port in running):
+                return False  # a restarted node not yet cleared by all
+            for port in running:
+                with self.members[port].client() as c:
+                    if "cluster_state:ok" not in c.execute_command("CLUSTER", "INFO"):
+                        return False
+                    info = c.info("replication")
+                if port not in maps[0] and info.get("master_link_status") != "up":
+                    return False
+            return True
+        except (redis.RedisError, OSError):
+            return False
+
+    def close(self) -> None:
+        for member in self.members.values():
+            member.stop()
+
+    def __enter__(self) -> ClusterSet:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 # -- a failover under load: what the Sentinel test asserts on and bench/failover.py measures ------
 
 def runs_in(log: Path) -> Counter[int]:
@@ -214,7 +480,7 @@ class FailoverRun:
                 f"{self.producer_back:.1f} s and worker running jobs {self.worker_back:.1f} s after the kill")
 
 
-def failover_under_load(topology: SentinelSet, replicas: int, log_dir: Path, *, before: int = 100,
+def failover_under_load(topology: Any, replicas: int, log_dir: Path, *, before: int = 100,
                         after: int = 100) -> FailoverRun:
     """A `sidequest worker` (-c 5) and a producer (a push every 5 ms, `wait_replicas`) both on
     the Sentinel URL; once `before` jobs ran, SIGKILL the primary; the old primary comes back as
@@ -247,7 +513,8 @@ def failover_under_load(topology: SentinelSet, replicas: int, log_dir: Path, *, 
                     result.confirmed.add(n)
                     if result.killed_at and not back:
                         back.append(time.time())
-                except (redis.ConnectionError, redis.TimeoutError, NotReplicatedError):
+                except (redis.ConnectionError, redis.TimeoutError, NotReplicatedError,
+                        redis.exceptions.ClusterError, redis.exceptions.TryAgainError):  # a cluster mid-switch
                     result.unconfirmed.add(n)
                     time.sleep(0.05)
                 time.sleep(0.005)
@@ -268,8 +535,10 @@ def failover_under_load(topology: SentinelSet, replicas: int, log_dir: Path, *, 
         producer.join(30)
         watch = connect(url)
 
+        queue_key = getattr(topology, "queue_key", "queue:default")  # Cluster mode's is `queue:{default}`
+
         def drained() -> bool:
-            return not watch.llen("queue:default") and result.confirmed - set(runs_in(log)) <= \
+            return not watch.llen(queue_key) and result.confirmed - set(runs_in(log)) <= \
                 (set() if replicas else result.confirmed)
         wait_until(drained, STARTUP, 0.1, "the queue to drain")
         if replicas:

@@ -36,6 +36,7 @@ import redis
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.exceptions import RedisClusterException
 
 from . import client as client_module
 from .arguments import refuse_keywords
@@ -44,14 +45,18 @@ from .config import Config
 from .connection import (
     CONNECT_TIMEOUT,
     SOCKET_TIMEOUT,
+    ClusterURL,
     SentinelURL,
     check_url,
+    is_cluster_url,
     is_sentinel_url,
     mask_url,
+    parse_cluster_url,
     parse_sentinel_url,
     sentinel_settings,
+    unavailable,
 )
-from .errors import RedisUnavailableError, RedisURLError
+from .errors import RedisURLError
 from .lookup import Command, Query, result_query, status_query
 from .options import JobOptions, check_options, merge_options
 from .unique import PUSH_UNIQUE
@@ -73,6 +78,8 @@ def connect(url: str) -> aioredis.Redis:
     check_url(url)
     if is_sentinel_url(url):
         return _sentinel_connect(parse_sentinel_url(url))
+    if is_cluster_url(url):
+        return _cluster_connect(parse_cluster_url(url))
     try:
         return aioredis.Redis.from_url(url, socket_timeout=SOCKET_TIMEOUT, socket_connect_timeout=CONNECT_TIMEOUT,
                                        health_check_interval=30, retry=Retry(NoBackoff(), 0), **options)
@@ -88,6 +95,19 @@ def _sentinel_connect(url: SentinelURL) -> aioredis.Redis:
     sentinels = Sentinel(list(url.sentinels), sentinel_kwargs={**asked, "retry": Retry(NoBackoff(), 0)})  # type: ignore[no-untyped-call]
     primary: aioredis.Redis = sentinels.master_for(url.service, retry=Retry(NoBackoff(), 0), **settings)
     return primary
+
+
+def _cluster_connect(url: ClusterURL) -> aioredis.Redis:
+    """A redis.asyncio client of the Redis Cluster `url` names, typed as the plain client whose
+    command methods it shares (`connection` tells why and how it is set up). It reads the slot
+    map on its first command."""
+    from redis.asyncio.cluster import ClusterNode, RedisCluster
+
+    cluster = RedisCluster(startup_nodes=[ClusterNode(host, port) for host, port in url.nodes],
+                           username=url.username, password=url.password, ssl=url.tls,
+                           socket_timeout=SOCKET_TIMEOUT, socket_connect_timeout=CONNECT_TIMEOUT,
+                           socket_keepalive=True, health_check_interval=30, retry=Retry(NoBackoff(), 0))
+    return cast(aioredis.Redis, cluster)
 
 
 class AsyncClient:
@@ -111,9 +131,9 @@ class AsyncClient:
             fresh = connect(self.config.url)
             try:
                 await fresh.ping()
-            except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+            except (redis.ConnectionError, redis.TimeoutError, OSError, RedisClusterException) as exc:
                 await fresh.aclose()
-                raise RedisUnavailableError(f"cannot reach Redis at {mask_url(self.config.url)}: {exc}") from None
+                raise unavailable(exc, self.config.url) from None
             if self._redis is None:
                 self._redis = fresh
             else:  # another task connected meanwhile

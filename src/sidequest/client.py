@@ -12,6 +12,10 @@ goes in one MULTI/EXEC, so a bad argument or a dropped connection leaves nothing
 A push with unique jobs (`unique_for`) is one script call instead, that takes each job's claim
 and writes the job only if it got it (see `unique`); a job pushed with `result_ttl` gets its
 status record in the same call (see `results`).
+
+On a Redis Cluster (`redis+cluster://`, see `keys.ClusterKeyspace`) a push is written per queue,
+each in one MULTI (or script call) on the primary of that queue's slot, after the queue's name
+is added to `queues`; a bulk push over several queues is then several writes, each whole.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from redis.commands.core import Script
 
 from . import keys, results, unique, wire
 from .config import Config
-from .connection import connect
+from .connection import connect, is_cluster_url
 from .errors import JobArgumentError, NotReplicatedError
 from .options import (
     DEFAULTS,
@@ -44,6 +48,7 @@ from .options import (
 )
 from .payload import check_args, encode, in_millis, new_jid, stamp
 
+PlainRedis = redis.Redis  # the name `redis` is a property inside Client
 BULK_BATCH = 1000  # payloads per LPUSH/ZADD, as Sidekiq's push_bulk batches
 
 
@@ -234,6 +239,14 @@ class Client:
             return frozenset()
         batch = self.prepare(entries, now)
         wait = replicas.command()
+        if self.keys.cluster:
+            if also is not None:
+                raise JobArgumentError("tasks are not available in Cluster mode yet; push the jobs one by one "
+                                       "or use a single Redis or Sentinel")
+            parts = batch.per_queue()
+            for part in parts:
+                self._write_to_slot(part, wait, replicas)
+            return frozenset(jid for part in parts for jid in part.refused_jids)
         if batch.unique:
             if also is not None:
                 raise JobArgumentError("unique_for is not available for the jobs of a task; "
@@ -260,6 +273,24 @@ class Client:
                 replicas.check(conn.execute_command(*wait), batch)
         return frozenset()
 
+    def _write_to_slot(self, part: Batch, wait: tuple[Any, ...] | None, replicas: Replicas) -> None:
+        """Cluster mode: write one queue's part of a push on the primary of its slot, in one
+        MULTI (or script call), then WAIT there when asked (see module)."""
+        queue = part.queue
+        cluster: Any = self.redis
+        cluster.sadd(keys.QUEUES, queue)
+        node = cluster.get_redis_connection(cluster.get_node_from_key(self.keys.queue(queue)))
+        with node.client() as conn:  # one connection: WAIT counts its own writes
+            if part.unique:
+                script_keys, args = part.script_args(self.keys)
+                part.refused_jids = part.refused(self._push_unique(keys=script_keys[:1], args=args, client=conn))
+            else:
+                pipe = conn.pipeline(transaction=True)
+                part.commands(pipe, self.keys)
+                pipe.execute()
+            if wait:
+                replicas.check(conn.execute_command(*wait), part)
+
     def _connection(self, wait: Any) -> AbstractContextManager[Any]:
         """The client to push on: with a WAIT to follow, one that keeps a single connection
         (WAIT counts the writes of its own connection); else the shared one."""
@@ -269,12 +300,15 @@ class Client:
         """Every entry stamped, given its unique claim and status record, and encoded (all are
         checked before anything is written)."""
         batch = Batch()
+        space = self.keys
         for index, (payload, when) in enumerate(entries):
             if when is None:
                 payload["enqueued_at"] = stamp(now, self.config.sidekiq_version >= 8 or in_millis(payload))
             try:
+                if space.cluster:
+                    cluster_problem(payload)
                 try:
-                    claim = unique.claim(payload, when, now)
+                    claim = unique.claim(payload, when, now, space)
                 except (TypeError, ValueError, RecursionError) as exc:  # client middleware added something
                     raise JobArgumentError(f"payload of job {payload.get('class')!r} is not JSON: {exc}") from None
                 blob = self._encode(payload)
@@ -284,14 +318,25 @@ class Client:
         return batch
 
     @cached_property
-    def direct(self) -> wire.DirectRedis:
+    def direct(self) -> PlainRedis:
         """A redis-py client on this client's Redis whose plain commands take the direct path
-        (`wire.DirectRedis`): what `sidequest.redis()` returns."""
+        (`wire.DirectRedis`): what `sidequest.redis()` returns. On a Redis Cluster, the cluster
+        client itself (it sends each command to the node of its key)."""
+        if self.keys.cluster:
+            return self.redis
         return wire.DirectRedis(connection_pool=self.redis.connection_pool)
 
     @cached_property
+    def keys(self) -> keys.Keyspace:
+        """Where this client's jobs go: Sidekiq's layout, or Cluster mode's (see `keys`); read
+        from the URL when no client was given, so building a payload never connects."""
+        if self._redis is not None:
+            return keys.space(self._redis)
+        return keys.CLUSTER if is_cluster_url(self.config.url) else keys.DEFAULT
+
+    @cached_property
     def _lane(self) -> wire.Lane:
-        return wire.Lane(self.redis)
+        return wire.lane_for(self.redis)
 
     @cached_property
     def _push_unique(self) -> Script:
@@ -323,7 +368,9 @@ class Batch:
     """One push, encoded: the commands of its MULTI, or (with unique jobs) its script call.
     The same for `Client` and the asyncio client (`aio`), which differ only in how they send it."""
 
-    def __init__(self) -> None:
+    def __init__(self, queue: str = "") -> None:
+        self.queue = queue  # Cluster mode: the one queue of this part of a push (see `per_queue`)
+        self.refused_jids: frozenset[str] = frozenset()
         self.jobs: list[tuple[dict[str, Any], float | None, bytes]] = []  # payload, schedule time or None, JSON
         self.claims: list[tuple[str, int] | None] = []  # unique claim key and milliseconds, per job
         self.records: list[tuple[str, int, str, str] | None] = []  # status key, milliseconds, state, due time
@@ -336,8 +383,18 @@ class Batch:
         self.records.append(record)
         self.unique = self.unique or claim is not None
 
-    def commands(self, pipe: Any) -> None:
-        """Queue the MULTI's commands on `pipe` (no unique jobs)."""
+    def per_queue(self) -> list[Batch]:
+        """Cluster mode: this push split by queue (each part in one slot), in order of first job."""
+        parts: dict[str, Batch] = {}
+        for (payload, when, blob), claim, record in zip(self.jobs, self.claims, self.records, strict=True):
+            queue = payload["queue"]
+            part = parts.get(queue) or parts.setdefault(queue, Batch(queue))
+            part.add(payload, when, blob, claim, record)
+        return list(parts.values())
+
+    def commands(self, pipe: Any, space: keys.Keyspace = keys.DEFAULT) -> None:
+        """Queue the MULTI's commands on `pipe` (no unique jobs); in Cluster mode, of one queue's
+        part (`per_queue`), whose name the caller has added to `queues`."""
         queued: dict[str, list[bytes]] = {}
         scheduled: list[tuple[bytes, float]] = []
         for payload, when, blob in self.jobs:
@@ -346,29 +403,51 @@ class Batch:
             else:
                 scheduled.append((blob, when))
         for queue, blobs in queued.items():
-            pipe.sadd(keys.QUEUES, queue)
+            if not space.cluster:
+                pipe.sadd(keys.QUEUES, queue)
             for start in range(0, len(blobs), BULK_BATCH):
-                pipe.lpush(keys.queue(queue), *blobs[start:start + BULK_BATCH])
+                pipe.lpush(space.queue(queue), *blobs[start:start + BULK_BATCH])
         for start in range(0, len(scheduled), BULK_BATCH):
-            pipe.zadd(keys.SCHEDULE, dict(scheduled[start:start + BULK_BATCH]))
+            pipe.zadd(space.schedule(self.queue), dict(scheduled[start:start + BULK_BATCH]))
         for record in self.records:
             if record is not None:
                 key, ms, state, due = record
                 pipe.hset(key, mapping={"state": state, "at": due})
                 pipe.pexpire(key, ms)
 
-    def script_args(self) -> tuple[list[str], list[Any]]:
-        """KEYS and ARGV of `unique.PUSH_UNIQUE`, every job in order."""
+    def script_args(self, space: keys.Keyspace = keys.DEFAULT) -> tuple[list[str], list[Any]]:
+        """KEYS and ARGV of `unique.PUSH_UNIQUE`, every job in order (Cluster mode: of one queue's
+        part, without `queues`)."""
         args: list[Any] = [len(self.jobs)]
         for (payload, when, blob), claim, record in zip(self.jobs, self.claims, self.records, strict=True):
-            args += [*(claim or ("", 0)), payload["jid"], keys.queue(payload["queue"]) if when is None else "",
+            args += [*(claim or ("", 0)), payload["jid"], space.queue(payload["queue"]) if when is None else "",
                      payload["queue"], when or 0, blob, *(record or ("", 0, "", ""))]
-        return [keys.QUEUES, keys.SCHEDULE], args
+        return [space.schedule(self.queue), keys.QUEUES], args
 
     def refused(self, written: list[Any]) -> frozenset[str]:
         """The jids the script did not write (their claim was held), from its reply."""
         return frozenset(payload["jid"] for (payload, _, _), ok in zip(self.jobs, written, strict=True)
                          if not int(ok))
+
+
+# payload fields whose feature keeps records outside the job's queue slot: not in Cluster mode yet
+CLUSTER_REFUSED = {
+    "result_ttl": "status records (result_ttl)",
+    "task_id": "tasks",
+    "workflow_id": "workflows",
+    "retry_queue": "retry_queue (a retry stays in its queue's slot)",
+}
+
+
+def cluster_problem(payload: dict[str, Any]) -> None:
+    """Refuse, in one line, a job Cluster mode cannot hold yet (see `CLUSTER_REFUSED`)."""
+    problem = keys.cluster_queue_problem(str(payload["queue"]))
+    if problem is not None:
+        raise JobArgumentError(f"{problem}; rename the queue")
+    for field, what in CLUSTER_REFUSED.items():
+        if payload.get(field) is not None:
+            raise JobArgumentError(f"job {payload.get('class')!r}: {what} not available in Cluster mode yet; "
+                                   f"push it without {field!r}, or use a single Redis or Sentinel")
 
 
 _default: Client | None = None

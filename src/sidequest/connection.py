@@ -1,8 +1,9 @@
-"""Redis connections from a URL (redis://, rediss:// with TLS, unix://, and Sentinel), with
-clear errors.
+"""Redis connections from a URL (redis://, rediss:// with TLS, unix://, Sentinel and Cluster),
+with clear errors.
 
     r = connect("rediss://:secret@cache.example.com:6380/0")   # raises RedisUnavailableError
     r = connect("redis+sentinel://:secret@s1:26379,s2:26379,s3:26379/mymaster/0")
+    r = connect("redis+cluster://:secret@n1:6379,n2:6379,n3:6379")
 
 The error names the URL with the password masked, and says whether the server could not be
 reached, refused the credentials, or (for rediss://) did not answer TLS.
@@ -15,6 +16,14 @@ the new primary by itself. The `wire` path opens its connections from the same p
 so it follows too. `user:password@` are the Redis servers' credentials; Sentinels that want
 their own take `?sentinel_password=...` (and `sentinel_username=`). `rediss+sentinel://`
 speaks TLS to both.
+
+A Cluster URL names some nodes of a Redis (or Valkey) Cluster, any of them: the client asks them
+for the slot map as it is built, so it needs one node that answers even without `check`. It
+follows MOVED and ASK redirects, and re-sends nothing after a connection error (see `connect`):
+that error makes it read the slot map again, so the caller's next call reaches a replica
+promoted meanwhile. A Cluster has only database 0. `rediss+cluster://` speaks TLS to every node.
+`connect` types the cluster client as `redis.Redis`, whose command methods it shares; code whose
+commands must differ in Cluster mode asks `is_cluster(client)`.
 """
 
 from __future__ import annotations
@@ -22,12 +31,15 @@ from __future__ import annotations
 import re
 import socket
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard, cast
 from urllib.parse import parse_qs, unquote, urlsplit, urlunsplit
 
 import redis
 from redis.backoff import NoBackoff
+from redis.cluster import ClusterNode, RedisCluster
+from redis.exceptions import RedisClusterException
 from redis.retry import Retry
 
 from .errors import RedisUnavailableError, RedisURLError
@@ -43,8 +55,8 @@ HANDSHAKE_TIMEOUT = 3.0
 
 def mask_url(url: str) -> str:
     """`redis://user:secret@host:6379/0` -> `redis://user:****@host:6379/0`."""
-    if is_sentinel_url(url):
-        return _mask_sentinel(url)
+    if is_sentinel_url(url) or is_cluster_url(url):
+        return _mask_many_hosts(url)
     parts = urlsplit(url)
     try:
         if parts.password is None:
@@ -106,6 +118,9 @@ URL_FORM = "redis://[[user]:password@]host[:port][/db] (rediss:// for TLS, unix:
 SENTINEL_FORM = "redis+sentinel://[[user]:password@]host:port[,host:port...]/service[/db] (rediss+sentinel:// for TLS)"
 SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
 SENTINEL_PORT = 26379
+CLUSTER_FORM = "redis+cluster://[[user]:password@]host:port[,host:port...][/0] (rediss+cluster:// for TLS)"
+CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
+REDIS_PORT = 6379
 
 
 @dataclass(frozen=True)
@@ -126,8 +141,22 @@ def is_sentinel_url(url: str) -> bool:
     return url.partition("://")[0].lower() in SENTINEL_SCHEMES
 
 
-def _split_sentinel(url: str) -> tuple[str, str, str, str, str]:
-    """scheme, credentials (or ""), hosts, path, query of a Sentinel URL, unparsed."""
+@dataclass(frozen=True)
+class ClusterURL:
+    """A parsed `redis+cluster://` URL (see module)."""
+
+    nodes: tuple[tuple[str, int], ...]  # (host, port) of the nodes first asked for the slot map
+    username: str | None
+    password: str | None
+    tls: bool
+
+
+def is_cluster_url(url: str) -> bool:
+    return url.partition("://")[0].lower() in CLUSTER_SCHEMES
+
+
+def _split_many_hosts(url: str) -> tuple[str, str, str, str, str]:
+    """scheme, credentials (or ""), hosts, path, query of a Sentinel or Cluster URL, unparsed."""
     scheme, _, rest = url.partition("://")
     rest, _, query = rest.partition("?")
     netloc, slash, path = rest.partition("/")
@@ -135,8 +164,8 @@ def _split_sentinel(url: str) -> tuple[str, str, str, str, str]:
     return scheme.lower(), credentials if at else "", hosts, slash + path, query
 
 
-def _mask_sentinel(url: str) -> str:
-    scheme, credentials, hosts, path, query = _split_sentinel(url)
+def _mask_many_hosts(url: str) -> str:
+    scheme, credentials, hosts, path, query = _split_many_hosts(url)
     if not credentials:
         return url
     user, colon, _ = credentials.partition(":")
@@ -148,22 +177,12 @@ def _mask_sentinel(url: str) -> str:
 
 def parse_sentinel_url(url: str) -> SentinelURL:
     """The parts of a `redis+sentinel://` URL; RedisURLError naming what is wrong."""
-    scheme, credentials, hosts, path, query = _split_sentinel(url)
+    scheme, credentials, hosts, path, query = _split_many_hosts(url)
 
     def refuse(why: str) -> RedisURLError:
         return RedisURLError(f"invalid Sentinel URL {mask_url(url)}: {why}; the form is {SENTINEL_FORM}")
 
-    sentinels: list[tuple[str, int]] = []
-    for item in hosts.split(","):
-        host, port = item, str(SENTINEL_PORT)
-        if item.startswith("["):  # [::1]:26379
-            host, _, tail = item[1:].partition("]")
-            port = tail[1:] if tail.startswith(":") else port
-        elif ":" in item:
-            host, _, port = item.rpartition(":")
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise refuse(f"{item!r} is not a Sentinel's host:port")
-        sentinels.append((unquote(host), int(port)))
+    sentinels = _addresses(hosts, SENTINEL_PORT, "a Sentinel's", refuse)
     parts = [p for p in path.split("/") if p]
     if not parts:
         raise refuse("it names no service (the name in the Sentinels' `sentinel monitor` line)")
@@ -174,7 +193,7 @@ def parse_sentinel_url(url: str) -> SentinelURL:
     unknown = set(options) - {"sentinel_username", "sentinel_password"}
     if unknown:
         raise refuse(f"unknown option {sorted(unknown)[0]!r} (known: sentinel_username, sentinel_password)")
-    return SentinelURL(sentinels=tuple(sentinels), service=unquote(parts[0]),
+    return SentinelURL(sentinels=sentinels, service=unquote(parts[0]),
                        db=int(parts[1]) if len(parts) == 2 else 0,
                        username=unquote(user) or None, password=unquote(password) if colon else None,
                        tls=scheme == "rediss+sentinel",
@@ -182,11 +201,52 @@ def parse_sentinel_url(url: str) -> SentinelURL:
                        sentinel_password=options.get("sentinel_password") or None)
 
 
+def parse_cluster_url(url: str) -> ClusterURL:
+    """The parts of a `redis+cluster://` URL; RedisURLError naming what is wrong."""
+    scheme, credentials, hosts, path, query = _split_many_hosts(url)
+
+    def refuse(why: str) -> RedisURLError:
+        return RedisURLError(f"invalid Redis Cluster URL {mask_url(url)}: {why}; the form is {CLUSTER_FORM}")
+
+    nodes = _addresses(hosts, REDIS_PORT, "a node's", refuse)
+    db = path.strip("/")
+    if db.isdigit() and int(db) != 0:
+        raise RedisURLError(f"invalid Redis Cluster URL {mask_url(url)}: a Redis Cluster has only database 0; "
+                            f"remove /{db} from the URL")
+    if db and not db.isdigit():
+        raise refuse(f"{path!r} is not a database (a Cluster has only /0)")
+    if query:
+        raise refuse(f"unknown option {query.partition('=')[0]!r} (a Cluster URL takes none)")
+    user, colon, password = credentials.partition(":")
+    return ClusterURL(nodes=nodes, username=unquote(user) or None, password=unquote(password) if colon else None,
+                      tls=scheme == "rediss+cluster")
+
+
+def _addresses(hosts: str, default_port: int, whose: str,
+               refuse: Callable[[str], RedisURLError]) -> tuple[tuple[str, int], ...]:
+    """(host, port) of each item of `h1:p1,h2,[::1]:p3`."""
+    found: list[tuple[str, int]] = []
+    for item in hosts.split(","):
+        host, port = item, str(default_port)
+        if item.startswith("["):  # [::1]:26379
+            host, _, tail = item[1:].partition("]")
+            port = tail[1:] if tail.startswith(":") else port
+        elif ":" in item:
+            host, _, port = item.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise refuse(f"{item!r} is not {whose} host:port")
+        found.append((unquote(host), int(port)))
+    return tuple(found)
+
+
 def check_url(url: str) -> None:
     """RedisURLError for what redis-py would silently get wrong: a database that is not a whole
-    number (`redis://host:6379/abc` would quietly be database 0); a malformed Sentinel URL."""
+    number (`redis://host:6379/abc` would quietly be database 0); a malformed Sentinel or Cluster URL."""
     if is_sentinel_url(url):
         parse_sentinel_url(url)
+        return
+    if is_cluster_url(url):
+        parse_cluster_url(url)
         return
     parts = urlsplit(url)
     if parts.scheme in ("redis", "rediss") and not re.fullmatch(r"/?[0-9]*", parts.path):
@@ -205,21 +265,20 @@ def connect(url: str, *, check: bool = True, max_connections: int | None = None,
 
     A small `max_connections` gives a thread that makes one call at a time (a processor) a pool
     of its own: no lock shared with nine other threads per call, and the connection is opened
-    lazily, so a refused connection is an outage of that call, not of the constructor.
+    lazily, so a refused connection is an outage of that call, not of the constructor (but for
+    a Cluster URL, see `connect_cluster`).
     """
     check_url(url)
+    if is_cluster_url(url):  # typed as the plain client: see the module
+        return cast(redis.Redis, connect_cluster(url, check=check, max_connections=max_connections,
+                                                 socket_timeout=socket_timeout))
     if is_sentinel_url(url):
         client = sentinel_client(parse_sentinel_url(url), socket_timeout=socket_timeout,
                                  max_connections=max_connections)
         if check:
             ping(client, url)
         return client
-    options: dict[str, Any] = {}
-    try:  # redis-py 7+: no maintenance-notification handshake (Redis Enterprise only; noisy at -v)
-        from redis.maint_notifications import MaintNotificationsConfig
-        options["maint_notifications_config"] = MaintNotificationsConfig(enabled=False)
-    except ImportError:
-        pass
+    options = _quiet_options()
     if not url.startswith("unix:"):
         options["socket_keepalive"] = True  # TCP only: unix sockets refuse the option
     if url.startswith("rediss:"):
@@ -239,6 +298,45 @@ def connect(url: str, *, check: bool = True, max_connections: int | None = None,
     if check:
         ping(client, url)
     return client
+
+
+def connect_cluster(url: str, *, check: bool = True, max_connections: int | None = None,
+                    socket_timeout: float = SOCKET_TIMEOUT) -> RedisCluster:
+    """A client of the Redis Cluster `url` names (see module), set up as `connect` sets up a
+    plain one. Building it reads the slot map, so RedisUnavailableError when no node answers,
+    with `check` or without.
+
+    redis-py follows MOVED, ASK and TRYAGAIN inside one call, whatever its `retry`; `retry`
+    counts only the re-sends after a connection error, a timeout or CLUSTERDOWN, so 0 here.
+    Its node clients re-send nothing either (redis-py sets their retries to 0).
+    """
+    parsed = parse_cluster_url(url)
+    options = _quiet_options()
+    if int(redis.__version__.split(".")[0]) < 6:  # before 6 the re-sends were counted here, not in `retry`
+        options["cluster_error_retry_attempts"] = 0
+    try:
+        # no health_check_interval: RedisCluster drops it; no TLSConnection: its node clients
+        # take no connection class, so `ssl` gets redis-py's own (no short TLS handshake bound)
+        client = RedisCluster(
+            startup_nodes=[ClusterNode(host, port) for host, port in parsed.nodes],  # type: ignore[no-untyped-call]
+            username=parsed.username, password=parsed.password, ssl=parsed.tls,
+            socket_timeout=socket_timeout,
+            socket_connect_timeout=min(CONNECT_TIMEOUT, socket_timeout),
+            socket_keepalive=True,
+            max_connections=max_connections,  # per node
+            retry=Retry(NoBackoff(), 0),
+            **options,
+        )
+    except (RedisClusterException, redis.RedisError, OSError) as exc:
+        raise unavailable(exc, url) from None
+    if check:
+        ping(client, url)
+    return client
+
+
+def is_cluster(client: object) -> TypeGuard[RedisCluster]:
+    """True for a client of a Redis Cluster (`connect` of a `redis+cluster://` URL)."""
+    return isinstance(client, RedisCluster)
 
 
 def sentinel_settings(url: SentinelURL,
@@ -270,23 +368,43 @@ def sentinel_client(url: SentinelURL, *, socket_timeout: float = SOCKET_TIMEOUT,
     return primary
 
 
-def ping(client: redis.Redis, url: str) -> None:
+def _quiet_options() -> dict[str, Any]:
+    """redis-py 7+: no maintenance-notification handshake (Redis Enterprise only; noisy at -v)."""
+    try:
+        from redis.maint_notifications import MaintNotificationsConfig
+    except ImportError:
+        return {}
+    return {"maint_notifications_config": MaintNotificationsConfig(enabled=False)}
+
+
+def ping(client: redis.Redis | RedisCluster, url: str) -> None:
     try:
         client.ping()
-    except redis.AuthenticationError as exc:
-        raise RedisUnavailableError(f"Redis at {mask_url(url)} refused authentication: {exc}") from None
-    except redis.ResponseError as exc:
-        if "NOAUTH" in str(exc) or "WRONGPASS" in str(exc) or "NOPERM" in str(exc):
-            raise RedisUnavailableError(f"Redis at {mask_url(url)} refused authentication: {exc}") from None
-        raise RedisUnavailableError(f"Redis at {mask_url(url)} answered with an error: {exc}") from None
-    except NotTLSError:
-        raise RedisURLError(f"Redis at {mask_url(url)} did not answer TLS: if the server does not use TLS, "
-                            "use redis:// instead of rediss://; else check the port") from None
-    except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
-        raise RedisUnavailableError(f"cannot reach Redis at {mask_url(url)}: {exc}") from None
-    except (redis.RedisError, ValueError) as exc:  # e.g. InvalidResponse: an HTTP server, a database...
-        raise RedisURLError(f"{mask_url(url)} does not answer as a Redis server ({exc}); check the host "
-                            "and port in REDIS_URL") from None
+    except (redis.RedisError, RedisClusterException, OSError, ValueError) as exc:
+        raise unavailable(exc, url) from None
+
+
+def unavailable(exc: Exception, url: str) -> RedisUnavailableError:
+    """The one-line error for what went wrong asking `url` something (see `ping`)."""
+    where = mask_url(url)
+    if isinstance(exc, RedisClusterException):  # no node gave a slot map: the last one's reason is the cause
+        if "Cluster mode is not enabled" in str(exc):
+            return RedisURLError(f"{where} names a Redis that is not in cluster mode; use redis:// "
+                                 "(or redis+sentinel://) for it")
+        if isinstance(exc.__cause__, redis.RedisError | OSError):
+            return unavailable(exc.__cause__, url)
+    if isinstance(exc, redis.AuthenticationError) or (
+            isinstance(exc, redis.ResponseError) and any(w in str(exc) for w in ("NOAUTH", "WRONGPASS", "NOPERM"))):
+        return RedisUnavailableError(f"Redis at {where} refused authentication: {exc}")
+    if isinstance(exc, redis.ResponseError | RedisClusterException):
+        return RedisUnavailableError(f"Redis at {where} answered with an error: {exc}")
+    if isinstance(exc, NotTLSError):
+        return RedisURLError(f"Redis at {where} did not answer TLS: if the server does not use TLS, "
+                             "use redis:// instead of rediss://; else check the port")
+    if isinstance(exc, redis.ConnectionError | redis.TimeoutError | OSError):
+        return RedisUnavailableError(f"cannot reach Redis at {where}: {exc}")
+    # e.g. InvalidResponse: an HTTP server, a database...
+    return RedisURLError(f"{where} does not answer as a Redis server ({exc}); check the host and port in REDIS_URL")
 
 
 def answers(url: str) -> bool:
@@ -327,3 +445,11 @@ def version_problem(version: str) -> str | None:
     if parts < MIN_VERSION:
         return f"is version {version}; sidequest needs Redis 6.2 or newer (or Valkey)"
     return None
+
+
+# What a background loop (poller, recovery, periodic scheduler) counts as Redis being away, to
+# wait out with back-off and one log line: a lost connection, and on a Redis Cluster a switch
+# under way (CLUSTERDOWN, TRYAGAIN, MASTERDOWN, or no node giving a slot map).
+OUTAGE_ERRORS: tuple[type[BaseException], ...] = (
+    redis.ConnectionError, redis.TimeoutError, OSError, redis.exceptions.ClusterDownError,
+    redis.exceptions.TryAgainError, redis.exceptions.MasterDownError, RedisClusterException)

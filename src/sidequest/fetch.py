@@ -48,7 +48,7 @@ from .lifecycle import has_ops
 from .outcome import Outcome
 from .payload import decode, queue_of
 from .scripts import Scripts
-from .wire import Lane
+from .wire import Lane, lane_for
 from .work import Fetch, Settler, UnitOfWork
 
 log = logging.getLogger(__name__)
@@ -93,12 +93,13 @@ class QueueOrder:
     queues are left out."""
 
     def __init__(self, config: Config, rng: random.Random | None = None,
-                 paused: PausedQueues | None = None) -> None:
+                 paused: PausedQueues | None = None, space: keys.Keyspace = keys.DEFAULT) -> None:
         self.strict = config.strict
         self.rng = rng or random.Random()
         self.paused = paused
-        self.keys = [keys.queue(name) for name in dict.fromkeys(config.queue_names)]
-        self.weighted = [keys.queue(name) for name, weight in config.queues for _ in range(max(weight, 1))]
+        self.space = space
+        self.keys = [space.queue(name) for name in dict.fromkeys(config.queue_names)]
+        self.weighted = [space.queue(name) for name, weight in config.queues for _ in range(max(weight, 1))]
 
     def __call__(self) -> list[str]:
         if self.strict:
@@ -108,7 +109,7 @@ class QueueOrder:
             self.rng.shuffle(shuffled)
             order = list(dict.fromkeys(shuffled))
         paused = self.paused.names() if self.paused is not None else frozenset()
-        return [key for key in order if keys.queue_name(key) not in paused] if paused else order
+        return [key for key in order if self.space.queue_name(key) not in paused] if paused else order
 
 
 def blocking_timeout(config: Config) -> float:
@@ -129,7 +130,8 @@ class BasicFetch:
                  rng: random.Random | None = None, clock: Callable[[], float] = time.time,
                  paused: PausedQueues | None = None) -> None:
         self.redis = client
-        self.order = QueueOrder(config, rng, paused)
+        self.keys = scripts.keys
+        self.order = QueueOrder(config, rng, paused, self.keys)
         self.timeout = blocking_timeout(config)
         self.settler = Settler(config, client, scripts, clock)
         self.reserved: str | None = None
@@ -145,7 +147,7 @@ class BasicFetch:
         if not got:
             return None
         key, raw = cast("tuple[bytes, bytes]", got)
-        return UnitOfWork(keys.queue_name(key.decode()), raw, self)
+        return UnitOfWork(self.keys.queue_name(key.decode()), raw, self)
 
     def apply(self, unit: UnitOfWork, outcome: Outcome, ops: list[Any]) -> bool:
         if outcome.kind in ("done", "dropped", "cancelled") and not has_ops(ops):
@@ -166,6 +168,7 @@ class BasicFetch:
 
 
 Taken = tuple[str, bytes]  # (queue key, job bytes)
+Ack = tuple[bytes, list[Any], str]  # a success: job bytes, its 'finished' ops, the batch list holding it
 
 
 class Waiter:
@@ -186,19 +189,23 @@ class Hub:
 
     def __init__(self, config: Config, identity: str, scripts: Scripts, rng: random.Random | None = None,
                  clock: Callable[[], float] = time.time, paused: PausedQueues | None = None, *,
-                 client: redis.Redis, ack_window: float = ACK_WINDOW, reserved: str | None = None) -> None:
+                 client: redis.Redis, ack_window: float = ACK_WINDOW, batch: str = keys.BATCH_SLOT) -> None:
         self.identity = identity
         self.ack_window = ack_window
-        # a capsule's hub has a batch list of its own (`keys.capsule_batch`), so one capsule's
-        # fetch never takes jobs for another's queues; `config` is then the capsule's
-        self.reserved = reserved or keys.reserved(identity, keys.BATCH_SLOT)
-        self.order = QueueOrder(config, rng, paused)
+        self.keys = scripts.keys
+        # a capsule's hub has a batch list of its own (`keys.capsule_slot`), so one capsule's
+        # fetch never takes jobs for another's queues; `config` is then the capsule's. In Cluster
+        # mode it has one per queue (in the queue's slot), made as the queues are met.
+        self.batch = batch
+        self.reserved = keys.reserved(identity, batch)
+        self._batches: dict[str, str] = {}  # Cluster mode: queue name -> its batch list
+        self.order = QueueOrder(config, rng, paused, self.keys)
         self.timeout = blocking_timeout(config)
         self.scripts = scripts
         self.clock = clock
         self._lock = threading.Lock()
         self._handoff: deque[Taken] = deque()  # taken for processors that wait: not yet picked up
-        self._acks: deque[tuple[bytes, list[Any]]] = deque()  # successes not yet acknowledged
+        self._acks: deque[Ack] = deque()  # successes not yet acknowledged
         self._known: Counter[bytes] = Counter()  # jobs of the batch list this process knows of
         self._waiters: deque[Waiter] = deque()  # processors waiting for the fetching one to hand them a job
         self._fetching = False
@@ -213,11 +220,32 @@ class Hub:
         self._ack_opened = 0.0  # when it opened (monotonic)
         self._ack_idle = True  # the acknowledger sleeps on `_ack_wake` (nothing waits)
         self._closed = threading.Event()
-        self._ack_thread = threading.Thread(target=self._acknowledger, args=(Lane(client),),
+        self._ack_thread = threading.Thread(target=self._acknowledger, args=(lane_for(client),),
                                             name="sidequest-acknowledger", daemon=True)
         self._ack_thread.start()
 
-    def take(self, lane: Lane, client: redis.Redis, own: str,
+    def batch_of(self, queue: str) -> str:
+        """The batch list that holds what this hub took from `queue`."""
+        if not self.keys.cluster:
+            return self.reserved
+        batch = self._batches.get(queue)
+        if batch is None:
+            batch = self._batches[queue] = self.keys.reserved(self.identity, self.batch, queue)
+        return batch
+
+    def holds(self, home: str | None) -> bool:
+        """True if `home` is one of this hub's batch lists."""
+        return home == self.reserved or (self.keys.cluster and home in self._batches.values())
+
+    def queues(self) -> list[str]:
+        """The names of the queues this hub fetches from."""
+        return [self.keys.queue_name(key) for key in self.order.keys]
+
+    def batches(self) -> list[str]:
+        """Every batch list of this hub (in Cluster mode, those of the queues met so far)."""
+        return list(self._batches.values()) if self.keys.cluster else [self.reserved]
+
+    def take(self, lane: Lane, client: redis.Redis, own: str | int,
              waiter: Waiter) -> tuple[Taken | None, list[str] | None]:
         """A job for the calling processor; else None, with the queue order it may block on
         (empty: every queue is paused), or None when it waited on another processor's fetch."""
@@ -260,7 +288,7 @@ class Hub:
             job, waiter.job = waiter.job, None
         return job
 
-    def _hand_out(self, got: list[Taken], acks: list[tuple[bytes, list[Any]]]) -> None:
+    def _hand_out(self, got: list[Taken], acks: list[Ack]) -> None:
         """After a fetch: one job to each waiting processor (the first stays with the caller),
         the rest kept for whoever asks next; waiters with nothing for them are told so."""
         with self._lock:
@@ -275,28 +303,62 @@ class Hub:
                 waiter.wake.release()
             self._handoff.extend(rest)
 
-    def _reserve(self, lane: Lane, order: list[str], own: str, want: int,
-                 acks: list[tuple[bytes, list[Any]]]) -> list[Taken]:
+    def _reserve(self, lane: Lane, order: list[str], own: str | int, want: int, acks: list[Ack]) -> list[Taken]:
+        if self.keys.cluster:
+            return self._reserve_per_queue(lane, order, own, want, acks)
+        own_key = own if isinstance(own, str) else keys.reserved(self.identity, own)
+        return self._reserve_call(lane, [*order, self.reserved, keys.RESERVATIONS, own_key], want, acks)
+
+    def _reserve_call(self, lane: Lane, script_keys: list[str], want: int, acks: list[Ack]) -> list[Taken]:
         args: list[Any] = [repr(self.clock()), want, len(acks)]
-        for raw, ops in acks:
+        for raw, ops, _ in acks:
             args += [raw, *ops]
-        reply = cast("list[bytes]", lane.evalsha(self.scripts.reserve, [*order, self.reserved, keys.RESERVATIONS, own],
-                                                 args))
+        reply = cast("list[bytes]", lane.evalsha(self.scripts.reserve, script_keys, args))
         with self._lock:
-            for raw, _ in acks:
+            for raw, _, _ in acks:
                 self._forget(raw)
         return [(reply[i].decode(), reply[i + 1]) for i in range(0, len(reply), 2)]
 
-    def _adopt(self, client: redis.Redis, known: Counter[bytes]) -> list[Taken]:
-        """Jobs in the batch list that this process did not know of before reading it."""
-        held = Counter(cast("list[bytes]", client.lrange(self.reserved, 0, -1)))
-        self._suspect = False
-        return [(keys.queue(queue_of_raw(raw)), raw) for raw in (held - known).elements()]
+    def _reserve_per_queue(self, lane: Lane, order: list[str], own: str | int, want: int,
+                           acks: list[Ack]) -> list[Taken]:
+        """Cluster mode: one RESERVE per queue (each in its own slot), in fetch order, until
+        `want` jobs are taken; each carries the successes of its queue's batch list."""
+        owed: dict[str, list[Ack]] = {}
+        for ack in acks:
+            owed.setdefault(ack[2], []).append(ack)
+        got: list[Taken] = []
+        space = self.keys
+        for key in order:
+            queue = space.queue_name(key)
+            batch = self.batch_of(queue)
+            mine = owed.pop(batch, [])
+            if len(got) >= want and not mine:
+                continue
+            own_key = space.reserved(self.identity, own, queue)
+            got += self._reserve_call(lane, [key, batch, space.reservations(queue), own_key],
+                                      max(want - len(got), 0), mine)
+        for batch, mine in owed.items():  # successes of queues this fetch did not look at (paused)
+            queue = cast("keys.ClusterKeyspace", space).queue_of_reserved(batch)
+            self._reserve_call(lane, [space.queue(queue), batch, space.reservations(queue), batch], 0, mine)
+        return got
 
-    def acknowledge(self, raw: bytes, ops: list[Any]) -> None:
-        """A success of the batch list: removed within the window (see module)."""
+    def _adopt(self, client: redis.Redis, known: Counter[bytes]) -> list[Taken]:
+        """Jobs in the batch lists that this process did not know of before reading them."""
+        found: list[Taken] = []
+        for batch in self.batches():
+            held = Counter(cast("list[bytes]", client.lrange(batch, 0, -1)))
+            for raw in (held - known).elements():
+                queue = (cast("keys.ClusterKeyspace", self.keys).queue_of_reserved(batch) if self.keys.cluster
+                         else queue_of_raw(raw))
+                found.append((self.keys.queue(queue), raw))
+            known = known - held
+        self._suspect = False
+        return found
+
+    def acknowledge(self, raw: bytes, ops: list[Any], home: str | None = None) -> None:
+        """A success of a batch list: removed within the window (see module)."""
         acks = self._acks
-        acks.append((raw, ops))  # deque appends and pops are atomic: no lock on every job's path
+        acks.append((raw, ops, home or self.reserved))  # deque appends and pops are atomic: no lock on every job's path
         if len(acks) >= ACK_BATCH:
             self._ack_full.set()
         if not self._ack_pending:  # the first success since the last call opens a window
@@ -376,8 +438,8 @@ class Hub:
         if lane is not None:
             self.flush(lane)
 
-    def _drain(self) -> list[tuple[bytes, list[Any]]]:
-        taken: list[tuple[bytes, list[Any]]] = []
+    def _drain(self) -> list[Ack]:
+        taken: list[Ack] = []
         try:
             while True:  # another thread may drain too (a flush): each success goes to one of us
                 taken.append(self._acks.popleft())
@@ -436,10 +498,12 @@ class ReliableFetch:
         self.redis = client
         self.hub = hub or Hub(config, identity, scripts, rng, clock, paused, client=client)
         self.reserved: str | None = self.hub.reserved
-        self.own = keys.reserved(identity, slot)
+        self.keys = scripts.keys
+        self.identity = identity
+        self.own = keys.reserved(identity, slot)  # in Cluster mode, one per queue: `keys.reserved(..., queue)`
         self.slot = slot  # which queue this processor blocks on when all are empty
         self.timeout = self.hub.timeout
-        self.lane = Lane(client)  # the batch calls, sent directly (see `wire`)
+        self.lane = lane_for(client)  # the batch calls, sent directly (see `wire`)
         self.settler = Settler(config, client, scripts, clock, self.lane)
         self.waiter = Waiter()
         self._suspect = False  # a call's reply was lost: our own list may hold a job we do not know
@@ -451,9 +515,11 @@ class ReliableFetch:
             adopted = self._reconcile()
             if adopted is not None:
                 return adopted
-        taken, order = self.hub.take(self.lane, self.redis, self.own, self.waiter)
+        taken, order = self.hub.take(self.lane, self.redis, self.slot if self.keys.cluster else self.own,
+                                     self.waiter)
         if taken is not None:
-            return UnitOfWork(keys.queue_name(taken[0]), taken[1], self, self.reserved)
+            queue = self.keys.queue_name(taken[0])
+            return UnitOfWork(queue, taken[1], self, self.hub.batch_of(queue))
         if order is None:  # waited on another processor's fetch, which had nothing for us
             self.answered = False
             return None
@@ -464,15 +530,22 @@ class ReliableFetch:
         # concurrency >= queue count every queue has a waiter). BLMOVE is atomic: the job is
         # in our own list the moment it leaves its queue.
         key = order[self.slot % len(order)]
+        queue = self.keys.queue_name(key)
+        if self.keys.cluster:  # our own list in that queue's slot (RESERVE registered it)
+            self.own = self.keys.reserved(self.identity, self.slot, queue)
         # redis-py types the timeout as int; BLMOVE takes fractional seconds
         raw = cast("bytes | None", self.redis.blmove(key, self.own, self.timeout, "RIGHT", "LEFT"))  # type: ignore[arg-type]
-        return None if raw is None else UnitOfWork(keys.queue_name(key), raw, self, self.own)
+        return None if raw is None else UnitOfWork(queue, raw, self, self.own)
 
     def _reconcile(self) -> UnitOfWork | None:
         """Adopt a job in our own list though no fetch returned it (its reply was lost)."""
         held = cast("list[bytes]", self.redis.lrange(self.own, 0, -1))
         self._suspect = len(held) > 1  # one at a time; look again next fetch
-        return UnitOfWork(queue_of_raw(held[-1]), held[-1], self, self.own) if held else None
+        if not held:
+            return None
+        queue = (cast("keys.ClusterKeyspace", self.keys).queue_of_reserved(self.own) if self.keys.cluster
+                 else queue_of_raw(held[-1]))
+        return UnitOfWork(queue, held[-1], self, self.own)
 
     def lost_reply(self) -> None:
         """A call to Redis failed without a reply: check our lists before the next fetch."""
@@ -482,11 +555,12 @@ class ReliableFetch:
     def apply(self, unit: UnitOfWork, outcome: Outcome, ops: list[Any]) -> bool:
         """A success from the batch list is removed within the hub's window (its ops with it);
         anything else is applied now."""
-        if outcome.kind == "done" and unit.home == self.reserved:
-            self.hub.acknowledge(unit.raw, ops)
+        held = self.hub.holds(unit.home)
+        if outcome.kind == "done" and held:
+            self.hub.acknowledge(unit.raw, ops, unit.home)
             return True
         applied = self.settler.settle(unit, outcome, ops)
-        if unit.home == self.reserved:
+        if held:
             self.hub.settled(unit.raw)
         return applied
 
@@ -500,7 +574,8 @@ class ReliableFetch:
     def release(self) -> None:
         """Put back, unchanged, the jobs taken for processors that stopped before running them."""
         for key, raw in reversed(self.hub.leftovers()):  # the oldest back at the very head
-            self.apply(UnitOfWork(keys.queue_name(key), raw, self, self.reserved), Outcome.put_back(), [0])
+            queue = self.keys.queue_name(key)
+            self.apply(UnitOfWork(queue, raw, self, self.hub.batch_of(queue)), Outcome.put_back(), [0])
         self.lane.close()
 
 

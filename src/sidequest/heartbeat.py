@@ -109,6 +109,9 @@ class Heartbeat:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.registered = threading.Event()  # set once a beat has reached Redis
+        # one MULTI; on a Redis Cluster its keys are in several slots, so a pipeline (each write
+        # stands alone: a beat is the same whether it is written in one step or several)
+        self.atomic = not keys.space(client).cluster
 
     def start(self) -> None:
         self.beat()
@@ -153,7 +156,7 @@ class Heartbeat:
         # could expire before the next beat and recovery would take a live process's jobs
         ttl_ms = max(int(self.config.heartbeat_ttl * 1000), 1)
         work = self.counters.work.snapshot()
-        pipe = self.redis.pipeline(transaction=True)
+        pipe = self.redis.pipeline(transaction=self.atomic)
         self._count(pipe, processed, failed)
         give_back.extend(flush(pipe) for flush in self.flushes)
         for work_key in (keys.work(self.identity), keys.workers(self.identity)):
@@ -203,13 +206,14 @@ class Heartbeat:
             self._thread.join(5)
         processed, failed = self.counters.processed.reset(), self.counters.failed.reset()
         try:
-            pipe = self.redis.pipeline(transaction=True)
+            pipe = self.redis.pipeline(transaction=self.atomic)
             self._count(pipe, processed, failed)
             for flush in self.flushes:
                 flush(pipe)  # the last beat: nothing to give back to
             pipe.srem(keys.PROCESSES, self.identity)
-            pipe.unlink(keys.process(self.identity), keys.work(self.identity), keys.workers(self.identity),
-                        keys.signals(self.identity))
+            for key in (keys.process(self.identity), keys.work(self.identity), keys.workers(self.identity),
+                        keys.signals(self.identity)):
+                pipe.unlink(key)
             pipe.execute()
         except (redis.RedisError, OSError) as exc:
             log.warning("could not clear this process from Redis (%s); it expires in %.0f s",

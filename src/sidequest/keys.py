@@ -75,6 +75,9 @@ runs every feature and fails if a key left without a TTL matches no pattern of `
 
 from __future__ import annotations
 
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.cluster import RedisCluster
+
 QUEUES = "queues"
 SCHEDULE = "schedule"
 RETRY = "retry"
@@ -242,9 +245,14 @@ def task_keys(task_id: str) -> list[str]:
 # -- capsules: a capsule's processors take jobs in batches into a list of their own (its name is
 # letters, digits, '_' and '-', so `identity_of_reserved` still reads the owner); it is one of the
 # process's reserved lists (`reserved("*", "*")`), recovered and released as the others are.
+def capsule_slot(capsule: str) -> str:
+    """The slot name of a capsule's batch list: `batch-<capsule>`."""
+    return f"{BATCH_SLOT}-{capsule}"
+
+
 def capsule_batch(identity: str, capsule: str) -> str:
     """`sidequest:reserved:<identity>:batch-<capsule>`: what capsule `capsule` took in batches."""
-    return reserved(identity, f"{BATCH_SLOT}-{capsule}")
+    return reserved(identity, capsule_slot(capsule))
 
 
 # -- workflows: `sidequest:workflow:<id>` hash (name, state, counts per step status, ttl),
@@ -264,6 +272,126 @@ def workflow_keys(workflow_id: str) -> list[str]:
     return [base, f"{base}:graph", f"{base}:state", f"{base}:pending"]
 
 
+# -- Cluster mode: where the keys of one job's moves live on a Redis Cluster ------------------------
+# Every script touches one slot, so what one job's move touches shares the hash tag of its queue:
+#
+#     queue:{<q>}                            the queue's list
+#     schedule:{<q>}, retry:{<q>}, dead:{<q>}  its jobs waiting for their time, their retry, or dead
+#     sidequest:reserved:{<q>}:<identity>:<slot>  what a process took from it, per queue
+#     sidequest:reservations:{<q>}           the index of those lists (recovery reads it)
+#     sidequest:recovered:{<q>}:<identity>   what recovery took from a dead process's lists
+#     sidequest:unique:{<q>}:<digest>        a unique job's claim
+#     sidequest:periodic:{<q>}:<entry id>    a periodic entry's claimed ticks (`last`), expiring as
+#                                            its record does
+#
+# Everything else keeps its name (and its own slot): `queues`, `processes`, a process's hash, the
+# stats, tasks, limits, periodic records. A queue's keys live on the primary that owns its slot,
+# so queues spread over the primaries. This is not Sidekiq's layout (Sidekiq has no Cluster mode).
+
+
+class Keyspace:
+    """The names of the keys a job moves between: Sidekiq's layout (this class), or Cluster
+    mode's (`ClusterKeyspace`). `space(client)` picks the one for a client."""
+
+    cluster = False
+
+    def queue(self, name: str) -> str:
+        return queue(name)
+
+    def queue_name(self, key: str) -> str:
+        return queue_name(key)
+
+    def schedule(self, queue: str) -> str:
+        return SCHEDULE
+
+    def retry(self, queue: str) -> str:
+        return RETRY
+
+    def dead(self, queue: str) -> str:
+        return DEAD
+
+    def reserved(self, identity: str, slot: int | str, queue: str) -> str:
+        return reserved(identity, slot)
+
+    def reservations(self, queue: str) -> str:
+        return RESERVATIONS
+
+    def recovered(self, identity: str, queue: str) -> str:
+        return recovered(identity)
+
+    def identity_of_reserved(self, key: str) -> str:
+        return identity_of_reserved(key)
+
+    def unique(self, digest: str, queue: str) -> str:
+        return unique(digest)
+
+    def periodic_claim(self, entry_id: str, queue: str) -> str:
+        """Where a periodic entry's newest handled tick (`last`) is claimed: its record."""
+        return periodic(entry_id)
+
+
+class ClusterKeyspace(Keyspace):
+    """Cluster mode's names: a queue's keys share the hash tag `{<queue>}` (see above)."""
+
+    cluster = True
+
+    def queue(self, name: str) -> str:
+        return f"{QUEUE_PREFIX}{{{name}}}"
+
+    def queue_name(self, key: str) -> str:
+        return key.removeprefix(QUEUE_PREFIX).removeprefix("{").removesuffix("}")
+
+    def schedule(self, queue: str) -> str:
+        return f"{SCHEDULE}:{{{queue}}}"
+
+    def retry(self, queue: str) -> str:
+        return f"{RETRY}:{{{queue}}}"
+
+    def dead(self, queue: str) -> str:
+        return f"{DEAD}:{{{queue}}}"
+
+    def reserved(self, identity: str, slot: int | str, queue: str) -> str:
+        return f"{PREFIX}:reserved:{{{queue}}}:{identity}:{slot}"
+
+    def reservations(self, queue: str) -> str:
+        return f"{RESERVATIONS}:{{{queue}}}"
+
+    def recovered(self, identity: str, queue: str) -> str:
+        return f"{PREFIX}:recovered:{{{queue}}}:{identity}"
+
+    def identity_of_reserved(self, key: str) -> str:
+        """`sidequest:reserved:{q}:host:12:ab12:3` -> `host:12:ab12`."""
+        return key[len(f"{PREFIX}:reserved:{{"):].split("}:", 1)[1].rsplit(":", 1)[0]
+
+    def queue_of_reserved(self, key: str) -> str:
+        """`sidequest:reserved:{q}:host:12:ab12:3` -> `q`."""
+        return key[len(f"{PREFIX}:reserved:{{"):].split("}:", 1)[0]
+
+    def unique(self, digest: str, queue: str) -> str:
+        return f"{PREFIX}:unique:{{{queue}}}:{digest}"
+
+    def periodic_claim(self, entry_id: str, queue: str) -> str:
+        """The claim of a periodic entry's ticks, in its queue's slot (its record, with the entry's
+        description and last run, stays at `sidequest:periodic:<id>`)."""
+        return f"{PREFIX}:periodic:{{{queue}}}:{entry_id}"
+
+
+DEFAULT = Keyspace()
+CLUSTER = ClusterKeyspace()
+
+
+def space(client: object) -> Keyspace:
+    """The keyspace of the keys `client` reaches: Cluster mode's on a Redis Cluster client."""
+    return CLUSTER if isinstance(client, RedisCluster | AsyncRedisCluster) else DEFAULT
+
+
+def cluster_queue_problem(name: str) -> str | None:
+    """Why `name` cannot be a queue in Cluster mode (its braces would change the hash tag), or None."""
+    if "{" in name or "}" in name:
+        return f"queue name {name!r} has a brace; in Cluster mode a queue's name is its keys' hash tag"
+    return None
+
+
 # -- lifetimes: the keys meant to live without a TTL, as Redis glob patterns, and why ----------------
 # Every other key expires by itself (see the table at the top); tests/test_keyspace.py holds a
 # real keyspace to this.
@@ -279,4 +407,9 @@ KEPT: dict[str, str] = {
     reserved("*", "*"): "jobs a process took and has not settled; recovery puts back a dead process's",
     RESERVATIONS: "the index of reserved lists, which recovery reads instead of a SCAN",
     PAUSED: "queues an operator paused: paused until resumed",
+    # Cluster mode's per-queue names of the same keys (see ClusterKeyspace)
+    "schedule:{*}": "a queue's jobs waiting for their time (Cluster mode)",
+    "retry:{*}": "a queue's jobs waiting for their next attempt (Cluster mode)",
+    "dead:{*}": "a queue's dead jobs, trimmed as `dead` is (Cluster mode)",
+    f"{RESERVATIONS}:{{*}}": "a queue's index of reserved lists (Cluster mode)",
 }

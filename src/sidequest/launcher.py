@@ -31,6 +31,7 @@ from .client import Client
 from .config import Config
 from .connection import check_server, connect
 from .counters import ProcessCounters
+from .errors import ConfigError
 from .executor import ThreadExecutor
 from .fetch import Hub, PausedQueues, build_fetch
 from .heartbeat import Heartbeat, make_identity, rss_kb
@@ -48,7 +49,7 @@ from .scripts import Scripts
 from .signals import dump_threads
 from .tasks import TaskFeature, TaskRecorder
 from .unique import UniqueFeature
-from .wire import Lane
+from .wire import lane_for
 from .workflows import WorkflowFeature
 
 log = logging.getLogger(__name__)
@@ -107,7 +108,7 @@ class Launcher:
         self.tasks = TaskRecorder(self.redis, config.task_retention, clock=clock, ttl=config.task_ttl)
         self.job_metrics = JobMetricsFeature(clock=clock)
         lifecycle = Lifecycle([TaskFeature(self.tasks), self.job_metrics, CancelFeature(self.redis),
-                               UniqueFeature(), StatusFeature(clock, config.max_payload_size),
+                               UniqueFeature(keys.space(self.redis)), StatusFeature(clock, config.max_payload_size),
                                WorkflowFeature()])  # after the status feature: it reads the results
         self.scripts = scripts = Scripts(self.redis, lifecycle.lua)
         self.runtime = Runtime(
@@ -134,19 +135,19 @@ class Launcher:
         self.hubs: list[Hub] = []
         self.managers: list[Manager] = []
         numbers = itertools.count()  # processor numbers, unique over the capsules (each names a reserved list)
-        self._add_capsule(config, None, numbers, clock)
+        self._add_capsule(config, keys.BATCH_SLOT, numbers, clock)
         for capsule in config.capsules:
-            self._add_capsule(config.capsule_config(capsule), keys.capsule_batch(self.identity, capsule.name),
+            self._add_capsule(config.capsule_config(capsule), keys.capsule_slot(capsule.name),
                               numbers, clock)
         self.hub, self.manager = self.hubs[0], self.managers[0]
         self.stopped = threading.Event()  # set once stop() has finished
         self._stopping = threading.Lock()
         self._stop_requested = False
 
-    def _add_capsule(self, config: Config, batch: str | None, numbers: Iterator[int],
+    def _add_capsule(self, config: Config, batch: str, numbers: Iterator[int],
                      clock: Callable[[], float]) -> None:
         hub = Hub(config, self.identity, self.scripts, clock=clock, paused=self.paused, client=self.redis,
-                  reserved=batch)
+                  batch=batch)
         self.hubs.append(hub)
         self.managers.append(Manager(self.runtime, lambda slot: build_fetch(
             config, self._processor_redis(), self.identity, self.scripts, slot, self.paused, hub),
@@ -166,6 +167,12 @@ class Launcher:
         """Check the server, register, then start working; returns at once."""
         for warning in check_server(self.redis, self.config.url):
             log.warning("%s", warning)
+        if self.scripts.keys.cluster:
+            names = [*self.config.queue_names, *(n for c in self.config.capsules for n, _ in c.weighted)]
+            for name in names:
+                problem = keys.cluster_queue_problem(name)
+                if problem is not None:
+                    raise ConfigError(f"{problem}; rename the queue")
         self.heartbeat.start()
         if self.config.fetch == "reliable":
             self.recovery.start()
@@ -211,15 +218,19 @@ class Launcher:
         """After a clean stop: send the last acknowledgements, then take this process's emptied
         reserved lists out of `sidequest:reservations` (a list that still holds a job, because a
         put-back failed, stays for recovery; so does the list of a processor still running)."""
-        lane = Lane(self.redis)
+        lane = lane_for(self.redis)
+        space = self.scripts.keys
         try:
-            lists = []
+            lists: dict[str, list[str]] = {}  # reservations index -> lists to forget (one per queue in Cluster mode)
             for hub, manager in zip(self.hubs, self.managers, strict=True):
                 hub.close(lane)
                 started, running = manager.slots()
-                idle = [keys.reserved(self.identity, slot) for slot in started if slot not in running]
-                lists += [hub.reserved, *idle]
-            self.scripts.forget_reserved(keys=[keys.RESERVATIONS, *lists], args=[])
+                idle = [slot for slot in started if slot not in running]
+                for queue in hub.queues() if space.cluster else [""]:
+                    lists.setdefault(space.reservations(queue), []).extend(
+                        [hub.batch_of(queue), *(space.reserved(self.identity, slot, queue) for slot in idle)])
+            for index, held in lists.items():
+                self.scripts.forget_reserved(keys=[index, *held], args=[])
         except (redis.RedisError, OSError) as exc:
             log.warning("could not release this process's reserved lists (%s); recovery will", exc)
         finally:

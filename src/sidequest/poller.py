@@ -11,6 +11,10 @@ earliest due time in both sets (two O(log n) calls) and sleeps until then, but n
 than `poll_interval` (1 s by default, less a random 0-20 % so processes spread out), because
 a job scheduled meanwhile may be due sooner. A scheduled job therefore starts within about a
 second of its time, while an idle system costs each process two tiny reads per second.
+
+In Cluster mode each queue has its own `schedule:{q}` and `retry:{q}` (in its slot, see
+`keys.ClusterKeyspace`): the poller looks at those of every queue in `queues`, in one pipelined
+read per primary, and moves a due job into the queue whose sets hold it.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import redis
 
 from . import keys
 from .config import Config
+from .connection import OUTAGE_ERRORS
 from .errors import PayloadError
 from .payload import decode, encode, in_millis, stamp
 from .scripts import Scripts
@@ -61,7 +66,7 @@ class Poller:
             try:
                 self.enqueue_due()
                 wait = self.next_wait()
-            except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+            except OUTAGE_ERRORS as exc:
                 log.debug("poller: Redis unavailable: %s", exc)
                 wait = self.config.poll_interval
             except Exception:  # thread boundary: keep polling
@@ -69,22 +74,37 @@ class Poller:
                 wait = self.config.poll_interval
             self._stop.wait(wait)
 
+    def sets(self) -> list[tuple[str, str | None]]:
+        """The sorted sets to look at, each with the queue it belongs to (None: each job's own)."""
+        space = self.scripts.keys
+        if not space.cluster:
+            return [(sorted_set, None) for sorted_set in SETS]
+        names = sorted(name.decode() for name in cast("set[bytes]", self.redis.smembers(keys.QUEUES)))
+        return [(sorted_set(name), name) for name in names for sorted_set in (space.retry, space.schedule)]
+
     def enqueue_due(self) -> int:
         """Move every job due now; return how many moved."""
         moved = 0
-        for sorted_set in SETS:
+        sets = self.sets()
+        if self.scripts.keys.cluster:  # look first, in one pipelined read: most queues have nothing due
+            pipe = self.redis.pipeline(transaction=False)
+            for sorted_set, _ in sets:
+                pipe.zrangebyscore(sorted_set, "-inf", self.clock(), start=0, num=1)
+            sets = [entry for entry, due in zip(sets, pipe.execute(), strict=True) if due]
+        for sorted_set, owner in sets:
             while not self._stop.is_set():
                 now = self.clock()
                 due = cast("list[bytes]", self.redis.zrangebyscore(sorted_set, "-inf", now, start=0, num=BATCH))
                 if not due:
                     break
                 for raw in due:
-                    moved += self._move(sorted_set, raw, now)
+                    moved += self._move(sorted_set, raw, now, owner)
                 if len(due) < BATCH:
                     break
         return moved
 
-    def _move(self, sorted_set: str, raw: bytes, now: float) -> int:
+    def _move(self, sorted_set: str, raw: bytes, now: float, owner: str | None = None) -> int:
+        """Move one due entry to its queue (`owner` in Cluster mode: the queue whose set holds it)."""
         try:
             payload = decode(raw)
             queue = payload.get("queue") or "default"
@@ -99,13 +119,16 @@ class Poller:
             payload.pop("at", None)
             payload["enqueued_at"] = stamp(now, self.config.sidekiq_version >= 8 or in_millis(payload))
             blob = encode(payload).encode("utf-8")
+        if owner is not None:  # Cluster mode: same slot; `queues` lists it already (see `sets`)
+            return int(self.scripts.enqueue_due(keys=[sorted_set, self.scripts.keys.queue(owner)],
+                                                args=[raw, blob, owner]))
         return int(self.scripts.enqueue_due(keys=[sorted_set, keys.queue(queue), keys.QUEUES],
                                             args=[raw, blob, queue]))
 
     def next_wait(self) -> float:
         cap = self.config.poll_interval * (1 - 0.2 * self.rng.random())
         pipe = self.redis.pipeline(transaction=False)
-        for sorted_set in SETS:
+        for sorted_set, _ in self.sets():
             pipe.zrange(sorted_set, 0, 0, withscores=True)
         earliest: list[float] = [entry[0][1] for entry in pipe.execute() if entry]
         if not earliest:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 import redis
+from redis.exceptions import RedisClusterException
 
 from .config import Config
 from .counters import ProcessCounters
@@ -60,7 +61,7 @@ def stopping() -> bool:
 
 
 BACKOFF_START, BACKOFF_MAX = 0.5, 5.0
-REDIS_ERRORS = (redis.RedisError, OSError)
+REDIS_ERRORS = (redis.RedisError, OSError, RedisClusterException)  # the last: a cluster with no slot map
 POINT_OF = {"done": "finished", "retry": "retried", "dead": "dead", "dropped": "dropped", "put_back": "put_back",
             "snoozed": "snoozed", "cancelled": "cancelled"}
 T = TypeVar("T")

@@ -12,6 +12,13 @@ time, see `gate`); past `max_recoveries` the job goes to `dead` with error_class
 `sidequest.RecoveryLimitExceeded`, so a job that crashes its process cannot crash workers
 forever. Only one process recovers at a time (a lock that only its owner releases), and the
 work runs on its own thread so it never delays a heartbeat.
+
+In Cluster mode each queue has its own index, `sidequest:reservations:{q}`, and its reserved
+lists live in its slot: recovery reads the index of every queue in `queues`. The owner's
+heartbeat hash is in another slot, so it is read just before the job is moved rather than
+inside the script; a process that was only paused and beats again in between finds its job
+recovered (the trace in `sidequest:recovered:{q}:<identity>`) and writes nothing for it, so
+the job still runs once more at most.
 """
 
 from __future__ import annotations
@@ -84,20 +91,32 @@ class Recovery:
         moved = 0
         try:
             self._prune_processes()
-            for raw_key in cast("set[bytes]", self.redis.smembers(keys.RESERVATIONS)):
-                key = raw_key.decode()
-                owner = keys.identity_of_reserved(key)
-                if owner == self.identity or self.redis.exists(keys.process(owner)):
-                    continue
-                for raw in cast("list[bytes]", self.redis.lrange(key, 0, -1)):
-                    moved += self._recover(key, owner, raw)
-                self._forget_if_empty(key, owner)
+            space = self.scripts.keys
+            for index in self._indexes():
+                for raw_key in cast("set[bytes]", self.redis.smembers(index)):
+                    key = raw_key.decode()
+                    owner = space.identity_of_reserved(key)
+                    if owner == self.identity or self.redis.exists(keys.process(owner)):
+                        continue
+                    for raw in cast("list[bytes]", self.redis.lrange(key, 0, -1)):
+                        moved += self._recover(key, owner, raw)
+                    self._forget_if_empty(key, owner, index)
         finally:
             self.scripts.release_lock(keys=[keys.RECOVERY_LOCK], args=[self.identity])
         return moved
 
-    def _forget_if_empty(self, key: str, owner: str) -> None:
+    def _indexes(self) -> list[str]:
+        """The sets naming reserved lists: one, or in Cluster mode one per queue."""
+        space = self.scripts.keys
+        if not space.cluster:
+            return [keys.RESERVATIONS]
+        return [space.reservations(name.decode()) for name in cast("set[bytes]", self.redis.smembers(keys.QUEUES))]
+
+    def _forget_if_empty(self, key: str, owner: str, index: str) -> None:
         """Drop an emptied list of a dead owner from the set (a WATCH keeps a late job safe)."""
+        if self.scripts.keys.cluster:  # the owner's hash is in another slot: checked just before
+            self.scripts.forget_reserved(keys=[index, key], args=[])
+            return
         with self.redis.pipeline(transaction=True) as pipe:
             try:
                 pipe.watch(key, keys.process(owner))  # type: ignore[no-untyped-call]  # untyped in redis-py
@@ -131,10 +150,15 @@ class Recovery:
             payload, queue = None, "default"
             outcome = invalid(raw, queue, "sidequest.errors.PayloadError", str(exc), now)
         mode = "queue" if outcome.kind == "put_back" else "dead"
-        dest = keys.queue(queue) if mode == "queue" else keys.DEAD
+        space = self.scripts.keys
+        alive = [keys.process(owner)]
+        if space.cluster:  # the list's own queue, in its slot; the owner's silence was read just before
+            queue = cast("keys.ClusterKeyspace", space).queue_of_reserved(key)
+            alive = []
+        dest = space.queue(queue) if mode == "queue" else space.dead(queue)
         ops = self.lifecycle.ops("recovered", outcome.payload if payload is not None else None, outcome)
         result = int(self.scripts.recover(
-            keys=[key, keys.process(owner), dest, keys.recovered(owner)],
+            keys=[key, dest, space.recovered(owner, queue), *alive],
             args=[raw, outcome.blob or b"", mode, now, queue, now - self.config.dead_timeout,
                   self.config.dead_max_jobs, now, keys.RECOVERED_TTL, *ops]))
         if result == 1:

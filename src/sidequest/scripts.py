@@ -75,7 +75,7 @@ local function settle(reserved, checked, raw, mode, dest, blob, score, queue, cu
     redis.call('zremrangebyscore', dest, '-inf', cutoff)
     redis.call('zremrangebyrank', dest, 0, -(tonumber(cap) + 1))
   elseif mode == 'queue' then
-    redis.call('sadd', '%(queues)s', queue)
+    %(register)s
     redis.call('rpush', dest, blob)
   end
   return 1
@@ -167,30 +167,31 @@ if #got == 0 and ARGV[2] ~= '0' then redis.call('sadd', KEYS[n - 1], batch, KEYS
 return got
 """
 
-# KEYS: a dead process's reserved list, its heartbeat hash <identity>, queue:<q> or dead,
-#       sidequest:recovered:<identity>
+# KEYS: a dead process's reserved list, queue:<q> or dead, sidequest:recovered:<identity>, its
+#       heartbeat hash <identity> (not in Cluster mode, where the caller reads it just before)
 # ARGV: job as reserved, job to write, 'queue' | 'dead', score, queue name, cutoff, cap, now,
 #       seconds to keep the trace, ops...
 # Recover one job of a dead process: only while that process is still silent, and only once;
 # the trace tells that process, should it wake up, that the job was taken from it (see settle).
 RECOVER = """
-if redis.call('exists', KEYS[2]) == 1 then
+if KEYS[4] and redis.call('exists', KEYS[4]) == 1 then
   return -1
 end
-if settle(KEYS[1], '1', ARGV[1], ARGV[3], KEYS[3], ARGV[2], ARGV[4], ARGV[5], ARGV[6], ARGV[7]) ~= 1 then
+if settle(KEYS[1], '1', ARGV[1], ARGV[3], KEYS[2], ARGV[2], ARGV[4], ARGV[5], ARGV[6], ARGV[7]) ~= 1 then
   return 0
 end
-redis.call('sadd', KEYS[4], ARGV[1])
-redis.call('expire', KEYS[4], ARGV[9])
+redis.call('sadd', KEYS[3], ARGV[1])
+redis.call('expire', KEYS[3], ARGV[9])
 run_ops(ARGV, 10, 'recovered', ARGV[8])
 return 1
 """
 
-# KEYS: schedule|retry, queue:<q>, queues   ARGV: job as scheduled, job to enqueue, queue name
+# KEYS: schedule|retry, queue:<q>, queues (not in Cluster mode: its caller adds the name apart)
+# ARGV: job as scheduled, job to enqueue, queue name
 # Move one due job from a sorted set to its queue; a no-op if another poller got it first.
 ENQUEUE_DUE = """
 if redis.call('zrem', KEYS[1], ARGV[1]) == 1 then
-  redis.call('sadd', KEYS[3], ARGV[3])
+  if KEYS[3] then redis.call('sadd', KEYS[3], ARGV[3]) end
   redis.call('lpush', KEYS[2], ARGV[2])
   return 1
 end
@@ -202,13 +203,14 @@ return 0
 # (the other call returns 0 and writes nothing). The lifecycle's operations for the point
 # (requeued, killed, deleted) run in the same call, after the core's own ARGV, as in SETTLE.
 
-# KEYS: schedule|retry|dead, queue:<q>, queues   ARGV: entry, job to enqueue, queue name, now, point, ops...
+# KEYS: schedule|retry|dead, queue:<q>, queues (not in Cluster mode)   ARGV: entry, job to enqueue,
+# queue name, now, point, ops...
 # Retry or run now: remove the entry and push the job onto its queue (LPUSH, as a push does).
 ADMIN_REQUEUE = """
 if redis.call('zrem', KEYS[1], ARGV[1]) == 0 then
   return 0
 end
-redis.call('sadd', KEYS[3], ARGV[3])
+if KEYS[3] then redis.call('sadd', KEYS[3], ARGV[3]) end
 redis.call('lpush', KEYS[2], ARGV[2])
 run_ops(ARGV, 6, ARGV[5], ARGV[4])
 return 1
@@ -271,8 +273,11 @@ return 0
 """
 
 
-def core_lib(features_lua: str) -> str:
-    return _CORE_LIB % {"features": features_lua, "queues": keys.QUEUES}
+def core_lib(features_lua: str, cluster: bool = False) -> str:
+    """The shared functions. In Cluster mode a put-back does not add its queue to `queues`
+    (another slot): the queue is listed already, since its job came from it."""
+    register = "" if cluster else f"redis.call('sadd', '{keys.QUEUES}', queue)"
+    return _CORE_LIB % {"features": features_lua, "register": register}
 
 
 class Scripts:
@@ -282,7 +287,8 @@ class Scripts:
     """
 
     def __init__(self, client: redis.Redis, features_lua: str = "") -> None:
-        lib = core_lib(features_lua)
+        self.keys = keys.space(client)
+        lib = core_lib(features_lua, self.keys.cluster)
         self.settle = client.register_script(lib + SETTLE)
         self.reserve = client.register_script(lib + RESERVE)
         self.recover = client.register_script(lib + RECOVER)

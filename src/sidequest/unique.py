@@ -39,7 +39,7 @@ _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_asci
 
 # -- Lua: the push of unique jobs (run by `client` and `aio`), the lifecycle operation ----------
 
-# KEYS: queues, schedule
+# KEYS: schedule, queues (not in Cluster mode, where the client adds the name apart)
 # ARGV: job count, then 11 values per job: claim key ('' for none), claim ms, jid, queue key ('' when
 # scheduled), queue name, score, payload, status key ('' for none), status ms, state, due time.
 # A push with unique jobs, in one call: each job whose claim is taken (SET NX, the value its jid)
@@ -52,10 +52,10 @@ local i = 2
 for j = 1, tonumber(ARGV[1]) do
   if ARGV[i] == '' or redis.call('set', ARGV[i], ARGV[i + 2], 'NX', 'PX', ARGV[i + 1]) then
     if ARGV[i + 3] ~= '' then
-      redis.call('sadd', KEYS[1], ARGV[i + 4])
+      if KEYS[2] then redis.call('sadd', KEYS[2], ARGV[i + 4]) end
       redis.call('lpush', ARGV[i + 3], ARGV[i + 6])
     else
-      redis.call('zadd', KEYS[2], ARGV[i + 5], ARGV[i + 6])
+      redis.call('zadd', KEYS[1], ARGV[i + 5], ARGV[i + 6])
     end
     if ARGV[i + 7] ~= '' then
       redis.call('hset', ARGV[i + 7], 'state', ARGV[i + 9], 'at', ARGV[i + 10])
@@ -89,7 +89,8 @@ def digest(name: str, args: list[Any], queue: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def claim(payload: dict[str, Any], when: float | None, now: float) -> tuple[str, int] | None:
+def claim(payload: dict[str, Any], when: float | None, now: float,
+          space: keys.Keyspace = keys.DEFAULT) -> tuple[str, int] | None:
     """(claim key, milliseconds to hold it) for a payload about to be pushed, or None if it is not
     unique. Stores the digest in the payload. A scheduled job holds its claim until `unique_for`
     after its time, as Sidekiq Enterprise does."""
@@ -98,7 +99,7 @@ def claim(payload: dict[str, Any], when: float | None, now: float) -> tuple[str,
         return None
     payload["unique_digest"] = key = digest(str(payload["class"]), payload["args"], str(payload["queue"]))
     delay = max(when - now, 0.0) if when is not None else 0.0
-    return keys.unique(key), max(int((hold + delay) * 1000), 1)
+    return space.unique(key, str(payload["queue"])), max(int((hold + delay) * 1000), 1)
 
 
 class UniqueFeature:
@@ -109,14 +110,18 @@ class UniqueFeature:
     observes, wraps = False, False  # whether `observe` and `running` ever do anything
     lua = UNIQUE_FEATURE
 
+    def __init__(self, space: keys.Keyspace = keys.DEFAULT) -> None:
+        self.space = space  # in Cluster mode a claim lives in its queue's slot
+
     def ops(self, point: str, payload: dict[str, Any], outcome: Outcome | None) -> list[Any] | None:
         key, jid = payload.get("unique_digest"), payload.get("jid")
         if not isinstance(key, str) or not key or not isinstance(jid, str):
             return None
+        claim = self.space.unique(key, str(payload.get("queue")))
         if point in RELEASED_AT or (point == "taken" and payload.get("unique_until") == "start"):
-            return [keys.unique(key), jid]
+            return [claim, jid]
         if point == "recovered" and outcome is not None and outcome.kind == "dead":
-            return [keys.unique(key), jid]  # past max_recoveries: it will not run again
+            return [claim, jid]  # past max_recoveries: it will not run again
         return None
 
     def running(self, payload: dict[str, Any]) -> AbstractContextManager[None] | None:

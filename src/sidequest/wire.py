@@ -23,6 +23,8 @@ from redis.client import EMPTY_RESPONSE, NEVER_DECODE
 from redis.connection import AbstractConnection
 from redis.exceptions import NoScriptError, ResponseError
 
+from .keys import space
+
 Command = tuple[Any, ...]
 
 
@@ -92,6 +94,33 @@ class Lane:
         idle, self._idle = self._idle, []
         for conn in idle:
             conn.disconnect()  # type: ignore[no-untyped-call]
+
+
+class ClusterLane(Lane):
+    """A `Lane` on a Redis Cluster: each call goes through redis-py's cluster client, which sends
+    it to the primary of its keys' slot and follows MOVED and ASK (every script declares its keys,
+    all in one slot, see `keys.ClusterKeyspace`)."""
+
+    def __init__(self, client: Any) -> None:  # a redis.cluster.RedisCluster
+        self.client = client
+
+    def exchange(self, commands: Sequence[Command]) -> list[Any]:
+        return [self.client.execute_command(*command) for command in commands]
+
+    def transaction(self, commands: Sequence[Command], then: Sequence[Command] = ()) -> list[Any]:
+        raise NotImplementedError("a Cluster push is written per slot (see client.Batch.cluster_commands)")
+
+    def evalsha(self, script: Any, keys: Sequence[Any], args: Sequence[Any]) -> Any:
+        return script(keys=list(keys), args=list(args), client=self.client)
+
+    def close(self) -> None:
+        """The cluster client owns its connections."""
+
+
+def lane_for(client: Any) -> Lane:
+    """The direct path for `client`: a `Lane` of its own connections, or on a Redis Cluster a
+    `ClusterLane` through the cluster client."""
+    return ClusterLane(client) if space(client).cluster else Lane(client)
 
 
 class DirectRedis(redis.Redis):

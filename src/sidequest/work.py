@@ -22,7 +22,7 @@ from .config import Config
 from .lifecycle import has_ops
 from .outcome import Outcome
 from .scripts import Scripts
-from .wire import Lane
+from .wire import Lane, lane_for
 
 # outcome kind -> (SETTLE mode, destination key or None for the job's own queue, lifecycle point)
 SETTLE_AS: dict[str, tuple[str, str | None, str]] = {
@@ -91,25 +91,33 @@ class Settler:
         self.redis = client
         self.scripts = scripts
         self.clock = clock
-        self.lane = lane or Lane(client)  # sent directly, as the batch calls are (see `wire`)
+        self.lane = lane or lane_for(client)  # sent directly, as the batch calls are (see `wire`)
 
     def settle(self, unit: UnitOfWork, outcome: Outcome, ops: list[Any]) -> bool:
         mode, dest, point = SETTLE_AS[outcome.kind]
         blob = unit.raw if outcome.kind == "put_back" else (outcome.blob or b"")
         now = self.clock()
-        return self._run(unit, mode, dest or keys.queue(unit.queue), blob, outcome.at or now, now, point, ops)
+        space = self.scripts.keys
+        if space.cluster:  # the queue's own sets, in its slot (see `keys.ClusterKeyspace`)
+            in_slot = {"retry": space.retry, "dead": space.dead, "snooze": space.schedule}.get(mode, space.queue)
+            dest = in_slot(unit.queue)
+        return self._run(unit, mode, dest or space.queue(unit.queue), blob, outcome.at or now, now, point, ops)
 
     def mark(self, unit: UnitOfWork, ops: list[Any]) -> bool:
         now = self.clock()
-        return self._run(unit, "taken", keys.QUEUES, b"", now, now, "taken", ops)
+        return self._run(unit, "taken", "", b"", now, now, "taken", ops)
 
     def _run(self, unit: UnitOfWork, mode: str, dest: str, blob: bytes | str, score: float, now: float,
              point: str, ops: list[Any]) -> bool:
         """True when the outcome is written (now, or by an earlier attempt whose reply was lost)."""
         cutoff = now - self.config.dead_timeout
         checked = "0" if unit.home is None else "1"
-        trace = keys.QUEUES if unit.home is None else keys.recovered(keys.identity_of_reserved(unit.home))
+        space = self.scripts.keys
+        # a key declared but not written ('ack', 'taken', basic fetch): one in the job's slot
+        unused = (unit.home or space.queue(unit.queue)) if space.cluster else keys.QUEUES
+        trace = (unused if unit.home is None
+                 else space.recovered(space.identity_of_reserved(unit.home), unit.queue))
         return bool(self.lane.evalsha(
-            self.scripts.settle, [unit.home or keys.QUEUES, dest, trace],
+            self.scripts.settle, [unit.home or unused, dest or unused, trace],
             [checked, unit.raw, mode, blob, repr(score), unit.queue, repr(cutoff), self.config.dead_max_jobs,
              repr(now), point, *ops]))

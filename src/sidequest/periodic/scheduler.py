@@ -34,10 +34,9 @@ import time
 from collections.abc import Callable
 from typing import Any, cast
 
-import redis
-
 from .. import keys
 from ..client import Client
+from ..connection import OUTAGE_ERRORS
 from ..options import merge_options
 from ..payload import in_millis, stamp
 from .entries import Entry
@@ -51,7 +50,9 @@ TTL = 7 * 24 * 3600.0  # an entry no scheduler describes any more is forgotten a
 MAX_CATCH_UP = 100  # most recent ticks claimed in one pass (a 1 s entry after a 5 s stall: 5)
 EARLY = 0.002  # sleep this much past a tick: a timed wait may return a hair early
 
-# KEYS: sidequest:periodic:<entry id>, queue:<q>, queues
+# KEYS: sidequest:periodic:<entry id> (in Cluster mode its claim, `keys.Keyspace.periodic_claim`), queue:<q>,
+#       queues (not in Cluster mode: the scheduler adds the name apart, and writes the last run to
+#       the entry's record after the call)
 # ARGV: tick (epoch seconds), job to enqueue ('' passes the tick without a job), queue name, jid, now,
 # ttl (seconds the entry's record is kept: it may be created here, if it expired or was forgotten)
 # Claim one tick of a periodic entry: only a tick newer than the entry's `last`
@@ -68,7 +69,7 @@ if ARGV[2] == '' then
   return 2
 end
 redis.call('hset', KEYS[1], 'last_run', ARGV[1], 'last_jid', ARGV[4], 'last_enqueued_at', ARGV[5])
-redis.call('sadd', KEYS[3], ARGV[3])
+if KEYS[3] then redis.call('sadd', KEYS[3], ARGV[3]) end
 redis.call('lpush', KEYS[2], ARGV[2])
 return 1
 """
@@ -130,7 +131,7 @@ class PeriodicScheduler:
             try:
                 self.run_due()
                 wait = self.next_wait()
-            except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+            except OUTAGE_ERRORS as exc:
                 log.debug("periodic: Redis unavailable: %s", exc)
                 self._next.clear()  # check every entry again once Redis is back
                 wait = WAKE
@@ -152,14 +153,14 @@ class PeriodicScheduler:
             return 0
         pipe = self.redis.pipeline(transaction=False)
         for entry in due:
-            pipe.hget(keys.periodic(entry.id), "last")
+            pipe.hget(self.client.keys.periodic_claim(entry.id, entry.queue), "last")
         lasts: list[Any] = pipe.execute()
         enqueued = 0
         for entry, last in zip(due, lasts, strict=True):
             try:
                 for tick, enqueue in plan(entry, None if last is None else float(last), now, self.missed_after):
                     enqueued += self._claim_tick(entry, tick, enqueue, now)
-            except (redis.ConnectionError, redis.TimeoutError, OSError):
+            except OUTAGE_ERRORS:
                 raise
             except Exception:  # one broken entry (a payload over the size limit...) spares the others
                 log.exception("periodic %s: could not enqueue", entry.id)
@@ -168,8 +169,20 @@ class PeriodicScheduler:
 
     def _claim_tick(self, entry: Entry, tick: int, enqueue: bool, now: float) -> int:
         blob, jid, queue = self._job(entry, tick, now) if enqueue else (b"", "", entry.queue)
-        result = int(self._claim(keys=[keys.periodic(entry.id), keys.queue(queue), keys.QUEUES],
-                                 args=[tick, blob, queue, jid, now, self.ttl]))
+        space = self.client.keys
+        if not space.cluster:
+            result = int(self._claim(keys=[keys.periodic(entry.id), keys.queue(queue), keys.QUEUES],
+                                     args=[tick, blob, queue, jid, now, self.ttl]))
+        else:  # the claim in the queue's slot; the record's last run written after it (see PERIODIC_CLAIM)
+            if queue != entry.queue:
+                raise ValueError(f"client middleware moved periodic job {entry.job_name!r} to queue {queue!r}; "
+                                 "in Cluster mode a periodic job stays in its entry's queue")
+            self.redis.sadd(keys.QUEUES, queue)
+            result = int(self._claim(keys=[space.periodic_claim(entry.id, queue), space.queue(queue)],
+                                     args=[tick, blob, queue, jid, now, self.ttl]))
+            if result == 1:
+                self.redis.hset(keys.periodic(entry.id), mapping={"last": tick, "last_run": tick, "last_jid": jid,
+                                                                   "last_enqueued_at": now})
         late = now - tick
         if result == 1:
             level = logging.INFO if late > self.missed_after else logging.DEBUG

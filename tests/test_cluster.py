@@ -1,0 +1,281 @@
+"""Cluster mode on a real Redis Cluster (3 primaries, a replica each, see topology.ClusterSet):
+every kind of job on 50 queues spread over the primaries, unique and periodic jobs, recovery
+after a worker's kill -9, and a primary's failover under load with `wait_replicas`.
+
+The admin API, CLI and dashboard in Cluster mode are tested in test_cluster_admin.py.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from typing import Any
+
+import pytest
+import redis
+from conftest import STARTUP, redis_server_binary, wait_until
+from topology import ClusterSet, runs_in
+
+import sidequest
+from sidequest import Config
+from sidequest.client import Client
+from sidequest.connection import connect
+from sidequest.errors import ConfigError, JobArgumentError
+from sidequest.keys import CLUSTER, DEFAULT, space
+from sidequest.launcher import Launcher
+from sidequest.periodic.entries import make_entry
+from sidequest.periodic.scheduler import PeriodicScheduler
+
+QUEUES = [f"q{i:02d}" for i in range(50)]
+FAST = {"heartbeat_interval": 0.5, "heartbeat_ttl": 2.0, "recovery_interval": 0.5, "poll_interval": 0.2,
+        "fetch_timeout": 0.5}
+
+RAN: Counter[str] = Counter()  # what the in-process jobs below ran: "<kind>:<n>"
+_ran_lock = threading.Lock()
+
+
+def _note(what: str) -> None:
+    with _ran_lock:
+        RAN[what] += 1
+
+
+@sidequest.job(name="ClusterPlain")
+def cluster_plain(n: int) -> None:
+    _note(f"plain:{n}")
+
+
+@sidequest.job(name="ClusterScheduled")
+def cluster_scheduled(n: int) -> None:
+    _note(f"scheduled:{n}")
+
+
+@sidequest.job(name="ClusterFlaky", retry=1, retry_in=lambda count, exc: 0.0)
+def cluster_flaky(n: int) -> None:
+    _note(f"flaky:{n}")
+    raise RuntimeError(f"flaky {n} fails on every attempt")
+
+
+@sidequest.job(name="ClusterUnique", unique_for=60)
+def cluster_unique(n: int) -> None:
+    _note(f"unique:{n}")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with ClusterSet(redis_server_binary()) as topology:
+        yield topology
+
+
+@pytest.fixture
+def url(cluster):
+    """The cluster's URL, every primary emptied first."""
+    cluster.wait_settled()
+    client = connect(cluster.url())
+    for node in client.get_primaries():
+        client.get_redis_connection(node).flushall()
+    client.close()
+    RAN.clear()
+    return cluster.url()
+
+
+@pytest.fixture
+def rc(url):
+    client = connect(url)
+    yield client
+    client.close()
+
+
+def test_a_cluster_client_uses_the_cluster_keyspace_and_a_plain_one_sidekiqs(rc, r):
+    assert space(rc) is CLUSTER and space(r) is DEFAULT
+    assert CLUSTER.queue("mail") == "queue:{mail}" and DEFAULT.queue("mail") == "queue:mail"
+    for key in (CLUSTER.schedule("mail"), CLUSTER.retry("mail"), CLUSTER.dead("mail"),
+                CLUSTER.reserved("host:1:ab", "batch", "mail"), CLUSTER.reservations("mail"),
+                CLUSTER.recovered("host:1:ab", "mail"), CLUSTER.unique("d1", "mail")):
+        assert rc.keyslot(key) == rc.keyslot("queue:{mail}"), key
+
+
+def test_every_kind_of_job_on_50_queues_over_3_primaries_runs_once_without_crossslot(
+        cluster, url, rc, caplog):
+    config = Config(redis_url=url, queues=QUEUES, concurrency=10, **FAST)
+    sidequest.configure(config)
+    client = Client(config)
+    nodes = {cluster.node_of(CLUSTER.queue(q)) for q in QUEUES}
+    assert len(nodes) == 3, "50 queues land on all three primaries"
+    for i, queue in enumerate(QUEUES):
+        client.push(cluster_plain, [i], queue=queue)
+        client.push(cluster_scheduled, [i], queue=queue, in_=0.3)
+    bulk_ids = client.push_bulk(cluster_plain, [[100 + i] for i in range(100)], queue="q07")
+    assert len(bulk_ids) == 100
+    for i in range(5):
+        client.push(cluster_flaky, [i], queue=QUEUES[i * 9])
+    assert client.push(cluster_unique, [1], queue="q11") is not None
+    assert client.push(cluster_unique, [1], queue="q11") is None  # the claim is held: refused
+    claims = [k for k in rc.scan_iter(match="sidequest:unique:*", target_nodes="primaries")]
+    assert [k.decode().split(":")[2] for k in claims] == ["{q11}"]  # in its queue's slot
+
+    launcher = Launcher(config)
+    launcher.run()
+    try:
+        expected = ({f"plain:{i}" for i in range(50)} | {f"plain:{100 + i}" for i in range(100)}
+                    | {f"scheduled:{i}" for i in range(50)} | {"unique:1"})
+        wait_until(lambda: expected <= set(RAN), STARTUP, 0.05, "every job to run")
+        # retry=1: a retry (due at once, moved back by the poller) then dead, in the job's own queue
+        wait_until(lambda: sum(rc.zcard(CLUSTER.dead(QUEUES[i * 9])) for i in range(5)) == 5,
+                   STARTUP, 0.05, "the failing jobs to die in their queues' dead sets")
+    finally:
+        launcher.stop()
+    assert all(count == 1 for what, count in RAN.items() if not what.startswith("flaky")), RAN
+    assert all(RAN[f"flaky:{i}"] == 2 for i in range(5)), RAN  # the first run and its one retry
+    for queue in QUEUES:
+        assert rc.llen(CLUSTER.queue(queue)) == 0 and rc.zcard(CLUSTER.schedule(queue)) == 0, queue
+    # a finished unique job ended its claim: the same job can be pushed again
+    assert client.push(cluster_unique, [1], queue="q11") is not None
+    errors = [r.getMessage() for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")]
+    assert not [m for m in errors if "CROSSSLOT" in m or "slot" in m.lower()], errors
+    assert rc.scard("processes") == 0  # a clean stop removed the process
+    assert sum(rc.scard(CLUSTER.reservations(q)) for q in QUEUES) == 0  # and its reserved lists
+
+
+def test_a_failure_waits_in_its_queues_retry_set_not_in_sidekiqs(url, rc):
+    @sidequest.job(name="ClusterLater", retry=3, retry_in=lambda count, exc: 3600.0)
+    def later(n: int) -> None:
+        raise RuntimeError("later")
+
+    config = Config(redis_url=url, queues=["q03", "q30"], concurrency=2, **FAST)
+    Client(config).push(later, [7], queue="q30")
+    launcher = Launcher(config)
+    launcher.run()
+    try:
+        wait_until(lambda: rc.zcard(CLUSTER.retry("q30")) == 1, STARTUP, 0.05, "the failure to wait in retry:{q30}")
+    finally:
+        launcher.stop()
+    assert rc.zcard("retry") == 0 and rc.zcard("dead") == 0  # Sidekiq's global sets are not used
+    entry = rc.zrange(CLUSTER.retry("q30"), 0, 0, withscores=True)[0]
+    assert entry[1] > time.time() + 3000 and b'"retry_count":0' in entry[0]
+
+
+def test_a_job_taken_by_a_worker_killed_with_sigkill_runs_again_on_another(cluster, url, rc, tmp_path):
+    from jobs_for_tests import logged
+    from test_reliability import Worker
+
+    log = tmp_path / "runs.log"
+    env = {"SQ_TEST_RUN_LOG": str(log)}
+    queues = ["default", "q05", "q21"]
+    client = Client(Config(redis_url=url))
+    first = Worker(url, tmp_path, "-c", "6", "-q", "default", "-q", "q05", "-q", "q21", env=env)
+    try:
+        wait_until(lambda: rc.scard("processes") == 1, STARTUP, 0.05, "the first worker to register")
+        for n in range(6):
+            client.push(logged, [n, 3.0], queue=queues[n % 3])
+        wait_until(lambda: sum(rc.llen(CLUSTER.queue(q)) for q in queues) == 0
+                   and sum(rc.llen(k) for q in queues for k in _reserved_lists(rc, q)) == 6,
+                   STARTUP, 0.05, "the six jobs to be taken")
+        first.sigkill()
+        killed = time.time()
+        second = Worker(url, tmp_path, "-c", "6", "-q", "default", "-q", "q05", "-q", "q21", env=env)
+        try:
+            wait_until(lambda: len(runs_in(log)) == 6, STARTUP, 0.1, "the recovered jobs to run")
+            recovered_in = time.time() - killed
+            assert second.stop() == 0, second.output()
+        finally:
+            second.cleanup()
+    finally:
+        first.cleanup()
+    assert runs_in(log) == Counter(range(6)), "each taken job ran once, on the second worker"
+    assert recovered_in < 2.0 + 0.5 + 3.0 + 8.0, recovered_in  # TTL + recovery interval + job + start-up
+    for q in queues:
+        assert not any(rc.llen(k) for k in _reserved_lists(rc, q))
+
+
+def _reserved_lists(rc: Any, queue: str) -> list[str]:
+    return [k.decode() for k in rc.smembers(CLUSTER.reservations(queue))]
+
+
+def test_a_periodic_tick_is_enqueued_once_among_schedulers_and_recorded(url, rc):
+    config = Config(redis_url=url)
+    entry = make_entry("* * * * *", cluster_plain, args=[9], queue="q17", id="every-minute")
+    schedulers = [PeriodicScheduler(Client(config), lambda: [entry]) for _ in range(3)]
+    tick = (int(time.time()) // 60) * 60 + 60
+    assert sum(s.run_due(tick - 30) for s in schedulers) == 0  # a new entry starts from its next tick
+    assert sum(s.run_due(tick + 0.01) for s in schedulers) == 1
+    assert sum(s.run_due(tick + 0.02) for s in schedulers) == 0
+    assert rc.llen(CLUSTER.queue("q17")) == 1
+    assert float(rc.hget("sidequest:periodic:every-minute", "last_run")) == tick
+    assert float(rc.hget(CLUSTER.periodic_claim("every-minute", "q17"), "last")) == tick
+
+
+def test_what_cluster_mode_cannot_hold_yet_is_refused_in_one_line(url):
+    client = Client(Config(redis_url=url))
+    with pytest.raises(JobArgumentError, match=r"result_ttl.*Cluster mode"):
+        client.push(cluster_plain, [1], result_ttl=60)
+    with pytest.raises(JobArgumentError, match="brace"):
+        client.push(cluster_plain, [1], queue="a{b}")
+    with pytest.raises(ConfigError, match="brace"):
+        Launcher(Config(redis_url=url, queues=["x{y}"])).run()
+
+
+def test_a_primary_failover_under_load_loses_no_job_pushed_with_wait_replicas(cluster, url, rc, tmp_path, capsys):
+    from topology import failover_under_load
+
+    run = failover_under_load(PrimaryOf(cluster, CLUSTER.queue("default")), 1, tmp_path)
+    with capsys.disabled():
+        print(f"\ncluster SIGKILL of the primary of queue:{{default}}, {run.summary()}")
+    assert run.lost == set()
+    assert set(run.ran) <= run.confirmed | run.unconfirmed
+    assert run.worker_exit == 0, run.worker_output
+    assert "Traceback" not in run.worker_output
+    assert "CROSSSLOT" not in run.worker_output
+
+
+class PrimaryOf:
+    """The shape `failover_under_load` drives (SentinelSet's), over the primary of one key."""
+
+    def __init__(self, cluster: ClusterSet, key: str) -> None:
+        self.cluster = cluster
+        self.key = key
+        self.queue_key = key
+        self.old = 0
+
+    def url(self) -> str:
+        return self.cluster.url()
+
+    def kill_primary(self) -> None:
+        self.old = self.cluster.node_of(self.key)
+        self.cluster.kill_primary(self.old)
+
+    def wait_promoted(self) -> None:
+        self.cluster.wait_promoted(self.old)
+
+    def rejoin_old_primary(self) -> None:
+        self.cluster.restart(self.old)
+
+
+def test_a_manual_failover_keeps_a_worker_running(cluster, url, rc, tmp_path):
+    from jobs_for_tests import logged
+    from test_reliability import Worker
+
+    log = tmp_path / "runs.log"
+    client = Client(Config(redis_url=url, wait_replicas=1, wait_timeout=2))
+    worker = Worker(url, tmp_path, "-c", "4", env={"SQ_TEST_RUN_LOG": str(log)})
+    try:
+        wait_until(lambda: rc.scard("processes") == 1, STARTUP, 0.05, "the worker to register")
+        for n in range(20):
+            client.push(logged, [n])
+        wait_until(lambda: len(runs_in(log)) == 20, STARTUP, 0.05, "the first jobs to run")
+        cluster.manual_failover(cluster.node_of(CLUSTER.queue("default")))
+        pushed = set(range(20))
+        deadline = time.time() + STARTUP
+        n = 20
+        while n < 40 and time.time() < deadline:
+            try:
+                client.push(logged, [n])
+                pushed.add(n)
+                n += 1
+            except (redis.ConnectionError, redis.TimeoutError, redis.ResponseError):
+                time.sleep(0.1)
+        wait_until(lambda: pushed <= set(runs_in(log)), STARTUP, 0.05, "every push to run after the failover")
+        assert worker.stop() == 0, worker.output()
+    finally:
+        worker.cleanup()
+    assert "Traceback" not in worker.output()
