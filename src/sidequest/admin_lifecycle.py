@@ -21,5 +21,6 @@ def operator_lifecycle(client: Client) -> Lifecycle:
     tasks, unique claims, status records and workflow steps. The per-job metrics count runs, so they are left out."""
     recorder = TaskRecorder(client.redis, client.config.task_retention, clock=client.clock,
                             ttl=client.config.task_ttl)
-    return Lifecycle([TaskFeature(recorder), UniqueFeature(),
+    # in Cluster mode a unique claim lives in its queue's slot, which the move's script is in
+    return Lifecycle([TaskFeature(recorder), UniqueFeature(client.keys),
                       StatusFeature(client.clock, client.config.max_payload_size), WorkflowFeature()])

@@ -22,6 +22,11 @@ so it never runs. A running job cannot be stopped from outside (Python cannot st
 Cooperative, like Sidekiq's iterable jobs: a job that never asks runs to its end. A job that
 raises `Cancelled` ends as cancelled: acknowledged, no retry, no dead entry, not a failure.
 
+In Cluster mode (see `keys.ClusterKeyspace`) the same walk looks at each queue's own sets
+(`schedule:{q}`, `retry:{q}`) and list, and at the reserved lists indexed in each queue's
+`sidequest:reservations:{q}`, for every queue in `queues`; the removal is the same one call, in
+the queue's slot, and the flag a key of its own.
+
 Cost: a cancel reads the sets with ZSCAN and the queues in full when the job is not waiting
 (running, or unknown): O(jobs waiting), in pages, never blocking Redis. Cancel by jid is an
 operator's tool, not a hot path. A job caught in the instant of a move from running back to
@@ -67,17 +72,25 @@ class Canceller:
     def __init__(self, client: Client) -> None:
         self.client = client
         self.redis = client.redis
+        self.space = client.keys
         self.lifecycle = operator_lifecycle(client)
-        self._delete = self.redis.register_script(core_lib(self.lifecycle.lua) + ADMIN_DELETE)
+        self._delete = self.redis.register_script(core_lib(self.lifecycle.lua, self.space.cluster) + ADMIN_DELETE)
 
     def cancel(self, jid: str) -> bool:
         if not isinstance(jid, str) or not jid:
             return False
         needle = jid.encode("utf-8")
-        for source in (keys.SCHEDULE, keys.RETRY):
+        names = self._queues() if self.space.cluster else None  # else read only once the sets are looked at
+        sources = ([self.space.schedule(q) for q in names] + [self.space.retry(q) for q in names]
+                   if names is not None else [keys.SCHEDULE, keys.RETRY])
+        for source in sources:
             if self._from_set(source, jid, needle):
                 return True
-        return self._from_queues(jid, needle) or self._flag_running(jid, needle)
+        names = self._queues() if names is None else names
+        return self._from_queues(names, jid, needle) or self._flag_running(names, jid, needle)
+
+    def _queues(self) -> list[str]:
+        return sorted(n.decode() for n in cast("set[bytes]", self.redis.smembers(keys.QUEUES)))
 
     def _remove(self, source: str, value: bytes, payload: dict[str, Any], where: str) -> bool:
         """Remove this exact entry (one copy, from a list) with the `cancelled` operations."""
@@ -93,9 +106,9 @@ class Canceller:
                 return True  # else the poller moved it meanwhile: the queues are looked at next
         return False
 
-    def _from_queues(self, jid: str, needle: bytes) -> bool:
-        for name in sorted(n.decode() for n in cast("set[bytes]", self.redis.smembers(keys.QUEUES))):
-            key = keys.queue(name)
+    def _from_queues(self, names: list[str], jid: str, needle: bytes) -> bool:
+        for name in names:
+            key = self.space.queue(name)
             start = 0
             while True:
                 page = cast("list[bytes]", self.redis.lrange(key, start, start + PAGE - 1))
@@ -108,8 +121,8 @@ class Canceller:
                 start += PAGE
         return False
 
-    def _flag_running(self, jid: str, needle: bytes) -> bool:
-        reserved = sorted(k.decode() for k in cast("set[bytes]", self.redis.smembers(keys.RESERVATIONS)))
+    def _flag_running(self, names: list[str], jid: str, needle: bytes) -> bool:
+        reserved = sorted(k.decode() for k in self._reserved_lists(names))
         processes = sorted(p.decode() for p in cast("set[bytes]", self.redis.smembers(keys.PROCESSES)))
         pipe = self.redis.pipeline(transaction=False)
         for key in reserved:
@@ -124,6 +137,16 @@ class Canceller:
         if found:
             self.redis.set(keys.cancel_flag(jid), "1", ex=FLAG_TTL)
         return found
+
+
+    def _reserved_lists(self, names: list[str]) -> set[bytes]:
+        """Every reserved list's key: the one index, or in Cluster mode each queue's."""
+        if not self.space.cluster:
+            return cast("set[bytes]", self.redis.smembers(keys.RESERVATIONS))
+        pipe = self.redis.pipeline(transaction=False)
+        for name in names:
+            pipe.smembers(self.space.reservations(name))
+        return set().union(*pipe.execute()) if names else set()
 
 
 def _glob_escape(text: str) -> str:

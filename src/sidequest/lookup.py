@@ -19,6 +19,9 @@ What a status costs:
   queues) per call: fine for an occasional look, not for polling a busy system. A plain job
   that is done leaves no trace, so it is `unknown`; so is one that moves while it is searched
   for, in the rare case it moves behind the search.
+- In Cluster mode (`space` a `keys.ClusterKeyspace`) the same search looks at each queue's own
+  sets (`schedule:{q}`, `retry:{q}`, `dead:{q}`) and reserved lists (indexed in
+  `sidequest:reservations:{q}`), for every queue in `queues`, or for `queue` alone when given.
 """
 
 from __future__ import annotations
@@ -69,14 +72,16 @@ def _check_jid(jid: Any) -> str:
 
 
 # -- the queries ---------------------------------------------------------------------------------
-def status_query(jid: str, queue: str | None = None, clock: Callable[[], float] = time.time) -> Query[Found]:
-    """The state of `jid`: its record if it has one, else a search (see the module docstring)."""
+def status_query(jid: str, queue: str | None = None, clock: Callable[[], float] = time.time,
+                 space: keys.Keyspace = keys.DEFAULT) -> Query[Found]:
+    """The state of `jid`: its record if it has one, else a search (see the module docstring);
+    `space` is the keyspace of the client the query runs on (`keys.space(client)`)."""
     _check_jid(jid)
     [stored] = yield [_cmd("hgetall", keys.status(jid))]
     if stored:
         record = {k.decode(): v for k, v in stored.items()}
         return Found(state_of(record, clock()), record=record)
-    return (yield from search(jid, queue))
+    return (yield from search(jid, queue, space))
 
 
 def state_of(record: dict[str, bytes], now: float) -> str:
@@ -93,9 +98,11 @@ def state_of(record: dict[str, bytes], now: float) -> str:
     return state if state in STATES else "unknown"
 
 
-def search(jid: str, queue: str | None = None) -> Query[Found]:
+def search(jid: str, queue: str | None = None, space: keys.Keyspace = keys.DEFAULT) -> Query[Found]:
     """Find a job that keeps no record, where it can be, in the order jobs move."""
-    pattern = "*" + re.sub(r"([*?\[\]\\])", r"\\\1", jid) + "*"
+    if space.cluster:
+        return (yield from _search_cluster(jid, queue, space))
+    pattern = _pattern(jid)
     found = yield from _zscan(keys.SCHEDULE, pattern, jid)
     if found is not None:
         return Found("scheduled", payload=found)
@@ -109,17 +116,58 @@ def search(jid: str, queue: str | None = None) -> Query[Found]:
         if found is not None:
             return Found("queued", payload=found)
     [processes, reservations] = yield [_cmd("smembers", keys.PROCESSES), _cmd("smembers", keys.RESERVATIONS)]
-    step = [_cmd("hvals", keys.work(p.decode())) for p in processes]
-    step += [_cmd("lrange", r.decode(), 0, -1) for r in reservations]
-    for entries in (yield step) if step else []:
-        found = _match(entries, jid)
-        if found is not None:
-            return Found("running", payload=found)
+    found = yield from _running(jid, processes, reservations)
+    if found is not None:
+        return Found("running", payload=found)
     for key, state in ((keys.RETRY, "retry"), (keys.DEAD, "dead")):
         found = yield from _zscan(key, pattern, jid)
         if found is not None:
             return Found(state, payload=found)
     return Found("unknown")
+
+
+def _search_cluster(jid: str, queue: str | None, space: keys.Keyspace) -> Query[Found]:
+    """`search` in Cluster mode: the same order, over each queue's own keys (see the module)."""
+    pattern = _pattern(jid)
+    if queue is not None:
+        names = [queue]
+    else:
+        [members] = yield [_cmd("smembers", keys.QUEUES)]
+        names = sorted(m.decode() for m in members)
+    for name in names:
+        found = yield from _zscan(space.schedule(name), pattern, jid)
+        if found is not None:
+            return Found("scheduled", payload=found)
+    for name in names:
+        found = yield from _lscan(space.queue(name), jid)
+        if found is not None:
+            return Found("queued", payload=found)
+    step = [_cmd("smembers", keys.PROCESSES), *(_cmd("smembers", space.reservations(name)) for name in names)]
+    [processes, *indexes] = yield step
+    found = yield from _running(jid, processes, set().union(*indexes))
+    if found is not None:
+        return Found("running", payload=found)
+    for kind, state in ((space.retry, "retry"), (space.dead, "dead")):
+        for name in names:
+            found = yield from _zscan(kind(name), pattern, jid)
+            if found is not None:
+                return Found(state, payload=found)
+    return Found("unknown")
+
+
+def _pattern(jid: str) -> str:
+    return "*" + re.sub(r"([*?\[\]\\])", r"\\\1", jid) + "*"
+
+
+def _running(jid: str, processes: set[bytes], reservations: set[bytes]) -> Query[dict[str, Any] | None]:
+    """The job among the running ones: every live process's work hash, every reserved list."""
+    step = [_cmd("hvals", keys.work(p.decode())) for p in processes]
+    step += [_cmd("lrange", r.decode(), 0, -1) for r in reservations]
+    for entries in (yield step) if step else []:
+        found = _match(entries, jid)
+        if found is not None:
+            return found
+    return None
 
 
 def _zscan(key: str, pattern: str, jid: str) -> Query[dict[str, Any] | None]:
@@ -161,12 +209,13 @@ def _match(entries: list[bytes], jid: str) -> dict[str, Any] | None:
     return None
 
 
-def result_query(jid: str, timeout: float | None = 10.0, clock: Callable[[], float] = time.monotonic) -> Query[Any]:
+def result_query(jid: str, timeout: float | None = 10.0, clock: Callable[[], float] = time.monotonic,
+                 space: keys.Keyspace = keys.DEFAULT) -> Query[Any]:
     """Wait until `jid` has ended; its return value, or JobFailed / Cancelled / NoResultError /
     TimeoutError. It blocks on the job's notify list (see `results`), waking at the end at once."""
     deadline = None if timeout is None else clock() + timeout
     while True:
-        found = yield from status_query(jid)
+        found = yield from status_query(jid, space=space)
         if found.state in ENDED or found.state == "unknown":
             return _ended(jid, found)
         if found.record is None and seconds_option((found.payload or {}).get("result_ttl")) is None:
@@ -236,7 +285,7 @@ def status(jid: str, *, queue: str | None = None, client: Client | None = None) 
     docstring for the cost), in `queue` only when given. A plain job that is done is unknown.
     """
     chosen = _client(client)
-    return run(status_query(jid, queue, chosen.clock), chosen.redis).state
+    return run(status_query(jid, queue, chosen.clock, chosen.keys), chosen.redis).state
 
 
 def result(jid: str, timeout: float | None = 10.0, *, client: Client | None = None) -> Any:
@@ -247,4 +296,4 @@ def result(jid: str, timeout: float | None = 10.0, *, client: Client | None = No
     `result_ttl`, a return value that is not JSON), TimeoutError when time runs out.
     """
     chosen = _client(client)
-    return run(result_query(jid, timeout), chosen.redis)
+    return run(result_query(jid, timeout, space=chosen.keys), chosen.redis)

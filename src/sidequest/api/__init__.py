@@ -45,8 +45,16 @@ are epoch seconds whether Sidekiq 6/7 (float seconds) or Sidekiq 8 (integer ms) 
                                        runtime per_item) or None; running() -> {jid: state}
     MetricsQuery()                     top_jobs(minutes, limit) for_job(name, minutes) ->
                                        JobSummary (runs failed total_ms p50/p95/p99_ms series)
+    Cluster(usage=True)                Cluster mode only: shards (Shard: primary replicas slots
+                                       keys memory queues) queues (name -> primary) node_of(queue)
+
+On a Redis Cluster (`redis+cluster://`, see `keys.ClusterKeyspace`) the same classes read the
+whole cluster: a queue's list and its scheduled, retry and dead jobs live in its own slot, so
+`RetrySet()` and the others are the union of every queue's set (each entry keeps its own, and
+its actions stay in that slot), and `Stats` adds them up.
 """
 
+from .cluster import Cluster, Shard, ShardDict
 from .iteration import Iteration
 from .job_metrics import JobSummary, MetricsQuery, MinutePoint
 from .processes import Process, ProcessDict, ProcessSet, Work, Workers, WorkSet
@@ -56,6 +64,7 @@ from .sets import DeadSet, JobSet, RetrySet, ScheduledSet
 from .stats import History, QueueSummary, Stats, StatsDict
 
 __all__ = [
+    "Cluster",
     "DeadSet",
     "History",
     "Iteration",
@@ -72,6 +81,8 @@ __all__ = [
     "QueueSummary",
     "RetrySet",
     "ScheduledSet",
+    "Shard",
+    "ShardDict",
     "SortedEntry",
     "Stats",
     "StatsDict",

@@ -5,6 +5,9 @@ beat, quiet, rss) and lists its running jobs in `<identity>:work` (Sidekiq 7+; S
 `<identity>:workers`, read when the other is missing). Quiet and stop go through the process's
 signal list, as Sidekiq's API sends them: the process pops one signal per heartbeat, so it acts
 within a heartbeat interval (sidequest never sends an OS signal on a remote one).
+
+In Cluster mode these keys keep their names, each in its own slot: the reads are pipelines that
+redis-py sends per slot, and the one MULTI left (a signal: LPUSH and EXPIRE of one key) is in one.
 """
 
 from __future__ import annotations
@@ -175,7 +178,8 @@ class ProcessSet:
 
     def get(self, identity: str) -> Process | None:
         """The process of this identity, or None (Sidekiq's `ProcessSet[identity]`)."""
-        pipe = self.client.redis.pipeline(transaction=True)
+        # one MULTI; in Cluster mode the two keys are in two slots, so two reads in one round trip
+        pipe = self.client.redis.pipeline(transaction=not self.client.keys.cluster)
         pipe.sismember(keys.PROCESSES, identity)
         pipe.hmget(keys.process(identity), list(FIELDS))
         member, values = pipe.execute()

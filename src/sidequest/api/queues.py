@@ -4,6 +4,7 @@ Jobs are read newest first (the head of `queue:<name>`, where pushes land; worke
 the tail), 50 per round trip. Pausing adds the name to `sidequest:paused`, which every worker
 reads at most a second apart (see `fetch.PausedQueues`), so a paused queue is skipped by every
 worker within about a second, and its jobs wait. Ruby Sidekiq workers do not read that set.
+In Cluster mode the list is `queue:{<name>}` (see `keys.ClusterKeyspace`), on the primary of its slot.
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ class Queue:
 
     def __init__(self, name: str = "default", client: Client | None = None) -> None:
         self.name = name
-        self.key = keys.queue(name)
         self.client = client or default_client()
+        self.key = self.client.keys.queue(name)
         self.redis = self.client.redis
         self.actions = Actions(self.client)
         self._left = 0  # jobs this object's actions removed (keeps iteration in place)
@@ -109,8 +110,9 @@ class Queue:
 
     def clear(self) -> int:
         """Delete every job, oldest first, each with its own atomic call (so a task job's event
-        says so), and drop the name from `queues` once empty; how many this call deleted.
-        Jobs pushed while it runs may survive it."""
+        says so), and drop the name from `queues` once empty (in Cluster mode, once its
+        scheduled, retry and dead jobs are gone too: see `Actions.forget_queue`); how many this
+        call deleted. Jobs pushed while it runs may survive it."""
         deleted = 0
         budget = self.size
         while budget > 0:

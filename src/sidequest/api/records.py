@@ -15,7 +15,6 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from .. import keys
 from ..errors import PayloadError
 from ..payload import decode, epoch
 from ..retry import decompress_backtrace
@@ -192,7 +191,7 @@ class JobRecord:
 
     def delete(self) -> bool:
         """Remove this job from its queue; False if it was no longer there (taken or deleted)."""
-        call = self._actions.delete(keys.queue(self.queue), self.value, self._payload(), where="1")
+        call = self._actions.delete(self._actions.space.queue(self.queue), self.value, self._payload(), where="1")
         return self._left(self._actions.one(call))
 
     def as_dict(self) -> JobDict:
@@ -216,12 +215,17 @@ class JobRecord:
 
 
 class SortedEntry(JobRecord):
-    """A job in `schedule`, `retry` or `dead` (Sidekiq's `SortedEntry`), with its score."""
+    """A job in `schedule`, `retry` or `dead` (Sidekiq's `SortedEntry`), with its score.
+
+    In Cluster mode `set_key` is its queue's own set (`retry:{q}`...) and `home` that queue: a
+    retry puts it back on `queue:{q}`, a kill into `dead:{q}`, each move within the slot of `q`.
+    """
 
     def __init__(self, value: bytes, score: float, set_key: str, actions: Actions,
-                 on_left: Callable[[], None] | None = None) -> None:
+                 on_left: Callable[[], None] | None = None, home: str | None = None) -> None:
         super().__init__(value, None, actions, on_left)
         self.set_key = set_key  # the sorted set it was read from
+        self.home = home  # Cluster mode: the queue whose set `set_key` is; else None
         self.raw_score = float(score)  # exactly as stored (what `key` carries)
 
     @property
@@ -245,18 +249,18 @@ class SortedEntry(JobRecord):
         """Put the job on its queue now, one `retry_count` lower, so a manual retry does not count
         against its retries (Sidekiq's `SortedEntry#retry`). False if the entry was gone."""
         return self._left(self._actions.one(self._actions.requeue(self.set_key, self.value, self._payload(),
-                                                                  retry=True)))
+                                                                  retry=True, home=self.home)))
 
     def add_to_queue(self) -> bool:
         """Run now: put the job on its queue unchanged but for `enqueued_at` (Sidekiq's
         `add_to_queue`, the dashboard's "run now"). False if the entry was gone."""
         return self._left(self._actions.one(self._actions.requeue(self.set_key, self.value, self._payload(),
-                                                                  retry=False)))
+                                                                  retry=False, home=self.home)))
 
     def kill(self) -> bool:
         """Move the job, unchanged, to the dead set. False if the entry was gone."""
-        moved = self._actions.one(self._actions.kill(self.set_key, self.value, self._payload()))
-        if moved and self.set_key == keys.DEAD:
+        moved = self._actions.one(self._actions.kill(self.set_key, self.value, self._payload(), self.home))
+        if moved and self.set_key == self._actions.dead_key(self.home, self._payload()):
             return True  # it stays in this set, with a new score
         return self._left(moved)
 

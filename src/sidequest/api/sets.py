@@ -5,13 +5,23 @@ and `page` read ranks newest first (ZREVRANGE, 50 at a time), `find_job` and the
 the set with ZSCAN and a MATCH pattern, as Sidekiq's `find_job` and `scan` do (the server does
 the matching; the job name or jid is checked again on the decoded payload). The "all" actions
 walk the same way and move each entry with its own atomic call, 500 calls per round trip.
+
+In Cluster mode (see `keys.ClusterKeyspace`) each queue has its own `schedule:{q}`, `retry:{q}`
+and `dead:{q}`, and a set here is the union of those of every queue in `queues`: `size` adds up
+their ZCARDs (one pipelined round trip), iteration and `page` merge them newest first (a page
+from rank `offset` reads the first `offset + limit` of each, so deep pages cost more), `find_job`
+and the filters scan each in turn. Each entry keeps the key of its queue's set and that queue
+(`SortedEntry.home`), so its actions move it within its queue's slot.
 """
 
 from __future__ import annotations
 
 import hashlib
+import heapq
 import json
+from collections import Counter, deque
 from collections.abc import Callable, Iterator
+from itertools import islice
 from typing import Any, cast
 
 from .. import keys
@@ -43,7 +53,13 @@ class JobSet:
         self.client = client or default_client()
         self.redis = self.client.redis
         self.actions = Actions(self.client)
-        self._left = 0  # entries this object's actions moved out of the set (keeps iteration in place)
+        self.space = self.client.keys
+        # per set key: entries this object's actions moved out of it (keeps iteration in place)
+        self._left: Counter[str] = Counter()
+        # Cluster mode: this set's name in a queue's slot (`retry` -> `retry:{q}`), None for a key of another kind
+        self._per_queue: Callable[[str], str] | None = {
+            keys.SCHEDULE: self.space.schedule, keys.RETRY: self.space.retry, keys.DEAD: self.space.dead,
+        }.get(key) if self.space.cluster else None
 
     @property
     def name(self) -> str:
@@ -53,36 +69,98 @@ class JobSet:
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.key}>"
 
+    def sets(self) -> list[tuple[str, str | None]]:
+        """The sorted sets this set is made of, each with its queue: `[(key, None)]`, or in
+        Cluster mode `[("retry:{q}", "q"), ...]` for every queue in `queues`, by name."""
+        if self._per_queue is None:
+            return [(self.key, None)]
+        names = sorted(n.decode("utf-8", "replace") for n in cast("set[bytes]", self.redis.smembers(keys.QUEUES)))
+        return [(self._per_queue(name), name) for name in names]
+
     @property
     def size(self) -> int:
-        return self.redis.zcard(self.key)
+        if self._per_queue is None:
+            return self.redis.zcard(self.key)
+        return sum(self._each_set(lambda pipe, key: pipe.zcard(key)))
 
     # -- reading -----------------------------------------------------------------------------
     def __iter__(self) -> Iterator[SortedEntry]:
         """Every entry, newest first. Live data: an entry moved by an action on an entry this
         iteration yielded does not shift it, but jobs added meanwhile may shift it by a few."""
-        seen, left_at_start = 0, self._left
+        if self._per_queue is not None:
+            yield from self._merged()
+            return
+        seen, left_at_start = 0, self._left[self.key]
         while True:
-            entries = self.page(max(seen - (self._left - left_at_start), 0), PAGE)
+            entries = self.page(max(seen - (self._left[self.key] - left_at_start), 0), PAGE)
             if not entries:
                 return
             yield from entries
             seen += len(entries)
 
+    def _merged(self) -> Iterator[SortedEntry]:
+        """Cluster mode: every queue's set, merged newest first, `PAGE` entries of a set per read
+        (the first page of every set in one pipelined round trip)."""
+        sets = self.sets()
+        left_at_start = Counter(self._left)
+        firsts = self._each_set(lambda pipe, key: pipe.zrevrange(key, 0, PAGE - 1, withscores=True), sets)
+        buffers = [deque(cast("list[tuple[bytes, float]]", found)) for found in firsts]
+        more = [len(found) == PAGE for found in firsts]
+        taken = [0] * len(sets)
+        heads = [(-buffer[0][1], i) for i, buffer in enumerate(buffers) if buffer]
+        heapq.heapify(heads)
+        while heads:
+            _, i = heapq.heappop(heads)
+            key, home = sets[i]
+            value, score = buffers[i].popleft()
+            taken[i] += 1
+            yield self._entry(value, score, key, home)
+            if not buffers[i] and more[i]:
+                rank = max(taken[i] - (self._left[key] - left_at_start[key]), 0)
+                found = cast("list[tuple[bytes, float]]",
+                             self.redis.zrevrange(key, rank, rank + PAGE - 1, withscores=True))
+                buffers[i].extend(found)
+                more[i] = len(found) == PAGE
+            if buffers[i]:
+                heapq.heappush(heads, (-buffers[i][0][1], i))
+
     def page(self, offset: int = 0, limit: int = 50) -> list[SortedEntry]:
-        """`limit` entries from rank `offset`, newest first: O(log n + limit)."""
+        """`limit` entries from rank `offset`, newest first: O(log n + limit) (in Cluster mode,
+        O(queues x (offset + limit)))."""
         if offset < 0 or limit < 1:
             raise ValueError("offset must be >= 0 and limit >= 1")
+        if self._per_queue is not None:
+            sets = self.sets()
+            tops = self._each_set(lambda pipe, key: pipe.zrevrange(key, 0, offset + limit - 1, withscores=True), sets)
+            per_set = ([(value, score, key, home) for value, score in top]
+                       for (key, home), top in zip(sets, tops, strict=True))
+            merged = heapq.merge(*per_set, key=lambda entry: -entry[1])  # ties: by queue name, as `_merged`
+            return [self._entry(*entry) for entry in islice(merged, offset, offset + limit)]
         found = cast("list[tuple[bytes, float]]",
                      self.redis.zrevrange(self.key, offset, offset + limit - 1, withscores=True))
         return [self._entry(value, score) for value, score in found]
 
     def fetch(self, score: float, jid: str | None = None) -> list[SortedEntry]:
         """The entries with exactly this score (epoch seconds as stored), of one jid if given."""
-        found = cast("list[tuple[bytes, float]]",
-                     self.redis.zrangebyscore(self.key, score, score, withscores=True))
-        entries = [self._entry(value, at) for value, at in found]
+        if self._per_queue is not None:
+            sets = self.sets()
+            per_set = self._each_set(lambda pipe, key: pipe.zrangebyscore(key, score, score, withscores=True), sets)
+            entries = [self._entry(value, at, key, home)
+                       for (key, home), found in zip(sets, per_set, strict=True) for value, at in found]
+        else:
+            found = cast("list[tuple[bytes, float]]",
+                         self.redis.zrangebyscore(self.key, score, score, withscores=True))
+            entries = [self._entry(value, at) for value, at in found]
         return [e for e in entries if jid is None or e.jid == jid]
+
+    def _each_set(self, command: Callable[[Any, str], object],
+                  sets: list[tuple[str, str | None]] | None = None) -> list[Any]:
+        """Cluster mode: one command on each of `sets` (default: `self.sets()`), in one pipelined
+        round trip (redis-py sends each to its slot's primary); their replies in order."""
+        pipe = self.redis.pipeline(transaction=False)
+        for key, _ in sets if sets is not None else self.sets():
+            command(pipe, key)
+        return pipe.execute()
 
     def get(self, key: str) -> SortedEntry | None:
         """The entry named by `SortedEntry.key` (`<score>-<jid>`), or None if it is gone."""
@@ -112,36 +190,39 @@ class JobSet:
         needle = text if text is not None else (json.dumps(name, ensure_ascii=False)[1:-1] if name else None)
         pattern = f"*{glob_escape(needle)}*" if needle else None
         wanted = text.encode("utf-8") if text else None
-        cursor = 0
-        while True:
-            cursor, found = cast("tuple[int, list[tuple[bytes, float]]]",
-                                 self.redis.zscan(self.key, cursor, match=pattern, count=SCAN_COUNT))
-            for value, score in found:
-                if wanted is not None and wanted not in value:
-                    continue
-                entry = self._entry(value, score)
-                if name is None or entry.klass == name:
-                    yield entry
-            if cursor == 0:
-                return
+        for key, home in self.sets():  # one, but in Cluster mode
+            cursor = 0
+            while True:
+                cursor, found = cast("tuple[int, list[tuple[bytes, float]]]",
+                                     self.redis.zscan(key, cursor, match=pattern, count=SCAN_COUNT))
+                for value, score in found:
+                    if wanted is not None and wanted not in value:
+                        continue
+                    entry = self._entry(value, score, key, home)
+                    if name is None or entry.klass == name:
+                        yield entry
+                if cursor == 0:
+                    break
 
     # -- acting on many ------------------------------------------------------------------------
     def retry_all(self, name: str | None = None, text: str | None = None) -> int:
         """Retry every entry (or those matching, see `select`); how many this call moved.
         Entries that are not jobs stay where they are."""
-        return self._each(lambda e: self.actions.requeue(self.key, e.value, _payload(e), retry=True), name, text)
+        return self._each(lambda e: self.actions.requeue(e.set_key, e.value, _payload(e), retry=True, home=e.home),
+                          name, text)
 
     def add_all_to_queue(self, name: str | None = None, text: str | None = None) -> int:
         """Run every entry (or those matching) now, unchanged; how many this call moved."""
-        return self._each(lambda e: self.actions.requeue(self.key, e.value, _payload(e), retry=False), name, text)
+        return self._each(lambda e: self.actions.requeue(e.set_key, e.value, _payload(e), retry=False, home=e.home),
+                          name, text)
 
     def kill_all(self, name: str | None = None, text: str | None = None) -> int:
         """Move every entry (or those matching) to the dead set; how many this call moved."""
-        return self._each(lambda e: self.actions.kill(self.key, e.value, _payload(e)), name, text)
+        return self._each(lambda e: self.actions.kill(e.set_key, e.value, _payload(e), e.home), name, text)
 
     def delete_all(self, name: str | None = None, text: str | None = None) -> int:
         """Delete every entry (or those matching); how many this call deleted."""
-        return self._each(lambda e: self.actions.delete(self.key, e.value, _payload(e)), name, text)
+        return self._each(lambda e: self.actions.delete(e.set_key, e.value, _payload(e)), name, text)
 
     def clear(self) -> int:
         """Delete every entry, each through the lifecycle (a task job's event says so)."""
@@ -165,11 +246,12 @@ class JobSet:
                 calls = []
         return moved + sum(self.actions.many(calls))
 
-    def _entry(self, value: bytes, score: float) -> SortedEntry:
-        return SortedEntry(value, score, self.key, self.actions, self._note_left)
+    def _entry(self, value: bytes, score: float, key: str | None = None, home: str | None = None) -> SortedEntry:
+        key = key or self.key
+        return SortedEntry(value, score, key, self.actions, lambda: self._note_left(key), home)
 
-    def _note_left(self) -> None:
-        self._left += 1
+    def _note_left(self, key: str) -> None:
+        self._left[key] += 1
 
 
 def _payload(entry: SortedEntry) -> dict[str, Any] | None:

@@ -4,6 +4,10 @@
 and every queue's size, latency and paused flag. Build a new one to read again. The totals are
 what every process's `counters` add up to with each heartbeat; per job name and minute, read
 `api.job_metrics` (`MetricsQuery`) instead.
+
+In Cluster mode (see `keys.ClusterKeyspace`) the scheduled, retry and dead sizes are the sums of
+every queue's own sets, read with the queues in the second round trip (redis-py's cluster
+pipeline sends each command to its slot's primary); the counters are read as they are.
 """
 
 from __future__ import annotations
@@ -70,29 +74,38 @@ class Stats:
     def __init__(self, client: Client | None = None) -> None:
         self.client = client or default_client()
         redis = self.client.redis
+        space = self.client.keys
         pipe = redis.pipeline(transaction=False)
         pipe.get(keys.STAT_PROCESSED)
         pipe.get(keys.STAT_FAILED)
-        for sorted_set in (keys.SCHEDULE, keys.RETRY, keys.DEAD):
-            pipe.zcard(sorted_set)
+        if not space.cluster:  # in Cluster mode each queue has its own sets: counted per queue below
+            for sorted_set in (keys.SCHEDULE, keys.RETRY, keys.DEAD):
+                pipe.zcard(sorted_set)
         pipe.smembers(keys.PROCESSES)
         pipe.smembers(keys.QUEUES)
         pipe.smembers(keys.PAUSED)
-        processed, failed, scheduled, retries, dead, processes, queues, paused = pipe.execute()
+        first = pipe.execute()
+        processed, failed, processes, queues, paused = *first[:2], *first[-3:]
         identities = sorted(p.decode("utf-8", "replace") for p in processes)
         names = sorted(q.decode("utf-8", "replace") for q in queues)
         pipe = redis.pipeline(transaction=False)
         for identity in identities:
             pipe.hget(keys.process(identity), "busy")
         for name in names:
-            pipe.llen(keys.queue(name))
-            pipe.lindex(keys.queue(name), -1)
+            pipe.llen(space.queue(name))
+            pipe.lindex(space.queue(name), -1)
+        if space.cluster:
+            for name in names:
+                for per_queue_set in (space.schedule, space.retry, space.dead):
+                    pipe.zcard(per_queue_set(name))
         found = pipe.execute()
         now = self.client.clock()
         paused_names = {p.decode("utf-8", "replace") for p in paused}
-        per_queue = found[len(identities):]
+        per_queue = found[len(identities):len(identities) + 2 * len(names)]
         summaries = [QueueSummary(name, int(per_queue[2 * i]), latency_of(per_queue[2 * i + 1], now),
                                   name in paused_names) for i, name in enumerate(names)]
+        set_sizes = first[2:-3] if not space.cluster else found[len(identities) + 2 * len(names):]
+        scheduled, retries, dead = (sum(set_sizes[i::3]) for i in range(3))
         self.processed = int(processed or 0)
         self.failed = int(failed or 0)
         self.scheduled_size = int(scheduled)
@@ -116,7 +129,13 @@ class Stats:
         if unknown:
             raise ValueError(f"unknown stat {sorted(unknown)[0]!r}; use processed or failed")
         names = {"processed": keys.STAT_PROCESSED, "failed": keys.STAT_FAILED}
-        self.client.redis.mset({names[s]: 0 for s in chosen})
+        if not self.client.keys.cluster:
+            self.client.redis.mset({names[s]: 0 for s in chosen})
+            return
+        pipe = self.client.redis.pipeline(transaction=False)  # Cluster mode: the two are in two slots
+        for stat in chosen:
+            pipe.set(names[stat], 0)
+        pipe.execute()
 
     def as_dict(self) -> StatsDict:
         return {
@@ -142,8 +161,15 @@ class History:
         first = start or datetime.fromtimestamp(chosen.clock(), UTC).date()
         self.days = [(first - timedelta(days=i)).strftime("%Y-%m-%d") for i in range(days)]
         pipe = chosen.redis.pipeline(transaction=False)
-        for stat in STATS:
-            pipe.mget([keys.stat_daily(stat, day) for day in self.days])
-        processed, failed = cast("list[list[bytes | None]]", pipe.execute())
+        if chosen.keys.cluster:  # one slot per day: a GET each, still one round trip per primary
+            for stat in STATS:
+                for day in self.days:
+                    pipe.get(keys.stat_daily(stat, day))
+            found = pipe.execute()
+            processed, failed = found[:days], found[days:]
+        else:
+            for stat in STATS:
+                pipe.mget([keys.stat_daily(stat, day) for day in self.days])
+            processed, failed = cast("list[list[bytes | None]]", pipe.execute())
         self.processed = {day: int(v or 0) for day, v in zip(self.days, processed, strict=True)}
         self.failed = {day: int(v or 0) for day, v in zip(self.days, failed, strict=True)}

@@ -30,14 +30,15 @@ QUEUE_ACTIONS = ("list", "show", "pause", "unpause", "clear")
 @redis_url_option
 @redis_errors
 def stats(days: int, as_json: bool, redis_url: str | None) -> None:
-    """Totals, every queue, processed and failed per day, and periodic entries.
+    """Totals, every queue, processed and failed per day, and periodic entries; on a Redis
+    Cluster, each queue's primary and each primary's slots, keys and memory.
 
     \b
     Examples:
       sidequest stats
       sidequest stats --json | jq .retry_size
     """
-    from ..api import ProcessSet, Stats
+    from ..api import Cluster, ProcessSet, Stats
     from ..periodic import status as periodic_status
     from . import render, views
 
@@ -45,14 +46,20 @@ def stats(days: int, as_json: bool, redis_url: str | None) -> None:
     snapshot = Stats(client)
     history = snapshot.history(days)
     entries = periodic_status(client)
+    cluster = Cluster(client) if client.keys.cluster else None
     if as_json:
         render.emit_json({**snapshot.as_dict(), "history": {"processed": history.processed, "failed": history.failed},
-                          "periodic": [e.as_dict() for e in entries]})
+                          "periodic": [e.as_dict() for e in entries],
+                          **({"cluster": [shard.as_dict() for shard in cluster.shards]} if cluster else {})})
         return
     out = render.console()
     out.print(views.totals(snapshot, ProcessSet(client, clean=False).total_concurrency))
     out.print()
-    out.print(views.queues(snapshot.queue_summaries) if snapshot.queue_summaries else "no queues")
+    out.print(views.queues(snapshot.queue_summaries, nodes=cluster.queues if cluster else None)
+              if snapshot.queue_summaries else "no queues")
+    if cluster is not None:
+        out.print()
+        out.print(views.cluster(cluster.shards))
     out.print()
     out.print(views.history(history))
     if entries:
@@ -72,7 +79,7 @@ def queues(action: str, name: str | None, limit: int, as_json: bool, redis_url: 
 
     \b
     Examples:
-      sidequest queues                       # every queue: size, latency, paused
+      sidequest queues                       # every queue: size, latency, paused (node on a Cluster)
       sidequest queues show mail --limit 20  # its newest jobs
       sidequest queues pause mail            # every sidequest worker skips it within ~1 s
       sidequest queues clear mail            # delete every job in it
@@ -98,11 +105,22 @@ def list_queues(client: Client, as_json: bool) -> None:
     from . import render, views
 
     summaries = sorted(Stats(client).queue_summaries, key=lambda q: q.name)
+    nodes = queue_nodes(client)
     if as_json:
-        render.emit_json({"queues": [{"name": q.name, "size": q.size, "latency": q.latency, "paused": q.paused}
+        render.emit_json({"queues": [{"name": q.name, "size": q.size, "latency": q.latency, "paused": q.paused,
+                                      **({"node": nodes.get(q.name)} if nodes is not None else {})}
                                      for q in summaries]})
     else:
-        render.console().print(views.queues(summaries, title=None) if summaries else "no queues")
+        render.console().print(views.queues(summaries, title=None, nodes=nodes) if summaries else "no queues")
+
+
+def queue_nodes(client: Client) -> dict[str, str] | None:
+    """Cluster mode: each queue's primary (`host:port`); None on a single Redis or Sentinel."""
+    if not client.keys.cluster:
+        return None
+    from ..api import Cluster
+
+    return Cluster(client, usage=False).queues
 
 
 def known_queue(client: Client, name: str) -> Queue:

@@ -9,7 +9,7 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from ..api import History, JobRecord, Process, QueueSummary, SortedEntry, Stats, Work
+from ..api import History, JobRecord, Process, QueueSummary, Shard, SortedEntry, Stats, Work
 from ..periodic import PeriodicStatus
 from . import render
 
@@ -28,11 +28,25 @@ def totals(stats: Stats, busy_of: int | None = None) -> Table:
     ], title="Totals")
 
 
-def queues(summaries: Sequence[QueueSummary], title: str | None = "Queues") -> Table:
-    grid = render.table("QUEUE", "SIZE", "LATENCY", "PAUSED", title=title, right=("SIZE", "LATENCY"))
+def queues(summaries: Sequence[QueueSummary], title: str | None = "Queues",
+           nodes: dict[str, str] | None = None) -> Table:
+    """Every queue; with `nodes` (Cluster mode: queue -> its primary's host:port), a NODE column."""
+    headers = ("QUEUE", "SIZE", "LATENCY", "PAUSED") + (("NODE",) if nodes is not None else ())
+    grid = render.table(*headers, title=title, right=("SIZE", "LATENCY"))
     for q in summaries:
+        node = (nodes.get(q.name, "?"),) if nodes is not None else ()
         render.row(grid, q.name, f"{q.size:,}", render.span(q.latency),
-                   Text("paused", style="yellow") if q.paused else Text(""))
+                   Text("paused", style="yellow") if q.paused else Text(""), *node)
+    return grid
+
+
+def cluster(shards: Sequence[Shard]) -> Table:
+    """A Redis Cluster's primaries (Cluster mode)."""
+    grid = render.table("PRIMARY", "REPLICAS", "SLOTS", "KEYS", "MEMORY", "QUEUES", title="Cluster",
+                        right=("SLOTS", "KEYS", "MEMORY", "QUEUES"))
+    for shard in shards:
+        render.row(grid, shard.primary, ", ".join(shard.replicas) or "-", f"{shard.slots:,}",
+                   "?" if shard.keys is None else f"{shard.keys:,}", shard.memory_human or "?", len(shard.queues))
     return grid
 
 

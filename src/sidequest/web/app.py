@@ -8,7 +8,7 @@
 
 Routes, under the mount point: the pages `/`, `/busy`, `/queues`, `/queues/<name>`, `/retries`,
 `/scheduled`, `/dead` (each with `/<key>` for one job), `/job-metrics`, `/tasks`, `/tasks/<id>`,
-`/workflows`, `/workflows/<id>`, `/periodic`;
+`/workflows`, `/workflows/<id>`, `/periodic`, and on a Redis Cluster `/cluster`;
 `/api/stats` (what the pages poll), the tasks JSON API (`/tasks/<id>` for non-HTML clients,
 `/api/tasks/<id>`), `/metrics` for Prometheus, `/health` for probes, `/static/...`. Every state
 change is a POST with a CSRF token, guarded by `security.Guard`, which also does basic auth, the
@@ -31,7 +31,19 @@ from starlette.staticfiles import StaticFiles
 from ..client import Client, default_client
 from ..connection import mask_url
 from ..errors import RedisUnavailableError
-from . import busy, dashboard, health, job_metrics, periodic, prometheus, queues, sets, tasks_pages, workflows_pages
+from . import (
+    busy,
+    cluster,
+    dashboard,
+    health,
+    job_metrics,
+    periodic,
+    prometheus,
+    queues,
+    sets,
+    tasks_pages,
+    workflows_pages,
+)
 from .render import Renderer
 from .security import AuthHook, Guard
 from .site import Site
@@ -58,7 +70,8 @@ def create_app(client: Client | None = None, *, auth: AuthHook | None = None,
     if basic_auth is not None and (len(basic_auth) != 2 or not all(basic_auth)):
         raise ValueError("basic_auth must be a (user, password) pair, both non-empty")
     chosen = client or default_client()
-    renderer = Renderer(poll_interval=poll_interval, redis_label=mask_url(chosen.config.url))
+    renderer = Renderer(poll_interval=poll_interval, redis_label=mask_url(chosen.config.url),
+                        cluster=chosen.keys.cluster)
     site = Site(chosen, renderer)
     static = Path(str(resources.files("sidequest.web") / "static"))
     routes: list[BaseRoute] = [
@@ -70,6 +83,7 @@ def create_app(client: Client | None = None, *, auth: AuthHook | None = None,
         *tasks_pages.routes(site),
         *workflows_pages.routes(site),
         *periodic.routes(site),
+        *(cluster.routes(site) if chosen.keys.cluster else []),
         *prometheus.routes(chosen),
         *health.routes(site),
         Mount("/static", StaticFiles(directory=static), name="static"),

@@ -2,7 +2,8 @@
 
 The page shows the totals, two live charts drawn in the browser from successive `/api/stats`
 readings (jobs per second, queue latency), processed and failed per day, and the Redis server's
-version, memory and clients.
+version, memory and clients (on a Redis Cluster: its primaries, replicas, keys and memory in
+all, with a link to the Cluster page).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ..api import Stats
+from ..api import Cluster, Stats
 from ..client import Client
 from .site import Site, nav_counts, whole
 
@@ -38,9 +39,14 @@ def redis_info(client: Client) -> list[tuple[str, str]]:
         info: dict[str, Any] = client.redis.info()
     except Exception as exc:  # the page still shows everything else
         return [("Error", f"{type(exc).__name__}: {exc}")]
-    uptime = int(info.get("uptime_in_seconds", 0))
     name = "Valkey" if "valkey_version" in info else "Redis"
     version = str(info.get("valkey_version", info.get("redis_version", "?")))
+    if client.keys.cluster:  # `info` is one node's: the rest is added up over the primaries
+        try:
+            return cluster_info(client, f"{name} {version}", str(info.get("maxmemory_policy", "?")))
+        except Exception as exc:  # as above
+            return [("Version", f"{name} {version}"), ("Error", f"{type(exc).__name__}: {exc}")]
+    uptime = int(info.get("uptime_in_seconds", 0))
     return [
         ("Version", f"{name} {version}"),
         ("Uptime", f"{uptime // 86400} d {uptime % 86400 // 3600} h" if uptime >= 86400
@@ -50,6 +56,19 @@ def redis_info(client: Client) -> list[tuple[str, str]]:
         ("Memory peak", str(info.get("used_memory_peak_human", "?"))),
         ("Max memory", "no limit" if not info.get("maxmemory") else str(info.get("maxmemory_human", "?"))),
         ("Eviction policy", str(info.get("maxmemory_policy", "?"))),
+    ]
+
+
+def cluster_info(client: Client, version: str, policy: str) -> list[tuple[str, str]]:
+    """The dashboard's Redis facts on a Redis Cluster: its size and its primaries' totals."""
+    cluster = Cluster(client)
+    memory = sum(shard.memory or 0 for shard in cluster.shards)
+    return [
+        ("Version", version),
+        ("Cluster", f"{len(cluster.shards)} primaries, {cluster.replicas} replicas"),
+        ("Keys", f"{sum(shard.keys or 0 for shard in cluster.shards):,}"),
+        ("Memory used", f"{memory / 2**20:,.1f} MB over the primaries"),
+        ("Eviction policy", policy),
     ]
 
 
@@ -74,7 +93,7 @@ def routes(site: Site) -> list[Route]:
         days = days if days in HISTORY_DAYS else 30
         return site.page(request, "dashboard.html", page="dashboard", title="Dashboard", stats=stats,
                          totals=nav_counts(stats), days=days, history=history_chart(stats, days),
-                         redis_info=redis_info(site.client))
+                         redis_info=redis_info(site.client), cluster=site.client.keys.cluster)
 
     def api_stats(request: Request) -> Response:
         return JSONResponse(stats_document(Stats(site.client)), headers={"Cache-Control": "no-store"})

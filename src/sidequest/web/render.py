@@ -37,6 +37,7 @@ NAV = (  # (page key, label, path, badge: a stat the nav shows live)
     ("workflows", "Workflows", "/workflows", None),
     ("periodic", "Periodic", "/periodic", None),
 )
+CLUSTER_NAV = ("cluster", "Cluster", "/cluster", None)  # on a Redis Cluster only
 
 
 def _num(value: Any) -> str:
@@ -91,7 +92,8 @@ def _percent(value: float) -> str:
 class Renderer:
     """The template environment and the static files' cache-busting names."""
 
-    def __init__(self, *, poll_interval: float, redis_label: str) -> None:
+    def __init__(self, *, poll_interval: float, redis_label: str, cluster: bool = False) -> None:
+        self.nav = (*NAV, CLUSTER_NAV) if cluster else NAV
         self.env = Environment(loader=PackageLoader("sidequest.web", "templates"), autoescape=True,
                                trim_blocks=True, lstrip_blocks=True)
         self.env.filters.update(num=_num, json=_json, seconds=_seconds, ms=_ms, iso=_iso, clock=_clock,
@@ -110,7 +112,7 @@ class Renderer:
         root = request.scope.get("root_path", "")
         state = request.scope.get("state", {})
         values = {
-            "root": root, "page": page, "title": title, "nav": NAV, "nav_counts": nav_counts,
+            "root": root, "page": page, "title": title, "nav": self.nav, "nav_counts": nav_counts,
             "csrf_token": state.get("csrf_token", ""), "read_only": state.get("read_only", False),
             "refresh": refresh, "poll_ms": self.poll_ms, "version": __version__, "now": time.time(),
             "redis_label": self.redis_label, "flash": _flash(request),
