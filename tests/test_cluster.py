@@ -207,8 +207,10 @@ def test_a_periodic_tick_is_enqueued_once_among_schedulers_and_recorded(url, rc)
 
 def test_what_cluster_mode_cannot_hold_yet_is_refused_in_one_line(url):
     client = Client(Config(redis_url=url))
-    with pytest.raises(JobArgumentError, match=r"result_ttl.*Cluster mode"):
-        client.push(cluster_plain, [1], result_ttl=60)
+    with pytest.raises(JobArgumentError, match=r"workflows not available in Cluster mode yet"):
+        client.push(cluster_plain, [1], custom={"workflow_id": "w1"})
+    with pytest.raises(JobArgumentError, match=r"retry_queue .*Cluster mode"):
+        client.push(cluster_plain, [1], retry_queue="elsewhere")
     with pytest.raises(JobArgumentError, match="brace"):
         client.push(cluster_plain, [1], queue="a{b}")
     with pytest.raises(ConfigError, match="brace"):
@@ -279,3 +281,73 @@ def test_a_manual_failover_keeps_a_worker_running(cluster, url, rc, tmp_path):
     finally:
         worker.cleanup()
     assert "Traceback" not in worker.output()
+
+
+@sidequest.job(name="ClusterTaskDone")
+def cluster_task_done(task_id: str) -> None:
+    _note(f"callback:{task_id}")
+
+
+def test_a_task_lives_beside_its_jobs_and_completes_with_its_callback(url, rc):
+    from sidequest.tasks import Task
+
+    config = Config(redis_url=url, queues=["q20", "q21"], concurrency=4, **FAST)
+    sidequest.configure(config)
+    task = Task.create("twenty", on_complete=cluster_task_done.set(queue="q20"), queue="q20")
+    assert task.id.startswith("{q20}")
+    task.add_bulk(cluster_plain.set(queue="q20"), [[300 + i] for i in range(18)])
+    task.add(cluster_flaky.set(queue="q20", retry=False), 1)
+    task.add(cluster_plain.set(queue="q20"), 399)
+    with pytest.raises(JobArgumentError, match="lives in queue 'q20'"):
+        task.add(cluster_plain.set(queue="q21"), 1)
+    task.seal()
+    assert rc.keyslot(f"sidequest:task:{task.id}") == rc.keyslot(CLUSTER.queue("q20"))
+    launcher = Launcher(config)
+    launcher.run()
+    try:
+        wait_until(lambda: RAN[f"callback:{task.id}"] == 1, STARTUP, 0.05, "the task's callback to run")
+    finally:
+        launcher.stop()
+    status = Task.find(task.id).status()
+    assert status["counts"]["finished"] == 19 and status["counts"]["error"] == 1 and status["done"], status
+    assert [e["jid"] for e in Task.find(task.id).events(status="error")]  # the failure is recorded
+
+
+@sidequest.job(name="ClusterAdds")
+def cluster_adds(a: int, b: int) -> int:
+    return a + b
+
+
+def test_a_result_ttl_job_keeps_its_record_beside_it_and_its_result_is_read(url, rc):
+    config = Config(redis_url=url, queues=["q40"], concurrency=2, **FAST)
+    sidequest.configure(config)
+    jid = cluster_adds.set(queue="q40", result_ttl=60).perform_async(2, 3)
+    assert sidequest.status(jid) == "queued"
+    assert rc.keyslot(CLUSTER.status(jid, "q40")) == rc.keyslot(CLUSTER.queue("q40"))
+    launcher = Launcher(config)
+    launcher.run()
+    try:
+        assert sidequest.result(jid, timeout=STARTUP) == 5
+    finally:
+        launcher.stop()
+    assert sidequest.status(jid) == "done"
+
+
+def test_the_asyncio_client_pushes_every_kind_of_job_to_its_queues_slot(url, rc):
+    import asyncio
+
+    from sidequest.aio import AsyncClient
+
+    async def push() -> list[str | None]:
+        async with AsyncClient(Config(redis_url=url, wait_replicas=1, wait_timeout=5)) as client:
+            return [await client.push(cluster_plain, [1], queue="q01"),
+                    await client.push(cluster_plain, [2], queue="q02", in_=60),
+                    *(await client.push_bulk(cluster_plain, [[3], [4]], queue="q03")),
+                    await client.push(cluster_unique, [5], queue="q04"),
+                    await client.push(cluster_unique, [5], queue="q04")]
+
+    jids = asyncio.run(push())
+    assert all(jids[:5]) and jids[5] is None  # the second unique copy is refused
+    assert rc.llen(CLUSTER.queue("q01")) == 1 and rc.zcard(CLUSTER.schedule("q02")) == 1
+    assert rc.llen(CLUSTER.queue("q03")) == 2 and rc.llen(CLUSTER.queue("q04")) == 1
+    assert {m.decode() for m in rc.smembers("queues")} == {"q01", "q02", "q03", "q04"}

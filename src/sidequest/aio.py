@@ -39,6 +39,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisClusterException
 
 from . import client as client_module
+from . import keys
 from .arguments import refuse_keywords
 from .client import NO_REPLICAS, Batch, Client, Replicas
 from .config import Config
@@ -124,6 +125,7 @@ class AsyncClient:
         self.config = self.sync.config
         self._redis = redis_client
         self._script: Any = None
+        self._nodes: dict[str, aioredis.Redis] = {}  # Cluster mode: a client of each primary written to
 
     async def connection(self) -> aioredis.Redis:
         """The redis.asyncio client, connected (and PINGed) on first use."""
@@ -141,6 +143,9 @@ class AsyncClient:
         return self._redis
 
     async def aclose(self) -> None:
+        nodes, self._nodes = self._nodes, {}
+        for node in nodes.values():
+            await node.aclose()
         if self._redis is not None:
             await self._redis.aclose()
             self._redis = None
@@ -183,6 +188,8 @@ class AsyncClient:
         batch = self.sync.prepare(entries, now)
         connection = await self.connection()
         wait = replicas.command()
+        if self.sync.keys.cluster:
+            return await self._write_per_queue(connection, batch, wait, replicas)
         if wait:  # WAIT counts the writes of its own connection: keep one for both
             async with connection.client() as single:
                 refused = await self._send(single, batch)
@@ -191,24 +198,52 @@ class AsyncClient:
         return await self._send(connection, batch)
 
     async def _send(self, connection: aioredis.Redis, batch: Batch) -> frozenset[str]:
+        space = self.sync.keys
         if batch.unique:
             if self._script is None:
                 self._script = connection.register_script(PUSH_UNIQUE)
-            script_keys, args = batch.script_args()
+            script_keys, args = batch.script_args(space)
+            if space.cluster:
+                script_keys = script_keys[:1]  # not `queues`, another slot: added before (see _write_per_queue)
             return batch.refused(await self._script(keys=script_keys, args=args, client=connection))
         pipe = connection.pipeline(transaction=True)
-        batch.commands(pipe)
+        batch.commands(pipe, space)
         await pipe.execute()
         return frozenset()
+
+    async def _write_per_queue(self, cluster: Any, batch: Batch, wait: tuple[Any, ...] | None,
+                               replicas: Replicas) -> frozenset[str]:
+        """Cluster mode, as `Client.write` does it: each queue's part in one MULTI (or script
+        call) on the primary of its slot, after its name is added to `queues`; then a WAIT there."""
+        refused: set[str] = set()
+        for part in batch.per_queue():
+            await cluster.sadd(keys.QUEUES, part.queue)
+            node = cluster.get_node_from_key(self.sync.keys.queue(part.queue))
+            async with self._node(node.host, node.port).client() as single:  # one connection: WAIT counts its writes
+                refused |= await self._send(single, part)
+                if wait:
+                    replicas.check(await single.execute_command(*wait), part)  # type: ignore[no-untyped-call]
+        return frozenset(refused)
+
+    def _node(self, host: str, port: int) -> aioredis.Redis:
+        """A plain client of one primary of the cluster, made once (credentials from the URL)."""
+        name = f"{host}:{port}"
+        if name not in self._nodes:
+            url = parse_cluster_url(self.config.url)
+            self._nodes[name] = aioredis.Redis(
+                host=host, port=port, username=url.username, password=url.password, ssl=url.tls,
+                socket_timeout=SOCKET_TIMEOUT, socket_connect_timeout=CONNECT_TIMEOUT, socket_keepalive=True,
+                retry=Retry(NoBackoff(), 0))
+        return self._nodes[name]
 
     # -- reading -----------------------------------------------------------------------------------
     async def status(self, jid: str, *, queue: str | None = None) -> str:
         """`sidequest.status`, awaited."""
-        return (await run(status_query(jid, queue, self.sync.clock), await self.connection())).state
+        return (await run(status_query(jid, queue, self.sync.clock, self.sync.keys), await self.connection())).state
 
     async def result(self, jid: str, timeout: float | None = 10.0) -> Any:
         """`sidequest.result`, awaited: the loop keeps running while it waits."""
-        return await run(result_query(jid, timeout), await self.connection())
+        return await run(result_query(jid, timeout, space=self.sync.keys), await self.connection())
 
 
 async def run(query: Query[T], connection: aioredis.Redis) -> T:

@@ -240,12 +240,12 @@ class Client:
         batch = self.prepare(entries, now)
         wait = replicas.command()
         if self.keys.cluster:
-            if also is not None:
-                raise JobArgumentError("tasks are not available in Cluster mode yet; push the jobs one by one "
-                                       "or use a single Redis or Sentinel")
             parts = batch.per_queue()
+            if also is not None and (len(parts) != 1 or parts[0].unique):
+                raise JobArgumentError("in Cluster mode the jobs of one task are pushed to one queue, without "
+                                       "unique_for")
             for part in parts:
-                self._write_to_slot(part, wait, replicas)
+                self._write_to_slot(part, wait, replicas, also)
             return frozenset(jid for part in parts for jid in part.refused_jids)
         if batch.unique:
             if also is not None:
@@ -273,9 +273,11 @@ class Client:
                 replicas.check(conn.execute_command(*wait), batch)
         return frozenset()
 
-    def _write_to_slot(self, part: Batch, wait: tuple[Any, ...] | None, replicas: Replicas) -> None:
+    def _write_to_slot(self, part: Batch, wait: tuple[Any, ...] | None, replicas: Replicas,
+                       also: Callable[[Any], None] | None = None) -> None:
         """Cluster mode: write one queue's part of a push on the primary of its slot, in one
-        MULTI (or script call), then WAIT there when asked (see module)."""
+        MULTI (or script call, and with `also`'s commands: a task's records, in the same slot),
+        then WAIT there when asked (see module)."""
         queue = part.queue
         cluster: Any = self.redis
         cluster.sadd(keys.QUEUES, queue)
@@ -287,6 +289,8 @@ class Client:
             else:
                 pipe = conn.pipeline(transaction=True)
                 part.commands(pipe, self.keys)
+                if also is not None:
+                    also(pipe)
                 pipe.execute()
             if wait:
                 replicas.check(conn.execute_command(*wait), part)
@@ -314,7 +318,7 @@ class Client:
                 blob = self._encode(payload)
             except JobArgumentError as exc:
                 raise JobArgumentError(f"job {index} of the bulk: {exc}" if len(entries) > 1 else str(exc)) from None
-            batch.add(payload, when, blob, claim, results.at_push(payload, when, now))
+            batch.add(payload, when, blob, claim, results.at_push(payload, when, now, space))
         return batch
 
     @cached_property
@@ -432,8 +436,6 @@ class Batch:
 
 # payload fields whose feature keeps records outside the job's queue slot: not in Cluster mode yet
 CLUSTER_REFUSED = {
-    "result_ttl": "status records (result_ttl)",
-    "task_id": "tasks",
     "workflow_id": "workflows",
     "retry_queue": "retry_queue (a retry stays in its queue's slot)",
 }

@@ -283,6 +283,8 @@ def workflow_keys(workflow_id: str) -> list[str]:
 #     sidequest:unique:{<q>}:<digest>        a unique job's claim
 #     sidequest:periodic:{<q>}:<entry id>    a periodic entry's claimed ticks (`last`), expiring as
 #                                            its record does
+#     sidequest:status:{<q>}:<jid>[:notify]  a `result_ttl` job's record, beside the job
+#     sidequest:task:{<q>}<id>[:...]         a task (its id begins with its queue's hash tag)
 #
 # Everything else keeps its name (and its own slot): `queues`, `processes`, a process's hash, the
 # stats, tasks, limits, periodic records. A queue's keys live on the primary that owns its slot,
@@ -329,6 +331,12 @@ class Keyspace:
         """Where a periodic entry's newest handled tick (`last`) is claimed: its record."""
         return periodic(entry_id)
 
+    def status(self, jid: str, queue: str) -> str:
+        return status(jid)
+
+    def status_notify(self, jid: str, queue: str) -> str:
+        return status_notify(jid)
+
 
 class ClusterKeyspace(Keyspace):
     """Cluster mode's names: a queue's keys share the hash tag `{<queue>}` (see above)."""
@@ -374,6 +382,12 @@ class ClusterKeyspace(Keyspace):
         """The claim of a periodic entry's ticks, in its queue's slot (its record, with the entry's
         description and last run, stays at `sidequest:periodic:<id>`)."""
         return f"{PREFIX}:periodic:{{{queue}}}:{entry_id}"
+
+    def status(self, jid: str, queue: str) -> str:
+        return f"{PREFIX}:status:{{{queue}}}:{jid}"
+
+    def status_notify(self, jid: str, queue: str) -> str:
+        return f"{PREFIX}:status:{{{queue}}}:{jid}:notify"
 
 
 DEFAULT = Keyspace()

@@ -107,8 +107,9 @@ class Launcher:
         self.recycle_on_timeout = recycle_on_timeout
         self.tasks = TaskRecorder(self.redis, config.task_retention, clock=clock, ttl=config.task_ttl)
         self.job_metrics = JobMetricsFeature(clock=clock)
+        space = keys.space(self.redis)  # Sidekiq's layout, or Cluster mode's
         lifecycle = Lifecycle([TaskFeature(self.tasks), self.job_metrics, CancelFeature(self.redis),
-                               UniqueFeature(keys.space(self.redis)), StatusFeature(clock, config.max_payload_size),
+                               UniqueFeature(space), StatusFeature(clock, config.max_payload_size, space),
                                WorkflowFeature()])  # after the status feature: it reads the results
         self.scripts = scripts = Scripts(self.redis, lifecycle.lua)
         self.runtime = Runtime(

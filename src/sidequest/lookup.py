@@ -59,6 +59,7 @@ class Found:
     state: str
     record: dict[str, bytes] | None = None
     payload: dict[str, Any] | None = None
+    queue: str | None = None  # Cluster mode: the queue whose slot holds the record
 
 
 def _cmd(name: str, *args: Any, **kwargs: Any) -> Command:
@@ -77,6 +78,18 @@ def status_query(jid: str, queue: str | None = None, clock: Callable[[], float] 
     """The state of `jid`: its record if it has one, else a search (see the module docstring);
     `space` is the keyspace of the client the query runs on (`keys.space(client)`)."""
     _check_jid(jid)
+    if space.cluster:  # the record is beside the job, in its queue's slot: look in each queue's
+        if queue is not None:
+            names = [queue]
+        else:
+            [members] = yield [_cmd("smembers", keys.QUEUES)]
+            names = sorted(m.decode() for m in members)
+        records = (yield [_cmd("hgetall", space.status(jid, name)) for name in names]) if names else []
+        for name, stored in zip(names, records, strict=True):
+            if stored:
+                record = {k.decode(): v for k, v in stored.items()}
+                return Found(state_of(record, clock()), record=record, queue=name)
+        return (yield from search(jid, queue, space))
     [stored] = yield [_cmd("hgetall", keys.status(jid))]
     if stored:
         record = {k.decode(): v for k, v in stored.items()}
@@ -225,7 +238,7 @@ def result_query(jid: str, timeout: float | None = 10.0, clock: Callable[[], flo
         remaining = WAIT_STEP if deadline is None else deadline - clock()
         if remaining <= 0:
             raise TimeoutError(f"job {jid} is still {found.state} after {timeout:g} s")
-        notify = keys.status_notify(jid)
+        notify = space.status_notify(jid, found.queue or str((found.payload or {}).get("queue") or "default"))
         # the list onto itself: the token stays for every other waiter
         yield [_cmd("blmove", notify, notify, max(min(remaining, WAIT_STEP), 0.01), "RIGHT", "LEFT")]
 

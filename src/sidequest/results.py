@@ -76,15 +76,17 @@ end
 """
 
 
-def at_push(payload: dict[str, Any], when: float | None, now: float) -> tuple[str, int, str, str] | None:
+def at_push(payload: dict[str, Any], when: float | None, now: float,
+            space: keys.Keyspace = keys.DEFAULT) -> tuple[str, int, str, str] | None:
     """(status key, milliseconds to keep it, state, due time) for a payload about to be pushed,
     or None when it keeps no record (no `result_ttl`)."""
     keep = seconds_option(payload.get("result_ttl"))
     if keep is None:
         return None
+    key = space.status(payload["jid"], str(payload["queue"]))  # beside the job in Cluster mode
     if when is None:
-        return keys.status(payload["jid"]), int(keep * 1000), "queued", ""
-    return keys.status(payload["jid"]), int((keep + max(when - now, 0.0)) * 1000), "scheduled", repr(when)
+        return key, int(keep * 1000), "queued", ""
+    return key, int((keep + max(when - now, 0.0)) * 1000), "scheduled", repr(when)
 
 
 class StatusFeature:
@@ -98,9 +100,11 @@ class StatusFeature:
     observes, wraps = False, False  # whether `observe` and `running` ever do anything
     lua = STATUS_FEATURE
 
-    def __init__(self, clock: Callable[[], float] = time.time, max_size: int = 16 * 1024 * 1024) -> None:
+    def __init__(self, clock: Callable[[], float] = time.time, max_size: int = 16 * 1024 * 1024,
+                 space: keys.Keyspace = keys.DEFAULT) -> None:
         self.clock = clock
         self.max_size = max_size
+        self.space = space  # in Cluster mode the record is in its job's queue slot
 
     def ops(self, point: str, payload: dict[str, Any], outcome: Outcome | None) -> list[Any] | None:
         keep, jid = seconds_option(payload.get("result_ttl")), payload.get("jid")
@@ -124,7 +128,9 @@ class StatusFeature:
                 fields += ["reason", reason]
         if state == "done":
             fields += self._result(payload, outcome)
-        return [keys.status(jid), max(int(keep * 1000), 1), keys.status_notify(jid), state, *fields]
+        queue = str(payload.get("queue"))
+        return [self.space.status(jid, queue), max(int(keep * 1000), 1), self.space.status_notify(jid, queue), state,
+                *fields]
 
     def _result(self, payload: dict[str, Any], outcome: Outcome | None) -> list[Any]:
         """["result", JSON] or, when the value cannot be kept, ["result_error", why] (logged)."""

@@ -128,6 +128,8 @@ def _hook(job: Any, name: str, *args: Any) -> None:
 class _NoRedisRecorder:
     """Stands in for a TaskRecorder while a task job runs, so `task_message` says what is wrong."""
 
+    cluster = False  # no Redis at all: the default keyspace's Lua, never run
+
     def __init__(self, mode: str) -> None:
         self.mode = mode
 

@@ -35,7 +35,7 @@ import redis
 from .. import keys
 from ..errors import JobFailed
 from ..outcome import EXPIRED, Outcome, error_class_name
-from .lua import TASK_FEATURE, TASK_TRANSITION
+from .lua import TASK_FEATURE, TASK_TRANSITION, cluster_lua
 from .task import RETENTION, TTL, expire_seconds
 
 # (recorder, task id, jid) of the task job running on this thread, for `task_message`.
@@ -49,7 +49,8 @@ class TaskRecorder:
     def __init__(self, client: redis.Redis, retention: float = RETENTION, clock: Any = time.time,
                  ttl: float = TTL) -> None:
         self.redis = client
-        self.script = client.register_script(TASK_TRANSITION)
+        self.cluster = keys.space(client).cluster
+        self.script = client.register_script(cluster_lua(TASK_TRANSITION) if self.cluster else TASK_TRANSITION)
         self.retention = retention
         self.ttl = ttl  # every change keeps an unfinished task this long
         self.clock = clock
@@ -75,6 +76,8 @@ class TaskFeature:
 
     def __init__(self, recorder: TaskRecorder) -> None:
         self.recorder = recorder
+        if recorder.cluster:  # a task lives in its queue's slot (see `lua`)
+            self.lua = cluster_lua(TASK_FEATURE)
 
     def ops(self, point: str, payload: dict[str, Any], outcome: Outcome | None) -> list[Any] | None:
         task_id, jid = payload.get("task_id"), payload.get("jid")

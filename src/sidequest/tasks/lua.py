@@ -1,6 +1,10 @@
 """The tasks' Lua: the library every task script shares, the lifecycle operation that keeps a
 task job's event current inside the core's move (`TASK_FEATURE`), and the two scripts a task
 runs on its own: `TASK_TRANSITION` (`task_message` from inside a job) and `TASK_SEAL`.
+
+Each comes in Cluster mode's form too (`cluster_lua`): there a task lives in its queue's slot
+(its id begins with the queue's hash tag, see `Task.create`), so its callbacks are pushed onto
+`queue:{<q>}` and the queue's name, in `queues` since the task was created, is not added again.
 """
 
 from .. import keys
@@ -38,8 +42,8 @@ local function complete_if_done(K, now, retention)
   for _, name in ipairs(names) do
     local cb = redis.call('hmget', K[1], name, name .. ':queue')
     if cb[1] then
-      redis.call('sadd', '%(queues)s', cb[2])
-      redis.call('lpush', '%(queue_prefix)s' .. cb[2], cb[1] .. ',"enqueued_at":' .. now .. '}')
+      %(register)s
+      redis.call('lpush', %(callback_queue)s, cb[1] .. ',"enqueued_at":' .. now .. '}')
     end
   end
   for i = 1, #K do redis.call('expire', K[i], retention) end
@@ -83,8 +87,13 @@ local function transition(K, jid, new, now, message, fields, retention, ttl)
   end
   return {changed, after_change(K, now, retention, ttl)}
 end
-""" % {"queues": keys.QUEUES, "queue_prefix": keys.QUEUE_PREFIX, "task_prefix": keys.task(""),
-       "suffixes": ", ".join(f"'{suffix}'" for suffix in keys.task_key_suffixes())}
+"""
+_SIDEKIQ = {"register": f"redis.call('sadd', '{keys.QUEUES}', cb[2])",
+            "callback_queue": f"'{keys.QUEUE_PREFIX}' .. cb[2]"}
+_CLUSTER = {"register": "", "callback_queue": f"'{keys.QUEUE_PREFIX}{{' .. cb[2] .. '}}'"}
+_NAMES = {"task_prefix": keys.task(""), "suffixes": ", ".join(f"'{suffix}'" for suffix in keys.task_key_suffixes())}
+_TEMPLATE = TASK_LIB
+TASK_LIB = _TEMPLATE % {**_NAMES, **_SIDEKIQ}
 
 # The task feature's lifecycle operation: args task id, jid, status, message, fields JSON,
 # retention, ttl.
@@ -106,3 +115,8 @@ if redis.call('exists', KEYS[1]) == 0 then return -1 end
 redis.call('hset', KEYS[1], 'sealed', '1')
 return after_change(KEYS, ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]))
 """
+
+
+def cluster_lua(script: str) -> str:
+    """`script` (one of the above) in Cluster mode's form (see module)."""
+    return script.replace(TASK_LIB, _TEMPLATE % {**_NAMES, **_CLUSTER}, 1)

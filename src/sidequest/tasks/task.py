@@ -13,6 +13,11 @@ happens to each job afterwards is recorded by the worker (see `feature`).
 Every key of a task expires: `ttl` (the `task_ttl` setting, 7 days by default) after its last
 change while it runs, so a task that is never sealed, or whose jobs never all end, goes away by
 itself; `retention` after it completes. Adding a job scheduled further ahead makes room for it.
+
+In Cluster mode a task lives in one queue's slot, beside its jobs, so every change to it is still
+part of its job's atomic move: `Task.create(..., queue="reports")` (default `default`) gives it an
+id that begins with the queue's hash tag (`{reports}3f9c...`), and its jobs and callbacks must be
+in that queue (another queue is refused in one line).
 """
 
 from __future__ import annotations
@@ -27,11 +32,12 @@ import redis
 
 from .. import keys
 from ..client import Client, default_client
+from ..errors import JobArgumentError
 from ..job import JobSetter
 from ..options import check_options, merge_options
 from ..payload import encode
 from ..recent import newest, remember
-from .lua import TASK_SEAL
+from .lua import TASK_SEAL, cluster_lua
 
 RETENTION = 7 * 24 * 3600.0
 TTL = 7 * 24 * 3600.0  # an unfinished task's lifetime after its last change (`task_ttl`)
@@ -64,11 +70,18 @@ class Task:
     @classmethod
     def create(cls, name: str, *, meta: dict[str, Any] | None = None, on_complete: Any = None,
                on_success: Any = None, client: Client | None = None, retention: float = RETENTION,
-               ttl: float | None = None) -> Task:
+               ttl: float | None = None, queue: str | None = None) -> Task:
         """Open a new task. Callbacks are jobs, enqueued with args `[task_id]` when it completes.
         Its records expire `ttl` s (default: the client's `task_ttl`) after its last change, and
-        `retention` s after it completes."""
-        task = cls(secrets.token_hex(12), client, retention, ttl)
+        `retention` s after it completes. `queue` places it in Cluster mode (see module)."""
+        chosen = client or default_client()
+        tag = ""
+        if chosen.keys.cluster:
+            tag = "{" + (queue or "default") + "}"
+            problem = keys.cluster_queue_problem(queue or "default")
+            if problem is not None:
+                raise JobArgumentError(f"{problem}; rename the queue")
+        task = cls(tag + secrets.token_hex(12), chosen, retention, ttl)
         now = task.client.clock()
         fields: dict[str, Any] = {
             "name": name, "meta": json.dumps(meta or {}), "created_at": now, "sealed": "0", "total": 0,
@@ -80,9 +93,13 @@ class Task:
                 entries, _ = task.client.build(job, [[task.id]], [None], now, options)
                 if entries:
                     payload = entries[0][0]
+                    task.check_queue(payload)
                     fields[field] = encode(payload)[:-1]  # the script appends enqueued_at and "}"
                     fields[f"{field}:queue"] = payload["queue"]
-        pipe = task.redis.pipeline(transaction=True)  # one round trip: the task and its place in the index
+        if tag:  # its queue is listed from now on: a callback pushed by a script does not add it
+            task.redis.sadd(keys.QUEUES, queue or "default")
+        # one round trip: the task and its place in the index (in two slots on a Cluster)
+        pipe = task.redis.pipeline(transaction=not tag)
         pipe.hset(keys.task(task.id), mapping=fields)  # type: ignore[arg-type]  # redis-py: invariant key type
         pipe.expire(keys.task(task.id), expire_seconds(task.ttl))
         remember(pipe, keys.TASKS_RECENT, task.id, now, RECENT_AGE, RECENT_LIMIT)
@@ -109,6 +126,8 @@ class Task:
         entries, jids = self.client.build(target, args_list, times, now, options)
         if not entries:
             return jids
+        for payload, _ in entries:
+            self.check_queue(payload)
         # the task outlives its last job's time by `ttl`, so a job scheduled far ahead finds it
         ttl = self.ttl + max([0.0, *((t - now) for t in times if t is not None)])
 
@@ -135,9 +154,17 @@ class Task:
         self.client.write(entries, now, also=record, replicas=self.client.replicas(target, options))
         return jids
 
+    def check_queue(self, payload: dict[str, Any]) -> None:
+        """In Cluster mode, refuse a job or callback outside the task's queue (see module)."""
+        if self.id.startswith("{") and payload["queue"] != self.id[1:self.id.find("}")]:
+            raise JobArgumentError(
+                f"task {self.id} lives in queue {self.id[1:self.id.find('}')]!r} (Cluster mode keeps a task beside its "
+                f"jobs); job {payload['class']!r} is for queue {payload['queue']!r}: create the task with "
+                f"queue={payload['queue']!r}, or push the job to the task's queue")
+
     def seal(self) -> None:
         """No more jobs will be added; the task completes when every job has reached an end."""
-        seal = self.redis.register_script(TASK_SEAL)
+        seal = self.redis.register_script(cluster_lua(TASK_SEAL) if self.client.keys.cluster else TASK_SEAL)
         args = [self.client.clock(), int(self.retention), expire_seconds(self.ttl)]
         if seal(keys=keys.task_keys(self.id), args=args) == -1:
             raise LookupError(f"task {self.id} does not exist (or has expired)")

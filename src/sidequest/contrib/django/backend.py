@@ -132,7 +132,7 @@ class TasksBackend(BaseTaskBackend):
         record = read(client.redis, result_id) if result_id else {}
         if not record:
             raise TaskResultDoesNotExist(result_id)
-        found = lookup.run(lookup.status_query(result_id, clock=client.clock), client.redis)
+        found = lookup.run(lookup.status_query(result_id, clock=client.clock, space=client.keys), client.redis)
         task = self._task(record)
         status = STATUS.get(found.state) or _settled(record)
         result = self._result(task, result_id, status, record)
