@@ -351,3 +351,67 @@ def test_the_asyncio_client_pushes_every_kind_of_job_to_its_queues_slot(url, rc)
     assert rc.llen(CLUSTER.queue("q01")) == 1 and rc.zcard(CLUSTER.schedule("q02")) == 1
     assert rc.llen(CLUSTER.queue("q03")) == 2 and rc.llen(CLUSTER.queue("q04")) == 1
     assert {m.decode() for m in rc.smembers("queues")} == {"q01", "q02", "q03", "q04"}
+
+
+@sidequest.job(name="ClusterAsync")
+async def cluster_async(n: int) -> None:
+    _note(f"async:{n}")
+
+
+LIMIT = sidequest.limiter.concurrent("cluster-stripe", 2)
+WINDOW = sidequest.limiter.window("cluster-geocode", 100, per=60)
+
+
+@sidequest.job(name="ClusterLimited")
+def cluster_limited(n: int) -> None:
+    with LIMIT, WINDOW:
+        _note(f"limited:{n}")
+
+
+@sidequest.job(name="ClusterWaitsForCancel")
+def cluster_waits_for_cancel(n: int) -> None:
+    _note(f"started:{n}")
+    deadline = time.time() + STARTUP
+    while not sidequest.cancelled() and time.time() < deadline:
+        time.sleep(0.02)
+    _note(f"saw-cancel:{n}")
+
+
+class ClusterWalk(sidequest.IterableJob, name="ClusterWalk"):
+    checkpoint_every = 3
+    max_iteration_runtime = 0.05  # a slice ends soon: the rest is re-enqueued through `schedule:{q}`
+
+    def build_enumerator(self, n, *, cursor):
+        start = 0 if cursor is None else cursor + 1
+        return ((i, i) for i in range(start, n))
+
+    def each_iteration(self, item, n):
+        time.sleep(0.005)
+        _note(f"walk:{item}")
+
+
+def test_async_limited_iterable_expiring_and_cancelled_jobs_on_50_queues(url, rc, caplog):
+    config = Config(redis_url=url, queues=QUEUES, concurrency=6, **FAST)
+    sidequest.configure(config)
+    for i, queue in enumerate(QUEUES):
+        cluster_async.set(queue=queue).perform_async(i)
+        cluster_limited.set(queue=queue).perform_async(i)
+    ClusterWalk.set(queue="q44").perform_async(40)
+    cluster_plain.set(queue="q45", expires_in=0.001).perform_in(0.3, 999)  # expired before it can start
+    cancel_me = cluster_waits_for_cancel.set(queue="q46").perform_async(1)
+    scheduled = cluster_plain.set(queue="q47").perform_in(3600, 998)
+    assert sidequest.cancel(scheduled)  # removed from schedule:{q47}
+    launcher = Launcher(config)
+    launcher.run()
+    try:
+        wait_until(lambda: RAN["started:1"] == 1, STARTUP, 0.05, "the cancellable job to start")
+        assert sidequest.cancel(cancel_me)
+        expected = ({f"async:{i}" for i in range(50)} | {f"limited:{i}" for i in range(50)}
+                    | {f"walk:{i}" for i in range(40)} | {"saw-cancel:1"})
+        wait_until(lambda: expected <= set(RAN), STARTUP, 0.05, "every job to run")
+    finally:
+        launcher.stop()
+    assert "plain:999" not in RAN and "plain:998" not in RAN
+    assert all(RAN[f"walk:{i}"] == 1 for i in range(40)), "each item once: slices resume from the cursor"
+    assert rc.zcard(CLUSTER.schedule("q47")) == 0
+    assert not [r.getMessage() for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")]
