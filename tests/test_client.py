@@ -164,3 +164,38 @@ def test_unreachable_redis_is_a_clear_error():
         c.push(plain, [1])
     assert "cannot reach Redis at redis://:****@127.0.0.1" in str(info.value)
     assert "hunter2" not in str(info.value)
+
+
+def test_the_argument_count_check_agrees_with_signature_bind_for_every_shape():
+    """`arguments.bind` checks a push by count where that is all Signature.bind would check."""
+    import inspect
+
+    from sidequest.arguments import bind
+    from sidequest.errors import JobArgumentError
+
+    def shapes():
+        def a(): ...
+        def b(x): ...
+        def c(x, y=1): ...
+        def d(x, /, y, *rest): ...
+        def e(*rest): ...
+        def f(x, *, key=2): ...
+        def g(x, *, key): ...
+        def h(x=1, y=2, **more): ...
+        return [a, b, c, d, e, f, g, h]
+
+    for fn in shapes():
+        signature = inspect.signature(fn)
+        for count in range(5):
+            args = list(range(count))
+            try:
+                signature.bind(*args)
+                expected = True
+            except TypeError:
+                expected = False
+            try:
+                bind(fn.__name__, signature, args)
+                got = True
+            except JobArgumentError:
+                got = False
+            assert got is expected, (fn.__name__, count)

@@ -46,7 +46,7 @@ from .options import (
     spread_seconds,
     spread_times,
 )
-from .payload import check_args, encode, in_millis, new_jid, stamp
+from .payload import check_args, encode, in_millis, new_jids, stamp
 
 PlainRedis = redis.Redis  # the name `redis` is a property inside Client
 BULK_BATCH = 1000  # payloads per LPUSH/ZADD, as Sidekiq's push_bulk batches
@@ -159,8 +159,12 @@ class Client:
         middleware = len(self.config.client_middleware) > 0
         created = stamp(now, self.config.sidekiq_version >= 8)
         expiring = base.get("expires_in") is not None
-        for args, when in zip(checked, times, strict=True):
-            payload = self._payload(name, base, args, created)
+        for args, when, jid in zip(checked, times, new_jids(len(checked)), strict=True):
+            payload = dict(base)
+            payload["args"] = args  # Sidekiq 6.4 writes args before class; keep its field order
+            payload["class"] = name
+            payload["jid"] = jid
+            payload["created_at"] = created
             if expiring:  # the deadline counts from the job's own time, as Sidekiq Pro's
                 payload["expires_at"] = expires_at(payload, when, now)
             if middleware:
@@ -184,15 +188,6 @@ class Client:
         if isinstance(job, str) and job:
             return job, {**DEFAULTS, **payload_fields(check_options(options))}
         raise JobArgumentError(f"push needs a Job class, a @job function or a job name, got {job!r}")
-
-    @staticmethod
-    def _payload(name: str, base: dict[str, Any], args: list[Any], created: float | int) -> dict[str, Any]:
-        payload = dict(base)
-        payload["args"] = args  # Sidekiq 6.4 writes args before class; keep its field order
-        payload["class"] = name
-        payload["jid"] = new_jid()
-        payload["created_at"] = created
-        return payload
 
     def _through_middleware(self, name: str, payload: dict[str, Any]) -> dict[str, Any] | None:
         chain = self.config.client_middleware
@@ -312,13 +307,14 @@ class Client:
                 if space.cluster:
                     cluster_problem(payload)
                 try:
-                    claim = unique.claim(payload, when, now, space)
+                    claim = unique.claim(payload, when, now, space) if "unique_for" in payload else None
                 except (TypeError, ValueError, RecursionError) as exc:  # client middleware added something
                     raise JobArgumentError(f"payload of job {payload.get('class')!r} is not JSON: {exc}") from None
                 blob = self._encode(payload)
             except JobArgumentError as exc:
                 raise JobArgumentError(f"job {index} of the bulk: {exc}" if len(entries) > 1 else str(exc)) from None
-            batch.add(payload, when, blob, claim, results.at_push(payload, when, now, space))
+            record = results.at_push(payload, when, now, space) if "result_ttl" in payload else None
+            batch.add(payload, when, blob, claim, record)
         return batch
 
     @cached_property

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import secrets
 from typing import Any
 
@@ -30,6 +31,12 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan
 def new_jid() -> str:
     """24 lowercase hex characters, as Sidekiq's `SecureRandom.hex(12)`."""
     return secrets.token_hex(12)
+
+
+def new_jids(count: int) -> list[str]:
+    """`count` jids from one read of the system's randomness (a bulk push's)."""
+    text = os.urandom(12 * count).hex()
+    return [text[i:i + 24] for i in range(0, 24 * count, 24)]
 
 
 def encode(payload: dict[str, Any]) -> str:
@@ -163,7 +170,8 @@ def epoch(value: Any) -> float | None:
 def in_millis(payload: dict[str, Any]) -> bool:
     """True when the payload's own times are Sidekiq 8's integer milliseconds (its `created_at`
     or `enqueued_at`), so the times added to it keep that unit: a payload stays self-consistent."""
-    return any(type(payload.get(key)) is int and payload[key] > MILLIS_ABOVE for key in ("created_at", "enqueued_at"))
+    created, enqueued = payload.get("created_at"), payload.get("enqueued_at")  # every push's path: no generator
+    return (type(created) is int and created > MILLIS_ABOVE) or (type(enqueued) is int and enqueued > MILLIS_ABOVE)
 
 
 def stamp(now: float, millis: bool) -> float | int:
