@@ -79,11 +79,7 @@ def status_query(jid: str, queue: str | None = None, clock: Callable[[], float] 
     `space` is the keyspace of the client the query runs on (`keys.space(client)`)."""
     _check_jid(jid)
     if space.cluster:  # the record is beside the job, in its queue's slot: look in each queue's
-        if queue is not None:
-            names = [queue]
-        else:
-            [members] = yield [_cmd("smembers", keys.QUEUES)]
-            names = sorted(m.decode() for m in members)
+        names = yield from _queue_names(queue)
         records = (yield [_cmd("hgetall", space.status(jid, name)) for name in names]) if names else []
         for name, stored in zip(names, records, strict=True):
             if stored:
@@ -111,6 +107,14 @@ def state_of(record: dict[str, bytes], now: float) -> str:
     return state if state in STATES else "unknown"
 
 
+def _queue_names(queue: str | None) -> Query[list[str]]:
+    """`[queue]`, or when None every queue in `queues`, sorted."""
+    if queue is not None:
+        return [queue]
+    [members] = yield [_cmd("smembers", keys.QUEUES)]
+    return sorted(m.decode() for m in members)
+
+
 def search(jid: str, queue: str | None = None, space: keys.Keyspace = keys.DEFAULT) -> Query[Found]:
     """Find a job that keeps no record, where it can be, in the order jobs move."""
     if space.cluster:
@@ -119,11 +123,7 @@ def search(jid: str, queue: str | None = None, space: keys.Keyspace = keys.DEFAU
     found = yield from _zscan(keys.SCHEDULE, pattern, jid)
     if found is not None:
         return Found("scheduled", payload=found)
-    if queue is not None:
-        names = [queue]
-    else:
-        [members] = yield [_cmd("smembers", keys.QUEUES)]
-        names = sorted(m.decode() for m in members)
+    names = yield from _queue_names(queue)
     for name in names:
         found = yield from _lscan(keys.queue(name), jid)
         if found is not None:
@@ -142,11 +142,7 @@ def search(jid: str, queue: str | None = None, space: keys.Keyspace = keys.DEFAU
 def _search_cluster(jid: str, queue: str | None, space: keys.Keyspace) -> Query[Found]:
     """`search` in Cluster mode: the same order, over each queue's own keys (see the module)."""
     pattern = _pattern(jid)
-    if queue is not None:
-        names = [queue]
-    else:
-        [members] = yield [_cmd("smembers", keys.QUEUES)]
-        names = sorted(m.decode() for m in members)
+    names = yield from _queue_names(queue)
     for name in names:
         found = yield from _zscan(space.schedule(name), pattern, jid)
         if found is not None:
