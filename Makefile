@@ -33,7 +33,7 @@ bench: $(VENV)/.bench-installed  # every peer, 3 interleaved rounds (30-40 min o
 bench-quick: $(VENV)/.bench-installed  # sidequest vs Ruby Sidekiq, one short round (about a minute)
 	$(BIN)/python bench/run.py --quick $(BENCH_ARGS)
 
-bench-failover: $(STAMP)  # a Sentinel failover under load, with and without wait_replicas (about 2 minutes)
+bench-failover: $(STAMP)  # a Sentinel and a Redis Cluster failover under load, with and without wait_replicas (about 2 minutes; BENCH_ARGS='--topology cluster' for one)
 	$(BIN)/python bench/failover.py $(BENCH_ARGS)
 
 clean:

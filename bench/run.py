@@ -2,15 +2,18 @@
 one private redis-server, each peer in its own virtualenv and its documented fast configuration.
 
     .venv/bin/python bench/run.py [--quick] [--rounds 3] [--jobs 20000] [--peers sidequest,huey]
-                                  [--skip-install] [--scheduled-over 30] [--backlog] [--no-extras]
-                                  [--baseline REF] [--ack-jobs 1000]
+                                  [--only sidequest,sidequest-cluster] [--skip-install] [--scheduled-over 30]
+                                  [--backlog] [--no-extras] [--baseline REF] [--ack-jobs 1000]
     .venv/bin/python bench/run.py --report bench/results/latest.json [--to-docs]   (tables, chart, markdown again)
 
 A full run measures every configuration of harness/rows.py in 3 interleaved rounds (about half
 an hour on 2 cores), then runs the older single-purpose benchmarks (bulk_push.py, throughput.py:
 reliable vs basic fetch, tasks.py); --quick is sidequest vs Sidekiq, one short round (about a
-minute). --baseline REF adds, after each sidequest row, the same row run from a checkout of the
-git commit REF (bench/.baseline/<short sha>, see harness/baseline.py): `sidequest@<short sha>`.
+minute). The `sidequest-cluster` row runs on a private 3-primary Redis Cluster started beside
+the redis-server when a row needs it (harness/cluster.py); it and `sidequest-6q` are not among
+--quick's rows, but `--quick --only sidequest,sidequest-6q,sidequest-cluster` measures just those,
+at the quick sizes. --baseline REF adds, after each sidequest row, the same row run from a
+checkout of the git commit REF (bench/.baseline/<short sha>, see harness/baseline.py): `sidequest@<short sha>`.
 What is measured and how: harness/phases.py; the peers' contract: peers/_peer.py.
 Results: a table here, bench/results/<UTC time>.json and latest.json, the same tables as markdown
 in <UTC time>.md and latest.md, the chart in latest.png/.svg, and for a full run the markdown
@@ -27,22 +30,25 @@ import platform
 import subprocess
 import sys
 import time
+from contextlib import ExitStack
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import psutil
+import redis
 from common import PrivateRedis
 from harness import baseline, install
 from harness.baseline import imported_from, is_under
 from harness.chart import write_chart
+from harness.cluster import ClusterCounted, PrivateCluster
 from harness.markdown import DOCS_PAGE, render, update_docs, write_markdown
 from harness.peers import Peer, PhaseError
 from harness.redisops import Counted, ceiling
 from harness.report import print_report, write_json
 from harness.rounds import run_rounds, summarise
-from harness.rows import REFERENCE, RESULTS, Row, Settings, all_rows, quick_rows, select, with_baseline
+from harness.rows import REFERENCE, RESULTS, Row, Settings, all_rows, only, quick_rows, select, with_baseline
 
 HERE = Path(__file__).resolve().parent
 LEGACY = ["bulk_push.py", "throughput.py", "tasks.py"]
@@ -54,6 +60,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, help="interleaved rounds (3; quick: 1)")
     p.add_argument("--jobs", type=int, help="no-op jobs per throughput run (20,000; quick: 10,000)")
     p.add_argument("--peers", help="comma-separated peers or row ids (sidekiq, the reference, is always added)")
+    p.add_argument("--only", metavar="ROWS", help="comma-separated row ids, exactly those (no reference added;\n"
+                                                   "with --quick: any row, at the quick run's sizes)")
     p.add_argument("--skip-install", action="store_true", help="use the virtualenvs as they are; skip what is missing")
     p.add_argument("--scheduled-over", type=float, help="seconds the scheduled jobs are spread over (30; quick: 10)")
     p.add_argument("--backlog", nargs="?", type=int, const=1_000_000, metavar="WAITING",
@@ -71,6 +79,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.to_docs and not args.report:
         p.error("--to-docs goes with --report (a full run updates the docs by itself)")
+    if args.only and args.peers:
+        p.error("--only names the rows itself: no --peers with it")
     return args
 
 
@@ -87,8 +97,10 @@ def settings_from(args: argparse.Namespace) -> Settings:
     return s
 
 
-def prepare(rows: list[Row], url: str, skip_install: bool, log_dir: Path) -> tuple[dict[str, Peer], dict[str, str]]:
-    """A Peer per row whose peer is installed and answers `staged-keys`; the others, with why."""
+def prepare(rows: list[Row], urls: dict[str, str], skip_install: bool,
+            log_dir: Path) -> tuple[dict[str, Peer], dict[str, str]]:
+    """A Peer per row whose peer is installed and answers `staged-keys`; the others, with why.
+    `urls`: row id -> its Redis (the shared server's, or the Cluster's)."""
     pythons: dict[str, str] = {}
     skipped: dict[str, str] = {}
     for peer in dict.fromkeys(row.peer for row in rows):
@@ -97,13 +109,14 @@ def prepare(rows: list[Row], url: str, skip_install: bool, log_dir: Path) -> tup
                 install.ensure_sidekiq(skip_install, log_dir)
             pythons[peer] = install.peer_python(peer, skip_install, log_dir)
             row = next(row for row in rows if row.peer == peer)
-            Peer(row, pythons[peer], url, log_dir).staged_keys("check")  # imports the peer file and its library
+            # imports the peer file and its library
+            Peer(row, pythons[peer], urls[row.id], log_dir).staged_keys("check")
         except (install.Unavailable, PhaseError) as exc:
             lines = str(exc).strip().splitlines() or ["?"]
             skipped[peer] = lines[0] + (f": {lines[-1].strip()}" if len(lines) > 1 else "")
             pythons.pop(peer, None)
             print(f"  skipping {peer}: {skipped[peer]}", flush=True)
-    peers = {row.id: Peer(row, pythons[row.peer], url, log_dir) for row in rows if row.peer in pythons}
+    peers = {row.id: Peer(row, pythons[row.peer], urls[row.id], log_dir) for row in rows if row.peer in pythons}
     for peer in [peer for peer in peers.values() if peer.row.src]:  # a baseline row: its checkout shadows ours?
         found = imported_from(peer.python, peer.env())
         if not is_under(found.get("from", ""), peer.row.src):
@@ -140,10 +153,25 @@ def machine(counted: Counted) -> dict[str, Any]:
 def measure(args: argparse.Namespace, settings: Settings, rows: list[Row], stamp: str) -> dict[str, Any]:
     log_dir = RESULTS / "logs" / stamp
     log_dir.mkdir(parents=True, exist_ok=True)
-    with PrivateRedis() as server:
-        counted = Counted(server.url)
+    with PrivateRedis() as server, ExitStack() as stack:
+        counted = Counted(server.url, (server.proc.pid,))
+        on = {row.id: counted for row in rows}
+        urls = {row.id: server.url for row in rows}
+        skipped_rows: dict[str, str] = {}
+        if clustered := [row for row in rows if row.cluster]:
+            try:
+                cluster = stack.enter_context(PrivateCluster())
+                on_cluster = ClusterCounted(cluster.url, cluster.pids)
+                print(f"private Redis Cluster on ports {', '.join(map(str, cluster.ports))}", flush=True)
+                on.update({row.id: on_cluster for row in clustered})
+                urls.update({row.id: cluster.url for row in clustered})
+            except (OSError, RuntimeError, redis.RedisError) as exc:
+                print(f"  skipping {', '.join(row.id for row in clustered)}: no Redis Cluster ({exc})", flush=True)
+                skipped_rows = {row.id: f"no Redis Cluster: {exc}" for row in clustered}
+                rows = [row for row in rows if not row.cluster]
         print(f"private redis-server on port {server.port}; preparing {len(rows)} configuration(s)", flush=True)
-        peers, skipped = prepare(rows, server.url, args.skip_install, log_dir)
+        peers, skipped = prepare(rows, urls, args.skip_install, log_dir)
+        skipped.update(skipped_rows)
         if not any(row.id == REFERENCE for row in (p.row for p in peers.values())):
             print(f"  no {REFERENCE} row: ratios will be n/a", flush=True)
         doc: dict[str, Any] = {"started": stamp, "command": sys.argv, "settings": vars(settings).copy(),
@@ -153,7 +181,7 @@ def measure(args: argparse.Namespace, settings: Settings, rows: list[Row], stamp
         print("measuring the Redis ceiling (redis-benchmark)", flush=True)
         doc["ceiling"] = ceiling(counted.r, server.port, settings.ceiling_requests)
         doc["rows"] = [{**vars(p.row), "label": p.row.label} for p in peers.values()]
-        doc["rounds"] = run_rounds(peers, settings, counted, server.proc.pid)
+        doc["rounds"] = run_rounds(peers, settings, on)
     for log in log_dir.iterdir():  # keep the logs that say something
         if log.stat().st_size == 0:
             log.unlink()
@@ -182,7 +210,8 @@ def main(argv: list[str] | None = None) -> None:
         return
     settings = settings_from(args)
     cores = settings.cores
-    rows = select(quick_rows(cores) if args.quick else all_rows(cores), args.peers)
+    rows = only(all_rows(cores), args.only) if args.only else \
+        select(quick_rows(cores) if args.quick else all_rows(cores), args.peers)
     if args.baseline:
         base = baseline.checkout(args.baseline)
         rows = with_baseline(rows, base.short, base.src, args.baseline)
@@ -191,7 +220,7 @@ def main(argv: list[str] | None = None) -> None:
     doc = measure(args, settings, rows, stamp)
     path = write_json(doc, stamp)
     print_report(doc)
-    full = not args.quick and not args.peers
+    full = not args.quick and not args.peers and not args.only
     charts = write_chart(doc, to_docs=full)
     text = render(doc)
     write_markdown(text, stamp)

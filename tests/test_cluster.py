@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import redis
 from conftest import STARTUP, redis_server_binary, wait_until
+from topology import ClusterPrimaryOf as PrimaryOf
 from topology import ClusterSet, runs_in
 
 import sidequest
@@ -228,29 +229,6 @@ def test_a_primary_failover_under_load_loses_no_job_pushed_with_wait_replicas(cl
     assert run.worker_exit == 0, run.worker_output
     assert "Traceback" not in run.worker_output
     assert "CROSSSLOT" not in run.worker_output
-
-
-class PrimaryOf:
-    """The shape `failover_under_load` drives (SentinelSet's), over the primary of one key."""
-
-    def __init__(self, cluster: ClusterSet, key: str) -> None:
-        self.cluster = cluster
-        self.key = key
-        self.queue_key = key
-        self.old = 0
-
-    def url(self) -> str:
-        return self.cluster.url()
-
-    def kill_primary(self) -> None:
-        self.old = self.cluster.node_of(self.key)
-        self.cluster.kill_primary(self.old)
-
-    def wait_promoted(self) -> None:
-        self.cluster.wait_promoted(self.old)
-
-    def rejoin_old_primary(self) -> None:
-        self.cluster.restart(self.old)
 
 
 def test_a_manual_failover_keeps_a_worker_running(cluster, url, rc, tmp_path):

@@ -6,6 +6,7 @@ Modules, in the order a run uses them:
   peers     driving a peer's command line (bench/peers/<peer>_peer.py, contract in _peer.py)
   tree      a worker's process tree: CPU time, RSS, idleness, stopping it with nothing left
   redisops  the harness's own Redis commands (counted), INFO commandstats, redis-benchmark
+  cluster   the private 3-primary Redis Cluster of the Cluster rows, and redisops over it
   baseline  --baseline REF: a git worktree of an older sidequest, whose rows import it first
   phases    one configuration's measurements in one round
   ackwindow (a phase of sidequest rows) how long finished jobs stay in Redis before acknowledged

@@ -7,7 +7,8 @@ average), each job sleeping 0 s or 50 ms, so the process sees busy moments (batc
 waiting on another's fetch) and quiet ones (every processor blocked on the empty queue). A job's
 last act records when its body ended (HSET bench:ack:ends <i> <time>). Meanwhile a sampler thread
 reads, in one Lua call, Redis's clock and every list named in `sidequest:reservations` (the
-process's batch list and each processor's own list), about every `interval` seconds.
+process's batch list and each processor's own list; in Cluster mode the index of queue `bench`,
+`sidequest:reservations:{bench}`, whose lists share its slot), about every `interval` seconds.
 
 A job's figure is the time from its end to the first snapshot after its end that no longer holds
 it: an upper bound, above the true moment by at most one gap between snapshots (reported as the
@@ -27,19 +28,20 @@ from typing import Any
 
 import redis
 
+from sidequest.keys import DEFAULT, QUEUES, Keyspace
+
 from .peers import PhaseError
 from .tree import Tree
 
 PROBE = "BenchAckProbe"
 ENDS = "bench:ack:ends"  # written by the probe job (sidequest_peer.ACK_ENDS)
-RESERVATIONS = "sidequest:reservations"  # set of every reserved list's key (sidequest's keys.py)
 QUEUE = "bench"
 BURST_MAX = 12
 GAP_MEAN = 0.05  # s between bursts, exponentially distributed
 SLOW = 0.05  # s that half of the jobs sleep
 LINGER_CAP = 5.0  # s after the last end: what is still held then counts as held until then
 
-# Reads only; the lists it reads are named in the set, not declared (the harness's one Redis, no Cluster).
+# Reads only; the lists it reads are named in the set, not declared (on a Cluster: in the set's slot).
 SNAPSHOT = """
 local now = redis.call('TIME')
 local out = {now[1], now[2]}
@@ -87,8 +89,9 @@ def payload(job: int, seconds: float, rng: random.Random) -> str:
 class Sampler:
     """A thread taking snapshots (raw replies, parsed later) until stopped."""
 
-    def __init__(self, r: redis.Redis, interval: float) -> None:
+    def __init__(self, r: redis.Redis, reservations: str, interval: float) -> None:
         self.r = r
+        self.reservations = reservations
         self.interval = interval
         self.script = r.register_script(SNAPSHOT)
         self.replies: list[list[bytes]] = []
@@ -108,7 +111,7 @@ class Sampler:
     def _run(self) -> None:
         try:
             while not self._stop.is_set():
-                reply = self.script(keys=[RESERVATIONS])
+                reply = self.script(keys=[self.reservations])
                 self.replies.append(reply)
                 self.holds = len(reply) > 2
                 time.sleep(self.interval)
@@ -156,20 +159,22 @@ def stays(snapshots: list[Snapshot], ends: dict[int, float]) -> list[Stay]:
     return found
 
 
-def measure(r: redis.Redis, tree: Tree, count: int, interval: float, seed: int) -> dict[str, Any]:
-    """Run the stream through the idle worker; its stays and the gaps between snapshots (s)."""
+def measure(r: redis.Redis, tree: Tree, count: int, interval: float, seed: int,
+            space: Keyspace = DEFAULT) -> dict[str, Any]:
+    """Run the stream through the idle worker (sidequest's keys laid out as `space`); its stays
+    and the gaps between snapshots (s)."""
     rng = random.Random(seed)
     bursts = stream(count, seed)
     r.delete(ENDS)
-    with Sampler(r, interval) as sampler:
+    with Sampler(r, space.reservations(QUEUE), interval) as sampler:
         began = time.monotonic()
         for at, jobs in bursts:
             wait = began + at - time.monotonic()
             if wait > 0:
                 time.sleep(wait)
-            pipe = r.pipeline(transaction=True)
-            pipe.sadd("queues", QUEUE)
-            pipe.lpush(f"queue:{QUEUE}", *(payload(job, seconds, rng) for job, seconds in jobs))
+            pipe = r.pipeline(transaction=False)  # a Cluster's `queues` and queue are in two slots
+            pipe.sadd(QUEUES, QUEUE)
+            pipe.lpush(space.queue(QUEUE), *(payload(job, seconds, rng) for job, seconds in jobs))
             pipe.execute()
         deadline = time.monotonic() + 60
         while r.hlen(ENDS) < count:

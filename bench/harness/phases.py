@@ -1,13 +1,15 @@
-"""One configuration's measurements in one round, on the shared private redis-server (FLUSHALL
-before each enqueue and after the configuration is done; never while a worker runs, whose own
-keys, such as Celery's queue bindings, must stay):
+"""One configuration's measurements in one round, on the shared private redis-server, or for a
+Cluster row on the run's private Redis Cluster (harness/cluster.py) (FLUSHALL before each
+enqueue and after the configuration is done; never while a worker runs, whose own keys, such as
+Celery's queue bindings, must stay):
 
   throughput   bulk-enqueue N noop jobs (timed by the peer: bulk enqueue jobs/s), rename the
                staged keys aside, start the worker, wait until it is idle (idle RSS), CONFIG
                RESETSTAT, rename the keys back, BLPOP bench:last; jobs/s = N / (last job end -
                first job start), with sidequest's reliable fetch done only once every job is
                acknowledged; worker and Redis CPU per job, peak RSS, Redis commands per job
-               (INFO commandstats: commands run inside Lua scripts count too, as does EVALSHA).
+               (INFO commandstats: commands run inside Lua scripts count too, as does EVALSHA;
+               a Cluster's CPU and commands are its primaries' sums).
   latency      the same worker, idle again: p50/p99 latency of stamp jobs enqueued one at a
                time (after 3 discarded), then
   schedule     the lateness (start - due) of jobs scheduled at even steps over S seconds.
@@ -38,7 +40,6 @@ from .redisops import COUNT, FIRST, STAMPS, Counted, collect_stamps
 from .rows import Settings
 from .tree import MB, Tree
 
-QUEUE = "bench"
 SCHEDULE_WARMUP = 6.0  # s of worker age before scheduling: pollers' first, randomised wait is over
 
 
@@ -47,8 +48,7 @@ class Context:
     peer: Peer
     settings: Settings
     round: int
-    counted: Counted
-    redis_pid: int
+    counted: Counted  # the row's Redis: the shared server, or the Cluster (its pids: whose CPU counts)
     figures: dict[str, float | None] = field(default_factory=dict)
     details: dict[str, Any] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
@@ -86,9 +86,8 @@ def wait_idle(ctx: Context, tree: Tree, phase: str) -> None:
         ctx.notes.append(f"{phase}: {note}")
 
 
-def redis_cpu(pid: int) -> float:
-    t = psutil.Process(pid).cpu_times()
-    return t.user + t.system
+def redis_cpu(pids: tuple[int, ...]) -> float:
+    return sum(t.user + t.system for t in (psutil.Process(pid).cpu_times() for pid in pids))
 
 
 def stage(ctx: Context) -> list[str]:
@@ -140,11 +139,11 @@ def window(ctx: Context, tree: Tree, keys: list[str], n: int) -> None:
     counted = ctx.counted
     counted.reset_stats()
     tree.reset_peak()
-    cpu0, redis0, shown = tree.cpu(), redis_cpu(ctx.redis_pid), time.time()
+    cpu0, redis0, shown = tree.cpu(), redis_cpu(counted.pids), time.time()
     counted.back(keys)
     last = counted.wait_last(tree, ctx.settings.run_timeout)
-    end = max(last, counted.wait_sidequest_acked(QUEUE)) if ctx.peer.row.peer == "sidequest" else last
-    cpu1, redis1 = tree.cpu(), redis_cpu(ctx.redis_pid)
+    end = max(last, counted.wait_sidequest_acked(keys)) if ctx.peer.row.peer == "sidequest" else last
+    cpu1, redis1 = tree.cpu(), redis_cpu(counted.pids)
     peak = max(tree.peak, sum(p["rss_mb"] for p in tree.rss()) * MB)
     calls = counted.commandstats()
     first, count = float(ctx.r.get(FIRST) or 0), int(ctx.r.get(COUNT) or 0)
@@ -203,7 +202,7 @@ def schedule(ctx: Context, tree: Tree) -> None:
 
 def ack_window(ctx: Context, tree: Tree) -> None:
     s = ctx.settings
-    found = ackwindow.measure(ctx.r, tree, s.ack_jobs, s.ack_interval, seed=ctx.round)
+    found = ackwindow.measure(ctx.r, tree, s.ack_jobs, s.ack_interval, seed=ctx.round, space=ctx.counted.keys)
     stays: list[ackwindow.Stay] = found["stays"]
     if not stays:
         raise PhaseError("no probe job ended")

@@ -1,6 +1,6 @@
 """The harness's own Redis work: hiding the staged jobs and showing them all at once, waiting for
 the last job, reading INFO commandstats, collecting stamps, and the ceiling redis-benchmark
-measures on the same server.
+measures on the same server. (The same over a Redis Cluster: harness/cluster.py.)
 
 Between CONFIG RESETSTAT and INFO commandstats (the throughput window) every command the
 harness sends goes through `Counted`, which counts it, so that it can be taken out of the
@@ -15,6 +15,8 @@ from collections import Counter
 
 import redis
 
+from sidequest.keys import DEFAULT, Keyspace
+
 from .peers import PhaseError
 from .tree import Tree
 
@@ -23,11 +25,15 @@ ASIDE = "bench:aside:"
 
 
 class Counted:
-    """A Redis connection whose commands are counted by name (as INFO commandstats names them)."""
+    """A Redis connection whose commands are counted by name (as INFO commandstats names them),
+    on the server(s) whose processes are `pids` (their CPU time is the Redis CPU of a job)."""
 
-    def __init__(self, url: str) -> None:
+    keys: Keyspace = DEFAULT  # where sidequest's keys live on this Redis (Sidekiq's layout)
+
+    def __init__(self, url: str, pids: tuple[int, ...]) -> None:
         self.r = redis.Redis.from_url(url)
         self.r.ping()
+        self.pids = pids
         self.calls: Counter[str] = Counter()
 
     def reset_stats(self) -> None:
@@ -66,17 +72,19 @@ class Counted:
             if time.monotonic() > deadline:
                 raise PhaseError(f"the last job did not run within {timeout:.0f} s (count={self.r.get(COUNT)})")
 
-    def wait_sidequest_acked(self, queue: str, timeout: float = 60) -> float:
-        """sidequest's reliable fetch: done once the queue and every reserved list are empty (the
-        last acknowledgement is in). Polls every millisecond; returns the wall time it saw that."""
+    def wait_sidequest_acked(self, queues: list[str], timeout: float = 60) -> float:
+        """sidequest's reliable fetch: done once the queues (their keys) and every reserved list
+        are empty (the last acknowledgement is in). Polls every millisecond; returns the wall
+        time it saw that."""
         deadline = time.monotonic() + timeout
         while True:
             pipe = self.r.pipeline(transaction=False)
-            pipe.llen(f"queue:{queue}")
-            pipe.keys("sidequest:reserved:*")
-            waiting, reserved = pipe.execute()
-            self.calls.update({"llen": 1, "keys": 1})
-            if not waiting and not reserved:
+            for key in queues:
+                pipe.llen(key)
+            pipe.keys(self.keys.reserved("*", "*", "*"))
+            *waiting, reserved = pipe.execute()
+            self.calls.update({"llen": len(queues), "keys": 1})
+            if not any(waiting) and not reserved:
                 return time.time()
             if time.monotonic() > deadline:
                 raise PhaseError(f"jobs still unacknowledged after {timeout:.0f} s: {reserved}")

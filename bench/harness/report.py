@@ -99,12 +99,13 @@ def setup_text(doc: dict[str, Any]) -> str:
 
 
 def ceiling_share(doc: dict[str, Any]) -> list[str | None]:
-    """Redis commands/s each row's throughput needs, as a share of the INCR ceiling (None: n/a)."""
+    """Redis commands/s each row's throughput needs, as a share of the INCR ceiling (None: n/a, as
+    for a Cluster row: the ceiling is the one redis-server's)."""
     incr = doc.get("ceiling", {}).get("INCR")
     found: list[str | None] = []
     for row in doc["rows"]:
         m = doc["medians"].get(row["id"], {})
-        ok = incr and m.get("throughput") and m.get("commands_per_job")
+        ok = incr and m.get("throughput") and m.get("commands_per_job") and not row.get("cluster")
         found.append(f"{m['throughput'] * m['commands_per_job'] / incr:.0%}" if ok else None)
     return found
 

@@ -21,7 +21,8 @@ def rotated(rows: list[Row], i: int) -> list[Row]:
     return rows[k:] + rows[:k]
 
 
-def run_rounds(peers: dict[str, Peer], settings: Settings, counted: Counted, redis_pid: int) -> list[dict[str, Any]]:
+def run_rounds(peers: dict[str, Peer], settings: Settings, counted: dict[str, Counted]) -> list[dict[str, Any]]:
+    """Each row once a round, on its Redis (`counted`: row id -> the shared server's, or the Cluster's)."""
     rows = [peer.row for peer in peers.values()]
     rounds = []
     for i in range(settings.rounds):
@@ -29,7 +30,7 @@ def run_rounds(peers: dict[str, Peer], settings: Settings, counted: Counted, red
         results = {}
         for row in order:
             print(f"  round {i + 1}/{settings.rounds}  {row.label:<32}", end="", flush=True)
-            ctx = Context(peers[row.id], settings, i + 1, counted, redis_pid)
+            ctx = Context(peers[row.id], settings, i + 1, counted[row.id])
             results[row.id] = measure(ctx)
             print(progress(results[row.id]), flush=True)
         rounds.append({"round": i + 1, "order": [row.id for row in order], "results": results})

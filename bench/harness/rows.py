@@ -22,7 +22,9 @@ class Row:
     `env`, (name, value) pairs added to the environment of all its commands (harness/peers.py: the
     worker's processes and the client commands, enqueue included). A baseline row (`--baseline`)
     runs the same peer file with `src`, an older checkout's source, first on PYTHONPATH, and names
-    the row it is the baseline of in `baseline_of`."""
+    the row it is the baseline of in `baseline_of`. A `cluster` row runs on the run's private
+    3-primary Redis Cluster (harness/cluster.py, a `redis+cluster://` URL) instead of the one
+    redis-server of the others."""
 
     id: str
     peer: str
@@ -32,19 +34,24 @@ class Row:
     note: str = ""
     src: str = ""
     baseline_of: str = ""
+    cluster: bool = False
 
     @property
     def label(self) -> str:
         return f"{self.id} ({self.processes}p{TIMES}c{self.concurrency})"
 
 
+SPREAD = (("BENCH_QUEUES", "6"),)  # the jobs over 6 queues, two on each primary of the Cluster (sidequest_peer.py)
+
+
 def all_rows(cores: int) -> list[Row]:
     """Every configuration of a full run, the reference first."""
+    default = cores if cores > 1 else 1
     rows = [
         Row("sidekiq", "sidekiq", 1, note="Ruby Sidekiq 6 OSS with YJIT, one process (OSS has no multi-process "
             "mode); Ruby 3.1's YJIT maps its whole 256 MiB code region at start: most of this row's RSS"),
         Row("sidekiq-nojit", "sidekiq", 1, env=(("BENCH_SIDEKIQ_YJIT", "0"),), note="Ruby Sidekiq without YJIT"),
-        Row("sidequest", "sidequest", cores if cores > 1 else 1, env=(("BENCH_SIDEQUEST_DEFAULT", "1"),),
+        Row("sidequest", "sidequest", default, env=(("BENCH_SIDEQUEST_DEFAULT", "1"),),
             note="`sidequest worker` with no flags: one process per CPU, each on its own CPU (one process "
                  "on 1 CPU), 10 threads each, reliable fetch; a --baseline row: that commit's default"),
     ]
@@ -52,6 +59,14 @@ def all_rows(cores: int) -> list[Row]:
         rows.append(Row("sidequest-1p", "sidequest", 1, note="--processes 0: one process, free to use every CPU"))
         rows.append(Row("sidequest-pinned", "sidequest", 1, env=(("BENCH_SIDEQUEST_ARGS", "--pin-cpu"),),
                         note="--processes 0 --pin-cpu: one process kept on one CPU"))
+    rows.append(Row("sidequest-6q", "sidequest", default, env=(("BENCH_SIDEQUEST_DEFAULT", "1"), *SPREAD),
+                    note="the `sidequest` row with the jobs spread over 6 equally weighted queues (`-q bench,1 "
+                         "-q bench-1,1 ...`): sidequest-cluster's queues on the one redis-server"))
+    rows.append(Row("sidequest-cluster", "sidequest", default, env=(("BENCH_SIDEQUEST_DEFAULT", "1"), *SPREAD),
+                    cluster=True,
+                    note="sidequest-6q in Cluster mode (`redis+cluster://`) on 3 primaries without replicas, "
+                         "two of the queues on each; the job's INCR through the cluster client; Redis CPU and "
+                         "commands are the 3 primaries' sums. On this machine's cores: the per-job cost, not scaling"))
     rows.append(Row(f"sidequest-{cores}p-plain", "sidequest", cores, env=(("BENCH_PLAIN_REDIS", "1"),),
                     note="job's INCR through a stock redis-py client instead of sidequest.redis()"))
     rows += [Row(name, name, cores, note="the peer file's fast configuration") for name in PYTHON_PEERS]
@@ -59,9 +74,10 @@ def all_rows(cores: int) -> list[Row]:
 
 
 def quick_rows(cores: int) -> list[Row]:
-    """The reference and sidequest's own settings (not the stock-redis-py variant)."""
-    return [row for row in all_rows(cores)
-            if (row.peer == "sidequest" and not row.id.endswith("-plain")) or row.id == REFERENCE]
+    """The reference and sidequest's own settings on one queue (not the stock-redis-py variant, nor
+    the 6-queue and Cluster rows: about 25 s each, `--quick --only sidequest,sidequest-cluster`)."""
+    return [row for row in all_rows(cores) if row.id == REFERENCE or (
+        row.peer == "sidequest" and not row.id.endswith("-plain") and not set(SPREAD) & set(row.env))]
 
 
 def select(rows: list[Row], wanted: str | None) -> list[Row]:
@@ -73,6 +89,15 @@ def select(rows: list[Row], wanted: str | None) -> list[Row]:
     if unknown:
         raise SystemExit(f"unknown peer(s) {', '.join(sorted(unknown))}; known: {', '.join(r.id for r in rows)}")
     return [row for row in rows if row.id == REFERENCE or row.id in names or row.peer in names]
+
+
+def only(rows: list[Row], wanted: str) -> list[Row]:
+    """The rows whose id is named in the comma-separated `wanted`, in the table's order (no reference added)."""
+    names = {name.strip() for name in wanted.split(",") if name.strip()}
+    unknown = names - {row.id for row in rows}
+    if unknown:
+        raise SystemExit(f"unknown row(s) {', '.join(sorted(unknown))}; known: {', '.join(r.id for r in rows)}")
+    return [row for row in rows if row.id in names]
 
 
 def with_baseline(rows: list[Row], short: str, src: Path, ref: str) -> list[Row]:

@@ -79,9 +79,22 @@ async def stamp_body_async(client: Any, sent: float) -> None:
     await client.rpush(STAMPS, f"{sent!r} {time.time()!r}")
 
 
+def connect(url: str) -> Any:
+    """A redis-py client for `url`. A `redis+cluster://host:port,...` URL (sidequest's Cluster
+    mode: the harness's Cluster rows) gets a cluster client, which finds the other nodes from
+    the first; the jobs' keys above are one key per command, so any node's slot will do."""
+    scheme, _, rest = url.partition("://")
+    if scheme == "redis+cluster":
+        from redis.cluster import RedisCluster  # here: an old redis-py in another peer's virtualenv has none
+
+        host, _, port = rest.split(",")[0].rpartition(":")
+        return RedisCluster(host=host, port=int(port))
+    return redis.Redis.from_url(url)
+
+
 def measure_latency(url: str, count: int, push_one: Callable[[float], None]) -> list[float]:
     """Enqueue one stamp job at a time (through `push_one(sent)`) and wait for it to start."""
-    client = redis.Redis.from_url(url)
+    client = connect(url)
     client.delete(STAMPS)
     seen: list[float] = []
     for _ in range(count):

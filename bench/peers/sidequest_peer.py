@@ -6,6 +6,14 @@ Redis (as the Ruby job uses Sidekiq.redis); with BENCH_PLAIN_REDIS=1 in the envi
 a stock `redis.Redis.from_url(REDIS_URL)` instead (the harness's transparency row).
 BENCH_SIDEQUEST_ARGS adds worker flags (the harness's `--pin-cpu` row).
 
+BENCH_QUEUES=N (the harness's `sidequest-6q` and `sidequest-cluster` rows) spreads the no-op jobs
+over N queues, `bench` and `bench-<i>` names picked so that each primary of a 3-primary Redis
+Cluster split as `redis-cli --cluster create` splits it (harness/cluster.py does) holds as many;
+the worker takes them with equal weights (`-q bench,1 -q bench-1,1 ...`: a random order per fetch,
+so every primary serves). The stamp and probe jobs stay in `bench`. With a `redis+cluster://`
+URL the worker runs in sidequest's Cluster mode, and `sidequest.redis()`, the no-op job's client,
+is its cluster client.
+
 Every process that imports this file says on stderr which sidequest it imported (a baseline row,
 `--baseline`, puts an older checkout first on PYTHONPATH; harness/phases.py checks the worker's
 log). `BenchAckProbe` is the acknowledgement-window phase's job (harness/ackwindow.py).
@@ -14,12 +22,14 @@ log). `BenchAckProbe` is the acknowledgement-window phase's job (harness/ackwind
 
 from __future__ import annotations
 
+import bisect
 import os
 import sys
 import time
+from collections import Counter
 
 import _peer
-import redis
+from redis.crc import key_slot
 
 import sidequest
 
@@ -27,7 +37,33 @@ LIMIT = _peer.total()
 ACK_ENDS = "bench:ack:ends"  # hash: probe job number -> the time its body ended (harness/ackwindow.py)
 print(f"sidequest_peer: sidequest {sidequest.__version__} from {os.path.dirname(sidequest.__file__)}",
       file=sys.stderr, flush=True)
-PLAIN = redis.Redis.from_url(os.environ["REDIS_URL"]) if os.environ.get("BENCH_PLAIN_REDIS") == "1" else None
+PLAIN = _peer.connect(os.environ["REDIS_URL"]) if os.environ.get("BENCH_PLAIN_REDIS") == "1" else None
+CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
+SHARDS = 3
+FIRST_SLOTS = (5461, 10923)  # of the 2nd and 3rd primaries: 16384 slots in three (harness/cluster.py)
+
+
+def queue_key(url: str, queue: str) -> str:
+    """The list a queue's jobs wait in: `queue:<q>`, in Cluster mode `queue:{<q>}` (sidequest's keys.py)."""
+    return f"queue:{{{queue}}}" if url.partition("://")[0] in CLUSTER_SCHEMES else f"queue:{queue}"
+
+
+def spread(count: int) -> list[str]:
+    """`bench` and the first `bench-<i>` names keeping every primary at most ceil(count / 3)."""
+    def shard(queue: str) -> int:
+        return bisect.bisect_right(FIRST_SLOTS, key_slot(f"queue:{{{queue}}}".encode()))
+
+    names, held, cap, i = [_peer.QUEUE], Counter([shard(_peer.QUEUE)]), -(-count // SHARDS), 0
+    while len(names) < count:
+        i += 1
+        name = f"{_peer.QUEUE}-{i}"
+        if held[shard(name)] < cap:
+            names.append(name)
+            held[shard(name)] += 1
+    return names
+
+
+QUEUES = spread(int(os.environ.get("BENCH_QUEUES") or 1))
 
 
 @sidequest.job(name="BenchNoop", queue=_peer.QUEUE)
@@ -53,7 +89,8 @@ def worker(url: str, processes: int, concurrency: int) -> list[str]:
     queue and logging off (`sidequest worker` as a user types it: the `sidequest` row). Else
     `processes` of them: one (`--processes 0` where that sidequest runs one per CPU by default)
     or a supervisor of several."""
-    argv = [sys.executable, "-m", "sidequest.cli", "worker", "-r", "sidequest_peer", "-q", _peer.QUEUE,
+    queues = ["-q", _peer.QUEUE] if len(QUEUES) == 1 else [arg for q in QUEUES for arg in ("-q", f"{q},1")]
+    argv = [sys.executable, "-m", "sidequest.cli", "worker", "-r", "sidequest_peer", *queues,
             "--log-level", "WARNING", *os.environ.get("BENCH_SIDEQUEST_ARGS", "").split()]
     if os.environ.get("BENCH_SIDEQUEST_DEFAULT") == "1":
         return argv
@@ -69,8 +106,18 @@ def client(url: str) -> sidequest.Client:
 
 
 def enqueue(url: str, mode: str, count: int) -> None:
+    """Job i in queue i mod len(QUEUES) (one queue: the job's own, named by no option)."""
     c = client(url)
-    if mode == "bulk":
+    if len(QUEUES) > 1:
+        for k, queue in enumerate(QUEUES):
+            mine = range(k, count, len(QUEUES))
+            if mode == "bulk":
+                for start in range(0, len(mine), 10_000):
+                    c.push_bulk(noop, [[i] for i in mine[start:start + 10_000]], queue=queue)
+            else:
+                for i in mine:
+                    c.push(noop, [i], queue=queue)
+    elif mode == "bulk":
         for start in range(0, count, 10_000):
             c.push_bulk(noop, [[i] for i in range(start, min(start + 10_000, count))])
     else:
@@ -98,5 +145,5 @@ def worker_env(url: str) -> dict[str, str]:
 
 
 if __name__ == "__main__":
-    _peer.main(worker=worker, staged_keys=lambda url: [f"queue:{_peer.QUEUE}"], enqueue=enqueue,
+    _peer.main(worker=worker, staged_keys=lambda url: [queue_key(url, q) for q in QUEUES], enqueue=enqueue,
                push_stamp=push_stamp, schedule=schedule, env=worker_env)
