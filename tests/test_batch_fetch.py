@@ -7,6 +7,7 @@ import json
 import pytest
 import redis
 from conftest import wait_until
+from helpers import ran
 from jobs_for_tests import echo
 
 from sidequest import keys
@@ -178,3 +179,23 @@ def test_a_killed_connection_raises_once_then_the_lane_reconnects(r):
     with pytest.raises(redis.ConnectionError):
         lane.call("PING")
     assert lane.call("PING") == b"PONG"
+
+
+def test_an_idle_worker_of_weighted_queues_has_a_waiter_on_every_queue(start, r, client):
+    """Idle processors block one per queue in a fixed spread (not the shuffled fetch order, which
+    left a queue without a waiter now and then: a job there waited out a blocking timeout)."""
+    queues = [(f"w{i}", 1 + i % 3) for i in range(6)]
+    start(queues=queues, concurrency=10, fetch_timeout=5.0)
+
+    db = str(r.connection_pool.connection_kwargs.get("db", 0))
+
+    def waiters() -> int:
+        return sum(1 for c in r.client_list() if c.get("cmd") == "blmove" and c.get("db") == db)
+    wait_until(lambda: waiters() >= 10, 10, 0.02, "every processor to block")
+    for round_ in range(3):
+        for name, _ in queues:
+            began = len(ran(r, "echo"))
+            client.push(echo, [name, round_], queue=name)
+            wait_until(lambda began=began: len(ran(r, "echo")) > began, 0.5, 0.005,
+                       f"the job in {name} to start at once (a missed waiter would take a second)")
+            wait_until(lambda: waiters() >= 10, 5, 0.005, "the processor to block again")

@@ -111,6 +111,13 @@ class QueueOrder:
         paused = self.paused.names() if self.paused is not None else frozenset()
         return [key for key in order if self.space.queue_name(key) not in paused] if paused else order
 
+    def spread(self) -> list[str]:
+        """The queues an idle capsule's processors block on, one each: always in the same order
+        (the shuffled fetch order would leave a queue without a waiter now and then, and a job
+        pushed there would wait out a blocking timeout), paused queues left out."""
+        paused = self.paused.names() if self.paused is not None else frozenset()
+        return [key for key in self.keys if self.space.queue_name(key) not in paused] if paused else self.keys
+
 
 def blocking_timeout(config: Config) -> float:
     """How long an idle fetch blocks: `fetch_timeout`, at most 1 s, so a pause takes effect
@@ -502,6 +509,9 @@ class ReliableFetch:
         self.identity = identity
         self.own = keys.reserved(identity, slot)  # in Cluster mode, one per queue: `keys.reserved(..., queue)`
         self.slot = slot  # which queue this processor blocks on when all are empty
+        # blocking fetches that timed out, when there are fewer processors than queues: the waiters rotate
+        self._turn = 0
+        self._rotates = config.concurrency < len(self.hub.order.keys)
         self.timeout = self.hub.timeout
         self.lane = lane_for(client)  # the batch calls, sent directly (see `wire`)
         self.settler = Settler(config, client, scripts, clock, self.lane)
@@ -527,15 +537,20 @@ class ReliableFetch:
             wait_paused(self.timeout)
             return None
         # Nothing anywhere: block on one queue (each processor on a different one, so with
-        # concurrency >= queue count every queue has a waiter). BLMOVE is atomic: the job is
-        # in our own list the moment it leaves its queue.
-        key = order[self.slot % len(order)]
+        # concurrency >= queue count every queue has a waiter; with fewer, the waiters move one
+        # queue on at each timeout, so every queue is watched in turn). BLMOVE is atomic: the job
+        # is in our own list the moment it leaves its queue.
+        spread = self.hub.order.spread() or order
+        key = spread[(self.slot + self._turn) % len(spread)]
         queue = self.keys.queue_name(key)
         if self.keys.cluster:  # our own list in that queue's slot (RESERVE registered it)
             self.own = self.keys.reserved(self.identity, self.slot, queue)
         # redis-py types the timeout as int; BLMOVE takes fractional seconds
         raw = cast("bytes | None", self.redis.blmove(key, self.own, self.timeout, "RIGHT", "LEFT"))  # type: ignore[arg-type]
-        return None if raw is None else UnitOfWork(queue, raw, self, self.own)
+        if raw is None:
+            self._turn += self._rotates
+            return None
+        return UnitOfWork(queue, raw, self, self.own)
 
     def _reconcile(self) -> UnitOfWork | None:
         """Adopt a job in our own list though no fetch returned it (its reply was lost)."""
