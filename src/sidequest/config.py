@@ -223,6 +223,11 @@ class Config:
         return [name for name, _ in self.queues]
 
     @property
+    def all_queue_names(self) -> list[str]:
+        """The queues a worker process works, over every capsule, each once."""
+        return list(dict.fromkeys([*self.queue_names, *(name for c in self.capsules for name, _ in c.weighted)]))
+
+    @property
     def total_concurrency(self) -> int:
         """Processor threads of a worker process, over every capsule."""
         return self.concurrency + sum(c.concurrency for c in self.capsules)

@@ -169,8 +169,7 @@ class Launcher:
         for warning in check_server(self.redis, self.config.url):
             log.warning("%s", warning)
         if self.scripts.keys.cluster:
-            names = [*self.config.queue_names, *(n for c in self.config.capsules for n, _ in c.weighted)]
-            for name in names:
+            for name in self.config.all_queue_names:
                 problem = keys.cluster_queue_problem(name)
                 if problem is not None:
                     raise ConfigError(f"{problem}; rename the queue")

@@ -79,7 +79,9 @@ class Poller:
         space = self.scripts.keys
         if not space.cluster:
             return [(sorted_set, None) for sorted_set in SETS]
-        names = sorted(name.decode() for name in cast("set[bytes]", self.redis.smembers(keys.QUEUES)))
+        # every queue listed, and this worker's own (a producer lists a queue at most every few seconds)
+        listed = {name.decode() for name in cast("set[bytes]", self.redis.smembers(keys.QUEUES))}
+        names = sorted(listed | set(self.config.all_queue_names))
         return [(sorted_set(name), name) for name in names for sorted_set in (space.retry, space.schedule)]
 
     def enqueue_due(self) -> int:

@@ -14,7 +14,7 @@ forever. Only one process recovers at a time (a lock that only its owner release
 work runs on its own thread so it never delays a heartbeat.
 
 In Cluster mode each queue has its own index, `sidequest:reservations:{q}`, and its reserved
-lists live in its slot: recovery reads the index of every queue in `queues`. The owner's
+lists live in its slot: recovery reads the index of every queue in `queues` and of its own. The owner's
 heartbeat hash is in another slot, so it is read just before the job is moved rather than
 inside the script; a process that was only paused and beats again in between finds its job
 recovered (the trace in `sidequest:recovered:{q}:<identity>`) and writes nothing for it, so
@@ -110,7 +110,8 @@ class Recovery:
         space = self.scripts.keys
         if not space.cluster:
             return [keys.RESERVATIONS]
-        return [space.reservations(name.decode()) for name in cast("set[bytes]", self.redis.smembers(keys.QUEUES))]
+        listed = {name.decode() for name in cast("set[bytes]", self.redis.smembers(keys.QUEUES))}
+        return [space.reservations(name) for name in sorted(listed | set(self.config.all_queue_names))]
 
     def _forget_if_empty(self, key: str, owner: str, index: str) -> None:
         """Drop an emptied list of a dead owner from the set (a WATCH keeps a late job safe)."""
