@@ -21,7 +21,7 @@ import hiredis
 import redis
 from redis.client import EMPTY_RESPONSE, NEVER_DECODE
 from redis.connection import AbstractConnection
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import AskError, NoScriptError, ResponseError
 
 from .keys import space
 
@@ -97,24 +97,44 @@ class Lane:
 
 
 class ClusterLane(Lane):
-    """A `Lane` on a Redis Cluster: each call goes through redis-py's cluster client, which sends
-    it to the primary of its keys' slot and follows MOVED and ASK (every script declares its keys,
-    all in one slot, see `keys.ClusterKeyspace`)."""
+    """A `Lane` on a Redis Cluster: each script call goes straight to the primary of its keys'
+    slot (every script declares its keys, all in one slot, see `keys.ClusterKeyspace`), on a
+    `Lane` of that node, found from the cluster client's slot map. A MOVED or ASK answer (the slot
+    moved: a failover, a resharding) means the script did not run: the slot map is read again and
+    the call goes through redis-py's cluster client, which follows the redirection. A connection
+    error refreshes the map too, and is raised (the call may have run)."""
 
     def __init__(self, client: Any) -> None:  # a redis.cluster.RedisCluster
         self.client = client
+        self._nodes: dict[str, Lane] = {}
+
+    def _node(self, key: Any) -> Lane:
+        node = self.client.get_node_from_key(key)
+        lane = self._nodes.get(node.name)
+        if lane is None:
+            lane = self._nodes[node.name] = Lane(self.client.get_redis_connection(node))
+        return lane
 
     def exchange(self, commands: Sequence[Command]) -> list[Any]:
         return [self.client.execute_command(*command) for command in commands]
 
     def transaction(self, commands: Sequence[Command], then: Sequence[Command] = ()) -> list[Any]:
-        raise NotImplementedError("a Cluster push is written per slot (see client.Batch.cluster_commands)")
+        raise NotImplementedError("a Cluster push is written per slot (see client.Client._write_to_slot)")
 
     def evalsha(self, script: Any, keys: Sequence[Any], args: Sequence[Any]) -> Any:
-        return script(keys=list(keys), args=list(args), client=self.client)
+        try:
+            return self._node(keys[0]).evalsha(script, keys, args)
+        except AskError:  # MOVED too: refused before it ran
+            self.client.nodes_manager.initialize()
+            return script(keys=list(keys), args=list(args), client=self.client)
+        except (redis.ConnectionError, redis.TimeoutError):
+            self.client.nodes_manager.initialize()
+            raise
 
     def close(self) -> None:
-        """The cluster client owns its connections."""
+        nodes, self._nodes = self._nodes, {}
+        for lane in nodes.values():
+            lane.close()
 
 
 def lane_for(client: Any) -> Lane:
