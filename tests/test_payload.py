@@ -79,3 +79,22 @@ def test_the_trace_id_of_a_job_comes_from_a_well_formed_traceparent_only():
     for bad in (None, 7, "", "00-xyz", good.upper(), "00-" + "0" * 32 + "-00f067aa0ba902b7-01", good.replace("-", "_")):
         assert trace_id({"traceparent": bad}) is None, bad
     assert trace_id({}) is None
+
+
+def test_a_push_written_by_the_fast_encoder_has_the_standard_encoders_bytes():
+    """`encode_fast` (orjson, a push's path) writes what `encode` writes for checked payloads, and
+    hands what orjson refuses to `encode`."""
+    from sidequest.payload import encode, encode_fast
+
+    payloads = [
+        {"retry": True, "queue": "default", "args": [1, "a", None, False, 2.5, {"k": [1, {"x": "y"}]}],
+         "class": "Send", "jid": "b4a577edbccf1d805744efa9", "created_at": 1764133890.1234567,
+         "enqueued_at": 1764133890.1234568},
+        {"args": ["\x00\x1f\x7f\u2028 é 漢 \\ \" / \t\n\r", "😀"], "class": "Unicode", "created_at": 1764133890123},
+        {"args": [2 ** 70, -(2 ** 64)], "class": "BigInts"},  # past 64 bits: orjson refuses, json writes them
+        {"args": [], "class": "Empty", "tags": ["a", "b"], "custom": {"nested": {"deep": [[]]}}},
+    ]
+    for payload in payloads:
+        assert encode_fast(payload) == encode(payload).encode("utf-8"), payload
+    with pytest.raises(UnicodeEncodeError):  # a lone surrogate: the caller's clear error, as before
+        encode_fast({"args": ["\ud800"]})

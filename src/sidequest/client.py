@@ -47,7 +47,7 @@ from .options import (
     spread_seconds,
     spread_times,
 )
-from .payload import check_args, encode, in_millis, new_jids, stamp
+from .payload import check_args, encode, encode_fast, in_millis, new_jids, stamp
 
 PlainRedis = redis.Redis  # the name `redis` is a property inside Client
 # Cluster mode: a client adds a queue's name to `queues` (in another slot than the queue) at most
@@ -381,9 +381,12 @@ class Client:
         return self.redis.register_script(unique.PUSH_UNIQUE)
 
     def _encode(self, payload: dict[str, Any]) -> bytes:
-        """The payload as the UTF-8 bytes Redis stores, refused with a clear error if it cannot be."""
+        """The payload as the UTF-8 bytes Redis stores, refused with a clear error if it cannot be.
+        Without client middleware every value in it was checked as native JSON, so the fast
+        encoder writes it (`payload.encode_fast`); middleware may add anything, which the
+        standard encoder refuses clearly."""
         try:
-            blob = encode(payload).encode("utf-8")
+            blob = encode_fast(payload) if not len(self.config.client_middleware) else encode(payload).encode("utf-8")
         except UnicodeEncodeError as exc:  # a lone surrogate, from undecodable bytes in argv or a path
             raise JobArgumentError(
                 f"job {payload.get('class')!r} has a string that is not valid Unicode ({exc.reason}: "
