@@ -276,7 +276,7 @@ def test_a_task_lives_beside_its_jobs_and_completes_with_its_callback(url, rc):
     task.add_bulk(cluster_plain.set(queue="q20"), [[300 + i] for i in range(18)])
     task.add(cluster_flaky.set(queue="q20", retry=False), 1)
     task.add(cluster_plain.set(queue="q20"), 399)
-    with pytest.raises(JobArgumentError, match="lives in queue 'q20'"):
+    with pytest.raises(JobArgumentError, match="lives in the slot of queue 'q20'"):
         task.add(cluster_plain.set(queue="q21"), 1)
     task.seal()
     assert rc.keyslot(f"sidequest:task:{task.id}") == rc.keyslot(CLUSTER.queue("q20"))
@@ -393,3 +393,31 @@ def test_async_limited_iterable_expiring_and_cancelled_jobs_on_50_queues(url, rc
     assert all(RAN[f"walk:{i}"] == 1 for i in range(40)), "each item once: slices resume from the cursor"
     assert rc.zcard(CLUSTER.schedule("q47")) == 0
     assert not [r.getMessage() for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")]
+
+
+def test_a_task_spans_the_queues_of_a_group_which_share_one_slot(url, rc):
+    from sidequest.tasks import Task
+
+    resize, thumbs, done = "{media}resize", "{media}thumbs", "{media}done"
+    assert len({rc.keyslot(CLUSTER.queue(q)) for q in (resize, thumbs, done)}) == 1
+    assert rc.keyslot(CLUSTER.queue(resize)) == rc.keyslot("{media}")
+    config = Config(redis_url=url, queues=[resize, thumbs, done], concurrency=4, **FAST)
+    sidequest.configure(config)
+    task = Task.create("album", on_complete=cluster_task_done.set(queue=done), queue=resize)
+    assert task.id.startswith("{media}")
+    task.add_bulk(cluster_plain.set(queue=resize), [[500 + i] for i in range(5)])
+    task.add_bulk(cluster_plain.set(queue=thumbs), [[600 + i] for i in range(5)])
+    with pytest.raises(JobArgumentError, match="slot of queue 'media'"):
+        task.add(cluster_plain.set(queue="q21"), 1)
+    task.seal()
+    later = cluster_unique.set(queue=thumbs).perform_in(3600, 7)  # a grouped queue's schedule, unique claim
+    assert later is not None and rc.zcard(CLUSTER.schedule(thumbs)) == 1
+    launcher = Launcher(config)
+    launcher.run()
+    try:
+        wait_until(lambda: RAN[f"callback:{task.id}"] == 1, STARTUP, 0.05, "the group's task to complete")
+    finally:
+        launcher.stop()
+    assert Task.find(task.id).status()["counts"]["finished"] == 10
+    assert {q.decode() for q in rc.smembers("queues")} >= {resize, thumbs}
+    assert sidequest.cancel(later)

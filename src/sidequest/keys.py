@@ -75,6 +75,8 @@ runs every feature and fails if a key left without a TTL matches no pattern of `
 
 from __future__ import annotations
 
+import re
+
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 
@@ -339,59 +341,85 @@ class Keyspace:
 
 
 class ClusterKeyspace(Keyspace):
-    """Cluster mode's names: a queue's keys share the hash tag `{<queue>}` (see above)."""
+    """Cluster mode's names: a queue's keys share its hash tag (see above): `{<queue>}`, or for a
+    queue of a group, `{<group>}<name>`, its name as it is (see `group_of`)."""
 
     cluster = True
 
+    def tagged(self, queue: str) -> str:
+        """The queue's name with its hash tag: `{mail}`, or a grouped queue's own `{media}resize`."""
+        return queue if queue.startswith("{") else f"{{{queue}}}"
+
     def queue(self, name: str) -> str:
-        return f"{QUEUE_PREFIX}{{{name}}}"
+        return QUEUE_PREFIX + self.tagged(name)
 
     def queue_name(self, key: str) -> str:
-        return key.removeprefix(QUEUE_PREFIX).removeprefix("{").removesuffix("}")
+        name = key.removeprefix(QUEUE_PREFIX)
+        if name.endswith("}") and name.find("}") == len(name) - 1:  # `{mail}`, not `{media}resize`
+            return name[1:-1]
+        return name
 
     def schedule(self, queue: str) -> str:
-        return f"{SCHEDULE}:{{{queue}}}"
+        return f"{SCHEDULE}:{self.tagged(queue)}"
 
     def retry(self, queue: str) -> str:
-        return f"{RETRY}:{{{queue}}}"
+        return f"{RETRY}:{self.tagged(queue)}"
 
     def dead(self, queue: str) -> str:
-        return f"{DEAD}:{{{queue}}}"
+        return f"{DEAD}:{self.tagged(queue)}"
 
     def reserved(self, identity: str, slot: int | str, queue: str) -> str:
-        return f"{PREFIX}:reserved:{{{queue}}}:{identity}:{slot}"
+        return f"{PREFIX}:reserved:{self.tagged(queue)}:{identity}:{slot}"
 
     def reservations(self, queue: str) -> str:
-        return f"{RESERVATIONS}:{{{queue}}}"
+        return f"{RESERVATIONS}:{self.tagged(queue)}"
 
     def recovered(self, identity: str, queue: str) -> str:
-        return f"{PREFIX}:recovered:{{{queue}}}:{identity}"
+        return f"{PREFIX}:recovered:{self.tagged(queue)}:{identity}"
+
+    def _split_reserved(self, key: str) -> tuple[str, str]:
+        """`sidequest:reserved:{q}:host:12:ab12:3` -> (`q`, `host:12:ab12:3`); a grouped queue's
+        name, `{media}resize`, has no ':' (see `cluster_queue_problem`)."""
+        rest = key[len(f"{PREFIX}:reserved:"):]
+        close = rest.index("}")
+        if rest[close + 1] == ":":  # `{q}:...`: a queue of its own
+            return rest[1:close], rest[close + 2:]
+        name, _, tail = rest.partition(":")
+        return name, tail
 
     def identity_of_reserved(self, key: str) -> str:
         """`sidequest:reserved:{q}:host:12:ab12:3` -> `host:12:ab12`."""
-        return key[len(f"{PREFIX}:reserved:{{"):].split("}:", 1)[1].rsplit(":", 1)[0]
+        return self._split_reserved(key)[1].rsplit(":", 1)[0]
 
     def queue_of_reserved(self, key: str) -> str:
         """`sidequest:reserved:{q}:host:12:ab12:3` -> `q`."""
-        return key[len(f"{PREFIX}:reserved:{{"):].split("}:", 1)[0]
+        return self._split_reserved(key)[0]
 
     def unique(self, digest: str, queue: str) -> str:
-        return f"{PREFIX}:unique:{{{queue}}}:{digest}"
+        return f"{PREFIX}:unique:{self.tagged(queue)}:{digest}"
 
     def periodic_claim(self, entry_id: str, queue: str) -> str:
         """The claim of a periodic entry's ticks, in its queue's slot (its record, with the entry's
         description and last run, stays at `sidequest:periodic:<id>`)."""
-        return f"{PREFIX}:periodic:{{{queue}}}:{entry_id}"
+        return f"{PREFIX}:periodic:{self.tagged(queue)}:{entry_id}"
 
     def status(self, jid: str, queue: str) -> str:
-        return f"{PREFIX}:status:{{{queue}}}:{jid}"
+        return f"{PREFIX}:status:{self.tagged(queue)}:{jid}"
 
     def status_notify(self, jid: str, queue: str) -> str:
-        return f"{PREFIX}:status:{{{queue}}}:{jid}:notify"
+        return f"{PREFIX}:status:{self.tagged(queue)}:{jid}:notify"
+
+
+def group_of(queue: str) -> str:
+    """The hash tag a queue's keys share in Cluster mode: its name, or for `{media}resize` (a
+    queue of the group `media`), the group's; queues of one group live in one slot, so a task
+    or a workflow may span them."""
+    return queue[1:queue.index("}")] if queue.startswith("{") else queue
 
 
 DEFAULT = Keyspace()
 CLUSTER = ClusterKeyspace()
+GROUPED = re.compile(r"\{[^{}:]+\}[^{}:]+")  # a queue of a group in Cluster mode: `{media}resize`
 
 
 def space(client: object) -> Keyspace:
@@ -400,10 +428,15 @@ def space(client: object) -> Keyspace:
 
 
 def cluster_queue_problem(name: str) -> str | None:
-    """Why `name` cannot be a queue in Cluster mode (its braces would change the hash tag), or None."""
-    if "{" in name or "}" in name:
-        return f"queue name {name!r} has a brace; in Cluster mode a queue's name is its keys' hash tag"
-    return None
+    """Why `name` cannot be a queue in Cluster mode, or None: braces only as a group's hash tag
+    at its start, `{group}name` (a grouped name without ':'), since a queue's keys are tagged
+    with its name."""
+    if "{" not in name and "}" not in name:
+        return None
+    if GROUPED.fullmatch(name):
+        return None
+    return (f"queue name {name!r}: in Cluster mode a queue's name is its keys' hash tag, so it has no brace, "
+            "or begins with a group's tag, as in {media}resize (no ':' in a grouped name)")
 
 
 # -- lifetimes: the keys meant to live without a TTL, as Redis glob patterns, and why ----------------

@@ -2,9 +2,10 @@
 task job's event current inside the core's move (`TASK_FEATURE`), and the two scripts a task
 runs on its own: `TASK_TRANSITION` (`task_message` from inside a job) and `TASK_SEAL`.
 
-Each comes in Cluster mode's form too (`cluster_lua`): there a task lives in its queue's slot
-(its id begins with the queue's hash tag, see `Task.create`), so its callbacks are pushed onto
-`queue:{<q>}` and the queue's name, in `queues` since the task was created, is not added again.
+Each comes in Cluster mode's form too (`cluster_lua`): there a task lives in its queues' slot
+(its id begins with their hash tag, see `Task.create`), so its callbacks are pushed onto
+`queue:{<q>}` (or a grouped queue's `queue:{<group>}<name>`), and the queue's name, in `queues`
+since the task was created, is not added again.
 """
 
 from .. import keys
@@ -90,7 +91,9 @@ end
 """
 _SIDEKIQ = {"register": f"redis.call('sadd', '{keys.QUEUES}', cb[2])",
             "callback_queue": f"'{keys.QUEUE_PREFIX}' .. cb[2]"}
-_CLUSTER = {"register": "", "callback_queue": f"'{keys.QUEUE_PREFIX}{{' .. cb[2] .. '}}'"}
+# a queue of a group (`{media}resize`) carries its tag; any other gets its name as its tag
+_CLUSTER = {"register": "",
+            "callback_queue": f"'{keys.QUEUE_PREFIX}' .. (string.sub(cb[2], 1, 1) == '{{' and cb[2] or '{{' .. cb[2] .. '}}')"}
 _NAMES = {"task_prefix": keys.task(""), "suffixes": ", ".join(f"'{suffix}'" for suffix in keys.task_key_suffixes())}
 _TEMPLATE = TASK_LIB
 TASK_LIB = _TEMPLATE % {**_NAMES, **_SIDEKIQ}

@@ -14,10 +14,11 @@ Every key of a task expires: `ttl` (the `task_ttl` setting, 7 days by default) a
 change while it runs, so a task that is never sealed, or whose jobs never all end, goes away by
 itself; `retention` after it completes. Adding a job scheduled further ahead makes room for it.
 
-In Cluster mode a task lives in one queue's slot, beside its jobs, so every change to it is still
-part of its job's atomic move: `Task.create(..., queue="reports")` (default `default`) gives it an
+In Cluster mode a task lives in one slot, beside its jobs, so every change to it is still part
+of its job's atomic move: `Task.create(..., queue="reports")` (default `default`) gives it an
 id that begins with the queue's hash tag (`{reports}3f9c...`), and its jobs and callbacks must be
-in that queue (another queue is refused in one line).
+in that queue, or, for a queue of a group (`{media}resize`), in any queue of the group (another
+is refused in one line).
 """
 
 from __future__ import annotations
@@ -77,10 +78,10 @@ class Task:
         chosen = client or default_client()
         tag = ""
         if chosen.keys.cluster:
-            tag = "{" + (queue or "default") + "}"
             problem = keys.cluster_queue_problem(queue or "default")
             if problem is not None:
                 raise JobArgumentError(f"{problem}; rename the queue")
+            tag = "{" + keys.group_of(queue or "default") + "}"
         task = cls(tag + secrets.token_hex(12), chosen, retention, ttl)
         now = task.client.clock()
         fields: dict[str, Any] = {
@@ -156,11 +157,12 @@ class Task:
 
     def check_queue(self, payload: dict[str, Any]) -> None:
         """In Cluster mode, refuse a job or callback outside the task's queue (see module)."""
-        if self.id.startswith("{") and payload["queue"] != self.id[1:self.id.find("}")]:
+        group = self.id[1:self.id.find("}")] if self.id.startswith("{") else None
+        if group is not None and keys.group_of(str(payload["queue"])) != group:
             raise JobArgumentError(
-                f"task {self.id} lives in queue {self.id[1:self.id.find('}')]!r} (Cluster mode keeps a task beside its "
-                f"jobs); job {payload['class']!r} is for queue {payload['queue']!r}: create the task with "
-                f"queue={payload['queue']!r}, or push the job to the task's queue")
+                f"task {self.id} lives in the slot of queue {group!r} and its group {{{group}}} (Cluster mode keeps "
+                f"a task beside its jobs); job {payload['class']!r} is for queue {payload['queue']!r}: create the "
+                f"task with queue={payload['queue']!r}, or push the job to a queue of that slot")
 
     def seal(self) -> None:
         """No more jobs will be added; the task completes when every job has reached an end."""
