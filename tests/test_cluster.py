@@ -208,8 +208,6 @@ def test_a_periodic_tick_is_enqueued_once_among_schedulers_and_recorded(url, rc)
 
 def test_what_cluster_mode_cannot_hold_yet_is_refused_in_one_line(url):
     client = Client(Config(redis_url=url))
-    with pytest.raises(JobArgumentError, match=r"workflows not available in Cluster mode yet"):
-        client.push(cluster_plain, [1], custom={"workflow_id": "w1"})
     with pytest.raises(JobArgumentError, match=r"retry_queue .*Cluster mode"):
         client.push(cluster_plain, [1], retry_queue="elsewhere")
     with pytest.raises(JobArgumentError, match="brace"):
@@ -419,5 +417,55 @@ def test_a_task_spans_the_queues_of_a_group_which_share_one_slot(url, rc):
     finally:
         launcher.stop()
     assert Task.find(task.id).status()["counts"]["finished"] == 10
+    assert task.id in {t["id"] for t in Task.recent()[1]}
     assert {q.decode() for q in rc.smembers("queues")} >= {resize, thumbs}
     assert sidequest.cancel(later)
+
+
+@sidequest.job(name="ClusterDouble")
+def cluster_double(x: int) -> int:
+    return 2 * x
+
+
+@sidequest.job(name="ClusterTotal")
+def cluster_total(values: list[int]) -> int:
+    return sum(values)
+
+
+@sidequest.job(name="ClusterCharge", retry=False)
+def cluster_charge(order: int) -> None:
+    raise sidequest.JobFailed(f"card declined for order {order}")
+
+
+@sidequest.job(name="ClusterRefund")
+def cluster_refund(order: int) -> str:
+    _note(f"refund:{order}")
+    return f"refunded {order}"
+
+
+def test_workflows_run_in_the_slot_of_a_queue_group(url, rc):
+    from sidequest import Workflow, chain, chord
+
+    resize, thumbs = "{shop}resize", "{shop}thumbs"
+    config = Config(redis_url=url, queues=[resize, thumbs], concurrency=4, **FAST)
+    sidequest.configure(config)
+    flow_id = chord([cluster_double.s(n).set(queue=resize if n % 2 else thumbs) for n in (1, 2, 3)],
+                    cluster_total.s().set(queue=thumbs)).perform_async()
+    assert flow_id.startswith("{shop}")
+    failing = chain(cluster_charge.si(7).set(queue=resize).on_failure(cluster_refund.si(7).set(queue=thumbs)),
+                    cluster_double.si(1).set(queue=resize)).perform_async()
+    with pytest.raises(JobArgumentError, match="one slot"):
+        chain(cluster_double.si(1).set(queue=resize), cluster_double.si(2).set(queue="q09")).perform_async()
+    launcher = Launcher(config)
+    launcher.run()
+    try:
+        flow = Workflow.find(flow_id)
+        assert flow.result("4", timeout=STARTUP) == 12  # 2 + 4 + 6, the chord's callback
+        wait_until(lambda: Workflow.find(failing).status()["state"] == "failed" and RAN["refund:7"] == 1,
+                   STARTUP, 0.05, "the failing chain to stop and compensate")
+    finally:
+        launcher.stop()
+    assert flow.status()["state"] == "succeeded"
+    assert [s["status"] for s in Workflow.find(failing).steps()] == ["failed", "skipped"]
+    assert [s["result"] for s in flow.steps()] == [2, 4, 6, 12]  # each step's record, beside its job
+    assert {w["id"] for w in Workflow.recent()[1]} == {flow_id, failing}

@@ -189,7 +189,7 @@ class AsyncClient:
         connection = await self.connection()
         wait = replicas.command()
         if self.sync.keys.cluster:
-            return await self._write_per_queue(connection, batch, wait, replicas)
+            return await self._write_per_slot(connection, batch, wait, replicas)
         if wait:  # WAIT counts the writes of its own connection: keep one for both
             async with connection.client() as single:
                 refused = await self._send(single, batch)
@@ -204,20 +204,20 @@ class AsyncClient:
                 self._script = connection.register_script(PUSH_UNIQUE)
             script_keys, args = batch.script_args(space)
             if space.cluster:
-                script_keys = script_keys[:1]  # not `queues`, another slot: added before (see _write_per_queue)
+                script_keys = script_keys[:1]  # not `queues`, another slot: added before (see _write_per_slot)
             return batch.refused(await self._script(keys=script_keys, args=args, client=connection))
         pipe = connection.pipeline(transaction=True)
         batch.commands(pipe, space)
         await pipe.execute()
         return frozenset()
 
-    async def _write_per_queue(self, cluster: Any, batch: Batch, wait: tuple[Any, ...] | None,
+    async def _write_per_slot(self, cluster: Any, batch: Batch, wait: tuple[Any, ...] | None,
                                replicas: Replicas) -> frozenset[str]:
         """Cluster mode, as `Client.write` does it: each queue's part in one MULTI (or script
         call) on the primary of its slot, after its name is added to `queues`; then a WAIT there."""
         refused: set[str] = set()
-        for part in batch.per_queue():
-            await cluster.sadd(keys.QUEUES, part.queue)
+        for part in batch.per_slot():
+            await cluster.sadd(keys.QUEUES, *dict.fromkeys(payload["queue"] for payload, _, _ in part.jobs))
             node = cluster.get_node_from_key(self.sync.keys.queue(part.queue))
             async with self._node(node.host, node.port).client() as single:  # one connection: WAIT counts its writes
                 refused |= await self._send(single, part)

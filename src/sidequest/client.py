@@ -244,10 +244,10 @@ class Client:
         batch = self.prepare(entries, now)
         wait = replicas.command()
         if self.keys.cluster:
-            parts = batch.per_queue()
+            parts = batch.per_slot()
             if also is not None and (len(parts) != 1 or parts[0].unique):
-                raise JobArgumentError("in Cluster mode the jobs of one task are pushed to one queue, without "
-                                       "unique_for")
+                raise JobArgumentError("in Cluster mode the jobs of one task or workflow are pushed to one queue, or "
+                                       "the queues of one group, without unique_for")
             for part in parts:
                 self._write_to_slot(part, wait, replicas, also)
             return frozenset(jid for part in parts for jid in part.refused_jids)
@@ -284,9 +284,10 @@ class Client:
         then WAIT there when asked (see module)."""
         queue = part.queue
         cluster: Any = self.redis
-        if self.clock() - self._listed.get(queue, -LISTED_EVERY) >= LISTED_EVERY:
-            cluster.sadd(keys.QUEUES, queue)
-            self._listed[queue] = self.clock()
+        for name in dict.fromkeys(payload["queue"] for payload, _, _ in part.jobs):
+            if self.clock() - self._listed.get(name, -LISTED_EVERY) >= LISTED_EVERY:
+                cluster.sadd(keys.QUEUES, name)
+                self._listed[name] = self.clock()
         node = cluster.get_redis_connection(cluster.get_node_from_key(self.keys.queue(queue)))
         if also is None and not part.unique:  # the common push: its MULTI sent directly (see `wire`)
             recorder = wire.Recorder()
@@ -410,7 +411,7 @@ class Batch:
     The same for `Client` and the asyncio client (`aio`), which differ only in how they send it."""
 
     def __init__(self, queue: str = "") -> None:
-        self.queue = queue  # Cluster mode: the one queue of this part of a push (see `per_queue`)
+        self.queue = queue  # Cluster mode: the (first) queue of this part of a push (see `per_slot`)
         self.refused_jids: frozenset[str] = frozenset()
         self.jobs: list[tuple[dict[str, Any], float | None, bytes]] = []  # payload, schedule time or None, JSON
         self.claims: list[tuple[str, int] | None] = []  # unique claim key and milliseconds, per job
@@ -424,32 +425,36 @@ class Batch:
         self.records.append(record)
         self.unique = self.unique or claim is not None
 
-    def per_queue(self) -> list[Batch]:
-        """Cluster mode: this push split by queue (each part in one slot), in order of first job."""
+    def per_slot(self) -> list[Batch]:
+        """Cluster mode: this push split by slot (a queue, or the queues of a group: see
+        `keys.group_of`), in order of first job; with unique jobs, by queue (their script
+        writes one queue's sets)."""
         parts: dict[str, Batch] = {}
         for (payload, when, blob), claim, record in zip(self.jobs, self.claims, self.records, strict=True):
             queue = payload["queue"]
-            part = parts.get(queue) or parts.setdefault(queue, Batch(queue))
+            where = queue if self.unique else keys.group_of(queue)
+            part = parts.get(where) or parts.setdefault(where, Batch(queue))
             part.add(payload, when, blob, claim, record)
         return list(parts.values())
 
     def commands(self, pipe: Any, space: keys.Keyspace = keys.DEFAULT) -> None:
         """Queue the MULTI's commands on `pipe` (no unique jobs); in Cluster mode, of one queue's
-        part (`per_queue`), whose name the caller has added to `queues`."""
+        part (`per_slot`), whose queues' names the caller has added to `queues`."""
         queued: dict[str, list[bytes]] = {}
-        scheduled: list[tuple[bytes, float]] = []
+        scheduled: dict[str, list[tuple[bytes, float]]] = {}  # by sorted set: one, or in Cluster mode one a queue
         for payload, when, blob in self.jobs:
             if when is None:
                 queued.setdefault(payload["queue"], []).append(blob)
             else:
-                scheduled.append((blob, when))
+                scheduled.setdefault(space.schedule(payload["queue"]), []).append((blob, when))
         for queue, blobs in queued.items():
             if not space.cluster:
                 pipe.sadd(keys.QUEUES, queue)
             for start in range(0, len(blobs), BULK_BATCH):
                 pipe.lpush(space.queue(queue), *blobs[start:start + BULK_BATCH])
-        for start in range(0, len(scheduled), BULK_BATCH):
-            pipe.zadd(space.schedule(self.queue), dict(scheduled[start:start + BULK_BATCH]))
+        for key, entries in scheduled.items():
+            for start in range(0, len(entries), BULK_BATCH):
+                pipe.zadd(key, dict(entries[start:start + BULK_BATCH]))
         for record in self.records:
             if record is not None:
                 key, ms, state, due = record
@@ -487,7 +492,6 @@ def collection_paused() -> Iterator[None]:
 
 # payload fields whose feature keeps records outside the job's queue slot: not in Cluster mode yet
 CLUSTER_REFUSED = {
-    "workflow_id": "workflows",
     "retry_queue": "retry_queue (a retry stays in its queue's slot)",
 }
 

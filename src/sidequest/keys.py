@@ -288,6 +288,10 @@ def workflow_keys(workflow_id: str) -> list[str]:
 #     sidequest:status:{<q>}:<jid>[:notify]  a `result_ttl` job's record, beside the job
 #     sidequest:task:{<q>}<id>[:...]         a task (its id begins with its queue's hash tag)
 #
+# A queue named `{<group>}<name>` (no ':' after the tag) keeps its name as it is, so the queues of
+# one group share a slot (`queue:{media}resize`, `queue:{media}thumbs`): a task or a workflow,
+# which lives in one slot (its id begins with the tag), may span them.
+#
 # Everything else keeps its name (and its own slot): `queues`, `processes`, a process's hash, the
 # stats, tasks, limits, periodic records. A queue's keys live on the primary that owns its slot,
 # so queues spread over the primaries. This is not Sidekiq's layout (Sidekiq has no Cluster mode).

@@ -110,7 +110,7 @@ class Launcher:
         space = keys.space(self.redis)  # Sidekiq's layout, or Cluster mode's
         lifecycle = Lifecycle([TaskFeature(self.tasks), self.job_metrics, CancelFeature(self.redis),
                                UniqueFeature(space), StatusFeature(clock, config.max_payload_size, space),
-                               WorkflowFeature()])  # after the status feature: it reads the results
+                               WorkflowFeature(space)])  # after the status feature: it reads the results
         self.scripts = scripts = Scripts(self.redis, lifecycle.lua)
         self.runtime = Runtime(
             config=config, registry=registry or default_registry, counters=self.counters,

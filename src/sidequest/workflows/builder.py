@@ -79,7 +79,11 @@ class WorkflowBuilder:
         if not self.steps:
             raise ValueError("a workflow needs at least one step")
         chosen = client or default_client()
+        space = chosen.keys
         workflow_id = secrets.token_hex(12)
+        if space.cluster:  # its id carries the hash tag of its first step's queue (see `lua`)
+            first = next(iter(self.steps.values())).signature
+            workflow_id = "{" + keys.group_of(_declared_queue(first)) + "}" + workflow_id
         now = chosen.clock()
         keep = max(1, int(ttl))
         dependents: dict[str, list[str]] = {name: [] for name in self.steps}
@@ -87,7 +91,7 @@ class WorkflowBuilder:
             for dep in step.after:
                 dependents[dep].append(name)
         roots: list[tuple[dict[str, Any], float | None]] = []
-        waiting: list[str] = []
+        waiting: list[tuple[str, str]] = []
         graph: dict[str, str] = {}
         for order, (name, step) in enumerate(self.steps.items()):
             payload = _payload(chosen, step.signature, workflow_id, name, now, keep, step.collect != "none")
@@ -103,10 +107,19 @@ class WorkflowBuilder:
             if step.after:
                 blob = encode({key: value for key, value in payload.items() if key != "args"})
                 described |= {"args": encode({"a": payload["args"]})[5:-1], "rest": blob[1:-1]}
-                waiting.append(payload["jid"])
+                waiting.append((payload["jid"], payload["queue"]))
             else:
                 roots.append((payload, None))
             graph[name] = json.dumps(described)
+        if space.cluster:  # one slot: every step's queue carries the id's hash tag
+            queues = sorted({q for d in map(json.loads, graph.values()) for q in (d["queue"], d.get("comp_queue")) if q})
+            group = workflow_id[1:workflow_id.index("}")]
+            strays = [q for q in queues if keys.group_of(q) != group]
+            if strays:
+                raise JobArgumentError(
+                    f"in Cluster mode a workflow lives in one slot: its steps' queues must be one queue or the queues "
+                    f"of one group ({{{group}}}name), but {', '.join(map(repr, strays))} are not in {group!r}'s")
+            chosen.redis.sadd(keys.QUEUES, *queues)  # a released step's queue is listed already
 
         def record(pipe: Any) -> None:
             hash_key, graph_key, state_key, pending_key = keys.workflow_keys(workflow_id)
@@ -121,13 +134,25 @@ class WorkflowBuilder:
             pipe.hset(pending_key, mapping={n: len(s.after) for n, s in self.steps.items()})
             for key in keys.workflow_keys(workflow_id):
                 pipe.expire(key, keep)
-            for jid in waiting:  # not pushed yet: `sidequest.status` and `result` see them as scheduled
-                pipe.hset(keys.status(jid), mapping={"state": "scheduled", "updated_at": now})
-                pipe.expire(keys.status(jid), keep)
-            remember(pipe, keys.WORKFLOWS_RECENT, workflow_id, now, keep, RECENT_LIMIT)
+            for jid, queue in waiting:  # not pushed yet: `sidequest.status` and `result` see them as scheduled
+                pipe.hset(space.status(jid, queue), mapping={"state": "scheduled", "updated_at": now})
+                pipe.expire(space.status(jid, queue), keep)
+            if not space.cluster:  # in Cluster mode the index is in another slot: written after
+                remember(pipe, keys.WORKFLOWS_RECENT, workflow_id, now, keep, RECENT_LIMIT)
 
         chosen.write(roots, now, also=record)
+        if space.cluster:
+            index = chosen.redis.pipeline(transaction=False)
+            remember(index, keys.WORKFLOWS_RECENT, workflow_id, now, keep, RECENT_LIMIT)
+            index.execute()
         return workflow_id
+
+
+def _declared_queue(signature: Signature) -> str:
+    """The queue a step's job goes to, before client middleware: its push option, else its job's."""
+    declared = getattr(signature.job, "payload_options", None)
+    defaults = declared() if callable(declared) and not isinstance(signature.job, str) else {}
+    return str(signature.options.get("queue") or defaults.get("queue") or "default")
 
 
 def _payload(client: Client, signature: Signature, workflow_id: str | None, step: str | None, now: float,

@@ -22,7 +22,7 @@ from typing import Any
 
 from .. import keys
 from ..outcome import Outcome
-from .lua import WORKFLOW_FEATURE
+from .lua import WORKFLOW_FEATURE, cluster_lua
 
 EVENT_AT = {"taken": "running", "finished": "done", "retried": "enqueued", "put_back": "enqueued",
             "snoozed": "enqueued", "requeued": "enqueued", "dead": "failed", "dropped": "failed",
@@ -36,6 +36,10 @@ class WorkflowFeature:
     marks: frozenset[str] | None = frozenset({"workflow_id"})  # ops only for payloads with these keys
     observes, wraps = False, False  # whether `observe` and `running` ever do anything
     lua = WORKFLOW_FEATURE
+
+    def __init__(self, space: keys.Keyspace = keys.DEFAULT) -> None:
+        if space.cluster:  # a workflow's steps and records carry their queues' hash tag (see `lua`)
+            self.lua = cluster_lua(WORKFLOW_FEATURE)
 
     def ops(self, point: str, payload: dict[str, Any], outcome: Outcome | None) -> list[Any] | None:
         workflow_id, step = payload.get("workflow_id"), payload.get("workflow_step")

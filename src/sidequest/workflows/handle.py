@@ -22,7 +22,7 @@ from ..client import Client, default_client
 from ..lookup import result
 from ..recent import newest
 from .builder import STATUSES
-from .lua import WORKFLOW_CANCEL
+from .lua import WORKFLOW_CANCEL, cluster_lua
 
 
 class Workflow:
@@ -65,7 +65,7 @@ class Workflow:
         described = sorted(((k.decode(), json.loads(v)) for k, v in graph.items()), key=lambda s: s[1]["order"])
         pipe = self.redis.pipeline(transaction=False)
         for _, step in described:
-            pipe.hmget(keys.status(step["jid"]), "result", "error_class", "error_message")
+            pipe.hmget(self.client.keys.status(step["jid"], step["queue"]), "result", "error_class", "error_message")
         records = pipe.execute() if described else []
         steps = []
         for (name, step), (value, error_class, error_message) in zip(described, records, strict=True):
@@ -96,7 +96,8 @@ class Workflow:
         that a failure stopped stays failed, and its steps still running are cancelled."""
         from ..cancellation import Canceller  # it imports the operators' lifecycle, which holds this feature
 
-        script = self.redis.register_script(WORKFLOW_CANCEL)
+        script = self.redis.register_script(cluster_lua(WORKFLOW_CANCEL) if self.client.keys.cluster
+                                            else WORKFLOW_CANCEL)
         jids = script(keys=keys.workflow_keys(self.id), args=[self.client.clock()])
         if jids == -1:
             raise LookupError(f"workflow {self.id} does not exist (or has expired)")

@@ -10,7 +10,9 @@ resolved). They also read the status records of the steps' jobs (`sidequest:stat
 from keys' prefix), where each step's result is kept: the status feature runs before this one in
 the same call, so a step's own result is there when its dependents are released.
 
-In Cluster mode these keys span slots (the status records are per jid), as tasks' do.
+In Cluster mode a workflow lives in the slot of its steps' queues, which must be one queue or the
+queues of one group (`{media}resize`, see keys.ClusterKeyspace): its id begins with their hash
+tag, and its steps' jobs and status records carry it (`cluster_lua`).
 """
 
 from .. import keys
@@ -18,6 +20,7 @@ from .. import keys
 # Step statuses: waiting (dependencies unresolved), enqueued, running, done, failed, cancelled,
 # skipped (never to run: the workflow stopped or was cancelled first).
 WORKFLOW_LIB = """
+%(names)s
 local function wf_set(K, step, new)
   local old = redis.call('hget', K[3], step)
   if old and old ~= new then
@@ -39,15 +42,15 @@ local function wf_release(K, step, now)
   if g['collect'] ~= 'none' then
     local values = {}
     for i, dep in ipairs(g['after']) do
-      values[i] = redis.call('hget', '%(status_prefix)s' .. wf_graph(K, dep)['jid'], 'result') or 'null'
+      values[i] = redis.call('hget', wf_status(wf_graph(K, dep)), 'result') or 'null'
     end
     local passed = values[1]
     if g['collect'] == 'list' then passed = '[' .. table.concat(values, ',') .. ']' end
     if args == '[]' then args = '[' .. passed .. ']' else args = string.sub(args, 1, -2) .. ',' .. passed .. ']' end
   end
-  redis.call('sadd', '%(queues)s', g['queue'])
+  wf_list(g['queue'])
   local payload = '{"args":' .. args .. ',' .. g['rest'] .. ',"enqueued_at":' .. now .. '}'
-  redis.call('lpush', '%(queue_prefix)s' .. g['queue'], payload)
+  redis.call('lpush', wf_queue(g['queue']), payload)
   wf_set(K, step, 'enqueued')
 end
 -- A step reached an end that lets its dependents go on: each loses one pending dependency, and
@@ -67,7 +70,7 @@ local function wf_skip_waiting(K, now)
   for i = 1, #all, 2 do
     if all[i + 1] == 'waiting' then
       wf_set(K, all[i], 'skipped')
-      local record = '%(status_prefix)s' .. wf_graph(K, all[i])['jid']
+      local record = wf_status(wf_graph(K, all[i]))
       redis.call('del', record, record .. '%(notify_suffix)s')
       redis.call('hset', record, 'state', 'cancelled', 'updated_at', now, 'reason', 'skipped: its workflow stopped')
       redis.call('rpush', record .. '%(notify_suffix)s', '1')
@@ -106,8 +109,8 @@ local function wf_event(K, step, event, now)
       wf_resolve(K, step, now)
     else
       if g['policy'] == 'compensate' then
-        redis.call('sadd', '%(queues)s', g['comp_queue'])
-        redis.call('lpush', '%(queue_prefix)s' .. g['comp_queue'], g['comp'] .. ',"enqueued_at":' .. now .. '}')
+        wf_list(g['comp_queue'])
+        redis.call('lpush', wf_queue(g['comp_queue']), g['comp'] .. ',"enqueued_at":' .. now .. '}')
         redis.call('hset', K[1], 'compensation', g['comp_jid'])
       end
       redis.call('hset', K[1], 'state', 'failed', 'failed_step', step)
@@ -116,9 +119,23 @@ local function wf_event(K, step, event, now)
   end
   wf_settle(K, now)
 end
-""" % {  # noqa: UP031 (Lua is full of braces: %-names keep it readable)
-    "queues": keys.QUEUES, "queue_prefix": keys.QUEUE_PREFIX, "status_prefix": keys.status(""),
-    "notify_suffix": keys.status_notify("-").removeprefix(keys.status("-"))}
+"""
+_NOTIFY = {"notify_suffix": keys.status_notify("-").removeprefix(keys.status("-"))}
+# Where a step's job goes and where its status record is (a graph entry has its jid and queue):
+# Sidekiq's layout, or Cluster mode's, where both carry the queue's hash tag (see keys.ClusterKeyspace)
+_SIDEKIQ_NAMES = f"""
+local function wf_list(q) redis.call('sadd', '{keys.QUEUES}', q) end
+local function wf_queue(q) return '{keys.QUEUE_PREFIX}' .. q end
+local function wf_status(g) return '{keys.status("")}' .. g['jid'] end
+"""
+_CLUSTER_NAMES = f"""
+local function wf_list(q) end
+local function wf_tagged(q) if string.sub(q, 1, 1) == '{{' then return q end return '{{' .. q .. '}}' end
+local function wf_queue(q) return '{keys.QUEUE_PREFIX}' .. wf_tagged(q) end
+local function wf_status(g) return '{keys.PREFIX}:status:' .. wf_tagged(g['queue']) .. ':' .. g['jid'] end
+"""
+_TEMPLATE = WORKFLOW_LIB
+WORKFLOW_LIB = _TEMPLATE % {**_NOTIFY, "names": _SIDEKIQ_NAMES}
 
 # The workflow feature's lifecycle operation: args hash, graph, state, pending keys, step, event.
 WORKFLOW_FEATURE = WORKFLOW_LIB + """
@@ -146,3 +163,8 @@ end
 wf_settle(KEYS, ARGV[1])
 return jids
 """
+
+
+def cluster_lua(script: str) -> str:
+    """`script` (one of the above) in Cluster mode's form (see module)."""
+    return script.replace(WORKFLOW_LIB, _TEMPLATE % {**_NOTIFY, "names": _CLUSTER_NAMES}, 1)
