@@ -23,4 +23,5 @@ def operator_lifecycle(client: Client) -> Lifecycle:
                             ttl=client.config.task_ttl)
     # in Cluster mode a unique claim lives in its queue's slot, which the move's script is in
     return Lifecycle([TaskFeature(recorder), UniqueFeature(client.keys),
-                      StatusFeature(client.clock, client.config.max_payload_size, client.keys), WorkflowFeature(client.keys)])
+                      StatusFeature(client.clock, client.config.max_payload_size, client.keys),
+                      WorkflowFeature(client.keys)])

@@ -92,8 +92,8 @@ end
 _SIDEKIQ = {"register": f"redis.call('sadd', '{keys.QUEUES}', cb[2])",
             "callback_queue": f"'{keys.QUEUE_PREFIX}' .. cb[2]"}
 # a queue of a group (`{media}resize`) carries its tag; any other gets its name as its tag
-_CLUSTER = {"register": "",
-            "callback_queue": f"'{keys.QUEUE_PREFIX}' .. (string.sub(cb[2], 1, 1) == '{{' and cb[2] or '{{' .. cb[2] .. '}}')"}
+_TAGGED = "(string.sub(cb[2], 1, 1) == '{' and cb[2] or '{' .. cb[2] .. '}')"
+_CLUSTER = {"register": "", "callback_queue": f"'{keys.QUEUE_PREFIX}' .. {_TAGGED}"}
 _NAMES = {"task_prefix": keys.task(""), "suffixes": ", ".join(f"'{suffix}'" for suffix in keys.task_key_suffixes())}
 _TEMPLATE = TASK_LIB
 TASK_LIB = _TEMPLATE % {**_NAMES, **_SIDEKIQ}

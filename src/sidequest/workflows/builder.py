@@ -112,7 +112,8 @@ class WorkflowBuilder:
                 roots.append((payload, None))
             graph[name] = json.dumps(described)
         if space.cluster:  # one slot: every step's queue carries the id's hash tag
-            queues = sorted({q for d in map(json.loads, graph.values()) for q in (d["queue"], d.get("comp_queue")) if q})
+            described_all = [json.loads(d) for d in graph.values()]
+            queues = sorted({q for d in described_all for q in (d["queue"], d.get("comp_queue")) if q})
             group = workflow_id[1:workflow_id.index("}")]
             strays = [q for q in queues if keys.group_of(q) != group]
             if strays:
