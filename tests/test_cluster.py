@@ -51,7 +51,7 @@ def cluster_scheduled(n: int) -> None:
     _note(f"scheduled:{n}")
 
 
-@sidequest.job(name="ClusterFlaky", retry=1, retry_in=lambda count, exc: 0.0)
+@sidequest.job(name="ClusterFlaky", retry=1, retry_in=lambda count, exc: 0.01)
 def cluster_flaky(n: int) -> None:
     _note(f"flaky:{n}")
     raise RuntimeError(f"flaky {n} fails on every attempt")
@@ -208,7 +208,7 @@ def test_a_periodic_tick_is_enqueued_once_among_schedulers_and_recorded(url, rc)
 
 def test_what_cluster_mode_cannot_hold_yet_is_refused_in_one_line(url):
     client = Client(Config(redis_url=url))
-    with pytest.raises(JobArgumentError, match=r"retry_queue .*Cluster mode"):
+    with pytest.raises(JobArgumentError, match=r"Cluster mode .*retry_queue 'elsewhere' must be in the group"):
         client.push(cluster_plain, [1], retry_queue="elsewhere")
     with pytest.raises(JobArgumentError, match="brace"):
         client.push(cluster_plain, [1], queue="a{b}")
@@ -469,3 +469,26 @@ def test_workflows_run_in_the_slot_of_a_queue_group(url, rc):
     assert [s["status"] for s in Workflow.find(failing).steps()] == ["failed", "skipped"]
     assert [s["result"] for s in flow.steps()] == [2, 4, 6, 12]  # each step's record, beside its job
     assert {w["id"] for w in Workflow.recent()[1]} == {flow_id, failing}
+
+
+@sidequest.job(name="ClusterFailsOnce", retry=2, retry_in=lambda count, exc: 0.01)
+def cluster_fails_once(n: int) -> None:
+    _note(f"attempt:{n}")
+    if RAN[f"attempt:{n}"] == 1:
+        raise RuntimeError("the first attempt fails")
+
+
+def test_a_retry_moves_to_its_retry_queue_within_its_group(url, rc):
+    first, again = "{mail}send", "{mail}retries"
+    config = Config(redis_url=url, queues=[first, again], concurrency=2, **FAST)
+    sidequest.configure(config)
+    jid = cluster_fails_once.set(queue=first, retry_queue=again, unique_for=60, result_ttl=60).perform_async(1)
+    launcher = Launcher(config)
+    launcher.run()
+    try:
+        wait_until(lambda: RAN["attempt:1"] == 2, STARTUP, 0.05, "the retry to run from its retry_queue")
+        assert sidequest.result(jid, timeout=STARTUP) is None  # its record followed it: one key per group
+    finally:
+        launcher.stop()
+    assert not list(rc.scan_iter(match="sidequest:unique:*", target_nodes="primaries"))  # the claim was ended
+    assert rc.llen(CLUSTER.queue(first)) == 0 and rc.llen(CLUSTER.queue(again)) == 0

@@ -491,20 +491,19 @@ def collection_paused() -> Iterator[None]:
 
 
 # payload fields whose feature keeps records outside the job's queue slot: not in Cluster mode yet
-CLUSTER_REFUSED = {
-    "retry_queue": "retry_queue (a retry stays in its queue's slot)",
-}
-
-
 def cluster_problem(payload: dict[str, Any]) -> None:
-    """Refuse, in one line, a job Cluster mode cannot hold yet (see `CLUSTER_REFUSED`)."""
-    problem = keys.cluster_queue_problem(str(payload["queue"]))
+    """Refuse, in one line, a job Cluster mode cannot hold: a queue name that is not a hash tag,
+    or a `retry_queue` in another slot (a retry moves within its slot, see `keys.group_of`)."""
+    queue = str(payload["queue"])
+    problem = keys.cluster_queue_problem(queue)
     if problem is not None:
         raise JobArgumentError(f"{problem}; rename the queue")
-    for field, what in CLUSTER_REFUSED.items():
-        if payload.get(field) is not None:
-            raise JobArgumentError(f"job {payload.get('class')!r}: {what} not available in Cluster mode yet; "
-                                   f"push it without {field!r}, or use a single Redis or Sentinel")
+    retry_queue = payload.get("retry_queue")
+    if retry_queue is not None and keys.group_of(str(retry_queue)) != keys.group_of(queue):
+        raise JobArgumentError(
+            f"job {payload.get('class')!r}: in Cluster mode a retry stays in its queue's slot, so retry_queue "
+            f"{retry_queue!r} must be in the group of queue {queue!r}: name both {{group}}name, as "
+            f"{{{keys.group_of(queue)}}}{str(retry_queue).rpartition('}')[2]}")
 
 
 _default: Client | None = None

@@ -282,7 +282,8 @@ def workflow_keys(workflow_id: str) -> list[str]:
 #     sidequest:reserved:{<q>}:<identity>:<slot>  what a process took from it, per queue
 #     sidequest:reservations:{<q>}           the index of those lists (recovery reads it)
 #     sidequest:recovered:{<q>}:<identity>   what recovery took from a dead process's lists
-#     sidequest:unique:{<q>}:<digest>        a unique job's claim
+#     sidequest:unique:{<q>}:<digest>        a unique job's claim (for a queue of a group, the
+#                                            group's tag: the same key whichever queue of the group)
 #     sidequest:periodic:{<q>}:<entry id>    a periodic entry's claimed ticks (`last`), expiring as
 #                                            its record does
 #     sidequest:status:{<q>}:<jid>[:notify]  a `result_ttl` job's record, beside the job
@@ -354,6 +355,12 @@ class ClusterKeyspace(Keyspace):
         """The queue's name with its hash tag: `{mail}`, or a grouped queue's own `{media}resize`."""
         return queue if queue.startswith("{") else f"{{{queue}}}"
 
+    def slot_tag(self, queue: str) -> str:
+        """The hash tag alone: `{mail}`, or for `{media}resize` its group's `{media}`. A job's own
+        records (its unique claim, its status) use it, so they stay put when a retry moves the
+        job to another queue of its group (`retry_queue`)."""
+        return f"{{{group_of(queue)}}}"
+
     def queue(self, name: str) -> str:
         return QUEUE_PREFIX + self.tagged(name)
 
@@ -400,18 +407,18 @@ class ClusterKeyspace(Keyspace):
         return self._split_reserved(key)[0]
 
     def unique(self, digest: str, queue: str) -> str:
-        return f"{PREFIX}:unique:{self.tagged(queue)}:{digest}"
+        return f"{PREFIX}:unique:{self.slot_tag(queue)}:{digest}"
 
     def periodic_claim(self, entry_id: str, queue: str) -> str:
         """The claim of a periodic entry's ticks, in its queue's slot (its record, with the entry's
         description and last run, stays at `sidequest:periodic:<id>`)."""
-        return f"{PREFIX}:periodic:{self.tagged(queue)}:{entry_id}"
+        return f"{PREFIX}:periodic:{self.slot_tag(queue)}:{entry_id}"
 
     def status(self, jid: str, queue: str) -> str:
-        return f"{PREFIX}:status:{self.tagged(queue)}:{jid}"
+        return f"{PREFIX}:status:{self.slot_tag(queue)}:{jid}"
 
     def status_notify(self, jid: str, queue: str) -> str:
-        return f"{PREFIX}:status:{self.tagged(queue)}:{jid}:notify"
+        return f"{PREFIX}:status:{self.slot_tag(queue)}:{jid}:notify"
 
 
 def group_of(queue: str) -> str:

@@ -121,9 +121,12 @@ class Poller:
             payload.pop("at", None)
             payload["enqueued_at"] = stamp(now, self.config.sidekiq_version >= 8 or in_millis(payload))
             blob = encode(payload).encode("utf-8")
-        if owner is not None:  # Cluster mode: same slot; `queues` lists it already (see `sets`)
-            return int(self.scripts.enqueue_due(keys=[sorted_set, self.scripts.keys.queue(owner)],
-                                                args=[raw, blob, owner]))
+        if owner is not None:  # Cluster mode: to its queue if in the set's slot (a retry_queue of its group)
+            target = queue if keys.group_of(queue) == keys.group_of(owner) else owner
+            if target != owner:
+                self.redis.sadd(keys.QUEUES, target)  # another slot than the move's: listed first
+            return int(self.scripts.enqueue_due(keys=[sorted_set, self.scripts.keys.queue(target)],
+                                                args=[raw, blob, target]))
         return int(self.scripts.enqueue_due(keys=[sorted_set, keys.queue(queue), keys.QUEUES],
                                             args=[raw, blob, queue]))
 

@@ -132,7 +132,9 @@ _CLUSTER_NAMES = f"""
 local function wf_list(q) end
 local function wf_tagged(q) if string.sub(q, 1, 1) == '{{' then return q end return '{{' .. q .. '}}' end
 local function wf_queue(q) return '{keys.QUEUE_PREFIX}' .. wf_tagged(q) end
-local function wf_status(g) return '{keys.PREFIX}:status:' .. wf_tagged(g['queue']) .. ':' .. g['jid'] end
+local function wf_slot(q) if string.sub(q, 1, 1) == '{{' then return string.sub(q, 1, string.find(q, '}}', 1, true)) end
+  return '{{' .. q .. '}}' end
+local function wf_status(g) return '{keys.PREFIX}:status:' .. wf_slot(g['queue']) .. ':' .. g['jid'] end
 """
 _TEMPLATE = WORKFLOW_LIB
 WORKFLOW_LIB = _TEMPLATE % {**_NOTIFY, "names": _SIDEKIQ_NAMES}
