@@ -205,7 +205,8 @@ class Hub:
         # mode it has one per queue (in the queue's slot), made as the queues are met.
         self.batch = batch
         self.reserved = keys.reserved(identity, batch)
-        self._batches: dict[str, str] = {}  # Cluster mode: queue name -> its batch list
+        self._batches: dict[str, str] = {}  # Cluster mode: queue name -> its batch list (added under _lock)
+        self._batch_keys: set[str] = set()  # the same lists, for a membership test that iterates nothing
         self.order = QueueOrder(config, rng, paused, self.keys)
         self.timeout = blocking_timeout(config)
         self.scripts = scripts
@@ -237,12 +238,15 @@ class Hub:
             return self.reserved
         batch = self._batches.get(queue)
         if batch is None:
-            batch = self._batches[queue] = self.keys.reserved(self.identity, self.batch, queue)
+            batch = self.keys.reserved(self.identity, self.batch, queue)
+            with self._lock:
+                self._batches[queue] = batch
+                self._batch_keys.add(batch)
         return batch
 
     def holds(self, home: str | None) -> bool:
         """True if `home` is one of this hub's batch lists."""
-        return home == self.reserved or (self.keys.cluster and home in self._batches.values())
+        return home == self.reserved or (self.keys.cluster and home in self._batch_keys)
 
     def queues(self) -> list[str]:
         """The names of the queues this hub fetches from."""
@@ -250,7 +254,10 @@ class Hub:
 
     def batches(self) -> list[str]:
         """Every batch list of this hub (in Cluster mode, those of the queues met so far)."""
-        return list(self._batches.values()) if self.keys.cluster else [self.reserved]
+        if not self.keys.cluster:
+            return [self.reserved]
+        with self._lock:
+            return list(self._batches.values())
 
     def take(self, lane: Lane, client: redis.Redis, own: str | int,
              waiter: Waiter) -> tuple[Taken | None, list[str] | None]:
