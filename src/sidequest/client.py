@@ -96,7 +96,6 @@ class Client:
         self._lock = threading.Lock()
         self.clock = clock
         self._listed: dict[str, float] = {}  # Cluster mode: queue -> when this client last added it to `queues`
-        self._lanes: dict[str, wire.Lane] = {}  # Cluster mode: a direct path per primary
 
     @property
     def redis(self) -> redis.Redis:
@@ -288,25 +287,14 @@ class Client:
             if self.clock() - self._listed.get(name, -LISTED_EVERY) >= LISTED_EVERY:
                 cluster.sadd(keys.QUEUES, name)
                 self._listed[name] = self.clock()
-        node = cluster.get_redis_connection(cluster.get_node_from_key(self.keys.queue(queue)))
         if also is None and not part.unique:  # the common push: its MULTI sent directly (see `wire`)
             recorder = wire.Recorder()
             part.commands(recorder, self.keys)
-            try:
-                confirmed = self._node_lane(node).transaction(recorder.commands, then=[wait] if wait else [])
-            except (redis.ConnectionError, redis.TimeoutError):
-                cluster.nodes_manager.initialize()  # its primary may have failed: the next push asks the cluster
-                raise  # the push may or may not have been written
-            except redis.ResponseError as exc:
-                if not isinstance(exc, redis.exceptions.AskError) and "EXECABORT" not in str(exc):
-                    raise
-                # the slot moved (a failover, a resharding): nothing was written; once more on its new primary
-                cluster.nodes_manager.initialize()
-                node = cluster.get_redis_connection(cluster.get_node_from_key(self.keys.queue(queue)))
-                confirmed = self._node_lane(node).transaction(recorder.commands, then=[wait] if wait else [])
+            confirmed = self._lane.transaction(recorder.commands, then=[wait] if wait else [])
             if wait:
                 replicas.check(confirmed[0], part)
             return
+        node = cluster.get_redis_connection(cluster.get_node_from_key(self.keys.queue(queue)))
         with node.client() as conn:  # one connection: WAIT counts its own writes
             if part.unique:
                 script_keys, args = part.script_args(self.keys)
@@ -319,15 +307,6 @@ class Client:
                 pipe.execute()
             if wait:
                 replicas.check(conn.execute_command(*wait), part)
-
-    def _node_lane(self, node: PlainRedis) -> wire.Lane:
-        """Cluster mode: the direct path to one primary (see `wire`), made once per node."""
-        where = node.connection_pool.connection_kwargs
-        name = f"{where.get('host')}:{where.get('port')}"
-        lane = self._lanes.get(name)
-        if lane is None:
-            lane = self._lanes[name] = wire.Lane(node)
-        return lane
 
     def _connection(self, wait: Any) -> AbstractContextManager[Any]:
         """The client to push on: with a WAIT to follow, one that keeps a single connection

@@ -536,7 +536,7 @@ class ReliableFetch:
                                      self.waiter)
         if taken is not None:
             queue = self.keys.queue_name(taken[0])
-            return UnitOfWork(queue, taken[1], self, self.hub.batch_of(queue))
+            return UnitOfWork(queue, taken[1], self, self.hub.batch_of(queue) if self.keys.cluster else self.reserved)
         if order is None:  # waited on another processor's fetch, which had nothing for us
             self.answered = False
             return None

@@ -64,8 +64,9 @@ class Poller:
     def _loop(self) -> None:
         while not self._stop.is_set():
             try:
-                self.enqueue_due()
-                wait = self.next_wait()
+                sets = self.sets()  # in Cluster mode a read of `queues`: once a pass
+                self.enqueue_due(sets)
+                wait = self.next_wait(sets)
             except OUTAGE_ERRORS as exc:
                 log.debug("poller: Redis unavailable: %s", exc)
                 wait = self.config.poll_interval
@@ -84,10 +85,10 @@ class Poller:
         names = sorted(listed | set(self.config.all_queue_names))
         return [(sorted_set(name), name) for name in names for sorted_set in (space.retry, space.schedule)]
 
-    def enqueue_due(self) -> int:
-        """Move every job due now; return how many moved."""
+    def enqueue_due(self, sets: list[tuple[str, str | None]] | None = None) -> int:
+        """Move every job due now (in `sets`, default: `sets()`); return how many moved."""
         moved = 0
-        sets = self.sets()
+        sets = self.sets() if sets is None else sets
         if self.scripts.keys.cluster:  # look first, in one pipelined read: most queues have nothing due
             pipe = self.redis.pipeline(transaction=False)
             for sorted_set, _ in sets:
@@ -130,10 +131,10 @@ class Poller:
         return int(self.scripts.enqueue_due(keys=[sorted_set, keys.queue(queue), keys.QUEUES],
                                             args=[raw, blob, queue]))
 
-    def next_wait(self) -> float:
+    def next_wait(self, sets: list[tuple[str, str | None]] | None = None) -> float:
         cap = self.config.poll_interval * (1 - 0.2 * self.rng.random())
         pipe = self.redis.pipeline(transaction=False)
-        for sorted_set, _ in self.sets():
+        for sorted_set, _ in self.sets() if sets is None else sets:
             pipe.zrange(sorted_set, 0, 0, withscores=True)
         earliest: list[float] = [entry[0][1] for entry in pipe.execute() if entry]
         if not earliest:

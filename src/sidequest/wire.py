@@ -97,18 +97,20 @@ class Lane:
 
 
 class ClusterLane(Lane):
-    """A `Lane` on a Redis Cluster: each script call goes straight to the primary of its keys'
-    slot (every script declares its keys, all in one slot, see `keys.ClusterKeyspace`), on a
-    `Lane` of that node, found from the cluster client's slot map. A MOVED or ASK answer (the slot
-    moved: a failover, a resharding) means the script did not run: the slot map is read again and
-    the call goes through redis-py's cluster client, which follows the redirection. A connection
-    error refreshes the map too, and is raised (the call may have run)."""
+    """A `Lane` on a Redis Cluster: each script call or transaction goes straight to the primary
+    of its keys' slot (every script declares its keys, all in one slot, and a push's MULTI holds
+    one slot's commands, see `keys.ClusterKeyspace`), on a `Lane` of that node, found from the
+    cluster client's slot map. A MOVED or ASK answer (the slot moved: a failover, a resharding)
+    means nothing ran: the slot map is read again and the call is sent once more (a script through
+    redis-py's cluster client, which follows the redirection). A connection error refreshes the
+    map too, and is raised (the call may have run)."""
 
     def __init__(self, client: Any) -> None:  # a redis.cluster.RedisCluster
         self.client = client
         self._nodes: dict[str, Lane] = {}
 
-    def _node(self, key: Any) -> Lane:
+    def for_key(self, key: Any) -> Lane:
+        """The `Lane` of the primary that serves `key`'s slot, made once per node."""
         node = self.client.get_node_from_key(key)
         lane = self._nodes.get(node.name)
         if lane is None:
@@ -119,11 +121,22 @@ class ClusterLane(Lane):
         return [self.client.execute_command(*command) for command in commands]
 
     def transaction(self, commands: Sequence[Command], then: Sequence[Command] = ()) -> list[Any]:
-        raise NotImplementedError("a Cluster push is written per slot (see client.Client._write_to_slot)")
+        """`Lane.transaction` on the primary of the slot of the first command's key."""
+        key = commands[0][1]
+        try:
+            return self.for_key(key).transaction(commands, then)
+        except (redis.ConnectionError, redis.TimeoutError):
+            self.client.nodes_manager.initialize()
+            raise
+        except ResponseError as exc:
+            if not isinstance(exc, AskError) and "EXECABORT" not in str(exc):  # AskError: MOVED too
+                raise
+            self.client.nodes_manager.initialize()
+            return self.for_key(key).transaction(commands, then)
 
     def evalsha(self, script: Any, keys: Sequence[Any], args: Sequence[Any]) -> Any:
         try:
-            return self._node(keys[0]).evalsha(script, keys, args)
+            return self.for_key(keys[0]).evalsha(script, keys, args)
         except AskError:  # MOVED too: refused before it ran
             self.client.nodes_manager.initialize()
             return script(keys=list(keys), args=list(args), client=self.client)
