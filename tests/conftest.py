@@ -239,7 +239,7 @@ def start(config: Config, monkeypatch: pytest.MonkeyPatch, redis_url: str):
     launchers = []
 
     def start_worker(**changes):
-        launcher_args = {k: changes.pop(k) for k in ("death_handlers", "error_handlers") if k in changes}
+        launcher_args = {k: changes.pop(k) for k in ("death_handlers", "error_handlers", "registry") if k in changes}
         launcher = Launcher(config.replace(**changes) if changes else config, **launcher_args)
         launcher.run()
         launchers.append(launcher)

@@ -553,3 +553,42 @@ def wf_until_cancelled(tag):
         time.sleep(0.05)
     record("wf", tag, "saw cancel")
     raise sidequest.Cancelled()
+
+
+# -- jobs for the asyncio runner (test_eventloop; test_reliability's kill test) -------------------
+@sidequest.job(name="AsyncTimed")
+async def async_timed(n, seconds):
+    """`Timed` as a coroutine: ("timed-start"|"timed-done", n, pid, epoch seconds)."""
+    record("timed-start", n, os.getpid(), time.time())
+    await asyncio.sleep(seconds)
+    record("timed-done", n, os.getpid(), time.time())
+
+
+@sidequest.job(name="AsyncHeld")
+async def async_held(n, gate):
+    """Records its start and the thread it runs on, then awaits until the test sets `gate`;
+    a cancellation (a hard stop) is recorded too."""
+    record("held-start", n, threading.get_ident())
+    try:
+        while not _r().exists(gate):
+            await asyncio.sleep(0.01)
+    except asyncio.CancelledError:
+        record("held-cancelled", n)
+        raise
+    record("held-done", n)
+
+
+@sidequest.job(name="AsyncBoom", retry=2)
+async def async_boom(message):
+    await asyncio.sleep(0)
+    raise ValueError(message)
+
+
+@sidequest.job(name="AsyncSlow", retry=1, timeout=0.2)
+async def async_slow():
+    """Past its 0.2 s time limit: cancelled; records only a cancellation."""
+    try:
+        await asyncio.sleep(30)
+    except asyncio.CancelledError:
+        record("slow-cancelled")
+        raise

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from conftest import PYTHON, STARTUP, RedisServer, python_env, wait_until
 from helpers import ran, reserved, zset_items
-from jobs_for_tests import exit_hard, spin, timed, work
+from jobs_for_tests import async_timed, exit_hard, spin, timed, work
 
 from sidequest import Client, Config
 from sidequest.embedded import server_binary
@@ -253,17 +253,21 @@ def test_sigkill_with_jobs_in_flight_loses_nothing_and_reruns_only_those(procs, 
     assert "recovered a job of dead process" in b.output()
 
 
-def test_after_a_sigkill_only_running_jobs_run_again_and_recovery_is_not_serialized(procs, r, client, capsys):
-    """Two workers of ten processors; one is killed in its second wave of jobs, with some jobs
-    finished and ten running. Only the jobs it was running may run again (a job that ended a few
-    milliseconds before the kill may too: its acknowledgement can be in flight), and the
-    recovered ones run side by side on the survivor, so all is done within heartbeat TTL +
-    recovery interval + one job time + 2 s (recovered one at a time, they would take ten job
-    times). The survivor starts once a has taken every job, so it is idle when they come back."""
+@pytest.mark.parametrize("runner", ["threads", "asyncio"])
+def test_after_a_sigkill_only_running_jobs_run_again_and_recovery_is_not_serialized(procs, r, client, capsys, runner):
+    """Two workers of ten processors (or ten jobs in flight on the asyncio runner's loop); one is
+    killed in its second wave of jobs, with some jobs finished and ten running. Only the jobs it
+    was running may run again (a job that ended a few milliseconds before the kill may too: its
+    acknowledgement can be in flight), and the recovered ones run side by side on the survivor,
+    so all is done within heartbeat TTL + recovery interval + one job time + 2 s (recovered one
+    at a time, they would take ten job times). The survivor starts once a has taken every job,
+    so it is idle when they come back."""
     ttl, interval, job_time = 2.0, 0.5, 8.0
-    a = procs("-c", "10")
+    job, flags = (timed, ("-c", "10")) if runner == "threads" else (
+        async_timed, ("--runner", "asyncio", "--async-jobs", "10"))
+    a = procs(*flags)
     a.wait_registered(r)
-    client.push_bulk(timed, [[n, 1.0] for n in range(10)] + [[n, job_time] for n in range(10, 20)])
+    client.push_bulk(job, [[n, 1.0] for n in range(10)] + [[n, job_time] for n in range(10, 20)])
     def records(kind):  # n -> [(pid, at), ...]
         out = defaultdict(list)
         for n, pid, at in ran(r, kind):
@@ -277,7 +281,7 @@ def test_after_a_sigkill_only_running_jobs_run_again_and_recovery_is_not_seriali
         started_on_a = {n for n, v in records("timed-start").items() if any(pid == a.pid for pid, _ in v)}
         return set(range(10)) <= done_on_a and len(started_on_a - set(range(10))) >= 5
     wait_until(a_in_second_wave, 30, 0.02, "a to finish jobs and run a second wave")
-    b = procs("-c", "10")
+    b = procs(*flags)
     b.wait_registered(r, timeout=job_time - 1)  # before a's second wave ends
     a.signal(signal.SIGSTOP)  # frozen: what it ran and finished is final from here on
     killed_at = time.time()
@@ -299,7 +303,8 @@ def test_after_a_sigkill_only_running_jobs_run_again_and_recovery_is_not_seriali
     assert all(len(v) <= 2 for v in started.values())
     last = max(at for n in running for pid, at in ended[n] if pid == b.pid)
     with capsys.disabled():  # the figures a reader of the delivery contract wants (see docs/reliability.md)
-        print(f"\nkill -9 of 1 of 2 workers (-c 10, {job_time:g} s jobs, TTL {ttl:g} s): {len(running)} running, "
+        print(f"\nkill -9 of 1 of 2 workers ({runner}, 10 at once, {job_time:g} s jobs, TTL {ttl:g} s): "
+              f"{len(running)} running, "
               f"{len(finished_on_a)} finished before it; ran again: {len(again & running)} of the running, "
               f"{len(again - running)} others; all recovered work done {last - killed_at:.1f} s after the kill "
               f"(bound {ttl + interval + job_time + 2.0:g} s)")

@@ -26,6 +26,7 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 CAPSULE_NAME = re.compile(r"[A-Za-z0-9_-]+")  # it names a reserved list (see keys.capsule_batch)
 DEFAULT_CAPSULE = "default"
+RUNNERS = ("auto", "threads", "asyncio")
 
 
 def check_queue_name(name: Any, what: str = "queue name") -> str:
@@ -126,6 +127,11 @@ class Config:
     hostname: str | None = None  # the host part of this worker's identity; None: the machine's name
     labels: tuple[str, ...] = ()
     fetch: str = "reliable"  # "reliable" keeps taken jobs until acknowledged; "basic" is BRPOP
+    # how the process's own queues run: "threads" (`concurrency` processor threads), "asyncio"
+    # (`async_jobs` jobs in flight on one event loop, see `eventloop`), or "auto": asyncio when
+    # every job the worker runs is `async def`, else threads
+    runner: str = "auto"
+    async_jobs: int = 100
     fetch_timeout: float = 2.0  # bound on a blocking fetch, so stops are noticed
     poll_interval: float = 1.0  # longest the poller sleeps when nothing is due
     heartbeat_interval: float = 5.0
@@ -180,7 +186,7 @@ class Config:
         object.__setattr__(self, "capsules", check_capsules(self.capsules, queues))
         if str(self.processes).lower() == "auto":  # the file's and the flag's spelling of the default
             object.__setattr__(self, "processes", None)
-        for name in ("concurrency", "max_recoveries", "max_retries", "dead_max_jobs", "embedded_port",
+        for name in ("concurrency", "async_jobs", "max_recoveries", "max_retries", "dead_max_jobs", "embedded_port",
                      "processes", "max_payload_size", "wait_replicas"):
             if name != "processes" or self.processes is not None:
                 _positive_int(name, getattr(self, name),
@@ -204,6 +210,8 @@ class Config:
             raise ConfigError(f"log_format must be 'text' or 'json'; got {self.log_format!r}")
         if self.fetch not in ("reliable", "basic"):
             raise ConfigError(f"fetch must be 'reliable' or 'basic', got {self.fetch!r}")
+        if self.runner not in RUNNERS:
+            raise ConfigError(f"runner must be one of {', '.join(RUNNERS)}; got {self.runner!r}")
         if type(self.sidekiq_version) is not int or self.sidekiq_version not in (6, 7, 8):
             raise ConfigError(f"sidekiq_version must be 6, 7 or 8, got {self.sidekiq_version!r}")
         if self.heartbeat_ttl <= self.heartbeat_interval:

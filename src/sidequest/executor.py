@@ -40,6 +40,11 @@ class ThreadExecutor:
         self._lock = threading.Lock()
         self._async: dict[type, bool] = {}
 
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The process's event loop (started on first use): `async def` jobs run on it, and the
+        asyncio runner (`eventloop`) fetches and acknowledges on it."""
+        return self._event_loop()
+
     def _event_loop(self) -> asyncio.AbstractEventLoop:
         with self._lock:
             if self._loop is None:

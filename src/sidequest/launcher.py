@@ -32,6 +32,7 @@ from .config import Config
 from .connection import check_server, connect
 from .counters import ProcessCounters
 from .errors import ConfigError
+from .eventloop import LoopCapsule, runs_on_the_loop
 from .executor import ThreadExecutor
 from .fetch import Hub, PausedQueues, build_fetch
 from .heartbeat import Heartbeat, make_identity, rss_kb
@@ -112,13 +113,17 @@ class Launcher:
                                UniqueFeature(space), StatusFeature(clock, config.max_payload_size, space),
                                WorkflowFeature(space)])  # after the status feature: it reads the results
         self.scripts = scripts = Scripts(self.redis, lifecycle.lua)
+        self.executor = ThreadExecutor(on_abandon=self._abandoned)
         self.runtime = Runtime(
             config=config, registry=registry or default_registry, counters=self.counters,
             retrier=Retrier(config, death_handlers, clock=clock, rng=rng, error_handlers=error_handlers),
-            executor=ThreadExecutor(on_abandon=self._abandoned), identity=self.identity, lifecycle=lifecycle,
+            executor=self.executor, identity=self.identity, lifecycle=lifecycle,
         )
+        self.runner = self._runner(space.cluster)  # "threads" or "asyncio", for the process's own queues
         self.recovery = Recovery(config, self.redis, self.identity, scripts, lifecycle, clock=clock)
-        self.heartbeat = Heartbeat(config, self.redis, self.identity, self.counters, __version__,
+        # in flight at once, as Sidekiq's process record shows it: jobs on the loop, or threads
+        shown = config.replace(concurrency=config.async_jobs) if self.runner == "asyncio" else config
+        self.heartbeat = Heartbeat(shown, self.redis, self.identity, self.counters, __version__,
                                    commands={"quiet": self.quiet, "stop": self.request_stop,
                                              "dump": self.dump_threads},
                                    extra=[self._check_limits], flushes=[self.job_metrics.flush])
@@ -133,10 +138,16 @@ class Launcher:
         # each capsule (the default one first: the process's queues and concurrency) has processors,
         # a hub (their shared batches, and the thread that acknowledges their successes) and a
         # batch list of its own, over its own queues
-        self.hubs: list[Hub] = []
-        self.managers: list[Manager] = []
+        self.hubs: list[Hub | LoopCapsule] = []
+        self.managers: list[Manager | LoopCapsule] = []
         numbers = itertools.count()  # processor numbers, unique over the capsules (each names a reserved list)
-        self._add_capsule(config, keys.BATCH_SLOT, numbers, clock)
+        if self.runner == "asyncio":  # the process's own queues on the event loop (see `eventloop`)
+            on_loop = LoopCapsule(self.runtime, config, self.identity, scripts, self.executor.loop,
+                                  client=self.redis, paused=self.paused, clock=clock)
+            self.hubs.append(on_loop)
+            self.managers.append(on_loop)
+        else:
+            self._add_capsule(config, keys.BATCH_SLOT, numbers, clock)
         for capsule in config.capsules:
             self._add_capsule(config.capsule_config(capsule), keys.capsule_slot(capsule.name),
                               numbers, clock)
@@ -144,6 +155,17 @@ class Launcher:
         self.stopped = threading.Event()  # set once stop() has finished
         self._stopping = threading.Lock()
         self._stop_requested = False
+
+    def _runner(self, cluster: bool) -> str:
+        """"threads" or "asyncio" for the process's own queues (`Config.runner`)."""
+        wanted = self.config.runner
+        if wanted == "auto":
+            return "asyncio" if not cluster and self.config.fetch == "reliable" and runs_on_the_loop(
+                self.runtime.registry.classes()) else "threads"
+        if wanted == "asyncio" and (cluster or self.config.fetch != "reliable"):
+            raise ConfigError("runner asyncio needs reliable fetch on one Redis (not basic fetch, not a Redis "
+                              "Cluster); use --runner threads")
+        return wanted
 
     def _add_capsule(self, config: Config, batch: str, numbers: Iterator[int],
                      clock: Callable[[], float]) -> None:
@@ -288,7 +310,7 @@ class Launcher:
             if self.config.fetch == "reliable":
                 self._release_reservations()
             self.heartbeat.stop()
-            self.runtime.executor.close()
+            self.executor.close()
             for client in self._processor_clients:
                 client.close()
             log.info("stopped")

@@ -142,18 +142,20 @@ class Manager:
         if leftovers:
             log.warning("putting %d unfinished job(s) back on their queues", len(leftovers))
             for unit in leftovers:
-                self._put_back(unit)
+                put_back(self.rt, unit)
         return leftovers
 
-    def _put_back(self, unit: UnitOfWork) -> None:
-        try:
-            payload = decode(unit.raw)
-        except PayloadError:
-            payload = None
-        try:
-            unit.put_back(self.rt.lifecycle.ops("put_back", payload))
-        except Exception as exc:  # Redis down: reliable fetch keeps it reserved for recovery
-            log.error("could not put a job back (%s); it stays reserved and will be recovered", exc)
+
+def put_back(runtime: Runtime, unit: UnitOfWork) -> None:
+    """Put a job still running at the shutdown deadline back at the head of its queue, unchanged."""
+    try:
+        payload = decode(unit.raw)
+    except PayloadError:
+        payload = None
+    try:
+        unit.put_back(runtime.lifecycle.ops("put_back", payload))
+    except Exception as exc:  # Redis down: reliable fetch keeps it reserved for recovery
+        log.error("could not put a job back (%s); it stays reserved and will be recovered", exc)
 
 
 def _decoded(raw: bytes) -> dict[str, Any] | None:

@@ -53,6 +53,11 @@ _quieting: contextvars.ContextVar[threading.Event | None] = contextvars.ContextV
     "sidequest_quieting", default=None)
 
 
+def quieting_context(event: threading.Event) -> None:
+    """Let the jobs run in this context (and contexts copied from it) see `event` (`stopping`)."""
+    _quieting.set(event)
+
+
 def stopping() -> bool:
     """True once the worker process running this job has been quieted or told to stop; False
     outside a worker. A job that can end early (see `iteration`) checks it between steps."""
@@ -157,7 +162,7 @@ class Processor:
 
     def run(self) -> None:
         gate = self.rt.gate
-        _quieting.set(self.pool.quieting)
+        quieting_context(self.pool.quieting)
         try:
             if self.start_delay:
                 self.pool.quieting.wait(self.start_delay)
@@ -208,11 +213,11 @@ class Processor:
             except PayloadError as exc:
                 self.rt.counters.failed.incr()
                 log.error("payload in queue %r is not a job, moved to the dead set: %s", unit.queue, exc)
-                self._finish(unit, None, None, invalid(unit.raw, unit.queue, error_class_name(exc), str(exc)))
+                self.finish(unit, None, None, invalid(unit.raw, unit.queue, error_class_name(exc), str(exc)))
             else:
                 if self._isolate(unit, payload):
                     try:
-                        self._perform(unit, payload)
+                        self.perform(unit, payload)
                     finally:
                         self.rt.gate.release(self.index)
         finally:
@@ -233,7 +238,9 @@ class Processor:
         self._settle(lambda: unit.put_back([0]))  # another job runs alone now; this one waits its turn
         return False
 
-    def _perform(self, unit: UnitOfWork, payload: dict[str, Any]) -> None:
+    def perform(self, unit: UnitOfWork, payload: dict[str, Any]) -> None:
+        """Run a decoded job to its outcome and apply it (the asyncio runner's path for every job
+        but its common one, too: see `eventloop`)."""
         late = overdue(payload, self.rt.retrier.clock()) if "expires_at" in payload else None  # most: no clock
         if late is not None:
             self._expire(unit, payload, late)
@@ -266,26 +273,31 @@ class Processor:
             with self.rt.lifecycle.running(payload):
                 self.rt.config.server_middleware.invoke(
                     job, payload, unit.queue, final=lambda: _kept(returned, self.rt.executor.run(job, args, limit)))
-        except (OverLimit, Cancelled) as exc:  # the job stopped itself: not a failure, no retry spent
-            outcome = dataclasses.replace(self._control(unit, payload, exc), elapsed=time.monotonic() - started)
         except BaseException as exc:  # SystemExit from a job's sys.exit() is a job failure too
-            self.rt.counters.failed.incr()
-            elapsed = time.monotonic() - started
-            log.warning("fail: %.3f sec: %s: %s", elapsed, error_class_name(exc), exc, exc_info=exc)
-            outcome = dataclasses.replace(self._decide(job, unit, exc), elapsed=elapsed)
+            outcome = self.failed(unit, payload, job, exc, started)
         else:
             elapsed = time.monotonic() - started
             log.info("done: %.3f sec", elapsed)
             outcome = Outcome.done(elapsed, returned[0] if returned else None)
         finally:
             job_context.reset(token)
-        self._finish(unit, outcome.payload or payload, job, outcome)
+        self.finish(unit, outcome.payload or payload, job, outcome)
+
+    def failed(self, unit: UnitOfWork, payload: dict[str, Any], job: Any, exc: BaseException,
+               started: float) -> Outcome:
+        """The outcome of a run that raised `exc` (logged here, in the job's log context)."""
+        if isinstance(exc, (OverLimit, Cancelled)):  # the job stopped itself: not a failure, no retry spent
+            return dataclasses.replace(self._control(unit, payload, exc), elapsed=time.monotonic() - started)
+        self.rt.counters.failed.incr()
+        elapsed = time.monotonic() - started
+        log.warning("fail: %.3f sec: %s: %s", elapsed, error_class_name(exc), exc, exc_info=exc)
+        return dataclasses.replace(self._decide(job, unit, exc), elapsed=elapsed)
 
     def _expire(self, unit: UnitOfWork, payload: dict[str, Any], late: float) -> None:
         """A job past its deadline (`expires_in`, Sidekiq Pro's `expires_at`): dropped unstarted."""
         log.info("%s %s expired %.1f s ago (expires_in=%s): dropped without running", payload["class"],
                  payload.get("jid"), late, payload.get("expires_in"))
-        self._finish(unit, payload, None, Outcome("dropped", payload=payload, reason=EXPIRED))
+        self.finish(unit, payload, None, Outcome("dropped", payload=payload, reason=EXPIRED))
 
     def _unknown(self, unit: UnitOfWork, payload: dict[str, Any], exc: UnknownJobError) -> None:
         """A job this worker does not run: one line (no traceback: nothing of the job's ran) and
@@ -300,7 +312,7 @@ class Processor:
         self.rt.counters.failed.incr()
         outcome = self._decide(None, unit, exc)
         log.warning("%s %s: %s; %s", payload["class"], payload.get("jid"), exc, self.rt.retrier.fate(outcome))
-        self._finish(unit, outcome.payload or payload, None, dataclasses.replace(outcome, logged=True))
+        self.finish(unit, outcome.payload or payload, None, dataclasses.replace(outcome, logged=True))
 
     def _decide(self, job: Any, unit: UnitOfWork, exc: BaseException) -> Outcome:
         """The retrier's outcome for the payload as fetched (not what middleware changed)."""
@@ -323,7 +335,7 @@ class Processor:
         log.info("snoozed: %s; again in %.1f s", exc, (outcome.at or 0.0) - self.rt.retrier.clock())
         return outcome
 
-    def _finish(self, unit: UnitOfWork, payload: dict[str, Any] | None, job: Any, outcome: Outcome) -> None:
+    def finish(self, unit: UnitOfWork, payload: dict[str, Any] | None, job: Any, outcome: Outcome) -> None:
         if unit.done:  # put back by a hard shutdown while it ran
             return
         self.rt.counters.processed.incr()

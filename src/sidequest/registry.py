@@ -67,5 +67,9 @@ class Registry:
     def names(self) -> list[str]:
         return sorted(self._jobs)
 
+    def classes(self) -> list[JobClass]:
+        with self._lock:
+            return list(self._jobs.values())
+
 
 default_registry = Registry()

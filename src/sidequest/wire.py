@@ -96,6 +96,52 @@ class Lane:
             conn.disconnect()  # type: ignore[no-untyped-call]
 
 
+class AsyncLane:
+    """`Lane` on redis.asyncio: connections of an asyncio client kept aside, commands packed by
+    hiredis and sent in one write, raw replies read back (see the module). Used by the asyncio
+    runner (`eventloop`) on its event loop only. A blocking command takes a connection of its
+    own for as long as it blocks, so several can wait at once beside the other calls."""
+
+    def __init__(self, client: Any) -> None:  # a redis.asyncio.Redis
+        self.pool = client.connection_pool
+        self._idle: list[Any] = []
+
+    async def exchange(self, commands: Sequence[Command], timeout: float | None = None) -> list[Any]:
+        """Send `commands` in one write and read one reply each (`timeout`: the reading's bound,
+        for a blocking command; else the client's socket timeout)."""
+        try:
+            conn = self._idle.pop()
+        except IndexError:
+            conn = self.pool.connection_class(**self.pool.connection_kwargs)
+            await conn.connect()
+        try:
+            await conn.send_packed_command(b"".join([hiredis.pack_command(c) for c in commands]), check_health=False)
+            replies = [await conn.read_response(timeout=timeout) for _ in commands]
+        except BaseException:  # a cancellation too: a reply may be unread, so the connection goes
+            await conn.disconnect(nowait=True)
+            raise
+        for reply in replies:
+            if isinstance(reply, ResponseError):
+                self._idle.append(conn)
+                raise reply
+        self._idle.append(conn)
+        return replies
+
+    async def evalsha(self, script: Any, keys: Sequence[Any], args: Sequence[Any]) -> Any:
+        """`Lane.evalsha` on this loop."""
+        command = ("EVALSHA", script.sha, len(keys), *keys, *args)
+        try:
+            return (await self.exchange([command]))[0]
+        except NoScriptError:
+            await self.exchange([("SCRIPT", "LOAD", script.script)])
+            return (await self.exchange([command]))[0]
+
+    async def close(self) -> None:
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            await conn.disconnect(nowait=True)
+
+
 class ClusterLane(Lane):
     """A `Lane` on a Redis Cluster: each script call or transaction goes straight to the primary
     of its keys' slot (every script declares its keys, all in one slot, and a push's MULTI holds

@@ -144,6 +144,11 @@ class ProcessCount(click.ParamType):  # type: ignore[type-arg]  # generic in cli
 @click.option("--redis-url", metavar="URL", help="Redis to use (default: REDIS_URL, else the embedded one).")
 @click.option("--tag", help="Tag shown for this process (Sidekiq's Web UI shows it).")
 @click.option("--fetch", type=click.Choice(["reliable", "basic"]), help="Fetch strategy (default reliable).")
+@click.option("--runner", type=click.Choice(["auto", "threads", "asyncio"]),
+              help="How jobs run: threads, or asyncio (async def jobs on one event loop); auto (the "
+                   "default) picks asyncio when every registered job is async def.")
+@click.option("--async-jobs", type=click.IntRange(min=1),
+              help="Jobs in flight on the event loop of the asyncio runner (default 100).")
 @click.option("--heartbeat-interval", type=float, help="Seconds between heartbeats (default 5).")
 @click.option("--heartbeat-ttl", type=float, help="Seconds of silence after which a process counts as dead (60).")
 @click.option("--recovery-interval", type=float, help="Seconds between orphaned-job recoveries (15).")
@@ -173,7 +178,7 @@ class ProcessCount(click.ParamType):  # type: ignore[type-arg]  # generic in cli
               help="Write the process id here; refused while the process it names runs.")
 def worker(requires: tuple[str, ...], queues: tuple[str, ...], concurrency: int | None,
            timeout: float | None, config_file: str | None, redis_url: str | None, tag: str | None,
-           fetch: str | None,
+           fetch: str | None, runner: str | None, async_jobs: int | None,
            heartbeat_interval: float | None, heartbeat_ttl: float | None, recovery_interval: float | None,
            max_recoveries: int | None, job_timeout: float | None, poll_interval: float | None,
            processes: int | str | None, max_jobs: int | None, max_memory: float | None, swarm_child: bool,
@@ -194,7 +199,8 @@ def worker(requires: tuple[str, ...], queues: tuple[str, ...], concurrency: int 
     try:
         config = build_config(config_file, redis_url=redis_url, require=requires, queues=queues,
                               concurrency=concurrency,
-                              timeout=timeout, tag=tag, fetch=fetch, heartbeat_interval=heartbeat_interval,
+                              timeout=timeout, tag=tag, fetch=fetch, runner=runner, async_jobs=async_jobs,
+                              heartbeat_interval=heartbeat_interval,
                               heartbeat_ttl=heartbeat_ttl, recovery_interval=recovery_interval,
                               max_recoveries=max_recoveries, job_timeout=job_timeout,
                               poll_interval=poll_interval, processes=processes, max_jobs=max_jobs,
@@ -300,8 +306,10 @@ def run_worker(config: Config, swarm_child: bool = False, error_file: str | None
     if sys.stdout.isatty() or config.verbose:
         print(BANNER)
     queues = ", ".join(f"{n},{w}" if w else n for n, w in config.queues)
-    log.info("sidequest %s starting: redis=%s queues=[%s] concurrency=%d fetch=%s identity=%s",
-             __version__, mask_url(config.url), queues, config.concurrency, config.fetch, launcher.identity)
+    runs = (f"asyncio runner: {config.async_jobs} jobs in flight" if launcher.runner == "asyncio"
+            else f"concurrency={config.concurrency}")
+    log.info("sidequest %s starting: redis=%s queues=[%s] %s fetch=%s identity=%s",
+             __version__, mask_url(config.url), queues, runs, config.fetch, launcher.identity)
     for capsule in config.capsules:
         log.info("capsule %s: queues=[%s] concurrency=%d", capsule.name,
                  ", ".join(f"{n},{w}" if w else n for n, w in capsule.weighted), capsule.concurrency)
