@@ -46,7 +46,6 @@ from typing import Any, TypeVar
 import redis
 
 from . import keys
-from .aio import connect as connect_async
 from .config import Config
 from .errors import JobTimeoutError, PayloadError, UnknownJobError
 from .fetch import ACK_BATCH, ACK_WINDOW, PausedQueues, QueueOrder, blocking_timeout, queue_of_raw
@@ -81,6 +80,7 @@ class LoopCapsule:
 
     def __init__(self, runtime: Runtime, config: Config, identity: str, scripts: Scripts,
                  loop: Callable[[], asyncio.AbstractEventLoop], *, client: redis.Redis,
+                 connect: Callable[[], Any],
                  paused: PausedQueues | None = None, clock: Callable[[], float] = time.time,
                  ack_window: float = ACK_WINDOW) -> None:
         if scripts.keys.cluster:
@@ -101,6 +101,7 @@ class LoopCapsule:
         self.loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
         self.redis = client
+        self._connect = connect  # a redis.asyncio client of the worker's Redis, made on the loop
         self.settler = Settler(config, client, scripts, clock)  # a pool thread's SETTLE calls
         self.pool = concurrent.futures.ThreadPoolExecutor(config.concurrency, thread_name_prefix="sidequest-sync")
         self.side = Processor(runtime, self, self, 0)  # the threads' code, for all but the common path
@@ -240,7 +241,7 @@ class LoopCapsule:
     async def _fetching(self) -> None:
         self._loop_thread = threading.get_ident()
         self._changed = asyncio.Event()
-        self._lane = AsyncLane(connect_async(self.config.url))
+        self._lane = AsyncLane(self._connect())
         quieting_context(self.quieting)  # the jobs' tasks copy this context: `stopping()` sees it
         delay = BACKOFF_START
         try:

@@ -25,7 +25,7 @@ from typing import Any
 
 import redis
 
-from . import __version__, keys
+from . import __version__, aio, keys
 from .cancellation import CancelFeature
 from .client import Client
 from .config import Config
@@ -143,7 +143,8 @@ class Launcher:
         numbers = itertools.count()  # processor numbers, unique over the capsules (each names a reserved list)
         if self.runner == "asyncio":  # the process's own queues on the event loop (see `eventloop`)
             on_loop = LoopCapsule(self.runtime, config, self.identity, scripts, self.executor.loop,
-                                  client=self.redis, paused=self.paused, clock=clock)
+                                  client=self.redis, connect=lambda: aio.connect(config.url), paused=self.paused,
+                                  clock=clock)
             self.hubs.append(on_loop)
             self.managers.append(on_loop)
         else:
