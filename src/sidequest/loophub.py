@@ -1,0 +1,317 @@
+"""The asyncio runner's fetch and acknowledgement, on the event loop (see `eventloop`).
+
+`fetch.Hub`'s contract, on one loop instead of threads: one coroutine (`fetching`) takes jobs
+for every free place with the RESERVE script into the process's batch list
+`sidequest:reserved:<identity>:batch`, carrying the successes that ended meanwhile. When no queue
+has work, one BLMOVE per queue (each on a connection of its own) waits for the next job and
+moves it straight into that batch list. A success joins the next call, or is sent when its
+window (`fetch.ACK_WINDOW`) ends with the others of that window. A call whose reply was lost
+may have moved jobs into the batch list: the list is read back once no other call is in flight,
+and what it holds that this process did not know of is run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import redis
+
+from . import keys
+from .config import Config
+from .fetch import ACK_BATCH, ACK_WINDOW, PausedQueues, QueueOrder, blocking_timeout, queue_of_raw
+from .processor import BACKOFF_MAX, BACKOFF_START, REDIS_ERRORS, RedisOutage
+from .scripts import Scripts
+from .wire import AsyncLane
+
+log = logging.getLogger(__name__)
+
+Ack = tuple[bytes, list[Any]]  # a success: the job's bytes and its 'finished' operations
+LOST = (redis.ConnectionError, redis.TimeoutError, OSError)  # a call that may have run, its reply lost
+
+
+class Runs(Protocol):
+    """What the hub feeds: the capsule that runs the jobs it takes."""
+
+    def room(self) -> int:
+        """Jobs that may start now (0 while a suspect waits to run alone)."""
+        ...
+
+    def running(self) -> int: ...
+
+    def take(self, queue: str, raw: bytes) -> None:
+        """Run a job just taken (or put it back, when quieting)."""
+        ...
+
+
+class LoopHub:
+    def __init__(self, config: Config, identity: str, scripts: Scripts, runs: Runs, outage: RedisOutage,
+                 quieting: threading.Event, *, paused: PausedQueues | None = None,
+                 clock: Callable[[], float] = time.time, ack_window: float = ACK_WINDOW) -> None:
+        self.scripts = scripts
+        self.keys = scripts.keys
+        self.runs = runs
+        self.outage = outage
+        self.quieting = quieting
+        self.clock = clock
+        self.ack_window = ack_window
+        self.batch = keys.reserved(identity, keys.BATCH_SLOT)
+        self.order = QueueOrder(config, None, paused, self.keys)
+        self.timeout = blocking_timeout(config)
+        self.waiters_max = config.async_jobs
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.loop_thread = 0
+        self.lane: AsyncLane | None = None
+        self._blocking: dict[int, asyncio.Task[None]] = {}
+        self._turn = 0
+        self._calls = 0  # flushes in flight: no read-back (adoption) meanwhile
+        self._acks: deque[Ack] = deque()
+        self._ack_pending = False
+        self._ack_delay = BACKOFF_START
+        self._known: Counter[bytes] = Counter()  # jobs in the batch list this process knows of
+        self._known_lock = threading.Lock()  # the thread pool settles too
+        self._suspect = False  # a reply was lost: the batch list may hold a job no one knows of
+        self._changed: asyncio.Event | None = None
+
+    # -- fetching ----------------------------------------------------------------------------------
+    async def fetching(self, lane: AsyncLane) -> None:
+        """Take jobs until the worker quiets (then wait for the blocking calls, send the successes)."""
+        self.loop = asyncio.get_running_loop()
+        self.loop_thread = threading.get_ident()
+        self._changed = asyncio.Event()
+        self.lane = lane
+        delay = BACKOFF_START
+        try:
+            while not self.quieting.is_set():
+                try:
+                    await self._fetch_once()
+                    delay = BACKOFF_START
+                except REDIS_ERRORS as exc:
+                    self.outage.down(exc)
+                    await self.pause(delay)
+                    delay = min(delay * 2, BACKOFF_MAX)
+                except Exception as exc:  # a fault outside any job: never a tight loop
+                    log.exception("the asyncio runner's fetch failed (%s); again in %.1f s", exc, delay)
+                    await self.pause(delay)
+                    delay = min(delay * 2, BACKOFF_MAX)
+            if self._blocking:
+                await asyncio.wait(list(self._blocking.values()))
+        finally:
+            await self.flush()
+
+    def free(self) -> int:
+        return self.runs.room() - len(self._blocking)
+
+    async def _fetch_once(self) -> None:
+        if self.free() <= 0:  # a job's end pokes
+            await self.wait_change(None if self.runs.running() else 0.5)
+            return
+        if self._suspect:
+            if self._blocking or self._calls:  # their replies may still add to or take from the list
+                await self.wait_change(0.05)
+                return
+            began = time.monotonic()
+            adopted = await self._adopt()
+            self.outage.up(began)
+            for raw in adopted:
+                self.runs.take(queue_of_raw(raw), raw)
+            if adopted:
+                return
+        order = self.order()
+        want = self.free() if order else 0
+        acks = self._drain()
+        began = time.monotonic()
+        got = await self._reserve(order, want, acks) if want or acks else []
+        self.outage.up(began)
+        for key, raw in got:
+            self.runs.take(self.keys.queue_name(key), raw)
+        if got:
+            return
+        if not order:  # every queue is paused
+            await self.pause(self.timeout)
+            return
+        await self._idle(order)
+
+    async def _reserve(self, order: list[str], want: int, acks: list[Ack]) -> list[tuple[str, bytes]]:
+        """RESERVE (see `fetch.Hub`): up to `want` jobs into the batch list, `acks` out of it."""
+        assert self.lane is not None
+        try:
+            reply = await self.lane.evalsha(self.scripts.reserve, [*order, self.batch, keys.RESERVATIONS, self.batch],
+                                            reserve_args(self.clock(), want, acks))
+        except BaseException as exc:
+            self._acks.extendleft(reversed(acks))  # not applied: kept for the next call
+            if isinstance(exc, LOST):
+                self._suspect = True  # it may have taken jobs whose reply never came
+            raise
+        with self._known_lock:
+            for raw, _ in acks:
+                self._forget_locked(raw)
+            for i in range(1, len(reply), 2):
+                self._known[reply[i]] += 1
+        return [(reply[i].decode(), reply[i + 1]) for i in range(0, len(reply), 2)]
+
+    async def _idle(self, order: list[str]) -> None:
+        """Nothing anywhere: a BLMOVE per queue (those not waiting already) into the batch list."""
+        spread = self.order.spread() or order
+        waiters = min(len(spread), self.waiters_max)
+        for i in range(waiters):
+            if i not in self._blocking and self.free() > 0:
+                key = spread[(i + self._turn) % len(spread)]
+                self._blocking[i] = asyncio.get_running_loop().create_task(self._block(i, key))
+        if len(spread) > waiters:  # fewer places than queues: every queue is watched in turn
+            self._turn += 1
+        await self.wait_change(self.timeout)
+
+    async def _block(self, i: int, key: str) -> None:
+        assert self.lane is not None
+        try:
+            reply = await self.lane.exchange([("BLMOVE", key, self.batch, "RIGHT", "LEFT", self.timeout)],
+                                             timeout=self.timeout + 5.0)
+        except REDIS_ERRORS as exc:
+            self._suspect = self._suspect or isinstance(exc, LOST)
+            self.outage.down(exc)
+            return
+        finally:
+            del self._blocking[i]
+            self.poke()
+        raw = reply[0]
+        if raw is not None:
+            with self._known_lock:
+                self._known[raw] += 1
+            self.runs.take(self.keys.queue_name(key), raw)
+
+    async def _adopt(self) -> list[bytes]:
+        """Jobs in the batch list that this process did not know of before reading it."""
+        assert self.lane is not None
+        with self._known_lock:
+            known = Counter(self._known)
+        held = Counter((await self.lane.exchange([("LRANGE", self.batch, 0, -1)]))[0])
+        self._suspect = False
+        found = list((held - known).elements())
+        with self._known_lock:
+            for raw in found:
+                self._known[raw] += 1
+        return found
+
+    def lost_reply(self) -> None:
+        self._suspect = True
+
+    # -- acknowledging -----------------------------------------------------------------------------
+    def acknowledge(self, raw: bytes, ops: list[Any]) -> None:
+        """A success: sent within the window (from the loop, or from a thread of the pool)."""
+        self._acks.append((raw, ops))
+        if threading.get_ident() == self.loop_thread:
+            self._window()
+        elif self.loop is not None:
+            self.loop.call_soon_threadsafe(self._window)
+
+    def _window(self) -> None:
+        """(On the loop.) The first success since the last call opens a window; a full batch is
+        sent at once."""
+        assert self.loop is not None
+        if len(self._acks) >= ACK_BATCH:
+            self._ack_pending = False
+            self.loop.create_task(self.flush())
+        elif not self._ack_pending and self._acks:
+            self._ack_pending = True
+            self.loop.call_later(self.ack_window, self._window_ended)
+
+    def _window_ended(self) -> None:
+        if self._ack_pending and self._acks:
+            self._flush_soon()
+        self._ack_pending = False
+
+    def _flush_soon(self) -> None:
+        if self.loop is not None:
+            self.loop.create_task(self.flush())
+
+    async def flush(self) -> None:
+        """Send the successes now (a Redis error keeps them for later, after a back-off)."""
+        acks = self._drain()
+        if not acks:
+            return
+        self._calls += 1
+        try:
+            await self._reserve([], 0, acks)
+        except REDIS_ERRORS as exc:
+            if self._ack_delay == BACKOFF_START:
+                log.warning("acknowledging finished jobs failed (%s: %s); they stay reserved and are sent "
+                            "again with back-off", type(exc).__name__, exc)
+            if self.loop is not None:
+                self.loop.call_later(self._ack_delay, self._flush_soon)
+            self._ack_delay = min(self._ack_delay * 2, BACKOFF_MAX)
+            return
+        finally:
+            self._calls -= 1
+            self.poke()
+        if self._ack_delay != BACKOFF_START:
+            log.warning("finished jobs are acknowledged again")
+            self._ack_delay = BACKOFF_START
+
+    def flush_sync(self, lane: Any) -> None:
+        """Send the successes left at the end on `lane`, a sync `wire.Lane` (the stopping thread)."""
+        acks = self._drain()
+        if acks:
+            lane.evalsha(self.scripts.reserve, [self.batch, keys.RESERVATIONS, self.batch],
+                         reserve_args(self.clock(), 0, acks))
+
+    def _drain(self) -> list[Ack]:
+        self._ack_pending = False  # what this call carries closes the window
+        taken: list[Ack] = []
+        try:
+            while True:
+                taken.append(self._acks.popleft())
+        except IndexError:
+            return taken
+
+    def forget(self, raw: bytes) -> None:
+        """A job of the batch list left it through a call of its own (a SETTLE)."""
+        with self._known_lock:
+            self._forget_locked(raw)
+
+    def _forget_locked(self, raw: bytes) -> None:
+        left = self._known[raw] - 1
+        if left > 0:
+            self._known[raw] = left
+        else:
+            self._known.pop(raw, None)
+
+    # -- waiting -----------------------------------------------------------------------------------
+    def poke(self) -> None:
+        """Wake the fetch: a place is free, a job arrived, a call ended, or a stop began."""
+        if self._changed is None or self.loop is None:
+            return
+        if threading.get_ident() == self.loop_thread:
+            self._changed.set()
+        else:
+            self.loop.call_soon_threadsafe(self._changed.set)
+
+    async def wait_change(self, timeout: float | None = None) -> None:
+        """Until `poke`, or at most `timeout` seconds (None: a job's end or a stop will poke)."""
+        assert self._changed is not None
+        self._changed.clear()
+        if timeout is None:  # the busy path: no timer to make and cancel
+            await self._changed.wait()
+            return
+        try:
+            await asyncio.wait_for(self._changed.wait(), timeout)
+        except TimeoutError:
+            pass
+
+    async def pause(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while not self.quieting.is_set() and (left := end - time.monotonic()) > 0:
+            await self.wait_change(min(left, 0.5))
+
+
+def reserve_args(now: float, want: int, acks: list[Ack]) -> list[Any]:
+    """RESERVE's arguments: the time, how many jobs to take, and the successes with their ops."""
+    args: list[Any] = [repr(now), want, len(acks)]
+    for raw, ops in acks:
+        args += [raw, *ops]
+    return args
