@@ -98,3 +98,26 @@ def test_a_push_written_by_the_fast_encoder_has_the_standard_encoders_bytes():
         assert encode_fast(payload) == encode(payload).encode("utf-8"), payload
     with pytest.raises(UnicodeEncodeError):  # a lone surrogate: the caller's clear error, as before
         encode_fast({"args": ["\ud800"]})
+
+
+def test_a_bulk_push_writes_each_payload_as_if_encoded_alone(client, r):
+    """`payload.Shapes` writes the JSON around args and jid once per push: every job's bytes are
+    still exactly what encoding its payload alone gives (the payload read back, keys in order),
+    whatever its args hold, and a payload that differs in any other value is encoded whole."""
+    from sidequest.payload import Shapes, encode_fast
+
+    args = [[1], ["a\"b\\c", "漢😀\u2028"], [2 ** 70], [{"k": [1.5e-7, None, True]}], [], [-(2 ** 63)]]
+    client.push_bulk("Shaped", args, queue="shapes", retry=3, tags=["t"])
+    stored = list(reversed(r.lrange("queue:shapes", 0, -1)))
+    assert len(stored) == len(args)
+    for raw, given in zip(stored, args, strict=True):
+        payload = json.loads(raw)
+        assert payload["args"] == given
+        assert raw == encode_fast(payload)  # (`encode` spells 1.5e-7 as 1.5e-07: the same number)
+
+    shapes = Shapes()
+    base = {"retry": True, "queue": "q", "args": [1], "class": "C", "jid": "j1", "created_at": 1.5}
+    first, other_time = dict(base), {**base, "jid": "j2", "created_at": 2.5}
+    other_args, reordered = {**base, "args": [[2]], "jid": "j3"}, {"jid": "j4", **base}
+    for payload in (first, other_time, other_args, reordered, {"class": "NoArgs"}):
+        assert shapes.encode(payload) == encode_fast(payload), payload

@@ -47,7 +47,7 @@ from .options import (
     spread_seconds,
     spread_times,
 )
-from .payload import check_args, encode, encode_fast, in_millis, new_jids, stamp
+from .payload import Shapes, check_args, encode, encode_fast, in_millis, new_jids, stamp
 
 PlainRedis = redis.Redis  # the name `redis` is a property inside Client
 # Cluster mode: a client adds a queue's name to `queues` (in another slot than the queue) at most
@@ -165,8 +165,6 @@ class Client:
         middleware = len(self.config.client_middleware) > 0
         created = stamp(now, self.config.sidekiq_version >= 8)
         expiring = base.get("expires_in") is not None
-        # the JSON every payload of this push starts with, and the fields each adds: written once
-        # for the push, the args and jid per job (see `payload.Built`); not when middleware may change them
         for args, when, jid in zip(checked, times, new_jids(len(checked)), strict=True):
             payload = dict(base)
             payload["args"] = args  # Sidekiq 6.4 writes args before class; keep its field order
@@ -318,9 +316,12 @@ class Client:
         checked before anything is written)."""
         batch = Batch()
         space = self.keys
+        shapes = Shapes() if not len(self.config.client_middleware) else None  # see `_encode`
+        seconds, millis = stamp(now, False), stamp(now, True)  # one object each: `Shapes` needs that
+        v8 = self.config.sidekiq_version >= 8
         for index, (payload, when) in enumerate(entries):
             if when is None:
-                payload["enqueued_at"] = stamp(now, self.config.sidekiq_version >= 8 or in_millis(payload))
+                payload["enqueued_at"] = millis if v8 or in_millis(payload) else seconds
             try:
                 if space.cluster:
                     cluster_problem(payload)
@@ -328,7 +329,7 @@ class Client:
                     claim = unique.claim(payload, when, now, space) if "unique_for" in payload else None
                 except (TypeError, ValueError, RecursionError) as exc:  # client middleware added something
                     raise JobArgumentError(f"payload of job {payload.get('class')!r} is not JSON: {exc}") from None
-                blob = self._encode(payload)
+                blob = self._encode(payload, shapes)
             except JobArgumentError as exc:
                 raise JobArgumentError(f"job {index} of the bulk: {exc}" if len(entries) > 1 else str(exc)) from None
             record = results.at_push(payload, when, now, space) if "result_ttl" in payload else None
@@ -360,13 +361,16 @@ class Client:
     def _push_unique(self) -> Script:
         return self.redis.register_script(unique.PUSH_UNIQUE)
 
-    def _encode(self, payload: dict[str, Any]) -> bytes:
+    def _encode(self, payload: dict[str, Any], shapes: Shapes | None = None) -> bytes:
         """The payload as the UTF-8 bytes Redis stores, refused with a clear error if it cannot be.
         Without client middleware every value in it was checked as native JSON, so the fast
-        encoder writes it (`payload.encode_fast`); middleware may add anything, which the
-        standard encoder refuses clearly."""
+        encoder writes it (`payload.encode_fast`, through `shapes` for a push's many payloads);
+        middleware may add anything, which the standard encoder refuses clearly."""
         try:
-            blob = encode_fast(payload) if not len(self.config.client_middleware) else encode(payload).encode("utf-8")
+            if len(self.config.client_middleware):
+                blob = encode(payload).encode("utf-8")
+            else:
+                blob = shapes.encode(payload) if shapes is not None else encode_fast(payload)
         except UnicodeEncodeError as exc:  # a lone surrogate, from undecodable bytes in argv or a path
             raise JobArgumentError(
                 f"job {payload.get('class')!r} has a string that is not valid Unicode ({exc.reason}: "

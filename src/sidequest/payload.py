@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 import os
 import secrets
 from typing import Any
@@ -51,6 +52,54 @@ def encode_fast(payload: dict[str, Any]) -> bytes:
         return orjson.dumps(payload)
     except orjson.JSONEncodeError:
         return _ENCODER.encode(payload).encode("utf-8")
+
+
+Shape = tuple[tuple[str, ...], tuple[Any, ...], bytes, bytes, bytes]  # fixed keys and values; the JSON around args, jid
+
+
+class Shapes:
+    """`encode_fast` for the payloads of one push, which differ only in their `args` and `jid`:
+    the JSON around those two is written once per shape (the keys in order), and each payload
+    costs the encoding of its args and jid, joined in. A payload whose other values are not the
+    very objects of the first of its shape (a time stamped apart, a value changed) is encoded
+    whole, so the bytes are always `encode_fast(payload)`'s. Only for pushes without client
+    middleware (see `encode_fast`)."""
+
+    def __init__(self) -> None:
+        self._shapes: dict[tuple[str, ...], Shape | None] = {}
+
+    def encode(self, payload: dict[str, Any]) -> bytes:
+        order = tuple(payload)
+        try:
+            shape = self._shapes[order]
+        except KeyError:
+            shape = self._shapes[order] = _shape_of(payload, order)
+        if shape is not None:
+            keys, values, head, middle, tail = shape
+            if all(map(operator.is_, map(payload.__getitem__, keys), values)):
+                try:
+                    return b"".join((head, orjson.dumps(payload["args"]), middle, orjson.dumps(payload["jid"]), tail))
+                except orjson.JSONEncodeError:
+                    pass  # what orjson refuses: `encode_fast` keeps or explains it
+        return encode_fast(payload)
+
+
+def _shape_of(payload: dict[str, Any], order: tuple[str, ...]) -> Shape | None:
+    """The fixed keys and values of `payload` and its JSON cut around `args` and `jid` (args
+    first, as every push writes them), or None when it has not that form."""
+    if "args" not in payload or "jid" not in payload or order.index("args") > order.index("jid"):
+        return None
+    mark = secrets.token_hex(8)  # stands for args and jid: found once each in the JSON, or no shape
+    try:
+        blob = orjson.dumps({**payload, "args": mark + "a", "jid": mark + "j"})
+    except orjson.JSONEncodeError:
+        return None
+    head, found, rest = blob.partition(f'"{mark}a"'.encode())
+    middle, found_too, tail = rest.partition(f'"{mark}j"'.encode())
+    if not found or not found_too or mark.encode() in head + middle + tail:
+        return None
+    keys = tuple(key for key in order if key not in ("args", "jid"))
+    return keys, tuple(payload[key] for key in keys), head, middle, tail
 
 
 def encode(payload: dict[str, Any]) -> str:
