@@ -21,6 +21,16 @@ def _r() -> redis_lib.Redis:
     return _redis[url]
 
 
+def _ar():
+    """A redis.asyncio client of the test Redis for the running event loop (one per loop)."""
+    import redis.asyncio
+
+    key = (os.environ["SQ_TEST_REDIS_URL"], id(asyncio.get_running_loop()))
+    if key not in _redis:
+        _redis[key] = redis.asyncio.Redis.from_url(key[0], max_connections=1000)  # redis-py 8 caps a pool at 100
+    return _redis[key]
+
+
 def record(kind: str, *values) -> None:
     """Append what a job saw to the `test:ran` list, for the test to read."""
     import json
@@ -570,8 +580,8 @@ async def async_held(n, gate):
     a cancellation (a hard stop) is recorded too."""
     record("held-start", n, threading.get_ident())
     try:
-        while not _r().exists(gate):
-            await asyncio.sleep(0.01)
+        while not await _ar().exists(gate):  # never a blocking call per poll: hundreds of these share the loop
+            await asyncio.sleep(0.05)
     except asyncio.CancelledError:
         record("held-cancelled", n)
         raise

@@ -100,12 +100,15 @@ def test_a_push_written_by_the_fast_encoder_has_the_standard_encoders_bytes():
         encode_fast({"args": ["\ud800"]})
 
 
-def test_a_bulk_push_writes_each_payload_as_if_encoded_alone(client, r):
+def test_a_bulk_push_writes_each_payload_as_if_encoded_alone(config, r):
     """`payload.Shapes` writes the JSON around args and jid once per push: every job's bytes are
     still exactly what encoding its payload alone gives (the payload read back, keys in order),
     whatever its args hold, and a payload that differs in any other value is encoded whole."""
+    from sidequest import Client
+    from sidequest.middleware import Chain
     from sidequest.payload import Shapes, encode_fast
 
+    client = Client(config.replace(client_middleware=Chain()))  # no process-wide links another test added
     args = [[1], ["a\"b\\c", "漢😀\u2028"], [2 ** 70], [{"k": [1.5e-7, None, True]}], [], [-(2 ** 63)]]
     client.push_bulk("Shaped", args, queue="shapes", retry=3, tags=["t"])
     stored = list(reversed(r.lrange("queue:shapes", 0, -1)))
