@@ -602,3 +602,12 @@ async def async_slow():
     except asyncio.CancelledError:
         record("slow-cancelled")
         raise
+
+
+@sidequest.job(name="AsyncCount")
+async def async_count(key):
+    """Counts through the worker's own Redis on the loop (`sidequest.aio.redis()`)."""
+    r = sidequest.aio.redis()
+    await r.hset(key, mapping={"seen": 1})
+    seen = {str(k): str(v) for k, v in (await r.hgetall(key)).items()}
+    record("counted", await r.incr(f"{key}:n"), seen, await r.set(f"{key}:s", "x"))

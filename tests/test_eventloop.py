@@ -149,3 +149,34 @@ def test_server_middleware_wraps_async_jobs_through_the_thread_path(start, clien
     client.push(async_echo, ["wrapped"])
     wait_until(lambda: ran(r, "async"), 10, 0.02, "the job")
     assert seen == ["AsyncEcho"]
+
+
+def test_an_async_job_uses_the_workers_redis_through_sidequest_aio_redis(start, client, r, monkeypatch):
+    """`sidequest.aio.redis()`: redis.asyncio's methods and replies (reply callbacks included),
+    on the worker's Redis, from a hundred jobs at once (no pool cap)."""
+    from jobs_for_tests import async_count
+
+    monkeypatch.setattr(sidequest.client, "_default", client)  # what `sidequest worker` sets up
+    start(runner="asyncio")
+    client.push_bulk(async_count, [["test:count"]] * 150)
+    wait_until(lambda: len(ran(r, "counted")) == 150, 10, 0.02, "every job to count")
+    assert sorted(n for n, _, _ in ran(r, "counted")) == list(range(1, 151))
+    assert all(seen == {"b'seen'": "b'1'"} for _, seen, _ in ran(r, "counted"))  # bytes, as json.dumps shows them
+    assert {ok for _, _, ok in ran(r, "counted")} == {True}
+
+
+def test_sidequest_aio_redis_outside_a_worker_is_the_default_clients(client, monkeypatch):
+    import asyncio
+
+    monkeypatch.setattr(sidequest.client, "_default", client)
+
+    async def use() -> list:
+        own = sidequest.aio.redis()
+        assert own is sidequest.aio.redis()  # one per loop
+        async with own.pipeline(transaction=True) as pipe:  # redis-py's own pipeline
+            pipe.incr("test:n")
+            pipe.incr("test:n")
+            counted = await pipe.execute()
+        return [counted, await own.get("test:n"), await own.exists("nope"), await own.lpush("test:l", "a", "b")]
+
+    assert asyncio.run(use()) == [[1, 2], b"2", 0, 2]

@@ -59,3 +59,39 @@ def test_a_job_gets_the_default_clients_redis(start, client, r, monkeypatch):
     start()
     wait_until(lambda: r.get("visits") == b"20", 30, 0.05, "20 visits counted")
     assert isinstance(sidequest.redis(), redis.Redis)
+
+
+@pytest.mark.parametrize("decoded", [False, True], ids=["bytes", "decoded"])
+def test_the_async_direct_client_answers_as_redis_asyncio_does(redis_url, decoded):
+    """`sidequest.aio.redis()`'s client (`aio.AsyncDirectRedis`): the same replies and errors as
+    redis.asyncio's own client, for the calls above."""
+    import asyncio
+
+    import redis.asyncio
+
+    from sidequest.aio import AsyncDirectRedis
+
+    async def run(c):
+        out = []
+        for calls in (
+            lambda: [c.incr("n"), c.incr("n", 5), c.get("n")],
+            lambda: [c.set("k", "v"), c.set("k", "w", nx=True), c.get("k"), c.exists("k"), c.delete("k")],
+            lambda: [c.rpush("l", 1, 2, 3), c.lrange("l", 0, -1), c.lpop("l"), c.llen("l")],
+            lambda: [c.hset("h", mapping={"a": 1, "b": "x"}), c.hgetall("h"), c.hincrby("h", "a", 2)],
+            lambda: [c.zadd("z", {"a": 1.5, "b": 2}), c.zrange("z", 0, -1, withscores=True), c.zscore("z", "b")],
+            lambda: [c.ping(), c.get("missing"), c.mget("a", "b")],
+        ):
+            out.append([await step for step in calls()])
+        await c.set("text", "x")
+        for bad in (lambda: c.incr("text"), lambda: c.set("k", None)):
+            try:
+                await bad()
+            except redis.RedisError as exc:
+                out.append(type(exc).__name__)
+        await c.flushdb()
+        await c.aclose()
+        return out
+
+    stock = asyncio.run(run(redis.asyncio.Redis.from_url(redis_url, decode_responses=decoded)))
+    direct = asyncio.run(run(AsyncDirectRedis.from_url(redis_url, decode_responses=decoded)))
+    assert direct == stock and stock[-2:] == ["ResponseError", "DataError"]

@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table as RichTable
 
 from .rounds import median, ratios_in_rounds
-from .rows import FIGURE, REFERENCE, RESULTS, TIMES
+from .rows import ASYNC_GOAL, ASYNC_ROW, ASYNCIO_PEERS, FIGURE, REFERENCE, RESULTS, TIMES
 
 THROUGHPUT_COLUMNS = ["throughput", "bulk_enqueue", "single_enqueue", "cpu_us_per_job", "redis_cpu_us_per_job",
                       "commands_per_job", "commands_besides_job"]
@@ -159,9 +159,37 @@ def baseline_lines(doc: dict[str, Any]) -> list[str]:
     return found
 
 
-def goal_lines(doc: dict[str, Any], mark: Callable[[bool], str]) -> list[str]:
-    """The idle-RSS goal of each sidequest row; `mark(met)` renders "met"/"missed"."""
+def async_lines(doc: dict[str, Any], mark: Callable[[bool], str]) -> list[str]:
+    """The async row (and its baseline rows) against the fastest asyncio peer of the same run, by
+    median throughput: the median of the per-round ratios to that peer (as the table's ratios are to Sidekiq's)."""
+    medians = doc["medians"]
+
+    def jobs(row: dict[str, Any]) -> float | None:
+        value: float | None = medians.get(row["id"], {}).get("throughput")
+        return value
+
+    peers = [row for row in doc["rows"] if row["peer"] in ASYNCIO_PEERS and not row.get("src") and jobs(row)]
+    best = max(peers, key=lambda row: jobs(row) or 0, default=None)
     found = []
+    for row in doc["rows"]:
+        if ASYNC_ROW not in (row["id"], row.get("baseline_of")) or (mine := jobs(row)) is None:
+            continue
+        head = f"async no-op jobs, {row['label']}: {mine:,.0f} jobs/s"
+        if best is None:
+            found.append(f"{head}; no asyncio peer ({', '.join(ASYNCIO_PEERS)}) measured in this run "
+                         f"(goal ≥ {ASYNC_GOAL:g}{TIMES} the best: n/a)")
+            continue
+        top = jobs(best) or 0
+        ratio = median(ratios_in_rounds(doc["rounds"], row["id"], "throughput", best["id"])) or mine / top
+        found.append(f"{head}, {TIMES}{ratio_text(ratio)} the best asyncio peer ({best['label']}, {top:,.0f} "
+                     f"jobs/s) (goal ≥ {ASYNC_GOAL:g}: {mark(ratio >= ASYNC_GOAL)})")
+    return found
+
+
+def goal_lines(doc: dict[str, Any], mark: Callable[[bool], str]) -> list[str]:
+    """The async row's goal (`async_lines`) and the idle-RSS goal of each sidequest row; `mark(met)`
+    renders "met"/"missed"."""
+    found = async_lines(doc, mark)
     for row in doc["rows"]:
         biggest = doc["medians"].get(row["id"], {}).get("idle_rss_max_mb")
         if row["peer"] == "sidequest" and biggest is not None:

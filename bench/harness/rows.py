@@ -13,7 +13,15 @@ RESULTS = BENCH / "results"
 TIMES = "\N{MULTIPLICATION SIGN}"
 REFERENCE = "sidekiq"  # every ratio divides by this row's figure of the same round
 CONCURRENCY = 10
-PYTHON_PEERS = ["huey", "dramatiq", "rq", "celery", "taskiq", "arq", "saq"]
+PYTHON_PEERS = ["huey", "dramatiq", "rq", "celery", "taskiq", "arq", "saq", "streaq"]
+ASYNCIO_PEERS = ["taskiq", "arq", "saq", "streaq"]  # what the async row is measured against (report.py)
+ASYNC_ROW = "sidequest-async"
+ASYNC_IN_FLIGHT = 100  # jobs in flight per process on sidequest's asyncio runner (its --async-jobs default)
+ASYNC_GOAL = 2.0  # the async row's throughput over the best asyncio peer's, same run (report.py)
+# Jobs in flight per process where a peer's documented best is not CONCURRENCY (each peer file says why),
+# and the peers that run one process whatever --processes says (their rows are labelled so).
+IN_FLIGHT = {"taskiq": 100, "saq": 100, "streaq": 16}
+ONE_PROCESS = {"arq"}
 
 
 @dataclass(frozen=True)
@@ -69,13 +77,23 @@ def all_rows(cores: int) -> list[Row]:
                          "commands are the 3 primaries' sums. On this machine's cores: the per-job cost, not scaling"))
     rows.append(Row(f"sidequest-{cores}p-plain", "sidequest", cores, env=(("BENCH_PLAIN_REDIS", "1"),),
                     note="job's INCR through a stock redis-py client instead of sidequest.redis()"))
-    rows += [Row(name, name, cores, note="the peer file's fast configuration") for name in PYTHON_PEERS]
+    rows.append(Row(ASYNC_ROW, "sidequest", default, concurrency=ASYNC_IN_FLIGHT,
+                    env=(("BENCH_SIDEQUEST_DEFAULT", "1"), ("BENCH_ASYNC", "1")),
+                    note="async def no-op jobs: `sidequest worker` with no flags, as the `sidequest` row, whose "
+                         "jobs are all `async def` (so `--runner auto` runs them on its asyncio runner, "
+                         f"--async-jobs {ASYNC_IN_FLIGHT} in flight per process); the jobs' commands through "
+                         "sidequest.aio.redis(), the worker's Redis on the loop (redis.asyncio), as the sync "
+                         "rows' go through sidequest.redis()"))
+    rows += [Row(name, name, 1 if name in ONE_PROCESS else cores, concurrency=IN_FLIGHT.get(name, CONCURRENCY),
+                 note="the peer file's fast configuration") for name in PYTHON_PEERS]
     return rows
 
 
 def quick_rows(cores: int) -> list[Row]:
-    """The reference and sidequest's own settings on one queue (not the stock-redis-py variant, nor
-    the 6-queue and Cluster rows: about 25 s each, `--quick --only sidequest,sidequest-cluster`)."""
+    """The reference and sidequest's own settings on one queue, the async row included (not the
+    stock-redis-py variant, nor the 6-queue and Cluster rows: about 25 s each, `--quick --only
+    sidequest,sidequest-cluster`; the asyncio peers the async row is measured against: `--quick
+    --only sidequest-async,arq,saq,taskiq,streaq`)."""
     return [row for row in all_rows(cores) if row.id == REFERENCE or (
         row.peer == "sidequest" and not row.id.endswith("-plain") and not set(SPREAD) & set(row.env))]
 

@@ -14,6 +14,14 @@ so every primary serves). The stamp and probe jobs stay in `bench`. With a `redi
 URL the worker runs in sidequest's Cluster mode, and `sidequest.redis()`, the no-op job's client,
 is its cluster client.
 
+BENCH_ASYNC=1 (the harness's `sidequest-async` row) registers the three jobs as `async def` jobs
+under the same wire names, with the bodies the asyncio peers run (`_peer.noop_body_async`, and
+`await asyncio.sleep` in the probe): their commands go through `sidequest.aio.redis()`, the
+worker's Redis on the event loop, as the sync jobs' go through `sidequest.redis()` and arq's
+through the pool arq hands its jobs. No sync job is registered then, so that `sidequest worker` with no
+flags picks its asyncio runner (`--runner auto`: every job of the app is `async def`); a sidequest
+without that runner runs them through its threads onto one event loop.
+
 Every process that imports this file says on stderr which sidequest it imported (a baseline row,
 `--baseline`, puts an older checkout first on PYTHONPATH; harness/phases.py checks the worker's
 log). `BenchAckProbe` is the acknowledgement-window phase's job (harness/ackwindow.py).
@@ -22,13 +30,16 @@ log). `BenchAckProbe` is the acknowledgement-window phase's job (harness/ackwind
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import os
 import sys
 import time
+import weakref
 from collections import Counter
 
 import _peer
+import redis.asyncio
 from redis.crc import key_slot
 
 import sidequest
@@ -66,22 +77,55 @@ def spread(count: int) -> list[str]:
 QUEUES = spread(int(os.environ.get("BENCH_QUEUES") or 1))
 
 
-@sidequest.job(name="BenchNoop", queue=_peer.QUEUE)
-def noop(i: int) -> None:
-    _peer.noop_body(PLAIN if PLAIN is not None else sidequest.redis(), LIMIT)
+ASYNC = os.environ.get("BENCH_ASYNC") == "1"
 
+if ASYNC:
+    _loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, redis.asyncio.Redis] = weakref.WeakKeyDictionary()
 
-@sidequest.job(name="BenchStamp", queue=_peer.QUEUE)
-def stamp(sent: float) -> None:
-    _peer.stamp_body(sidequest.redis(), sent)
+    def aio_redis() -> redis.asyncio.Redis:
+        """The worker's Redis on the running loop, `sidequest.aio.redis()` (the asyncio twin of
+        `sidequest.redis()`, which the sync jobs use); with BENCH_PLAIN_REDIS=1, or on a
+        sidequest without it (a --baseline row), a stock redis.asyncio client for REDIS_URL,
+        one per loop, its pool uncapped (redis-py 8 caps one at 100 connections)."""
+        own = getattr(sidequest.aio, "redis", None)
+        if own is not None and PLAIN is None:
+            return own()  # type: ignore[no-any-return]
+        loop = asyncio.get_running_loop()
+        found = _loops.get(loop)
+        if found is None:
+            found = _loops[loop] = redis.asyncio.Redis.from_url(os.environ["REDIS_URL"], max_connections=2 ** 31)
+        return found
 
+    @sidequest.job(name="BenchNoop", queue=_peer.QUEUE)
+    async def noop(i: int) -> None:
+        await _peer.noop_body_async(aio_redis(), LIMIT)
 
-@sidequest.job(name="BenchAckProbe", queue=_peer.QUEUE)
-def ack_probe(i: int, seconds: float) -> None:
-    """Sleep `seconds`, then record when the body ended, as its last act."""
-    if seconds:
-        time.sleep(seconds)
-    sidequest.redis().hset(ACK_ENDS, str(i), repr(time.time()))
+    @sidequest.job(name="BenchStamp", queue=_peer.QUEUE)
+    async def stamp(sent: float) -> None:
+        await _peer.stamp_body_async(aio_redis(), sent)
+
+    @sidequest.job(name="BenchAckProbe", queue=_peer.QUEUE)
+    async def ack_probe(i: int, seconds: float) -> None:
+        """Sleep `seconds`, then record when the body ended, as its last act."""
+        if seconds:
+            await asyncio.sleep(seconds)
+        await aio_redis().hset(ACK_ENDS, str(i), repr(time.time()))
+
+else:
+    @sidequest.job(name="BenchNoop", queue=_peer.QUEUE)
+    def noop(i: int) -> None:
+        _peer.noop_body(PLAIN if PLAIN is not None else sidequest.redis(), LIMIT)
+
+    @sidequest.job(name="BenchStamp", queue=_peer.QUEUE)
+    def stamp(sent: float) -> None:
+        _peer.stamp_body(sidequest.redis(), sent)
+
+    @sidequest.job(name="BenchAckProbe", queue=_peer.QUEUE)
+    def ack_probe(i: int, seconds: float) -> None:
+        """Sleep `seconds`, then record when the body ended, as its last act."""
+        if seconds:
+            time.sleep(seconds)
+        sidequest.redis().hset(ACK_ENDS, str(i), repr(time.time()))
 
 
 def worker(url: str, processes: int, concurrency: int) -> list[str]:
