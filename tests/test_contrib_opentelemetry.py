@@ -270,3 +270,34 @@ def test_the_guides_opentelemetry_snippets_run_as_written(r, redis_url):
     [payload] = queue_items(r, "mail")
     assert payload["traceparent"].split("-")[1:3] == [spans[0]["context"]["trace_id"][2:],
                                                       spans[0]["context"]["span_id"][2:]]
+
+
+def test_redis_pys_own_metrics_still_work_after_sidequest_is_imported(redis_url):
+    """sidequest keeps the OpenTelemetry SDK out of redis-py's import (`sidequest._import_redis`,
+    3 MB of every worker's RSS): the SDK stays importable, and redis-py's own metrics, turned on
+    after `import sidequest`, record what they record without it."""
+    script = f"""
+import sys
+first = sys.argv[1] == "sidequest"
+if first:
+    import sidequest
+    assert "opentelemetry.sdk.metrics" not in sys.modules
+import redis
+from opentelemetry import metrics
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from redis.observability import MetricGroup, OTelConfig, get_observability_instance
+reader = InMemoryMetricReader()
+metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+get_observability_instance().init(OTelConfig(metric_groups=[MetricGroup.COMMAND, MetricGroup.CONNECTION_BASIC]))
+client = redis.Redis.from_url({redis_url!r})
+for i in range(3):
+    client.set("otel:check", i)
+data = reader.get_metrics_data()
+print(sorted({{m.name for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics}}))
+"""
+    seen = [subprocess.run([PYTHON, "-c", script, first], capture_output=True, text=True, timeout=60,
+                           env=python_env()) for first in ("sidequest", "redis")]
+    for run in seen:
+        assert run.returncode == 0, run.stderr
+    assert seen[0].stdout == seen[1].stdout and "[]" not in seen[0].stdout

@@ -16,7 +16,15 @@ from jobs_for_tests import async_boom, async_echo, async_held, async_slow, echo,
 import sidequest
 from sidequest import Config
 from sidequest.eventloop import LoopCapsule
+from sidequest.middleware import Chain
 from sidequest.registry import Registry
+
+
+@pytest.fixture
+def config(config):
+    """Without the process-wide links another test may have left (Sentry's, OpenTelemetry's): with
+    server middleware, async jobs take the thread pool (see the last test)."""
+    return config.replace(server_middleware=Chain())
 
 
 def only(*jobs) -> Registry:

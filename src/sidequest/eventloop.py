@@ -32,6 +32,7 @@ import concurrent.futures
 import contextvars
 import inspect
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable
@@ -90,7 +91,7 @@ class LoopCapsule:
         self.loop: asyncio.AbstractEventLoop | None = None
         self._connect = connect  # a redis.asyncio client of the worker's Redis, made on the loop
         self.settler = Settler(config, client, scripts, clock)  # the thread pool's SETTLE calls
-        self.pool = concurrent.futures.ThreadPoolExecutor(config.concurrency, thread_name_prefix="sidequest-sync")
+        self.pool = DaemonPool(config.concurrency)
         self.side = Processor(runtime, self, self, 0)  # the threads' code, for all but the common path
         self._hurry = threading.Event()
         self._ended = threading.Condition()  # the stopping thread waits on it for the last job
@@ -100,6 +101,7 @@ class LoopCapsule:
         self._alone = False  # a suspect waits to run alone: take no job meanwhile
         self._main: concurrent.futures.Future[None] | None = None
         self._async_kind: dict[type, bool] = {}
+        self._told_middleware = False
         self._lane: AsyncLane | None = None
 
     # -- the launcher's side ---------------------------------------------------------------------
@@ -163,7 +165,6 @@ class LoopCapsule:
                 asyncio.run_coroutine_threadsafe(self._end(), self.loop).result(5.0)
             except (concurrent.futures.TimeoutError, RuntimeError) as exc:
                 log.warning("the asyncio runner did not end cleanly (%s)", exc)
-        self.pool.shutdown(wait=False)
         return leftovers
 
     async def _end(self) -> None:
@@ -308,7 +309,14 @@ class LoopCapsule:
 
     def _on_the_loop(self, payload: dict[str, Any]) -> type[Any] | None:
         """The job's class when it takes the common path (see the module), else None."""
-        if "expires_at" in payload or len(self.rt.config.server_middleware):
+        if "expires_at" in payload:
+            return None
+        if len(self.rt.config.server_middleware):  # its links are sync calls around the job
+            if not self._told_middleware:
+                self._told_middleware = True
+                links = ", ".join(map(repr, self.rt.config.server_middleware))
+                log.warning("server middleware is installed (%s): async jobs run through the thread pool, %d at "
+                            "once, instead of on the event loop", links, self.config.concurrency)
             return None
         try:
             job_class = self.rt.registry.get(payload["class"])
@@ -365,3 +373,40 @@ class LoopCapsule:
         """`fn(*args)` on the thread pool, in this task's context (its log context, its job)."""
         context = contextvars.copy_context()
         return await asyncio.get_running_loop().run_in_executor(self.pool, lambda: context.run(fn, *args))
+
+
+class DaemonPool(concurrent.futures.Executor):
+    """A pool of daemon threads for `loop.run_in_executor`: a sync job still running when the
+    process exits is abandoned with it, as a processor thread is (see `manager`), where the
+    standard pool's threads would hold the exit until the job returns."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._work: queue.SimpleQueue[tuple[concurrent.futures.Future[Any], Callable[[], Any]]] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._idle = 0
+        self._lock = threading.Lock()
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[T]:
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        self._work.put((future, lambda: fn(*args, **kwargs)))
+        with self._lock:
+            if self._idle == 0 and len(self._threads) < self.size:
+                thread = threading.Thread(target=self._serve, name=f"sidequest-sync-{len(self._threads)}",
+                                          daemon=True)
+                self._threads.append(thread)
+                thread.start()
+            else:
+                self._idle -= 1 if self._idle else 0
+        return future
+
+    def _serve(self) -> None:
+        while True:
+            future, call = self._work.get()
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(call())
+                except BaseException as exc:  # handed to the awaiting task
+                    future.set_exception(exc)
+            with self._lock:
+                self._idle += 1

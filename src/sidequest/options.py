@@ -32,7 +32,6 @@ travel as a payload field while the real `retry` kept its default.
 
 from __future__ import annotations
 
-import difflib
 import math
 from collections.abc import Mapping
 from datetime import datetime, timedelta
@@ -98,6 +97,8 @@ def unknown_option(key: str) -> str:
     """The one-line error for an option name sidequest does not know, with the nearest one."""
     if key in NOT_OPTIONS:
         return f"{key!r} is not a job option: {NOT_OPTIONS[key]}"
+    import difflib  # only for a mistake
+
     near = ELSEWHERE.get(key) or next(iter(difflib.get_close_matches(key, KNOWN, n=1, cutoff=0.6)), None)
     known = f"did you mean {near!r}?" if near else f"the options are {', '.join(KNOWN[:-1])}"
     return f"unknown job option {key!r}; {known} (a payload field of your own goes in custom={{{key!r}: ...}})"

@@ -7,7 +7,6 @@ run, whatever the payload says. Nothing is ever imported because a payload named
 
 from __future__ import annotations
 
-import difflib
 import threading
 from typing import Any
 
@@ -52,6 +51,8 @@ class Registry:
     def _unknown(self, name: str) -> str:
         """One line: the name, the nearest registered ones, and every name this worker runs."""
         known = sorted(self._jobs)
+        import difflib  # only for a name no one registered
+
         close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
         # a job pushed from a script that defined it (`__main__.x`) or by a short module name
         close += [k for k in known if k.rsplit(".", 1)[-1] == name.rsplit(".", 1)[-1] and k not in close]

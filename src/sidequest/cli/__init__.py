@@ -1,7 +1,8 @@
 """The `sidequest` command. The only place that configures logging, and (through `signals`) the
 only place that maps OS signals to a launcher's methods.
 
-    root        the command group, and its two errors: UserError (exit 2), Unreachable (exit 1)
+    root        the command group, and its two errors: UserError (exit 2), Unreachable (exit 1);
+                it imports a subcommand's module when the subcommand is asked for
     logs        configure_logging: text or JSON lines, with the job's context
     worker      `worker`: settings, job modules (`require`), one process or a supervisor
     pidfile     `worker -P`: one live process per pidfile
@@ -20,7 +21,6 @@ only place that maps OS signals to a launcher's methods.
 
 from __future__ import annotations
 
-from . import admin, demo, health, periodic, processes, sets, top, web, worker, workflows  # noqa: F401  (they register commands)
 from .logs import JobContextFilter, JsonFormatter, configure_logging
 from .root import Unreachable, UserError, main
 from .worker import BANNER, build_config, check_folder, dotted_name, require, run_supervisor, run_worker

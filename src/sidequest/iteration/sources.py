@@ -21,7 +21,6 @@ a JSON value (a list, for a tuple key: `fetch` receives what JSON gives back).
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -83,6 +82,8 @@ def _rows(raw: Any, encoding: str, fmtparams: dict[str, Any]) -> Iterator[tuple[
 
     The lines are read one at a time (csv pulls a further line only for a quoted field that
     spans lines), so the file's position after each row is where the next one starts."""
+    import csv  # here: only a job that reads a CSV file pays for the module
+
     def lines() -> Iterator[str]:
         while line := raw.readline():
             yield line.decode(encoding)

@@ -20,10 +20,11 @@ import re
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
+if TYPE_CHECKING:
+    from croniter import croniter
 
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _DURATION = re.compile(r"^\s*(\d+)\s*([smhd]?)\s*$")
@@ -95,6 +96,8 @@ class Schedule:
             if tz is not None and zone_name(tz) != "UTC":
                 raise ScheduleError("tz applies to cron schedules only; every=... counts from the epoch")
             return cls(every=parse_every(every))
+        from croniter import croniter  # here: a worker without cron entries never loads it (~1 MB)
+
         if not isinstance(cron, str) or not croniter.is_valid(cron, second_at_beginning=True):
             raise ScheduleError(f"{cron!r} is not a cron expression (minute hour day month weekday, "
                                 "with an optional seconds field in front)")
@@ -127,6 +130,8 @@ class Schedule:
         return float(self._walk(math.floor(t) + 1).get_prev(float))  # get_prev is strictly before
 
     def _walk(self, start: int) -> croniter:
+        from croniter import croniter
+
         return croniter(str(self.cron), datetime.fromtimestamp(start, ZoneInfo(self.tz)), second_at_beginning=True)
 
     # -- stored in Redis, so a process that did not register the entry can still read it ---------
