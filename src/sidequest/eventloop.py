@@ -48,8 +48,8 @@ from .lifecycle import has_ops
 from .loophub import LoopHub
 from .manager import put_back
 from .outcome import Outcome, error_class_name, invalid
-from .payload import decode, trace_id
-from .processor import Processor, Runtime, job_context, quieting_context
+from .payload import decode
+from .processor import Processor, Runtime, enter_job, job_context, quieting_context, time_limit
 from .scripts import Scripts
 from .wire import AsyncLane
 from .work import Settler, UnitOfWork
@@ -331,16 +331,14 @@ class LoopCapsule:
 
     async def _perform(self, unit: UnitOfWork, payload: dict[str, Any], job_class: type[Any]) -> None:
         """`Processor.perform` for an `async def` job, on the loop."""
-        name, jid = payload["class"], str(payload.get("jid", ""))
-        token = job_context.set((name, jid, unit.queue, trace_id(payload) if "traceparent" in payload else None))
+        token = enter_job(unit, payload)
         started = time.monotonic()
         log.info("start")
         job = None
         try:
             job = job_class()
-            job.jid, job.payload = jid, payload
-            limit = payload.get("timeout") or self.rt.config.job_timeout
-            limit = float(limit) if isinstance(limit, (int, float)) and limit > 0 else None
+            job.jid, job.payload = str(payload.get("jid", "")), payload
+            limit = time_limit(payload, self.rt.config)
             with self.rt.lifecycle.running(payload):
                 result = await (job.perform(*payload["args"]) if limit is None else self._timed(job, payload, limit))
         except BaseException as exc:  # a cancellation too, unless a hard stop put the job back

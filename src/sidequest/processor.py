@@ -58,6 +58,18 @@ def quieting_context(event: threading.Event) -> None:
     _quieting.set(event)
 
 
+def enter_job(unit: UnitOfWork, payload: dict[str, Any]) -> contextvars.Token[Any]:
+    """Set the running job's log context (see `job_context`); reset it with the token returned."""
+    return job_context.set((payload["class"], str(payload.get("jid", "")), unit.queue,
+                            trace_id(payload) if "traceparent" in payload else None))
+
+
+def time_limit(payload: dict[str, Any], config: Config) -> float | None:
+    """The job's time limit in seconds: its `timeout` option, else the worker's `job_timeout`."""
+    limit = payload.get("timeout") or config.job_timeout
+    return float(limit) if isinstance(limit, (int, float)) and limit > 0 else None
+
+
 def stopping() -> bool:
     """True once the worker process running this job has been quieted or told to stop; False
     outside a worker. A job that can end early (see `iteration`) checks it between steps."""
@@ -258,17 +270,15 @@ class Processor:
                             payload["class"], payload.get("jid"))
                 unit.done = True
             return
-        name, jid = payload["class"], str(payload.get("jid", ""))
-        token = job_context.set((name, jid, unit.queue, trace_id(payload) if "traceparent" in payload else None))
+        token = enter_job(unit, payload)
         started = time.monotonic()
         log.info("start")
         job = None
         try:
             job = job_class()
-            job.jid, job.payload = jid, payload
+            job.jid, job.payload = str(payload.get("jid", "")), payload
             args = payload["args"]
-            limit = payload.get("timeout") or self.rt.config.job_timeout
-            limit = float(limit) if isinstance(limit, (int, float)) and limit > 0 else None
+            limit = time_limit(payload, self.rt.config)
             returned: list[Any] = []  # what the job itself returned (middleware may return anything)
             with self.rt.lifecycle.running(payload):
                 self.rt.config.server_middleware.invoke(
