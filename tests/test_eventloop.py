@@ -81,8 +81,9 @@ def test_no_more_than_async_jobs_run_at_once(start, client, r):
     start(runner="asyncio", async_jobs=7)
     client.push_bulk(async_held, [[n, "test:gate"] for n in range(20)])
     wait_until(lambda: len(ran(r, "held-start")) == 7, 10, 0.02, "seven jobs to start")
-    time.sleep(0.3)  # the other 13 wait in their queue, untaken
-    assert len(ran(r, "held-start")) == 7 and r.llen("queue:default") == 13
+    # the fetch took exactly the free places, and takes again only when a job ends: the other 13
+    # wait in their queue, and only the 7 running are reserved
+    assert len(reserved(r)) == 7 and r.llen("queue:default") == 13 and len(ran(r, "held-start")) == 7
     r.set("test:gate", 1)
     wait_until(lambda: len(ran(r, "held-done")) == 20, 10, 0.02, "all twenty to run")
 
@@ -112,8 +113,11 @@ def test_an_idle_worker_starts_a_pushed_job_within_a_round_trip(start, client, r
     """Idle, it waits in BLMOVE on the queue, not in a poll: each job starts well within the
     blocking timeout (1 s here) of its push."""
     start(runner="asyncio", registry=only(async_echo, stamp), fetch_timeout=5)
+    def blocked() -> bool:  # the worker waits in BLMOVE on the queue
+        return any(c.get("cmd") == "blmove" for c in r.client_list())
+
     for label in range(5):
-        time.sleep(0.05)
+        wait_until(blocked, 5, 0.005, "the idle worker to wait in BLMOVE")
         sent = time.time()
         client.push(async_echo, [label])
         wait_until(lambda label=label: [label, "sidequest-asyncio"] in ran(r, "async"), 5, 0.005, "the job")

@@ -231,7 +231,7 @@ class LoopCapsule:
         assert self.loop is not None
         unit = UnitOfWork(queue, raw, self, self.batch)
         if self.quieting.is_set():  # never started: back to the head of its queue, unchanged
-            self.loop.create_task(self._in_thread(unit.put_back, [0]))
+            self.hub.background(self._in_thread(unit.put_back, [0]))
             return
         tid = self._tids.pop() if self._tids else self._new_tid()
         task = self.loop.create_task(self._run(unit, format(tid, "x")))
@@ -376,26 +376,24 @@ class LoopCapsule:
 class DaemonPool(concurrent.futures.Executor):
     """A pool of daemon threads for `loop.run_in_executor`: a sync job still running when the
     process exits is abandoned with it, as a processor thread is (see `manager`), where the
-    standard pool's threads would hold the exit until the job returns."""
+    standard pool's threads would hold the exit until the job returns. Its threads are started
+    as work comes, up to `size`."""
 
     def __init__(self, size: int) -> None:
         self.size = size
         self._work: queue.SimpleQueue[tuple[concurrent.futures.Future[Any], Callable[[], Any]]] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
-        self._idle = 0
         self._lock = threading.Lock()
 
     def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[T]:
         future: concurrent.futures.Future[T] = concurrent.futures.Future()
         self._work.put((future, lambda: fn(*args, **kwargs)))
         with self._lock:
-            if self._idle == 0 and len(self._threads) < self.size:
+            if len(self._threads) < self.size:
                 thread = threading.Thread(target=self._serve, name=f"sidequest-sync-{len(self._threads)}",
                                           daemon=True)
                 self._threads.append(thread)
                 thread.start()
-            else:
-                self._idle -= 1 if self._idle else 0
         return future
 
     def _serve(self) -> None:
@@ -406,5 +404,3 @@ class DaemonPool(concurrent.futures.Executor):
                     future.set_result(call())
                 except BaseException as exc:  # handed to the awaiting task
                     future.set_exception(exc)
-            with self._lock:
-                self._idle += 1

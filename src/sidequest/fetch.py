@@ -38,7 +38,7 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import redis
 
@@ -52,6 +52,7 @@ from .wire import Lane, lane_for
 from .work import Fetch, Settler, UnitOfWork
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # A success waits at most this long (seconds) for others to share its acknowledgement, and at
 # most this many wait for one call. The window bounds what a `kill -9` can run again beyond the
@@ -453,12 +454,7 @@ class Hub:
             self.flush(lane)
 
     def _drain(self) -> list[Ack]:
-        taken: list[Ack] = []
-        try:
-            while True:  # another thread may drain too (a flush): each success goes to one of us
-                taken.append(self._acks.popleft())
-        except IndexError:
-            return taken
+        return drain(self._acks)
 
     def settled(self, raw: bytes) -> None:
         """A job of the batch list left it through a processor's own call."""
@@ -467,11 +463,7 @@ class Hub:
 
     def _forget(self, raw: bytes) -> None:
         """(Under the lock.) One copy of `raw` is no longer in the batch list."""
-        left = self._known[raw] - 1
-        if left > 0:
-            self._known[raw] = left
-        else:
-            self._known.pop(raw, None)
+        forget_one(self._known, raw)
 
     def flush(self, lane: Lane) -> None:
         """Acknowledge the finished successes now (before waiting, stopping or dying)."""
@@ -493,6 +485,26 @@ class Hub:
             taken = list(self._handoff)
             self._handoff.clear()
         return taken
+
+
+def drain(items: deque[T]) -> list[T]:
+    """Everything in `items`, taken out; another thread may drain too (a flush), and each item
+    goes to one of them (deque pops are atomic)."""
+    taken: list[T] = []
+    try:
+        while True:
+            taken.append(items.popleft())
+    except IndexError:
+        return taken
+
+
+def forget_one(known: Counter[bytes], raw: bytes) -> None:
+    """One copy of `raw` is no longer in a batch list whose jobs `known` counts."""
+    left = known[raw] - 1
+    if left > 0:
+        known[raw] = left
+    else:
+        known.pop(raw, None)
 
 
 def queue_of_raw(raw: bytes) -> str:

@@ -17,14 +17,14 @@ import logging
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
 import redis
 
 from . import keys
 from .config import Config
-from .fetch import ACK_BATCH, ACK_WINDOW, PausedQueues, QueueOrder, blocking_timeout, queue_of_raw
+from .fetch import ACK_BATCH, ACK_WINDOW, PausedQueues, QueueOrder, blocking_timeout, drain, forget_one, queue_of_raw
 from .processor import BACKOFF_MAX, BACKOFF_START, REDIS_ERRORS, RedisOutage
 from .scripts import Scripts
 from .wire import AsyncLane
@@ -77,6 +77,7 @@ class LoopHub:
         self._known_lock = threading.Lock()  # the thread pool settles too
         self._suspect = False  # a reply was lost: the batch list may hold a job no one knows of
         self._changed: asyncio.Event | None = None
+        self._background: set[asyncio.Task[Any]] = set()
 
     # -- fetching ----------------------------------------------------------------------------------
     async def fetching(self, lane: AsyncLane) -> None:
@@ -150,7 +151,7 @@ class LoopHub:
             raise
         with self._known_lock:
             for raw, _ in acks:
-                self._forget_locked(raw)
+                forget_one(self._known, raw)
             for i in range(1, len(reply), 2):
                 self._known[reply[i]] += 1
         return [(reply[i].decode(), reply[i + 1]) for i in range(0, len(reply), 2)]
@@ -216,7 +217,7 @@ class LoopHub:
         assert self.loop is not None
         if len(self._acks) >= ACK_BATCH:
             self._ack_pending = False
-            self.loop.create_task(self.flush())
+            self.background(self.flush())
         elif not self._ack_pending and self._acks:
             self._ack_pending = True
             self.loop.call_later(self.ack_window, self._window_ended)
@@ -227,8 +228,15 @@ class LoopHub:
         self._ack_pending = False
 
     def _flush_soon(self) -> None:
-        if self.loop is not None:
-            self.loop.create_task(self.flush())
+        self.background(self.flush())
+
+    def background(self, work: Coroutine[Any, Any, Any]) -> None:
+        """(On the loop.) Run `work` as a task kept referenced until it ends (the loop keeps only a
+        weak reference to a task: an unreferenced one may be collected before it ends)."""
+        assert self.loop is not None
+        task = self.loop.create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def flush(self) -> None:
         """Send the successes now (a Redis error keeps them for later, after a back-off)."""
@@ -262,24 +270,12 @@ class LoopHub:
 
     def _drain(self) -> list[Ack]:
         self._ack_pending = False  # what this call carries closes the window
-        taken: list[Ack] = []
-        try:
-            while True:
-                taken.append(self._acks.popleft())
-        except IndexError:
-            return taken
+        return drain(self._acks)
 
     def forget(self, raw: bytes) -> None:
         """A job of the batch list left it through a call of its own (a SETTLE)."""
         with self._known_lock:
-            self._forget_locked(raw)
-
-    def _forget_locked(self, raw: bytes) -> None:
-        left = self._known[raw] - 1
-        if left > 0:
-            self._known[raw] = left
-        else:
-            self._known.pop(raw, None)
+            forget_one(self._known, raw)
 
     # -- waiting -----------------------------------------------------------------------------------
     def poke(self) -> None:
