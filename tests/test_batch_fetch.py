@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 
 import pytest
 import redis
@@ -55,11 +57,56 @@ def test_a_processor_that_finds_a_job_in_hand_makes_no_call(config, r, client):
     """A job taken for a processor that stopped waiting meanwhile goes to the next that asks."""
     hub, _, second = pair(config, r)
     client.push(echo, [7])
-    hub._handoff.append(("queue:default", r.rpoplpush("queue:default", hub.reserved)))
+    hub._handoff.append(("queue:default", r.rpoplpush("queue:default", hub.reserved), time.monotonic()))
     before = evalsha_calls(r)
     theirs = second.retrieve_work()
     assert theirs is not None and args_of([theirs.raw]) == [7]
     assert evalsha_calls(r) == before
+
+
+def busy_fetch(config, r, prefetch=None):
+    """Three processors of one process; while the first fetches (Redis holds its call: CLIENT
+    PAUSE), the other two ask for work: the demand that makes a hub keep jobs in hand."""
+    scripts = Scripts(r)
+    hub = Hub(config.replace(prefetch=prefetch), IDENTITY, scripts, client=r)
+    fetches = [ReliableFetch(config, r, IDENTITY, scripts, slot=n, hub=hub) for n in range(3)]
+    r.execute_command("CLIENT", "PAUSE", 300, "WRITE")
+    first = threading.Thread(target=fetches[0].retrieve_work)
+    first.start()
+    wait_until(lambda: hub._fetching, 2, 0.005, "the first processor's fetch")
+    others = [threading.Thread(target=f.retrieve_work) for f in fetches[1:]]
+    for thread in [*others]:
+        thread.start()
+    for thread in [first, *others]:
+        thread.join(5)
+    return hub, fetches
+
+
+def test_a_hub_keeps_in_hand_as_many_jobs_as_were_asked_for_during_its_fetches(config, r, client):
+    client.push_bulk(echo, [[n] for n in range(40)])
+    hub, fetches = busy_fetch(config, r)
+    held = r.llen(hub.reserved)  # what the three took (the late two may have timed out: 1 to 3)
+    unit = fetches[0].retrieve_work()  # two asked during the last fetch: it takes more than its own
+    assert unit is not None
+    in_hand = r.llen(hub.reserved) - held - 1
+    assert 1 <= in_hand <= 2 * config.concurrency
+    assert r.llen("queue:default") == 40 - held - 1 - in_hand
+    # no processor asks again: within PREFETCH_HOLD (0.1 s) those go back, to the queue's head, in order
+    wait_until(lambda: r.llen(hub.reserved) == held + 1, 2, 0.01, "the jobs in hand to go back")
+    head = [json.loads(raw)["args"][0] for raw in reversed(r.lrange("queue:default", 0, -1))]
+    assert head == list(range(held + 1, 40))
+    nxt = fetches[1].retrieve_work()  # the next processor takes the oldest of them
+    assert nxt is not None and args_of([nxt.raw]) == [held + 1]
+    hub.close()
+
+
+def test_prefetch_0_keeps_nothing_in_hand(config, r, client):
+    client.push_bulk(echo, [[n] for n in range(40)])
+    hub, fetches = busy_fetch(config, r, prefetch=0)
+    held = r.llen(hub.reserved)
+    assert fetches[0].retrieve_work() is not None
+    assert r.llen(hub.reserved) == held + 1 and r.llen("queue:default") == 40 - held - 1
+    hub.close()
 
 
 def evalsha_calls(r) -> int:
@@ -131,7 +178,7 @@ def test_jobs_taken_for_processors_that_stopped_go_back_unchanged(config, r, cli
     original = r.lrange("queue:default", 0, -1)
     others = waiting(hub, 2)
     unit = first.retrieve_work()
-    hub._handoff.extend(w.job for w in others if w.job)  # they stopped before picking theirs up
+    hub._handoff.extend((*w.job, time.monotonic()) for w in others if w.job)  # they stopped before picking theirs up
     first.release()  # the two handed-over jobs nobody picked up (taken after the running one)
     assert unit is not None and unit.put_back([0])  # then, as shutdown does, the running one
     assert r.lrange("queue:default", 0, -1) == original and r.llen(hub.reserved) == 0

@@ -35,6 +35,7 @@ def test_queue_specs_and_weights():
     ({"timeout": -1}, "timeout"),
     ({"fetch": "magic"}, "fetch must be"),
     ({"heartbeat_interval": 10, "heartbeat_ttl": 5}, "heartbeat_ttl"),
+    ({"prefetch": -1}, "prefetch"),
 ])
 def test_bad_values_are_refused_at_construction(kwargs, words):
     with pytest.raises(ConfigError, match=words):
@@ -43,8 +44,8 @@ def test_bad_values_are_refused_at_construction(kwargs, words):
 
 def test_from_env_reads_only_what_it_is_given():
     c = Config.from_env({"REDIS_URL": "redis://h:1/2", "SIDEQUEST_CONCURRENCY": "7",
-                         "SIDEQUEST_QUEUES": "a,2;b,1", "SIDEQUEST_JOB_TIMEOUT": "1.5"})
-    assert c.url == "redis://h:1/2" and c.concurrency == 7
+                         "SIDEQUEST_QUEUES": "a,2;b,1", "SIDEQUEST_JOB_TIMEOUT": "1.5", "SIDEQUEST_PREFETCH": "0"})
+    assert c.url == "redis://h:1/2" and c.concurrency == 7 and c.prefetch == 0
     assert c.queues == (("a", 2), ("b", 1)) and c.job_timeout == 1.5
     with pytest.raises(ConfigError, match="SIDEQUEST_CONCURRENCY"):
         Config.from_env({"SIDEQUEST_CONCURRENCY": "many"})

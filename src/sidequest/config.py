@@ -130,6 +130,9 @@ class Config:
     # every job the worker runs is `async def`, else threads
     runner: str = "auto"
     async_jobs: int = 100
+    # jobs a process keeps in hand beyond those running, at most (see `fetch.Hub`): None, twice
+    # `concurrency`; 0 none (a processor fetches only when it is idle)
+    prefetch: int | None = None
     fetch_timeout: float = 2.0  # bound on a blocking fetch, so stops are noticed
     poll_interval: float = 1.0  # longest the poller sleeps when nothing is due
     heartbeat_interval: float = 5.0
@@ -198,6 +201,8 @@ class Config:
                 _positive_number(name, getattr(self, name))
         if self.max_jobs is not None:
             _positive_int("max_jobs", self.max_jobs)
+        if self.prefetch is not None:
+            _positive_int("prefetch", self.prefetch, allow_zero=True)
         if self.hostname is not None and (not self.hostname or any(c in self.hostname for c in ": \t\n")):
             raise ConfigError(f"hostname must be a name without ':' or spaces; got {self.hostname!r}")
         if isinstance(self.log_level, str):  # WARNING and warning alike, as Python's logging

@@ -6,11 +6,18 @@ so a queue comes first with probability proportional to its weight.
 
 Basic fetch BRPOPs: a job lives only in the worker's memory while it runs, so `kill -9` loses it.
 
-Reliable fetch takes jobs in batches, one Redis call for every processor that is idle now and
-never more: the processor that finds nothing in hand calls RESERVE for itself and for the
-processors waiting meanwhile, which moves up to that many jobs atomically from their queues into
-the process's batch list `sidequest:reserved:<identity>:batch` (each capsule of the process
-has a `Hub` and a batch list of its own, `...:batch-<capsule>`, over its own queues).
+Reliable fetch takes jobs in batches, one Redis call for every processor that is idle now: the
+processor that finds nothing in hand calls RESERVE for itself and for the processors waiting
+meanwhile, which moves up to that many jobs atomically from their queues into the process's
+batch list `sidequest:reserved:<identity>:batch` (each capsule of the process has a `Hub` and a
+batch list of its own, `...:batch-<capsule>`, over its own queues). While jobs are short, the
+call also takes some to keep in hand, as many as the processors asked for during the last few
+fetches (PREFETCH_ROUNDS, at most `prefetch`), and the processor that leaves fewer than half
+of them in hand fetches again before running its own: so the others find their next job in
+hand instead of waiting for a round trip, and a busy process makes one call per several jobs.
+With jobs longer than a fetch no one asks meanwhile and nothing is kept. A job kept in hand
+PREFETCH_HOLD without being taken goes back to the head of its queue (the acknowledger does it),
+so a process busy with long jobs does not hold short ones another worker could run.
 
 A success is acknowledged when it ends, not "with the next fetch": the hub's acknowledger
 removes it from the batch list within `ACK_WINDOW` (a few milliseconds), together with the
@@ -64,6 +71,14 @@ ACK_BATCH = 64
 # 2 µs of CPU per job (measured, pinned process, bench/throughput's no-op jobs).
 ACK_LINGER = 0.1
 ACK_BACKOFF_START, ACK_BACKOFF_MAX = 0.05, 2.0
+# A hub keeps in hand as many jobs as its processors asked for during this many of its fetches
+# (at most `prefetch`, by default twice the concurrency): with short jobs a processor that ends
+# one finds the next in hand instead of waiting for a fetch; with jobs longer than a fetch's round
+# trip no one asks meanwhile, and it keeps none (see module).
+PREFETCH_ROUNDS = 4
+# A job kept in hand this long (seconds) goes back to the head of its queue, for any idle worker:
+# the processors are all busy with longer jobs than those the prefetch was sized by.
+PREFETCH_HOLD = 0.1
 
 __all__ = ["BasicFetch", "Fetch", "Hub", "PausedQueues", "QueueOrder", "ReliableFetch", "UnitOfWork", "build_fetch"]
 
@@ -213,11 +228,18 @@ class Hub:
         self.scripts = scripts
         self.clock = clock
         self._lock = threading.Lock()
-        self._handoff: deque[Taken] = deque()  # taken for processors that wait: not yet picked up
+        # taken for processors that wait, or kept in hand: not yet picked up (with when, monotonic)
+        self._handoff: deque[tuple[str, bytes, float]] = deque()
         self._acks: deque[Ack] = deque()  # successes not yet acknowledged
         self._known: Counter[bytes] = Counter()  # jobs of the batch list this process knows of
         self._waiters: deque[Waiter] = deque()  # processors waiting for the fetching one to hand them a job
         self._fetching = False
+        # how many jobs the processors asked for during the current fetch, during one fetch
+        # (smoothed), and so how many to keep in hand (`_target`, at most `_cap`)
+        self._cap = 2 * config.concurrency if config.prefetch is None else config.prefetch
+        self._asked = 0
+        self._demand = 0.0
+        self._target = 0
         self._suspect = False  # a reply was lost: the list may hold a job no one knows of
         # the acknowledger: a thread that sends the successes no RESERVE carried within the window
         # released to wake the idle acknowledger (a bare lock: releasing it is one C call, where
@@ -229,7 +251,9 @@ class Hub:
         self._ack_opened = 0.0  # when it opened (monotonic)
         self._ack_idle = True  # the acknowledger sleeps on `_ack_wake` (nothing waits)
         self._closed = threading.Event()
-        self._ack_thread = threading.Thread(target=self._acknowledger, args=(lane_for(client),),
+        lane = lane_for(client)  # the acknowledger's, also for the jobs it puts back (`_requeue_stale`)
+        self._ack_thread = threading.Thread(target=self._acknowledger,
+                                            args=(lane, Settler(config, client, scripts, clock, lane)),
                                             name="sidequest-acknowledger", daemon=True)
         self._ack_thread.start()
 
@@ -263,10 +287,16 @@ class Hub:
     def take(self, lane: Lane, client: redis.Redis, own: str | int,
              waiter: Waiter) -> tuple[Taken | None, list[str] | None]:
         """A job for the calling processor; else None, with the queue order it may block on
-        (empty: every queue is paused), or None when it waited on another processor's fetch."""
+        (empty: every queue is paused), or None when it waited on another processor's fetch.
+        A processor that takes a job in hand and leaves fewer than half the target fetches more
+        before it runs its own (`refill`)."""
+        refill: Taken | None = None
         with self._lock:
+            self._asked += self._fetching
             if self._handoff:
-                return self._handoff.popleft(), None
+                refill = self._handoff.popleft()[:2]
+                if self._fetching or 2 * len(self._handoff) >= self._target:
+                    return refill, None
             waits = self._fetching  # another processor fetches now, for us too
             if waits:
                 waiter.job = None
@@ -274,8 +304,10 @@ class Hub:
             else:
                 self._fetching = True
                 self._ack_pending = False  # this call carries the successes so far: a later one opens a window
-                want, acks = 1 + len(self._waiters), self._drain()
+                want = (refill is None) + len(self._waiters) + max(self._target - len(self._handoff), 0)
+                acks = self._drain()
                 suspect, known = self._suspect, (Counter(self._known) if self._suspect else None)
+                self._asked = 0
         if waits:
             return self._wait(waiter), None
         got: list[Taken] = []
@@ -287,8 +319,15 @@ class Hub:
                 order = self.order()
                 got = self._reserve(lane, order, own, want if order else 0, acks)
                 acks = []
-        finally:
-            self._hand_out(got, acks)
+        except BaseException:
+            if refill is not None:  # the job in hand goes to whoever asks next
+                with self._lock:
+                    self._handoff.appendleft((*refill, time.monotonic()))
+            self._hand_out([], acks)
+            raise
+        self._hand_out(got, acks, keep=refill is None, pace=True)
+        if refill is not None:
+            return refill, None
         return (got[0] if got else None), order
 
     def _wait(self, waiter: Waiter) -> Taken | None:
@@ -303,20 +342,27 @@ class Hub:
             job, waiter.job = waiter.job, None
         return job
 
-    def _hand_out(self, got: list[Taken], acks: list[Ack]) -> None:
-        """After a fetch: one job to each waiting processor (the first stays with the caller),
-        the rest kept for whoever asks next; waiters with nothing for them are told so."""
+    def _hand_out(self, got: list[Taken], acks: list[Ack], *, keep: bool = True, pace: bool = False) -> None:
+        """After a fetch: one job to each waiting processor (the first stays with the caller,
+        if it `keep`s one), the rest kept for whoever asks next; waiters with nothing for them
+        are told so. After a fetch that succeeded (`pace`), what was asked for during it sets
+        how many jobs to keep in hand."""
         with self._lock:
             self._fetching = False
+            if pace:
+                self._demand = (self._demand + self._asked) / 2
+                self._target = min(self._cap, int(self._demand * PREFETCH_ROUNDS))
             self._acks.extendleft(reversed(acks))  # not applied (an error, or adopted instead): keep them
             for _, raw in got:
                 self._known[raw] += 1
-            rest = deque(got[1:])
+            rest = deque(got[1:] if keep else got)
             while self._waiters and (rest or not got):
                 waiter = self._waiters.popleft()
                 waiter.job = rest.popleft() if rest else None
                 waiter.wake.release()
-            self._handoff.extend(rest)
+            if rest:
+                now = time.monotonic()
+                self._handoff.extend((key, raw, now) for key, raw in rest)
 
     def _reserve(self, lane: Lane, order: list[str], own: str | int, want: int, acks: list[Ack]) -> list[Taken]:
         if self.keys.cluster:
@@ -388,7 +434,7 @@ class Hub:
         except RuntimeError:  # released already: it is waking
             pass
 
-    def _acknowledger(self, lane: Lane) -> None:
+    def _acknowledger(self, lane: Lane, settler: Settler) -> None:
         """Send the successes that no call carried within their window.
 
         A window opens with the first success after the last call that carried successes (a
@@ -399,11 +445,13 @@ class Hub:
         sleep until a success wakes it (`_ack_idle`), so a busy process costs no wake-up per
         success or per window. A
         Redis error keeps the successes for the next attempt, after a back-off (their reserved
-        copies keep them safe meanwhile)."""
+        copies keep them safe meanwhile). It also puts back the jobs kept in hand too long."""
         delay, failing = ACK_BACKOFF_START, False
         quiet_since: float | None = None  # when it last found nothing waiting (None: something waited)
         try:
             while not self._closed.is_set():
+                if self._handoff:
+                    self._requeue_stale(settler)
                 if not (self._ack_pending or self._acks):
                     now = time.monotonic()
                     quiet_since = now if quiet_since is None else quiet_since
@@ -415,7 +463,8 @@ class Hub:
                     self._ack_full.clear()
                     self._ack_idle = True
                     if not (self._ack_pending or self._acks):  # again: a success may have come meanwhile
-                        self._ack_wake.acquire(timeout=1.0)  # bounded: a close is noticed within a second
+                        # bounded: a close is noticed within a second, a job kept in hand too long sooner
+                        self._ack_wake.acquire(timeout=PREFETCH_HOLD if self._handoff else 1.0)
                     self._ack_idle = False
                     quiet_since = None
                     continue
@@ -443,6 +492,28 @@ class Hub:
                 delay, failing = ACK_BACKOFF_START, False
         finally:
             lane.close()
+
+    def _requeue_stale(self, settler: Settler) -> None:
+        """Put the jobs kept in hand for PREFETCH_HOLD back at the head of their queues, the
+        oldest last, so it is the next taken. On a Redis error the rest stay in hand; the one
+        whose reply was lost is left to the next fetch, which adopts it if it is still ours."""
+        since = time.monotonic() - PREFETCH_HOLD
+        with self._lock:
+            stale: list[tuple[str, bytes, float]] = []
+            while self._handoff and self._handoff[0][2] <= since:
+                stale.append(self._handoff.popleft())
+        while stale:
+            key, raw, _ = stale.pop()
+            queue = self.keys.queue_name(key)
+            try:
+                settler.requeue(queue, raw, self.batch_of(queue))
+            except (redis.RedisError, OSError):
+                with self._lock:
+                    self._handoff.extendleft(reversed(stale))
+                    self._forget(raw)
+                    self._suspect = True
+                return
+            self.settled(raw)
 
     def close(self, lane: Lane | None = None) -> None:
         """Stop the acknowledger; what it had not sent yet is sent now (on `lane`, if given)."""
@@ -482,7 +553,7 @@ class Hub:
     def leftovers(self) -> list[Taken]:
         """Jobs taken for processors that stopped before picking them up."""
         with self._lock:
-            taken = list(self._handoff)
+            taken = [(key, raw) for key, raw, _ in self._handoff]
             self._handoff.clear()
         return taken
 

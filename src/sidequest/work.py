@@ -101,23 +101,29 @@ class Settler:
         if space.cluster:  # the queue's own sets, in its slot (see `keys.ClusterKeyspace`)
             in_slot = {"retry": space.retry, "dead": space.dead, "snooze": space.schedule}.get(mode, space.queue)
             dest = in_slot(unit.queue)
-        return self._run(unit, mode, dest or space.queue(unit.queue), blob, outcome.at or now, now, point, ops)
+        return self._run(unit.home, unit.queue, unit.raw, mode, dest or space.queue(unit.queue), blob,
+                         outcome.at or now, now, point, ops)
 
     def mark(self, unit: UnitOfWork, ops: list[Any]) -> bool:
         now = self.clock()
-        return self._run(unit, "taken", "", b"", now, now, "taken", ops)
+        return self._run(unit.home, unit.queue, unit.raw, "taken", "", b"", now, now, "taken", ops)
 
-    def _run(self, unit: UnitOfWork, mode: str, dest: str, blob: bytes | str, score: float, now: float,
-             point: str, ops: list[Any]) -> bool:
+    def requeue(self, queue: str, raw: bytes, home: str) -> bool:
+        """Put a job that never ran back from `home` at the head of its queue, unchanged, with
+        nothing recorded (a job a process kept in hand too long, see `fetch.Hub`)."""
+        now = self.clock()
+        return self._run(home, queue, raw, "queue", self.scripts.keys.queue(queue), raw, now, now, "put_back", [0])
+
+    def _run(self, home: str | None, queue: str, raw: bytes, mode: str, dest: str, blob: bytes | str,
+             score: float, now: float, point: str, ops: list[Any]) -> bool:
         """True when the outcome is written (now, or by an earlier attempt whose reply was lost)."""
         cutoff = now - self.config.dead_timeout
-        checked = "0" if unit.home is None else "1"
+        checked = "0" if home is None else "1"
         space = self.scripts.keys
         # a key declared but not written ('ack', 'taken', basic fetch): one in the job's slot
-        unused = (unit.home or space.queue(unit.queue)) if space.cluster else keys.QUEUES
-        trace = (unused if unit.home is None
-                 else space.recovered(space.identity_of_reserved(unit.home), unit.queue))
+        unused = (home or space.queue(queue)) if space.cluster else keys.QUEUES
+        trace = unused if home is None else space.recovered(space.identity_of_reserved(home), queue)
         return bool(self.lane.evalsha(
-            self.scripts.settle, [unit.home or unused, dest or unused, trace],
-            [checked, unit.raw, mode, blob, repr(score), unit.queue, repr(cutoff), self.config.dead_max_jobs,
+            self.scripts.settle, [home or unused, dest or unused, trace],
+            [checked, raw, mode, blob, repr(score), queue, repr(cutoff), self.config.dead_max_jobs,
              repr(now), point, *ops]))

@@ -149,6 +149,9 @@ class ProcessCount(click.ParamType):  # type: ignore[type-arg]  # generic in cli
                    "default) picks asyncio when every registered job is async def.")
 @click.option("--async-jobs", type=click.IntRange(min=1),
               help="Jobs in flight on the event loop of the asyncio runner (default 100).")
+@click.option("--prefetch", type=click.IntRange(min=0),
+              help="Jobs a process may keep in hand beyond those running, while jobs are short "
+                   "(default twice -c; 0: fetch only for idle threads).")
 @click.option("--heartbeat-interval", type=float, help="Seconds between heartbeats (default 5).")
 @click.option("--heartbeat-ttl", type=float, help="Seconds of silence after which a process counts as dead (60).")
 @click.option("--recovery-interval", type=float, help="Seconds between orphaned-job recoveries (15).")
@@ -178,7 +181,7 @@ class ProcessCount(click.ParamType):  # type: ignore[type-arg]  # generic in cli
               help="Write the process id here; refused while the process it names runs.")
 def worker(requires: tuple[str, ...], queues: tuple[str, ...], concurrency: int | None,
            timeout: float | None, config_file: str | None, redis_url: str | None, tag: str | None,
-           fetch: str | None, runner: str | None, async_jobs: int | None,
+           fetch: str | None, runner: str | None, async_jobs: int | None, prefetch: int | None,
            heartbeat_interval: float | None, heartbeat_ttl: float | None, recovery_interval: float | None,
            max_recoveries: int | None, job_timeout: float | None, poll_interval: float | None,
            processes: int | str | None, max_jobs: int | None, max_memory: float | None, swarm_child: bool,
@@ -200,6 +203,7 @@ def worker(requires: tuple[str, ...], queues: tuple[str, ...], concurrency: int 
         config = build_config(config_file, redis_url=redis_url, require=requires, queues=queues,
                               concurrency=concurrency,
                               timeout=timeout, tag=tag, fetch=fetch, runner=runner, async_jobs=async_jobs,
+                              prefetch=prefetch,
                               heartbeat_interval=heartbeat_interval,
                               heartbeat_ttl=heartbeat_ttl, recovery_interval=recovery_interval,
                               max_recoveries=max_recoveries, job_timeout=job_timeout,
