@@ -228,6 +228,20 @@ def test_a_killed_connection_raises_once_then_the_lane_reconnects(r):
     assert lane.call("PING") == b"PONG"
 
 
+def test_a_push_message_between_replies_is_left_out(redis_url):
+    """RESP3 (redis-py 8's default): a push message (here a client-side caching invalidation)
+    arriving before a reply goes to redis-py's handler, and the reply is still the one read."""
+    r3 = redis.Redis.from_url(redis_url, protocol=3)
+    lane = Lane(r3)
+    assert lane.call("CLIENT", "TRACKING", "ON") == b"OK"
+    r3.set("watched", "1")
+    assert lane.call("GET", "watched") == b"1"  # now tracked for this connection
+    r3.set("watched", "2")  # another connection changes it: an invalidation is pushed to the lane's
+    wait_until(lambda: r3.get("watched") == b"2", 2, 0.01, "the write")
+    assert lane.exchange([("PING",), ("GET", "watched")]) == [b"PONG", b"2"]
+    r3.close()
+
+
 def test_an_idle_worker_of_weighted_queues_has_a_waiter_on_every_queue(start, r, client):
     """Idle processors block one per queue in a fixed spread (not the shuffled fetch order, which
     left a queue without a waiter now and then: a job there waited out a blocking timeout)."""

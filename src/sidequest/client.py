@@ -316,7 +316,8 @@ class Client:
         checked before anything is written)."""
         batch = Batch()
         space = self.keys
-        shapes = Shapes() if not len(self.config.client_middleware) else None  # see `_encode`
+        # see `_encode`; a shape pays off from the second payload on
+        shapes = Shapes() if len(entries) > 1 and not len(self.config.client_middleware) else None
         seconds, millis = stamp(now, False), stamp(now, True)  # one object each: `Shapes` needs that
         v8 = self.config.sidekiq_version >= 8
         for index, (payload, when) in enumerate(entries):

@@ -14,11 +14,13 @@ Nothing is re-sent (see `connection`).
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Sequence
 from typing import Any
 
 import hiredis
 import redis
+from redis._parsers.hiredis import NOT_ENOUGH_DATA, _HiredisParser
 from redis.client import EMPTY_RESPONSE, NEVER_DECODE
 from redis.connection import AbstractConnection
 from redis.exceptions import AskError, NoScriptError, ResponseError
@@ -54,8 +56,14 @@ class Lane:
         """Send `commands` in one write and read one reply each; an error reply is raised."""
         conn = self._take()
         try:
-            conn.send_packed_command([b"".join([hiredis.pack_command(c) for c in commands])], check_health=False)  # type: ignore[no-untyped-call]
-            replies = [conn.read_response() for _ in commands]
+            data = b"".join([hiredis.pack_command(c) for c in commands])
+            parser = conn._parser
+            sock = conn._sock
+            if type(parser) is _HiredisParser and parser._reader is not None and sock is not None:
+                replies = exchange_raw(sock, parser, data, len(commands))
+            else:  # another parser: redis-py's own reading
+                conn.send_packed_command([data], check_health=False)  # type: ignore[no-untyped-call]
+                replies = [conn.read_response() for _ in commands]
         except BaseException:
             # a reply may still be unread: dropped, and a new connection is made (and connected
             # to the primary of the moment) for the next call
@@ -94,6 +102,43 @@ class Lane:
         idle, self._idle = self._idle, []
         for conn in idle:
             conn.disconnect()  # type: ignore[no-untyped-call]
+
+
+def exchange_raw(sock: socket.socket, parser: _HiredisParser, data: bytes, count: int) -> list[Any]:
+    """Write `data` on a connected socket and read `count` replies through its hiredis parser's
+    reader: what redis-py's send and read do for these replies, without their layers (a RESP3
+    push message between them goes to the parser's handler). Errors are raised as redis-py
+    raises them."""
+    reader, buffer = parser._reader, parser._buffer
+    pushed = getattr(parser, "_hiredis_PushNotificationType", None)  # redis-py 6+, hiredis 3.2+
+    try:
+        sock.sendall(data)
+    except TimeoutError:
+        raise redis.TimeoutError("Timeout writing to socket") from None
+    except OSError as exc:
+        raise redis.ConnectionError(f"Error while writing to socket: {exc.args}") from None
+    replies: list[Any] = []
+    while len(replies) < count:
+        reply = reader.gets()
+        if reply is NOT_ENOUGH_DATA:
+            try:
+                got = sock.recv_into(buffer)
+            except TimeoutError:
+                raise redis.TimeoutError("Timeout reading from socket") from None
+            except OSError as exc:
+                raise redis.ConnectionError(f"Error while reading from socket: {exc.args}") from None
+            if not got:
+                raise redis.ConnectionError("Connection closed by server.")
+            reader.feed(buffer, 0, got)  # type: ignore[arg-type]  # hiredis reads any buffer
+        elif pushed is not None and isinstance(reply, pushed):
+            parser.handle_push_response(reply)  # type: ignore[no-untyped-call]
+        elif isinstance(reply, (ResponseError, redis.ConnectionError)):
+            raise reply
+        elif type(reply) is list and reply and isinstance(reply[0], redis.ConnectionError):
+            raise reply[0]
+        else:
+            replies.append(reply)
+    return replies
 
 
 class AsyncLane:
