@@ -64,11 +64,11 @@ def test_a_processor_that_finds_a_job_in_hand_makes_no_call(config, r, client):
     assert evalsha_calls(r) == before
 
 
-def busy_fetch(config, r, prefetch=None):
+def busy_fetch(config, r, **settings):
     """Three processors of one process; while the first fetches (Redis holds its call: CLIENT
     PAUSE), the other two ask for work: the demand that makes a hub keep jobs in hand."""
     scripts = Scripts(r)
-    hub = Hub(config.replace(prefetch=prefetch), IDENTITY, scripts, client=r)
+    hub = Hub(config.replace(**settings), IDENTITY, scripts, client=r)
     fetches = [ReliableFetch(config, r, IDENTITY, scripts, slot=n, hub=hub) for n in range(3)]
     r.execute_command("CLIENT", "PAUSE", 300, "WRITE")
     first = threading.Thread(target=fetches[0].retrieve_work)
@@ -100,9 +100,11 @@ def test_a_hub_keeps_in_hand_as_many_jobs_as_were_asked_for_during_its_fetches(c
     hub.close()
 
 
-def test_prefetch_0_keeps_nothing_in_hand(config, r, client):
+@pytest.mark.parametrize("settings", [{"prefetch": 0}, {"max_recoveries": 1}])
+def test_prefetch_0_or_few_recoveries_keep_nothing_in_hand(config, r, client, settings):
+    """With max_recoveries 1 a crash would make a job in hand a suspect though it never ran."""
     client.push_bulk(echo, [[n] for n in range(40)])
-    hub, fetches = busy_fetch(config, r, prefetch=0)
+    hub, fetches = busy_fetch(config, r, **settings)
     held = r.llen(hub.reserved)
     assert fetches[0].retrieve_work() is not None
     assert r.llen(hub.reserved) == held + 1 and r.llen("queue:default") == 40 - held - 1

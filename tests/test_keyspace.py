@@ -144,7 +144,7 @@ def test_periodic_entries(client, r):
     registry = PeriodicRegistry()
     sidequest.periodic(job=Tick, every=timedelta(seconds=1), args=["x"], registry=registry)
     scheduler = PeriodicScheduler(client, registry.entries)
-    now = time.time()
+    now = int(time.time()) + 0.5  # mid-second: a second later exactly one more whole second is due
     scheduler.run_due(now)
     assert scheduler.run_due(now + 1.01) == 1
     assert status(client, registry=PeriodicRegistry())[0].last_run is not None

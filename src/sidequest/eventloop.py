@@ -199,6 +199,9 @@ class LoopCapsule:
     def lost_reply(self) -> None:
         self.hub.lost_reply()
 
+    def hand_back(self) -> None:
+        """The loop keeps no jobs in hand."""
+
     def release(self) -> None:
         """Nothing is taken for others: every job taken starts at once."""
 

@@ -51,6 +51,7 @@ import redis
 
 from . import keys
 from .config import Config
+from .gate import SUSPECT_AFTER
 from .lifecycle import has_ops
 from .outcome import Outcome
 from .payload import decode, queue_of
@@ -186,6 +187,9 @@ class BasicFetch:
     def lost_reply(self) -> None:
         """A lost BRPOP reply loses that job: basic fetch is at-most-once by design."""
 
+    def hand_back(self) -> None:
+        """Nothing is held that does not run."""
+
     def release(self) -> None:
         """Nothing was taken for others."""
 
@@ -236,7 +240,7 @@ class Hub:
         self._fetching = False
         # how many jobs the processors asked for during the current fetch, during one fetch
         # (smoothed), and so how many to keep in hand (`_target`, at most `_cap`)
-        self._cap = 2 * config.concurrency if config.prefetch is None else config.prefetch
+        self._cap = default_prefetch(config) if config.prefetch is None else config.prefetch
         self._asked = 0
         self._demand = 0.0
         self._target = 0
@@ -307,6 +311,7 @@ class Hub:
                 want = (refill is None) + len(self._waiters) + max(self._target - len(self._handoff), 0)
                 acks = self._drain()
                 suspect, known = self._suspect, (Counter(self._known) if self._suspect else None)
+                self._suspect = False  # this fetch reads the list back; a failure sets it again
                 self._asked = 0
         if waits:
             return self._wait(waiter), None
@@ -320,8 +325,9 @@ class Hub:
                 got = self._reserve(lane, order, own, want if order else 0, acks)
                 acks = []
         except BaseException:
-            if refill is not None:  # the job in hand goes to whoever asks next
-                with self._lock:
+            with self._lock:
+                self._suspect = self._suspect or suspect  # not read back: the next fetch does
+                if refill is not None:  # the job in hand goes to whoever asks next
                     self._handoff.appendleft((*refill, time.monotonic()))
             self._hand_out([], acks)
             raise
@@ -363,6 +369,8 @@ class Hub:
             if rest:
                 now = time.monotonic()
                 self._handoff.extend((key, raw, now) for key, raw in rest)
+                if self._ack_idle:  # it sleeps up to a second: it must look within PREFETCH_HOLD
+                    self._wake_acknowledger()
 
     def _reserve(self, lane: Lane, order: list[str], own: str | int, want: int, acks: list[Ack]) -> list[Taken]:
         if self.keys.cluster:
@@ -413,7 +421,6 @@ class Hub:
                          else queue_of_raw(raw))
                 found.append((self.keys.queue(queue), raw))
             known = known - held
-        self._suspect = False
         return found
 
     def acknowledge(self, raw: bytes, ops: list[Any], home: str | None = None) -> None:
@@ -448,11 +455,16 @@ class Hub:
         copies keep them safe meanwhile). It also puts back the jobs kept in hand too long."""
         delay, failing = ACK_BACKOFF_START, False
         quiet_since: float | None = None  # when it last found nothing waiting (None: something waited)
+        requeue_after, requeue_delay = 0.0, ACK_BACKOFF_START  # put-backs of jobs in hand: their back-off
         try:
             while not self._closed.is_set():
-                if self._handoff:
-                    self._requeue_stale(settler)
                 if not (self._ack_pending or self._acks):
+                    if self._handoff and time.monotonic() >= requeue_after:  # no success waits behind it
+                        if self._requeue_stale(settler):
+                            requeue_delay = ACK_BACKOFF_START
+                        else:
+                            requeue_after = time.monotonic() + requeue_delay
+                            requeue_delay = min(requeue_delay * 2, ACK_BACKOFF_MAX)
                     now = time.monotonic()
                     quiet_since = now if quiet_since is None else quiet_since
                     if now - quiet_since < ACK_LINGER:
@@ -493,27 +505,31 @@ class Hub:
         finally:
             lane.close()
 
-    def _requeue_stale(self, settler: Settler) -> None:
-        """Put the jobs kept in hand for PREFETCH_HOLD back at the head of their queues, the
-        oldest last, so it is the next taken. On a Redis error the rest stay in hand; the one
-        whose reply was lost is left to the next fetch, which adopts it if it is still ours."""
+    def _requeue_stale(self, settler: Settler) -> bool:
+        """Put the jobs kept in hand for PREFETCH_HOLD back at the head of their queues in one
+        round trip, the oldest last, so it is the next taken. False on a Redis error: which of
+        them went back is unknown, so they are left to the next fetch, which reads the batch
+        list back and adopts those still in it."""
         since = time.monotonic() - PREFETCH_HOLD
         with self._lock:
             stale: list[tuple[str, bytes, float]] = []
             while self._handoff and self._handoff[0][2] <= since:
                 stale.append(self._handoff.popleft())
-        while stale:
-            key, raw, _ = stale.pop()
-            queue = self.keys.queue_name(key)
-            try:
-                settler.requeue(queue, raw, self.batch_of(queue))
-            except (redis.RedisError, OSError):
-                with self._lock:
-                    self._handoff.extendleft(reversed(stale))
+        if not stale:
+            return True
+        jobs = [(self.keys.queue_name(key), raw) for key, raw, _ in reversed(stale)]
+        try:
+            settler.requeue([(queue, raw, self.batch_of(queue)) for queue, raw in jobs])
+        except (redis.RedisError, OSError):
+            with self._lock:
+                for _, raw in jobs:
                     self._forget(raw)
-                    self._suspect = True
-                return
-            self.settled(raw)
+                self._suspect = True
+            return False
+        with self._lock:
+            for _, raw in jobs:
+                self._forget(raw)
+        return True
 
     def close(self, lane: Lane | None = None) -> None:
         """Stop the acknowledger; what it had not sent yet is sent now (on `lane`, if given)."""
@@ -556,6 +572,13 @@ class Hub:
             taken = [(key, raw) for key, raw, _ in self._handoff]
             self._handoff.clear()
         return taken
+
+
+def default_prefetch(config: Config) -> int:
+    """Twice the concurrency; none when `max_recoveries` is below SUSPECT_AFTER: a job in hand
+    at a crash is counted as recovered with the running ones, and with so few recoveries allowed
+    one crash would make it a suspect, two send it to `dead`, though it never started."""
+    return 2 * config.concurrency if config.max_recoveries >= SUSPECT_AFTER else 0
 
 
 def drain(items: deque[T]) -> list[T]:
@@ -676,11 +699,16 @@ class ReliableFetch:
         """Acknowledge the process's finished successes now rather than within the window."""
         self.hub.flush(self.lane)
 
-    def release(self) -> None:
-        """Put back, unchanged, the jobs taken for processors that stopped before running them."""
+    def hand_back(self) -> None:
+        """Put back, unchanged, the jobs the process holds that no processor runs: those kept in
+        hand, or taken for processors that stopped before running them."""
         for key, raw in reversed(self.hub.leftovers()):  # the oldest back at the very head
             queue = self.keys.queue_name(key)
             self.apply(UnitOfWork(queue, raw, self, self.hub.batch_of(queue)), Outcome.put_back(), [0])
+
+    def release(self) -> None:
+        """What `hand_back` does, as the processor stops; its connections are closed."""
+        self.hand_back()
         self.lane.close()
 
 

@@ -246,6 +246,7 @@ class Processor:
         if self.rt.gate.isolate(self.index, give_up=self.pool.quieting.is_set):
             log.warning("%s %s: processes died %d times while running it; running it alone",
                         payload["class"], payload.get("jid"), recovered)
+            self._settle(self.fetch.hand_back)  # alone: nothing else held, so nothing else counted if it kills us
             return True
         self._settle(lambda: unit.put_back([0]))  # another job runs alone now; this one waits its turn
         return False

@@ -12,7 +12,7 @@ reserved copy (`home` None).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import redis
@@ -79,6 +79,7 @@ class Fetch(Protocol):
     def mark(self, unit: UnitOfWork, ops: list[Any]) -> bool: ...
     def flush(self) -> None: ...
     def lost_reply(self) -> None: ...
+    def hand_back(self) -> None: ...
     def release(self) -> None: ...
 
 
@@ -108,22 +109,31 @@ class Settler:
         now = self.clock()
         return self._run(unit.home, unit.queue, unit.raw, "taken", "", b"", now, now, "taken", ops)
 
-    def requeue(self, queue: str, raw: bytes, home: str) -> bool:
-        """Put a job that never ran back from `home` at the head of its queue, unchanged, with
-        nothing recorded (a job a process kept in hand too long, see `fetch.Hub`)."""
+    def requeue(self, jobs: Sequence[tuple[str, bytes, str]]) -> None:
+        """Put jobs that never ran (queue, payload, the reserved list holding it) back at the
+        head of their queues, unchanged, with nothing recorded, in one round trip, the last
+        given at the very head (jobs a process kept in hand too long, see `fetch.Hub`)."""
         now = self.clock()
-        return self._run(home, queue, raw, "queue", self.scripts.keys.queue(queue), raw, now, now, "put_back", [0])
+        queue_of = self.scripts.keys.queue
+        self.lane.evalsha_many(self.scripts.settle, [
+            self._call(home, queue, raw, "queue", queue_of(queue), raw, now, now, "put_back", [0])
+            for queue, raw, home in jobs])
 
     def _run(self, home: str | None, queue: str, raw: bytes, mode: str, dest: str, blob: bytes | str,
              score: float, now: float, point: str, ops: list[Any]) -> bool:
         """True when the outcome is written (now, or by an earlier attempt whose reply was lost)."""
+        return bool(self.lane.evalsha(self.scripts.settle, *self._call(home, queue, raw, mode, dest, blob,
+                                                                        score, now, point, ops)))
+
+    def _call(self, home: str | None, queue: str, raw: bytes, mode: str, dest: str, blob: bytes | str,
+              score: float, now: float, point: str, ops: list[Any]) -> tuple[list[str], list[Any]]:
+        """The KEYS and ARGV of one SETTLE call."""
         cutoff = now - self.config.dead_timeout
         checked = "0" if home is None else "1"
         space = self.scripts.keys
         # a key declared but not written ('ack', 'taken', basic fetch): one in the job's slot
         unused = (home or space.queue(queue)) if space.cluster else keys.QUEUES
         trace = unused if home is None else space.recovered(space.identity_of_reserved(home), queue)
-        return bool(self.lane.evalsha(
-            self.scripts.settle, [home or unused, dest or unused, trace],
-            [checked, raw, mode, blob, repr(score), queue, repr(cutoff), self.config.dead_max_jobs,
-             repr(now), point, *ops]))
+        return ([home or unused, dest or unused, trace],
+                [checked, raw, mode, blob, repr(score), queue, repr(cutoff), self.config.dead_max_jobs,
+                 repr(now), point, *ops])
