@@ -1,4 +1,4 @@
-"""Reliable fetch in batches (`fetch.Hub`) and the direct Redis calls under it (`wire.Lane`)."""
+"""Reliable fetch in batches (`hub.Hub`) and the direct Redis calls under it (`wire.Lane`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from helpers import ran
 from jobs_for_tests import echo
 
 from sidequest import keys
-from sidequest.fetch import Hub, ReliableFetch, Waiter
+from sidequest.fetch import ReliableFetch
+from sidequest.hub import Hub, Waiter
 from sidequest.outcome import Outcome
 from sidequest.scripts import Scripts
 from sidequest.wire import Lane

@@ -130,7 +130,7 @@ class Config:
     # every job the worker runs is `async def`, else threads
     runner: str = "auto"
     async_jobs: int = 100
-    # jobs a process keeps in hand beyond those running, at most (see `fetch.Hub`): None, twice
+    # jobs a process keeps in hand beyond those running, at most (see `hub.Hub`): None, twice
     # `concurrency`; 0 none (a processor fetches only when it is idle)
     prefetch: int | None = None
     fetch_timeout: float = 2.0  # bound on a blocking fetch, so stops are noticed

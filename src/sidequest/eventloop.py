@@ -5,7 +5,7 @@ the process's own capsule has no processor threads: `async_jobs` jobs (100 by de
 once as tasks of the process's event loop, and the Redis traffic of fetching and acknowledging
 is sent on that loop too, through `wire.AsyncLane` (redis.asyncio connections, hiredis).
 
-- **Fetch and acknowledge** (`loophub`): the threads' `fetch.Hub` contract on the loop: the
+- **Fetch and acknowledge** (`loophub`): the threads' `hub.Hub` contract on the loop: the
   same RESERVE into the same batch list, the same acknowledgement window (docs/reliability.md);
   when no queue has work, a BLMOVE per queue, so a job pushed to an idle worker starts about
   one round trip later.
@@ -42,14 +42,15 @@ import redis
 
 from .config import Config
 from .errors import JobTimeoutError, PayloadError, UnknownJobError
-from .fetch import ACK_WINDOW, PausedQueues
 from .gate import SUSPECT_AFTER
+from .hub import ACK_WINDOW
 from .lifecycle import has_ops
 from .loophub import LoopHub
 from .manager import put_back
 from .outcome import Outcome, error_class_name, invalid
 from .payload import decode
 from .processor import Processor, Runtime, enter_job, job_context, quieting_context, time_limit
+from .queue_order import PausedQueues
 from .scripts import Scripts
 from .wire import AsyncLane
 from .work import Settler, UnitOfWork

@@ -34,14 +34,16 @@ from .counters import ProcessCounters
 from .errors import ConfigError
 from .eventloop import LoopCapsule, runs_on_the_loop
 from .executor import ThreadExecutor
-from .fetch import Hub, PausedQueues, build_fetch
+from .fetch import build_fetch
 from .heartbeat import Heartbeat, make_identity, rss_kb
+from .hub import Hub
 from .job_metrics import JobMetricsFeature
 from .lifecycle import Lifecycle
 from .manager import Manager
 from .periodic import PeriodicRegistry, PeriodicScheduler, default_periodic, entries_from_config
 from .poller import Poller
 from .processor import Runtime
+from .queue_order import PausedQueues
 from .recovery import Recovery
 from .registry import Registry, default_registry
 from .results import StatusFeature

@@ -1,11 +1,11 @@
 """The asyncio runner's fetch and acknowledgement, on the event loop (see `eventloop`).
 
-`fetch.Hub`'s contract, on one loop instead of threads: one coroutine (`fetching`) takes jobs
+`hub.Hub`'s contract, on one loop instead of threads: one coroutine (`fetching`) takes jobs
 for every free place with the RESERVE script into the process's batch list
 `sidequest:reserved:<identity>:batch`, carrying the successes that ended meanwhile. When no queue
 has work, one BLMOVE per queue (each on a connection of its own) waits for the next job and
 moves it straight into that batch list. A success joins the next call, or is sent when its
-window (`fetch.ACK_WINDOW`) ends with the others of that window. A call whose reply was lost
+window (`hub.ACK_WINDOW`) ends with the others of that window. A call whose reply was lost
 may have moved jobs into the batch list: the list is read back once no other call is in flight,
 and what it holds that this process did not know of is run.
 """
@@ -24,8 +24,9 @@ import redis
 
 from . import keys
 from .config import Config
-from .fetch import ACK_BATCH, ACK_WINDOW, PausedQueues, QueueOrder, blocking_timeout, drain, forget_one, queue_of_raw
+from .hub import ACK_BATCH, ACK_WINDOW, drain, forget_one, queue_of_raw
 from .processor import BACKOFF_MAX, BACKOFF_START, REDIS_ERRORS, RedisOutage
+from .queue_order import PausedQueues, QueueOrder, blocking_timeout
 from .scripts import Scripts
 from .wire import AsyncLane
 
@@ -139,7 +140,7 @@ class LoopHub:
         await self._idle(order)
 
     async def _reserve(self, order: list[str], want: int, acks: list[Ack]) -> list[tuple[str, bytes]]:
-        """RESERVE (see `fetch.Hub`): up to `want` jobs into the batch list, `acks` out of it."""
+        """RESERVE (see `hub.Hub`): up to `want` jobs into the batch list, `acks` out of it."""
         assert self.lane is not None
         try:
             reply = await self.lane.evalsha(self.scripts.reserve, [*order, self.batch, keys.RESERVATIONS, self.batch],

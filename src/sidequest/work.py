@@ -112,7 +112,7 @@ class Settler:
     def requeue(self, jobs: Sequence[tuple[str, bytes, str]]) -> None:
         """Put jobs that never ran (queue, payload, the reserved list holding it) back at the
         head of their queues, unchanged, with nothing recorded, in one round trip, the last
-        given at the very head (jobs a process kept in hand too long, see `fetch.Hub`)."""
+        given at the very head (jobs a process kept in hand too long, see `hub.Hub`)."""
         now = self.clock()
         queue_of = self.scripts.keys.queue
         self.lane.evalsha_many(self.scripts.settle, [

@@ -2,7 +2,7 @@
 
 Jobs are read newest first (the head of `queue:<name>`, where pushes land; workers take from
 the tail), 50 per round trip. Pausing adds the name to `sidequest:paused`, which every worker
-reads at most a second apart (see `fetch.PausedQueues`), so a paused queue is skipped by every
+reads at most a second apart (see `queue_order.PausedQueues`), so a paused queue is skipped by every
 worker within about a second, and its jobs wait. Ruby Sidekiq workers do not read that set.
 In Cluster mode the list is `queue:{<name>}` (see `keys.ClusterKeyspace`), on the primary of its slot.
 """
