@@ -402,16 +402,14 @@ class Hub:
         jobs = [(self.keys.queue_name(key), raw) for key, raw, _ in reversed(stale)]
         try:
             settler.requeue([(queue, raw, self.batch_of(queue)) for queue, raw in jobs])
+            sent = True
         except (redis.RedisError, OSError):
-            with self._lock:
-                for _, raw in jobs:
-                    self._forget(raw)
-                self._suspect = True
-            return False
+            sent = False
         with self._lock:
             for _, raw in jobs:
                 self._forget(raw)
-        return True
+            self._suspect = self._suspect or not sent
+        return sent
 
     def close(self, lane: Lane | None = None) -> None:
         """Stop the acknowledger; what it had not sent yet is sent now (on `lane`, if given)."""
