@@ -68,8 +68,8 @@ def _of(module: str, owners: tuple[str, ...]) -> bool:
 # The job's path through a worker process. It reaches a feature only through the lifecycle seam
 # (`lifecycle`), and the heartbeat writes the per-job metrics through a call the launcher hands it
 # (`heartbeat.Flush`): none of these modules imports a feature.
-CORE = ("fetch", "hub", "queue_order", "work", "processor", "manager", "executor", "eventloop", "loophub", "outcome", "retry", "gate",
-        "recovery", "poller", "heartbeat", "counters")
+CORE = ("fetch", "hub", "queue_order", "work", "processor", "manager", "executor", "eventloop", "loophub",
+        "outcome", "retry", "gate", "recovery", "poller", "heartbeat", "counters")
 
 # The features that plug into the lifecycle, each a module or a package of its own.
 FEATURES = ("tasks", "unique", "limiter", "cancellation", "results", "lookup", "job_metrics", "periodic",
