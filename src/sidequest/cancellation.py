@@ -51,6 +51,7 @@ from .client import Client, default_client
 from .errors import PayloadError
 from .outcome import Outcome
 from .payload import decode
+from .processor import job_context
 from .scripts import ADMIN_DELETE, core_lib
 
 log = logging.getLogger(__name__)
@@ -179,29 +180,20 @@ def _work_of(value: bytes, jid: str) -> bool:
 
 # -- inside a job --------------------------------------------------------------------------------
 class _Watch:
-    """The cancel flag of the job running in this context, read at most once per `every` s.
+    """The cancel flag of one run of a job, read at most once per `every` s; made at the run's
+    first `cancelled()` (nothing is made for a job that never asks)."""
 
-    Entered while the job runs (a plain class, not a generator: it is on every job's path)."""
+    __slots__ = ("_failing", "_seen", "_until", "clock", "every", "jid", "redis", "run")
 
-    __slots__ = ("_failing", "_seen", "_token", "_until", "clock", "every", "jid", "redis")
-
-    def __init__(self, client: redis.Redis, jid: str, clock: Callable[[], float], every: float) -> None:
-        self.redis = client
-        self.jid = jid
-        self.clock = clock
-        self.every = every
+    def __init__(self, feature: CancelFeature, run: tuple[Any, ...]) -> None:
+        self.redis = feature.redis
+        self.clock = feature.clock
+        self.every = feature.every
+        self.run = run  # the run's `job_context` value: a new one each run
+        self.jid = run[1]
         self._until = 0.0
         self._seen = False
         self._failing = False
-        self._token: contextvars.Token[_Watch | None] | None = None
-
-    def __enter__(self) -> None:
-        self._token = _watch.set(self)
-
-    def __exit__(self, *exc_info: object) -> None:
-        if self._token is not None:
-            _watch.reset(self._token)
-            self._token = None
 
     def cancelled(self) -> bool:
         if self._seen:
@@ -221,21 +213,47 @@ class _Watch:
         return self._seen
 
 
-_watch: contextvars.ContextVar[_Watch | None] = contextvars.ContextVar("sidequest_cancel", default=None)
+# The worker's feature, for the jobs run in this context (set as a job starts; never reset, so a
+# processor thread sets it once), and the watch of the run that last asked.
+_feature: contextvars.ContextVar[CancelFeature | None] = contextvars.ContextVar("sidequest_cancel", default=None)
+_watch: contextvars.ContextVar[_Watch | None] = contextvars.ContextVar("sidequest_cancel_watch", default=None)
 
 
 def cancelled() -> bool:
     """True once the running job has been cancelled (`sidequest.cancel(jid)`); raise
     `sidequest.Cancelled` then to end it as cancelled. Cached for 0.5 s, so calling it in a
     tight loop costs about two Redis reads a second. False outside a job."""
+    feature, run = _feature.get(), job_context.get()
+    if feature is None or run is None or not run[1]:
+        return False
     watch = _watch.get()
-    return watch.cancelled() if watch is not None else False
+    if watch is None or watch.run is not run:
+        watch = _Watch(feature, run)
+        _watch.set(watch)
+    return watch.cancelled()
+
+
+class _Scope:
+    """What `CancelFeature.running` returns for every job: entering it names the feature."""
+
+    __slots__ = ("feature",)
+
+    def __init__(self, feature: CancelFeature) -> None:
+        self.feature = feature
+
+    def __enter__(self) -> None:
+        if _feature.get() is not self.feature:
+            _feature.set(self.feature)
+
+    def __exit__(self, *exc_info: object) -> None:
+        """Left set: `cancelled()` outside a job finds no `job_context`."""
 
 
 class CancelFeature:
     """Lets the running job read its cancel flag (`cancelled()`), on the worker's own Redis.
 
-    Writes nothing per job: it only sets the context `cancelled()` reads while the job runs."""
+    Writes nothing per job, and makes nothing: entering `running` names this feature in the
+    job's context, and a job that asks `cancelled()` reads its flag."""
 
     name = "cancel"
     marks: frozenset[str] | None = frozenset()  # ops only for payloads with these keys
@@ -247,6 +265,7 @@ class CancelFeature:
         self.redis = client
         self.clock = clock
         self.every = every
+        self._scope = _Scope(self)
 
     def ops(self, point: str, payload: dict[str, Any], outcome: Outcome | None) -> list[Any] | None:
         return None
@@ -255,7 +274,4 @@ class CancelFeature:
         """Nothing to count."""
 
     def running(self, payload: dict[str, Any]) -> AbstractContextManager[None] | None:
-        jid = payload.get("jid")
-        if not isinstance(jid, str) or not jid:
-            return None
-        return _Watch(self.redis, jid, self.clock, self.every)
+        return self._scope

@@ -99,7 +99,7 @@ class Lifecycle:
 
     def running(self, payload: dict[str, Any]) -> AbstractContextManager[Any]:
         """The features' contexts for the run of this job, entered together."""
-        contexts = [c for c in (feature.running(payload) for feature in self._wrappers) if c is not None]
+        contexts = [c for feature in self._wrappers if (c := feature.running(payload)) is not None]
         if len(contexts) == 1:  # the usual case: no ExitStack on every job's path
             return contexts[0]
         return _entered_together(contexts) if contexts else _NOTHING

@@ -26,6 +26,7 @@ from redis.connection import AbstractConnection
 from redis.exceptions import AskError, NoScriptError, ResponseError
 
 from .keys import space
+from .mux import Multiplexed, Unshareable, shareable
 
 Command = tuple[Any, ...]
 
@@ -156,16 +157,25 @@ def exchange_raw(sock: socket.socket, parser: _HiredisParser, data: bytes, count
 class AsyncLane:
     """`Lane` on redis.asyncio: connections of an asyncio client kept aside, commands packed by
     hiredis and sent in one write, raw replies read back (see the module). Used by the asyncio
-    runner (`eventloop`) on its event loop only. A blocking command takes a connection of its
-    own for as long as it blocks, so several can wait at once beside the other calls."""
+    runner (`eventloop`) and `sidequest.aio.redis()` on one event loop. Plain commands share one
+    connection (`mux.Multiplexed`: the commands of every task sent during a turn of the loop go
+    in one write); a blocking command, or one that changes its connection's state, takes a
+    connection of its own for as long as it runs, so several can wait at once beside the others."""
 
     def __init__(self, client: Any) -> None:  # a redis.asyncio.Redis
         self.pool = client.connection_pool
         self._idle: list[Any] = []
+        self.shared = Multiplexed(self.pool)
 
     async def exchange(self, commands: Sequence[Command], timeout: float | None = None) -> list[Any]:
         """Send `commands` in one write and read one reply each (`timeout`: the reading's bound,
-        for a blocking command; else the client's socket timeout)."""
+        for a blocking command; else the client's socket timeout). Commands that may share a
+        connection go on the loop's shared one (`mux`)."""
+        if timeout is None and self.shared.usable and shareable(commands):
+            try:
+                return await self.shared.exchange(commands)
+            except Unshareable:
+                pass
         try:
             conn = self._idle.pop()
         except IndexError:
@@ -194,6 +204,7 @@ class AsyncLane:
             return (await self.exchange([command]))[0]
 
     async def close(self) -> None:
+        await self.shared.close()
         idle, self._idle = self._idle, []
         for conn in idle:
             await conn.disconnect(nowait=True)
