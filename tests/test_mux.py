@@ -169,3 +169,54 @@ def test_what_may_share_a_connection():
     assert shareable([("INCR", "n"), (b"GET", "x"), ("evalsha", "abc", 0)])
     for command in ("BLPOP", "blmove", "SELECT", "CLIENT", "MULTI", "WATCH", "SUBSCRIBE", "WAIT"):
         assert not shareable([("GET", "x"), (command, "a")]), command
+
+
+def test_a_push_message_between_replies_is_no_ones_reply(private_redis):
+    """RESP3 (redis-py 8's default): a client-side-caching invalidation arrives on the shared
+    connection between replies; the next caller still gets its own reply."""
+    admin = redis.Redis.from_url(private_redis.url())
+    admin.set("other", "mine")
+
+    async def main():
+        client = AsyncDirectRedis.from_url(private_redis.url(), protocol=3)
+        shared = client._lane.shared
+        await client.ping()
+        await shared.exchange([("CLIENT", "TRACKING", "ON")])  # on the shared connection itself
+        await client.get("tracked")  # now tracked: a write to it sends this connection a push
+        admin.set("tracked", "changed")  # its invalidation is on its way before this returns
+        got = await client.get("other")
+        await client.aclose()
+        return got
+
+    assert asyncio.run(main()) == b"mine"
+
+
+def test_a_caller_cancelled_while_the_connection_is_made_leaves_it_to_the_others(private_redis):
+    async def main():
+        client = AsyncDirectRedis.from_url(private_redis.url())
+        first = asyncio.create_task(client.incr("n"))
+        second = asyncio.create_task(client.incr("n"))
+        await asyncio.sleep(0)  # both wait for the connection, which is not made yet
+        first.cancel()
+        counted = await second
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        await client.aclose()
+        return counted
+
+    assert asyncio.run(main()) == 1  # the cancelled INCR was never sent
+
+
+def test_a_reply_that_cannot_be_decoded_is_raised_to_its_caller_and_the_next_call_works(private_redis):
+    admin = redis.Redis.from_url(private_redis.url())
+    admin.set("latin1", "café".encode("latin-1"))
+
+    async def main():
+        client = AsyncDirectRedis.from_url(private_redis.url(), decode_responses=True, socket_timeout=5)
+        with pytest.raises(UnicodeDecodeError):
+            await client.get("latin1")
+        counted = await client.incr("n")
+        await client.aclose()
+        return counted
+
+    assert asyncio.run(main()) == 1

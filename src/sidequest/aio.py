@@ -121,9 +121,10 @@ def _cluster_connect(url: ClusterURL) -> aioredis.Redis:
 
 class AsyncDirectRedis(aioredis.Redis):
     """redis.asyncio's client with its plain commands sent through a `wire.AsyncLane`: the same
-    methods and replies (redis-py's reply callbacks run), at about half the CPU per command, and
-    a connection of its own for each command in flight (no pool cap). Pipelines, pub/sub and
-    scripts objects are redis-py's own. What `sidequest.aio.redis()` gives async jobs, as
+    methods and replies (redis-py's reply callbacks run), at a fraction of the CPU per command:
+    plain commands share the loop's one connection (`mux.Multiplexed`), and one that blocks or
+    changes its connection's state takes a connection of its own (no pool cap). Pipelines,
+    pub/sub and scripts objects are redis-py's own. What `sidequest.aio.redis()` gives async jobs, as
     `wire.DirectRedis` is what `sidequest.redis()` gives sync ones."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

@@ -13,7 +13,9 @@ changes the connection's state (SELECT, CLIENT, WATCH, MULTI...), and any call w
 bound of its own. The connection is made by redis-py (its address, under Sentinel the primary
 of the moment, TLS, AUTH, HELLO, SELECT), then its reader and writer are used directly.
 
-- **A caller cancelled** while it waits leaves its place in line: its reply is read and dropped.
+- **A caller cancelled** while it waits for its reply leaves its place in line: the reply is
+  read and dropped. One cancelled while the connection is being made leaves the making to the
+  others.
 - **A reply that does not come** within the client's socket timeout fails every call waiting on
   the connection, as a dead connection does (`redis.TimeoutError`, `redis.ConnectionError`),
   and the next call connects afresh. A call whose reply was lost may have run (see
@@ -25,6 +27,7 @@ of the moment, TLS, AUTH, HELLO, SELECT), then its reader and writer are used di
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import deque
 from collections.abc import Sequence
 from typing import Any
@@ -49,19 +52,21 @@ UNSHARED = frozenset(name.encode() for name in (
 
 
 def shareable(commands: Sequence[Command]) -> bool:
-    """Whether `commands` may go on the shared connection (see the module)."""
+    """Whether `commands` may go on the shared connection (see the module): by the first word of
+    each command's name (redis-py names some commands in two words, "CLIENT SETNAME")."""
     for command in commands:
         name = command[0]
         if isinstance(name, str):
             name = name.encode()
-        if not isinstance(name, bytes) or name.upper() in UNSHARED:
+        if not isinstance(name, bytes) or name.split(b" ", 1)[0].upper() in UNSHARED:
             return False
     return True
 
 
 class Unshareable(Exception):
-    """The connection's parser is not redis-py's hiredis one: nothing was sent; use a connection
-    of its own."""
+    """The connection cannot be shared (its parser is not redis-py's hiredis one, or it speaks
+    RESP3 with a hiredis that cannot tell a push message from a reply): nothing was sent; use a
+    connection of its own."""
 
 
 class _Call:
@@ -86,67 +91,76 @@ class Multiplexed:
         self.timeout: float | None = float(timeout) if timeout else None
         self._conn: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._connecting: asyncio.Future[None] | None = None
+        self._connecting: asyncio.Task[None] | None = None
         self._calls: deque[_Call] = deque()
         self._out: list[bytes] = []
-        self._flush_due = False
+        self._flush: asyncio.Handle | None = None
         self._watch: asyncio.TimerHandle | None = None
         self._reading: asyncio.Task[None] | None = None
         self._closing: set[asyncio.Task[None]] = set()
 
     async def exchange(self, commands: Sequence[Command]) -> list[Any]:
-        """Send `commands` together and return their replies; an error reply is raised."""
+        """Send `commands` together and return their replies; an error reply is raised (and a
+        lost connection's error inside an array, as redis-py raises it)."""
         loop = asyncio.get_running_loop()
-        if self._conn is None or self._loop is not loop:
+        while self._conn is None or self._loop is not loop:
             await self._connect(loop)
         data = b"".join([hiredis.pack_command(c) for c in commands])
         call = _Call(loop.create_future(), len(commands), loop.time())
         self._calls.append(call)
         self._out.append(data)
-        if not self._flush_due:
-            self._flush_due = True
-            loop.call_soon(self._flush)
+        if self._flush is None:
+            self._flush = loop.call_soon(self._send)
         if self._watch is None and self.timeout is not None:
             self._watch = loop.call_at(call.sent + self.timeout, self._overdue)
         replies = await call.future
         for reply in replies:
             if isinstance(reply, (ResponseError, redis.ConnectionError)):
                 raise reply
+            if type(reply) is list and reply and isinstance(reply[0], redis.ConnectionError):
+                raise reply[0]
         return replies
 
     async def _connect(self, loop: asyncio.AbstractEventLoop) -> None:
-        if self._conn is not None:  # made on another loop: its sockets cannot serve this one
+        """Until the connection is made (by a task of its own: a caller cancelled meanwhile
+        cancels only its own wait)."""
+        if self._loop is not loop:  # what was made on another loop cannot serve this one
             self._fail(redis.ConnectionError("the event loop changed"))
-        if self._connecting is not None and self._loop is loop:
-            await asyncio.shield(self._connecting)
-            return
-        self._loop = loop
-        self._connecting = done = loop.create_future()
+            self._loop = loop
+        if self._connecting is None:
+            self._connecting = loop.create_task(self._open(loop))
+            self._connecting.add_done_callback(_retrieved)
+        await asyncio.shield(self._connecting)
+
+    async def _open(self, loop: asyncio.AbstractEventLoop) -> None:
+        conn = self.pool.connection_class(**self.pool.connection_kwargs)
         try:
-            conn = self.pool.connection_class(**self.pool.connection_kwargs)
             await conn.connect()
-            reader = getattr(conn._parser, "_reader", None)
-            if not isinstance(reader, hiredis.Reader):
+            parser = conn._parser
+            reader = getattr(parser, "_reader", None)
+            pushed = getattr(parser, "_hiredis_PushNotificationType", None)  # hiredis 3.2+
+            if not isinstance(reader, hiredis.Reader) or (pushed is None and str(getattr(conn, "protocol", 2)) == "3"):
                 self.usable = False
-                await conn.disconnect(nowait=True)
                 raise Unshareable()
-            self._conn = conn
-            self._reading = loop.create_task(self._read(conn, reader))
-            done.set_result(None)
-        except BaseException as exc:
-            done.set_exception(exc)
-            done.exception()  # retrieved: the callers that wait on it raise it
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await conn.disconnect(nowait=True)
             raise
         finally:
-            self._connecting = None
+            if self._connecting is asyncio.current_task():
+                self._connecting = None
+        self._conn = conn
+        self._reading = loop.create_task(self._read(conn, reader, pushed))
 
-    def _flush(self) -> None:
-        self._flush_due = False
+    def _send(self) -> None:
+        self._flush = None
         out, self._out = self._out, []
-        if self._conn is not None and out:
+        if self._conn is None:
+            self._fail(redis.ConnectionError("the connection was lost before the commands were sent"))
+        elif out:
             self._conn._writer.write(b"".join(out))  # the reader task sees a failed write as a lost connection
 
-    async def _read(self, conn: Any, reader: Any) -> None:
+    async def _read(self, conn: Any, reader: Any, pushed: type | None) -> None:
         stream = conn._reader
         calls = self._calls
         try:
@@ -157,6 +171,8 @@ class Multiplexed:
                 reader.feed(data)
                 demoted = False
                 while (reply := reader.gets()) is not NOT_ENOUGH_DATA:
+                    if pushed is not None and isinstance(reply, pushed):
+                        continue  # a RESP3 push message (the server's notice): no call's reply
                     demoted = demoted or isinstance(reply, ReadOnlyError)  # raised to its caller
                     if not calls:
                         raise redis.ConnectionError("a reply that no call asked for")
@@ -170,10 +186,14 @@ class Multiplexed:
                     raise redis.ConnectionError("the server is a replica now (READONLY)")
         except asyncio.CancelledError:
             raise
-        except OSError as exc:
-            self._fail(redis.ConnectionError(f"Error while reading from socket: {exc.args}"), conn)
         except redis.RedisError as exc:
             self._fail(exc, conn)
+        except OSError as exc:
+            self._fail(redis.ConnectionError(f"Error while reading from socket: {exc.args}"), conn)
+        except Exception as exc:  # a reply that cannot be decoded, say: raised to its caller, and
+            if calls and not calls[0].future.done():  # the connection is given up (out of step)
+                calls.popleft().future.set_exception(exc)
+            self._fail(redis.ConnectionError(f"a reply before could not be read ({type(exc).__name__})"), conn)
 
     def _overdue(self) -> None:
         """The oldest call's reply is late by the socket timeout: the connection is given up."""
@@ -187,33 +207,50 @@ class Multiplexed:
             self._watch = self._loop.call_at(due, self._overdue)
 
     def _fail(self, exc: redis.RedisError, conn: Any = None) -> None:
-        """Drop the connection and fail every call waiting on it."""
+        """Drop the connection (or stop making it) and fail every call waiting on it."""
         if conn is not None and conn is not self._conn:
             return  # an older connection, already dropped
         conn, self._conn = self._conn, None
         calls, self._calls = self._calls, deque()
-        self._out.clear()
-        if self._watch is not None:
-            self._watch.cancel()
-            self._watch = None
-        reading, self._reading = self._reading, None
-        try:
-            if reading is not None and reading is not asyncio.current_task():
-                reading.cancel()
-            for call in calls:
-                if not call.future.done():
+        self._out = []
+        for handle in (self._flush, self._watch):
+            if handle is not None:
+                handle.cancel()
+        self._flush = self._watch = None
+        tasks = (self._reading, self._connecting)
+        self._reading = self._connecting = None
+        for task in tasks:
+            if task is not None and task is not asyncio.current_task():
+                with contextlib.suppress(RuntimeError):  # of a closed loop
+                    task.cancel()
+        for call in calls:
+            if not call.future.done():
+                with contextlib.suppress(RuntimeError):
                     call.future.set_exception(type(exc)(*exc.args))
-            if conn is not None:
-                if conn._writer is not None:
-                    conn._writer.transport.abort()
-                if self._loop is asyncio.get_running_loop():  # redis-py's own close, as a task
-                    closing = self._loop.create_task(conn.disconnect(nowait=True))
-                    self._closing.add(closing)
-                    closing.add_done_callback(self._closing.discard)
-        except RuntimeError:  # the loop they belong to is closed: nothing is left to wake
-            pass
+        if conn is not None:
+            self._drop(conn)
+
+    def _drop(self, conn: Any) -> None:
+        """Close `conn` now, and let redis-py forget it (on its own loop, if that one runs)."""
+        if conn._writer is not None:
+            with contextlib.suppress(RuntimeError):  # its loop is closed: the socket goes with it
+                conn._writer.transport.abort()
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        if running is self._loop:
+            closing = running.create_task(conn.disconnect(nowait=True))
+            self._closing.add(closing)
+            closing.add_done_callback(self._closing.discard)
 
     async def close(self) -> None:
         self._fail(redis.ConnectionError("the connection was closed"))
         if self._closing:
             await asyncio.wait(list(self._closing))
+
+
+def _retrieved(task: asyncio.Task[None]) -> None:
+    """A connect whose callers all left still has its outcome read (no "never retrieved")."""
+    if not task.cancelled():
+        task.exception()
