@@ -3,7 +3,8 @@
 With `runner: asyncio` (or `auto`, the default, when every job the worker runs is `async def`),
 the process's own capsule has no processor threads: `async_jobs` jobs (100 by default) run at
 once as tasks of the process's event loop, and the Redis traffic of fetching and acknowledging
-is sent on that loop too, through `wire.AsyncLane` (redis.asyncio connections, hiredis).
+is sent on that loop too, through `wire.AsyncLane` (redis.asyncio, hiredis): on the loop's one
+shared connection (`mux`), with the jobs' own commands, but for the blocking BLMOVE.
 
 - **Fetch and acknowledge** (`loophub`): the threads' `hub.Hub` contract on the loop: the
   same RESERVE into the same batch list, the same acknowledgement window (docs/reliability.md);
