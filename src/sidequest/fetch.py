@@ -168,11 +168,8 @@ class ReliableFetch:
         self.hub.flush(self.lane)
 
     def hand_back(self) -> None:
-        """Put back, unchanged, the jobs the process holds that no processor runs: those kept in
-        hand, or taken for processors that stopped before running them."""
-        for key, raw in reversed(self.hub.leftovers()):  # the oldest back at the very head
-            queue = self.keys.queue_name(key)
-            self.apply(UnitOfWork(queue, raw, self, self.hub.batch_of(queue)), Outcome.put_back(), [0])
+        """Put back, unchanged, the jobs the process holds that no processor runs (`Hub.hand_back`)."""
+        self.hub.hand_back(self.settler)
 
     def release(self) -> None:
         """What `hand_back` does, as the processor stops; its connections are closed."""

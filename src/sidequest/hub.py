@@ -388,18 +388,31 @@ class Hub:
             lane.close()
 
     def _requeue_stale(self, settler: Settler) -> bool:
-        """Put the jobs kept in hand for PREFETCH_HOLD back at the head of their queues in one
-        round trip, the oldest last, so it is the next taken. False on a Redis error: which of
-        them went back is unknown, so they are left to the next fetch, which reads the batch
-        list back and adopts those still in it."""
+        """Put the jobs kept in hand for PREFETCH_HOLD back at the head of their queues (see
+        `_requeue`)."""
         since = time.monotonic() - PREFETCH_HOLD
         with self._lock:
             stale: list[tuple[str, bytes, float]] = []
             while self._handoff and self._handoff[0][2] <= since:
                 stale.append(self._handoff.popleft())
-        if not stale:
+        return self._requeue(settler, stale)
+
+    def hand_back(self, settler: Settler) -> None:
+        """Put back, unchanged, every job held that no processor runs: those kept in hand, or
+        taken for processors that stopped before running them (see `_requeue`)."""
+        with self._lock:
+            held = list(self._handoff)
+            self._handoff.clear()
+        self._requeue(settler, held)
+
+    def _requeue(self, settler: Settler, held: list[tuple[str, bytes, float]]) -> bool:
+        """Put `held`, taken out of the hand, back at the head of their queues in one round trip,
+        the oldest last, so it is the next taken. False on a Redis error: which of them went
+        back is unknown, so they are left to the next fetch, which reads the batch list back and
+        adopts those still in it."""
+        if not held:
             return True
-        jobs = [(self.keys.queue_name(key), raw) for key, raw, _ in reversed(stale)]
+        jobs = [(self.keys.queue_name(key), raw) for key, raw, _ in reversed(held)]
         try:
             settler.requeue([(queue, raw, self.batch_of(queue)) for queue, raw in jobs])
             sent = True
@@ -445,13 +458,6 @@ class Hub:
 
     def lost_reply(self) -> None:
         self._suspect = True
-
-    def leftovers(self) -> list[Taken]:
-        """Jobs taken for processors that stopped before picking them up."""
-        with self._lock:
-            taken = [(key, raw) for key, raw, _ in self._handoff]
-            self._handoff.clear()
-        return taken
 
 
 def default_prefetch(config: Config) -> int:

@@ -53,14 +53,27 @@ UNSHARED = frozenset(name.encode() for name in (
 
 def shareable(commands: Sequence[Command]) -> bool:
     """Whether `commands` may go on the shared connection (see the module): by the first word of
-    each command's name (redis-py names some commands in two words, "CLIENT SETNAME")."""
+    each command's name (redis-py names some commands in two words, "CLIENT SETNAME"). Each
+    name is judged once (`_VERDICTS`): this is on every command's path."""
     for command in commands:
         name = command[0]
-        if isinstance(name, str):
-            name = name.encode()
-        if not isinstance(name, bytes) or name.split(b" ", 1)[0].upper() in UNSHARED:
+        verdict = _VERDICTS.get(name) if isinstance(name, (str, bytes)) else False
+        if verdict is None:
+            verdict = _judge(name)
+            if len(_VERDICTS) < 1024:  # command names are few; anything else is judged each time
+                _VERDICTS[name] = verdict
+        if not verdict:
             return False
     return True
+
+
+_VERDICTS: dict[Any, bool] = {}
+
+
+def _judge(name: Any) -> bool:
+    if isinstance(name, str):
+        name = name.encode()
+    return isinstance(name, bytes) and name.split(b" ", 1)[0].upper() not in UNSHARED
 
 
 class Unshareable(Exception):
