@@ -1,14 +1,17 @@
 """Redis going away mid-run: the worker logs once, waits, reconnects, and loses nothing."""
 
+import logging
 import signal
 
 import pytest
+import redis
 from conftest import RedisServer, wait_until
 from helpers import WorkerProcess, ran
 from jobs_for_tests import echo, waits_for_file
 
 from sidequest import Client, Config
 from sidequest.embedded import server_binary
+from sidequest.outage import RedisOutage
 
 
 @pytest.fixture
@@ -49,3 +52,36 @@ def test_worker_survives_a_redis_restart_mid_job(durable_redis, tmp_path):
     assert "Redis answers again after" in out
     assert r.llen("queue:default") == 0 and r.zcard("retry") == 0
 
+
+
+def test_failures_just_after_redis_answers_again_are_the_same_outage(caplog):
+    """A failover fails the connections made before it one by one, after the first call has
+    reached the new primary: one outage, two lines, and the failed calls counted in the second."""
+    now = [100.0]
+    outage = RedisOutage(settle=1.0, clock=lambda: now[0])
+    caplog.set_level(logging.WARNING, logger="sidequest.outage")
+    failure = redis.ConnectionError("Connection closed by server.")
+    outage.down(failure)
+    now[0] = 103.5
+    outage.up(began=100.0)  # a call that began before the failure proves nothing
+    outage.up(began=103.4)  # Redis answers: the outage is settling
+    now[0] = 103.6
+    outage.down(failure)  # a stale connection fails: the same outage
+    outage.down(failure)
+    now[0] = 104.0
+    outage.up(began=103.9)
+    now[0] = 104.9
+    outage.up(began=104.8)  # 0.9 s of successes: not settled yet
+    assert [r.getMessage() for r in caplog.records] == [
+        "Redis is unavailable (ConnectionError: Connection closed by server.); retrying with back-off until it answers"]
+    now[0] = 105.0
+    outage.up(began=104.95)
+    assert caplog.records[-1].getMessage() == "Redis answers again after 4.0 s (3 failed calls meanwhile)"
+    outage.down(failure)  # a failure after that is a new outage
+    now[0] = 106.0
+    outage.up(began=105.5)
+    assert len(caplog.records) == 3
+    outage.settle()  # a stop logs its end at once, without waiting out the second
+    outage.settle()
+    assert [r.levelname for r in caplog.records] == ["ERROR", "WARNING", "ERROR", "WARNING"]
+    assert caplog.records[-1].getMessage() == "Redis answers again after 1.0 s (1 failed calls meanwhile)"

@@ -316,5 +316,6 @@ class Launcher:
             self.executor.close()
             for client in self._processor_clients:
                 client.close()
+            self.runtime.outage.settle()  # an outage Redis answered since ends here, not unlogged
             log.info("stopped")
             self.stopped.set()

@@ -25,7 +25,7 @@ import redis
 from . import keys
 from .config import Config
 from .hub import ACK_BATCH, ACK_WINDOW, drain, forget_one, queue_of_raw
-from .processor import BACKOFF_MAX, BACKOFF_START, REDIS_ERRORS, RedisOutage
+from .outage import BACKOFF_MAX, BACKOFF_START, REDIS_ERRORS, RedisOutage
 from .queue_order import PausedQueues, QueueOrder, blocking_timeout
 from .scripts import Scripts
 from .wire import AsyncLane

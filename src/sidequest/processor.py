@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 import redis
-from redis.exceptions import RedisClusterException
 
 from .config import Config
 from .counters import ProcessCounters
@@ -35,6 +34,7 @@ from .executor import Executor
 from .fetch import Fetch, UnitOfWork
 from .gate import SUSPECT_AFTER, Gate
 from .lifecycle import Lifecycle, has_ops
+from .outage import BACKOFF_MAX, BACKOFF_START, REDIS_ERRORS, RedisOutage
 from .outcome import EXPIRED, Outcome, error_class_name, invalid
 from .payload import decode, overdue, trace_id
 from .registry import Registry
@@ -77,8 +77,6 @@ def stopping() -> bool:
     return event is not None and event.is_set()
 
 
-BACKOFF_START, BACKOFF_MAX = 0.5, 5.0
-REDIS_ERRORS = (redis.RedisError, OSError, RedisClusterException)  # the last: a cluster with no slot map
 POINT_OF = {"done": "finished", "retry": "retried", "dead": "dead", "dropped": "dropped", "put_back": "put_back",
             "snoozed": "snoozed", "cancelled": "cancelled"}
 T = TypeVar("T")
@@ -98,39 +96,6 @@ class Pool(Protocol):
 
     def processor_stopped(self, processor: Processor) -> None: ...
     def processor_died(self, processor: Processor, exc: BaseException) -> None: ...
-
-
-class RedisOutage:
-    """Logs an outage once when it starts and once when it ends, however many threads see it.
-
-    It ends only with a success of a call that began after the last failure: a blocking fetch
-    that started before the outage and returns empty-handed proves nothing.
-    """
-
-    def __init__(self) -> None:
-        self._since: float | None = None
-        self._last_failure = 0.0
-        self._failures = 0
-        self._lock = threading.Lock()
-
-    def down(self, exc: BaseException) -> None:
-        with self._lock:
-            self._failures += 1
-            self._last_failure = time.monotonic()
-            if self._since is None:
-                self._since = self._last_failure
-                log.error("Redis is unavailable (%s: %s); retrying with back-off until it answers",
-                          type(exc).__name__, exc)
-
-    def up(self, began: float) -> None:
-        """A call that began at `began` (monotonic) succeeded."""
-        if self._since is None:
-            return
-        with self._lock:
-            if self._since is not None and began > self._last_failure:
-                log.warning("Redis answers again after %.1f s (%d failed calls meanwhile)",
-                            time.monotonic() - self._since, self._failures)
-                self._since, self._failures = None, 0
 
 
 @dataclass
