@@ -83,12 +83,14 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--pin-cpu", action="store_true", help="run the worker with --pin-cpu")
     parser.add_argument("--baseline", metavar="REF", help="profile sidequest as of git commit REF instead")
+    parser.add_argument("--no-sample", action="store_true",
+                        help="no py-spy: only the worker's CPU per job, unperturbed (to compare two commits)")
     args = parser.parse_args()
     path = [str(PEERS)]
     if args.baseline:
         path.insert(0, str(baseline.checkout(args.baseline).src))
     spy = shutil.which("py-spy", path=os.path.dirname(sys.executable)) or shutil.which("py-spy")
-    if spy is None:
+    if spy is None and not args.no_sample:
         raise SystemExit("py-spy is not installed: .venv/bin/pip install -e '.[bench]'")
     with PrivateRedis() as server, tempfile.TemporaryDirectory() as tmp:
         r = redis.Redis.from_url(server.url)
@@ -105,9 +107,9 @@ def main() -> None:
             proc = psutil.Process(worker.pid)
             wait_idle(proc)
             raw = Path(tmp) / "samples.txt"
-            sampler = subprocess.Popen([spy, "record", "-p", str(worker.pid), "-o", str(raw), "-f", "raw", "-r", "250",
-                                        "--nonblocking", *([] if args.all_threads else ["--gil"])],
-                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            sampler = None if args.no_sample else subprocess.Popen(
+                [str(spy), "record", "-p", str(worker.pid), "-o", str(raw), "-f", "raw", "-r", "250", "--nonblocking",
+                 *([] if args.all_threads else ["--gil"])], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(1.0)  # py-spy attached
             user0, system0 = cpu_times(proc)
             r.config_resetstat()
@@ -117,8 +119,9 @@ def main() -> None:
                     raise SystemExit("the worker exited")
             user1, system1 = cpu_times(proc)
             stats = r.info("commandstats")
-            sampler.send_signal(signal.SIGINT)
-            sampler.wait(30)
+            if sampler is not None:
+                sampler.send_signal(signal.SIGINT)
+                sampler.wait(30)
         finally:
             worker.send_signal(signal.SIGTERM)
             worker.wait(30)
@@ -126,13 +129,14 @@ def main() -> None:
         user, system = 1e6 * (user1 - user0) / n, 1e6 * (system1 - system0) / n
         print("".join(line for line in log.read_text().splitlines(keepends=True) if line.startswith("sidequest_peer:")),
               end="")
-        print(f"worker CPU per job: user {user:.0f} µs, system {system:.0f} µs"
-              f" ({n:,} jobs, -c {args.concurrency}; py-spy's sampling adds a little)")
+        print(f"worker CPU per job: user {user:.1f} µs, system {system:.1f} µs ({n:,} jobs, -c {args.concurrency}"
+              + ("; py-spy's sampling adds a little)" if sampler is not None else ")"))
         calls = {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
         calls = {name: count for name, count in calls.items() if name not in ("config|resetstat", "rename")}
         print("Redis commands per job (Lua's inside counted too): "
               + ", ".join(f"{name} {count / n:.3f}" for name, count in sorted(calls.items(), key=lambda kv: -kv[1])))
-        shares(raw, args.top)
+        if sampler is not None:
+            shares(raw, args.top)
 
 
 if __name__ == "__main__":

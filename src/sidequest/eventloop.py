@@ -97,8 +97,8 @@ class LoopCapsule:
         self.side = Processor(runtime, self, self, 0)  # the threads' code, for all but the common path
         self._hurry = threading.Event()
         self._ended = threading.Condition()  # the stopping thread waits on it for the last job
-        self._running: dict[asyncio.Task[None], UnitOfWork] = {}
-        self._tids: list[int] = []
+        self._running: dict[UnitOfWork, asyncio.Task[None]] = {}
+        self._tids: list[str] = []  # thread ids of ended tasks, for the next ones
         self._next_tid = 0
         self._alone = False  # a suspect waits to run alone: take no job meanwhile
         self._main: concurrent.futures.Future[None] | None = None
@@ -151,7 +151,7 @@ class LoopCapsule:
                 if remaining <= 0:
                     break
                 self._ended.wait(remaining)
-        leftovers = [unit for unit in list(self._running.values()) if not unit.done]
+        leftovers = [unit for unit in list(self._running) if not unit.done]
         self.hard_stop.set()
         if self._main is not None:  # the fetch and the blocking waits end within a blocking timeout
             try:
@@ -172,7 +172,7 @@ class LoopCapsule:
     async def _end(self) -> None:
         """(On the loop.) Cancel the tasks of jobs put back, send what was acknowledged since, and
         close the connections."""
-        for task in list(self._running):
+        for task in list(self._running.values()):
             task.cancel()
         await self.hub.flush()
         if self._lane is not None:
@@ -239,23 +239,15 @@ class LoopCapsule:
             self.hub.background(self._in_thread(unit.put_back, [0]))
             return
         tid = self._tids.pop() if self._tids else self._new_tid()
-        task = self.loop.create_task(self._run(unit, format(tid, "x")))
-        self._running[task] = unit
-        task.add_done_callback(lambda done: self._ended_run(done, tid))
+        self._running[unit] = self.loop.create_task(self._run(unit, tid))
 
-    def _new_tid(self) -> int:
+    def _new_tid(self) -> str:
         self._next_tid += 1
-        return 0xA0000 + self._next_tid  # shown as Sidekiq shows thread ids; apart from real ones
-
-    def _ended_run(self, task: asyncio.Task[None], tid: int) -> None:
-        self._running.pop(task, None)
-        self._tids.append(tid)
-        self.hub.poke()
-        if self.quieting.is_set():
-            with self._ended:
-                self._ended.notify_all()
+        return format(0xA0000 + self._next_tid, "x")  # shown as Sidekiq shows thread ids; apart from real ones
 
     async def _run(self, unit: UnitOfWork, tid: str) -> None:
+        """A job's task. It ends its own stay in `_running` (no done callback: a task is cancelled
+        before its first step only by `_end`, after which nothing reads `_running`)."""
         counters = self.rt.counters
         counters.work.start(tid, unit.queue, unit.raw)
         try:
@@ -271,6 +263,12 @@ class LoopCapsule:
             await self._in_thread(unit.apply, outcome, self.rt.lifecycle.ops("dead", None, outcome))
         finally:
             counters.work.finish(tid)
+            del self._running[unit]
+            self._tids.append(tid)
+            self.hub.poke()
+            if self.quieting.is_set():
+                with self._ended:
+                    self._ended.notify_all()
 
     async def _process(self, unit: UnitOfWork) -> None:
         side = self.side
