@@ -2,6 +2,7 @@
 cleanup."""
 
 import json
+import logging
 import os
 import socket
 
@@ -17,6 +18,7 @@ from sidequest.counters import ProcessCounters
 from sidequest.heartbeat import Heartbeat
 from sidequest.job_metrics import JobMetricsFeature, read
 from sidequest.launcher import Launcher
+from sidequest.outage import RedisOutage
 from sidequest.outcome import Outcome
 
 
@@ -186,3 +188,17 @@ def test_a_beat_redis_refuses_in_part_writes_its_counts_once(config, monkeypatch
     finally:
         launcher.stop()
     assert r.get("stat:processed") == b"1"
+
+
+def test_a_beat_that_reaches_redis_reports_it_so_an_outage_ends_while_every_slot_is_busy(config, r, caplog):
+    """With every processor on a long job no fetch says Redis answers: the heartbeat does, so the
+    outage's end is logged within a beat, not only when the worker stops."""
+    outage = RedisOutage(settle=0.0)
+    caplog.set_level(logging.WARNING, logger="sidequest.outage")
+    outage.down(redis.ConnectionError("Connection closed by server."))
+    down = redis.Redis(port=free_port(), retry=Retry(NoBackoff(), 0))
+    Heartbeat(config, down, "host:1:down", ProcessCounters(), "0", outage=outage).beat()
+    assert not any("answers again" in rec.getMessage() for rec in caplog.records)  # a failed beat proves nothing
+    Heartbeat(config, r, "host:1:up", ProcessCounters(), "0", outage=outage).beat()
+    ours = [rec.getMessage()[:20] for rec in caplog.records if rec.name == "sidequest.outage"]
+    assert ours == ["Redis is unavailable", "Redis answers again "]

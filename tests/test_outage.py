@@ -85,3 +85,20 @@ def test_failures_just_after_redis_answers_again_are_the_same_outage(caplog):
     outage.settle()
     assert [r.levelname for r in caplog.records] == ["ERROR", "WARNING", "ERROR", "WARNING"]
     assert caplog.records[-1].getMessage() == "Redis answers again after 1.0 s (1 failed calls meanwhile)"
+
+
+def test_a_failure_long_after_redis_answered_is_a_new_outage_even_with_no_success_between(caplog):
+    """A busy worker may make no call that reports a success for a while (every slot holds a long
+    job): the next failure ends the settled outage before it starts its own."""
+    now = [0.0]
+    outage = RedisOutage(settle=1.0, clock=lambda: now[0])
+    caplog.set_level(logging.WARNING, logger="sidequest.outage")
+    outage.down(redis.ConnectionError("first"))
+    now[0] = 2.0
+    outage.up(began=1.5)
+    now[0] = 600.0
+    outage.down(redis.ConnectionError("second"))
+    assert [r.getMessage() for r in caplog.records] == [
+        "Redis is unavailable (ConnectionError: first); retrying with back-off until it answers",
+        "Redis answers again after 2.0 s (1 failed calls meanwhile)",
+        "Redis is unavailable (ConnectionError: second); retrying with back-off until it answers"]

@@ -239,7 +239,9 @@ class LoopCapsule:
             self.hub.background(self._in_thread(unit.put_back, [0]))
             return
         tid = self._tids.pop() if self._tids else self._new_tid()
-        self._running[unit] = self.loop.create_task(self._run(unit, tid))
+        task = self.loop.create_task(self._run(unit, tid))
+        if not task.done():  # an eager task factory may have run it to its end already
+            self._running[unit] = task
 
     def _new_tid(self) -> str:
         self._next_tid += 1
@@ -263,7 +265,7 @@ class LoopCapsule:
             await self._in_thread(unit.apply, outcome, self.rt.lifecycle.ops("dead", None, outcome))
         finally:
             counters.work.finish(tid)
-            del self._running[unit]
+            self._running.pop(unit, None)
             self._tids.append(tid)
             self.hub.poke()
             if self.quieting.is_set():

@@ -32,6 +32,7 @@ import redis
 from . import keys
 from .config import Config
 from .counters import ProcessCounters
+from .outage import RedisOutage
 
 log = logging.getLogger(__name__)
 
@@ -86,8 +87,10 @@ class PartlyWritten(redis.RedisError):
 class Heartbeat:
     def __init__(self, config: Config, client: redis.Redis, identity: str, counters: ProcessCounters,
                  version: str, commands: dict[str, Callable[[], None]] | None = None,
-                 extra: list[Callable[[], None]] | None = None, flushes: list[Flush] | None = None) -> None:
+                 extra: list[Callable[[], None]] | None = None, flushes: list[Flush] | None = None,
+                 outage: RedisOutage | None = None) -> None:
         self.config = config
+        self.outage = outage  # told of each beat that reaches Redis: busy processors may fetch nothing
         self.redis = client
         self.identity = identity
         self.counters = counters
@@ -131,6 +134,7 @@ class Heartbeat:
     def beat(self) -> None:
         processed, failed = self.counters.processed.reset(), self.counters.failed.reset()
         give_back: list[Callable[[], None]] = []
+        began = time.monotonic()
         try:
             self._write(processed, failed, give_back)
         except (redis.RedisError, OSError) as exc:
@@ -145,6 +149,8 @@ class Heartbeat:
                             "count this one as dead and recover its jobs", exc, self.config.heartbeat_ttl)
             self._failing = True
             return
+        if self.outage is not None:
+            self.outage.up(began)
         if self._failing:
             log.warning("heartbeat written again")
             self._failing = False

@@ -128,7 +128,8 @@ class Launcher:
         self.heartbeat = Heartbeat(shown, self.redis, self.identity, self.counters, __version__,
                                    commands={"quiet": self.quiet, "stop": self.request_stop,
                                              "dump": self.dump_threads},
-                                   extra=[self._check_limits], flushes=[self.job_metrics.flush])
+                                   extra=[self._check_limits], flushes=[self.job_metrics.flush],
+                                   outage=self.runtime.outage)
         self.poller = Poller(config, self.redis, clock=clock, rng=rng)
         # periodic jobs: the file's `:periodic:` and those registered in code (read on every pass)
         from_file = entries_from_config(config.periodic, self.runtime.registry)

@@ -41,8 +41,11 @@ class RedisOutage:
 
     def down(self, exc: BaseException) -> None:
         with self._lock:
+            now = self.clock()
+            if self._answered is not None and now - self._answered >= self.settle_after:
+                self._end()  # the last outage had settled, unreported (no success came since): this is a new one
             self._failures += 1
-            self._last_failure = self.clock()
+            self._last_failure = now
             self._answered = None
             if self._since is None:
                 self._since = self._last_failure
