@@ -3,6 +3,9 @@ It must answer exactly as redis-py does, errors included."""
 
 from __future__ import annotations
 
+import os
+import time
+
 import pytest
 import redis
 from conftest import wait_until
@@ -37,7 +40,8 @@ def both(pair, call):
     lambda c: [c.zadd("z", {"a": 1.5, "b": 2}), c.zrange("z", 0, -1, withscores=True), c.zscore("z", "b")],
     lambda c: [c.sadd("s", "a", "b"), sorted(c.smembers("s")), c.expire("s", 60), c.ttl("s") > 0],
     lambda c: [c.ping(), c.get("missing"), c.mget("a", "b")],
-], ids=["counter", "strings", "lists", "hashes", "sorted sets", "sets", "misc"])
+    lambda c: [c.client_setname("job"), c.client_getname(), c.config_get("maxmemory-policy")],
+], ids=["counter", "strings", "lists", "hashes", "sorted sets", "sets", "misc", "two-word commands"])
 def test_the_direct_client_answers_as_redis_py_does(pair, call):
     expected, got = both(pair, call)
     assert got == expected
@@ -51,6 +55,39 @@ def test_errors_are_redis_pys_errors(pair):
     with pytest.raises(redis.DataError):
         direct.set("k", None)
     assert direct.get("text") in (b"x", "x")  # and it works on
+
+
+def test_a_reply_later_than_the_socket_timeout_fails_the_call_and_the_next_call_connects_afresh(private_redis):
+    # the timeout lives in the kernel (SO_RCVTIMEO) on the direct path: it must still be redis-py's
+    # TimeoutError after about the socket timeout, and the connection must not be reused
+    admin = redis.Redis.from_url(private_redis.url())
+    direct = DirectRedis.from_url(private_redis.url(), socket_timeout=0.3)
+    assert direct.ping() is True
+    admin.execute_command("CLIENT", "PAUSE", 10_000, "WRITE")
+    began = time.monotonic()
+    try:
+        with pytest.raises(redis.TimeoutError, match="Timeout reading from socket"):
+            direct.incr("n")
+        waited = time.monotonic() - began
+    finally:
+        admin.execute_command("CLIENT", "UNPAUSE")
+    assert 0.25 <= waited < 5.0
+    assert direct.incr("after") == 1  # a new connection: the late reply of the first is not read here
+    direct.close()
+
+
+def test_a_forked_child_connects_afresh_and_never_writes_on_the_parents_connection(redis_url, r):
+    direct = DirectRedis.from_url(redis_url)
+    direct.client_setname("parent")
+    pid = os.fork()
+    if pid == 0:  # the child: its first command goes on a connection of its own
+        code = 0 if direct.client_getname() is None and direct.incr("child") == 1 else 1
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert direct.client_getname() == "parent"  # the parent's connection is untouched
+    assert r.get("child") == b"1"
+    direct.close()
 
 
 def test_a_job_gets_the_default_clients_redis(start, client, r, monkeypatch):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import socket
+import struct
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,6 +31,16 @@ from .mux import Multiplexed, Unshareable, shareable
 
 Command = tuple[Any, ...]
 
+_forks = 0  # how many forks this process descends from: a Lane made before one starts afresh
+
+
+def _forked() -> None:
+    global _forks
+    _forks += 1
+
+
+os.register_at_fork(after_in_child=_forked)
+
 
 class Lane:
     """Connections for direct calls, taken and given back without the pool's checks and hooks.
@@ -38,11 +49,11 @@ class Lane:
     def __init__(self, client: redis.Redis) -> None:
         self.pool = client.connection_pool
         self._idle: list[AbstractConnection] = []
-        self._pid = os.getpid()
+        self._forks = _forks
 
     def _take(self) -> AbstractConnection:
-        if self._pid != os.getpid():  # forked: never write on the parent's sockets
-            self._idle, self._pid = [], os.getpid()
+        if self._forks != _forks:  # forked: never write on the parent's sockets
+            self._idle, self._forks = [], _forks
         try:
             return self._idle.pop()
         except IndexError:
@@ -51,6 +62,8 @@ class Lane:
         # connect() picks the address: a Sentinel-managed connection asks the Sentinels for the
         # primary here (sending on an unconnected one would open a socket to its default host)
         conn.connect()  # type: ignore[no-untyped-call]
+        if type(conn._parser) is _HiredisParser:
+            kernel_timeouts(conn._sock)
         return conn
 
     def exchange(self, commands: Sequence[Command]) -> list[Any]:
@@ -117,6 +130,24 @@ class Lane:
             conn.disconnect()  # type: ignore[no-untyped-call]
 
 
+def kernel_timeouts(sock: socket.socket | None) -> None:
+    """Move a plain socket's timeout into the kernel (SO_RCVTIMEO, SO_SNDTIMEO) and make it
+    blocking. Python waits out a timeout with a poll() before each send and each receive, each
+    with its own release and retaking of the GIL; a blocking socket makes one system call, and
+    the kernel's timeout ends it with EAGAIN (`exchange_raw` raises redis-py's TimeoutError).
+    TLS sockets keep Python's timeout."""
+    if type(sock) is not socket.socket:
+        return
+    timeout = sock.gettimeout()
+    if not timeout:
+        return
+    seconds = int(timeout)
+    value = struct.pack("ll", seconds, int((timeout - seconds) * 1_000_000))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, value)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, value)
+    sock.settimeout(None)
+
+
 def exchange_raw(sock: socket.socket, parser: _HiredisParser, data: bytes, count: int) -> list[Any]:
     """Write `data` on a connected socket and read `count` replies through its hiredis parser's
     reader: what redis-py's send and read do for these replies, without their layers (a RESP3
@@ -126,7 +157,7 @@ def exchange_raw(sock: socket.socket, parser: _HiredisParser, data: bytes, count
     pushed = getattr(parser, "_hiredis_PushNotificationType", None)  # redis-py 6+, hiredis 3.2+
     try:
         sock.sendall(data)
-    except TimeoutError:
+    except (TimeoutError, BlockingIOError):  # Python's timeout, or the kernel's
         raise redis.TimeoutError("Timeout writing to socket") from None
     except OSError as exc:
         raise redis.ConnectionError(f"Error while writing to socket: {exc.args}") from None
@@ -136,7 +167,7 @@ def exchange_raw(sock: socket.socket, parser: _HiredisParser, data: bytes, count
         if reply is NOT_ENOUGH_DATA:
             try:
                 got = sock.recv_into(buffer)
-            except TimeoutError:
+            except (TimeoutError, BlockingIOError):
                 raise redis.TimeoutError("Timeout reading from socket") from None
             except OSError as exc:
                 raise redis.ConnectionError(f"Error while reading from socket: {exc.args}") from None
@@ -291,11 +322,13 @@ class DirectRedis(redis.Redis):
         options.pop("keys", None)  # only for client-side caching, which this path does not use
         if not self._direct or NEVER_DECODE in options or EMPTY_RESPONSE in options:
             return super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
+        name = args[0]  # "CLIENT SETNAME" is sent as two words, as redis-py sends it
+        sent = (*name.split(), *args[1:]) if type(name) is str and " " in name else args
         try:
-            response = self._lane.call(*args)
+            response = self._lane.call(*sent)
         except TypeError as exc:  # an argument hiredis cannot pack (None, a bool): redis-py's own error
             raise redis.DataError(f"Invalid input in command {args[0]!r}: {exc}") from None
-        callback = self.response_callbacks.get(args[0])  # type: ignore[no-untyped-call]
+        callback = self.response_callbacks.get(name)  # type: ignore[no-untyped-call]
         return callback(response, **options) if callback is not None else response
 
     def close(self) -> None:
