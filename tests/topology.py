@@ -417,6 +417,9 @@ class ClusterSet:
                 return False
             if any(e.failed for view in views for e in view if e.port in running):
                 return False  # a restarted node not yet cleared by all
+            roles = [{e.port: (e.primary, e.primary_id) for e in view if e.port in running} for view in views]
+            if any(r != roles[0] for r in roles):
+                return False  # a node not yet told of a failover (a demoted primary still a primary, without slots)
             for port in running:
                 with self.members[port].client() as c:
                     if "cluster_state:ok" not in c.execute_command("CLUSTER", "INFO"):
