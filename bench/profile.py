@@ -1,6 +1,6 @@
 """Where a sidequest worker spends its time: py-spy samples one worker draining no-op jobs.
 
-    .venv/bin/python bench/profile.py [JOBS] [-c CONCURRENCY] [--pin-cpu] [--all-threads] [--baseline REF]
+    .venv/bin/python bench/profile.py [JOBS] [-c CONCURRENCY] [--pin-cpu] [--all-threads] [--baseline REF] [--bare]
 
 The same job and method as `make bench` (the jobs are renamed aside while the worker starts,
 then appear at once). py-spy samples the worker 250 times a second; by default only the thread
@@ -83,6 +83,8 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--pin-cpu", action="store_true", help="run the worker with --pin-cpu")
     parser.add_argument("--baseline", metavar="REF", help="profile sidequest as of git commit REF instead")
+    parser.add_argument("--bare", action="store_true",
+                        help="sync jobs that send no Redis command: sidequest's own cost per job, no INCR")
     parser.add_argument("--no-sample", action="store_true",
                         help="no py-spy: only the worker's CPU per job, unperturbed (to compare two commits)")
     args = parser.parse_args()
@@ -95,7 +97,8 @@ def main() -> None:
     with PrivateRedis() as server, tempfile.TemporaryDirectory() as tmp:
         r = redis.Redis.from_url(server.url)
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(path), "BENCH_TOTAL": str(args.jobs),
-               "REDIS_URL": server.url, "BENCH_SIDEQUEST_ARGS": "--pin-cpu" if args.pin_cpu else ""}
+               "REDIS_URL": server.url, "BENCH_SIDEQUEST_ARGS": "--pin-cpu" if args.pin_cpu else "",
+               **({"BENCH_BARE": "1"} if args.bare else {})}
         peer = [sys.executable, str(PEERS / "sidequest_peer.py")]
         log = Path(tmp) / "worker.log"
         subprocess.run([*peer, "enqueue", "--url", server.url, "--count", str(args.jobs)], env=env, check=True,

@@ -14,6 +14,10 @@ so every primary serves). The stamp and probe jobs stay in `bench`. With a `redi
 URL the worker runs in sidequest's Cluster mode, and `sidequest.redis()`, the no-op job's client,
 is its cluster client.
 
+BENCH_BARE=1 (`bench/profile.py --bare`, one process) makes the sync no-op job send nothing:
+it counts in the process and pushes the end time after the last, so what the worker spends is
+sidequest's own work per job, apart from the job's `INCR`.
+
 BENCH_ASYNC=1 (the harness's `sidequest-async` row) registers the three jobs as `async def` jobs
 under the same wire names, with the bodies the asyncio peers run (`_peer.noop_body_async`, and
 `await asyncio.sleep` in the probe): their commands go through `sidequest.aio.redis()`, the
@@ -34,6 +38,7 @@ import asyncio
 import bisect
 import os
 import sys
+import threading
 import time
 import weakref
 from collections import Counter
@@ -111,11 +116,25 @@ if ASYNC:
             await asyncio.sleep(seconds)
         await aio_redis().hset(ACK_ENDS, str(i), repr(time.time()))
 
+elif os.environ.get("BENCH_BARE") == "1":
+    _bare = [0]
+    _bare_lock = threading.Lock()
+
+    @sidequest.job(name="BenchNoop", queue=_peer.QUEUE)
+    def noop(i: int) -> None:
+        """No Redis command: counted in the process (one process), the end pushed at the last."""
+        with _bare_lock:
+            _bare[0] += 1
+            n = _bare[0]
+        if n == LIMIT:
+            sidequest.redis().rpush(_peer.LAST, repr(time.time()))
+
 else:
     @sidequest.job(name="BenchNoop", queue=_peer.QUEUE)
     def noop(i: int) -> None:
         _peer.noop_body(PLAIN if PLAIN is not None else sidequest.redis(), LIMIT)
 
+if not ASYNC:  # the sync stamp and probe jobs, beside either sync no-op
     @sidequest.job(name="BenchStamp", queue=_peer.QUEUE)
     def stamp(sent: float) -> None:
         _peer.stamp_body(sidequest.redis(), sent)

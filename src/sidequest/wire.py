@@ -142,7 +142,8 @@ def kernel_timeouts(sock: socket.socket | None) -> None:
     if not timeout:
         return
     seconds = int(timeout)
-    value = struct.pack("ll", seconds, int((timeout - seconds) * 1_000_000))
+    micros = max(int((timeout - seconds) * 1_000_000), 0 if seconds else 1)  # a zero timeval waits forever
+    value = struct.pack("ll", seconds, micros)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, value)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, value)
     sock.settimeout(None)
