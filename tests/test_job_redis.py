@@ -40,7 +40,8 @@ def both(pair, call):
     lambda c: [c.zadd("z", {"a": 1.5, "b": 2}), c.zrange("z", 0, -1, withscores=True), c.zscore("z", "b")],
     lambda c: [c.sadd("s", "a", "b"), sorted(c.smembers("s")), c.expire("s", 60), c.ttl("s") > 0],
     lambda c: [c.ping(), c.get("missing"), c.mget("a", "b")],
-    lambda c: [c.client_setname("job"), c.client_getname(), c.config_get("maxmemory-policy")],
+    lambda c: [c.client_setname("job"), c.client_getname(), c.config_get("maxmemory-policy"),
+               c.execute_command(b"CONFIG GET", "maxmemory-policy")],
 ], ids=["counter", "strings", "lists", "hashes", "sorted sets", "sets", "misc", "two-word commands"])
 def test_the_direct_client_answers_as_redis_py_does(pair, call):
     expected, got = both(pair, call)

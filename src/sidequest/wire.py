@@ -324,7 +324,8 @@ class DirectRedis(redis.Redis):
         if not self._direct or NEVER_DECODE in options or EMPTY_RESPONSE in options:
             return super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
         name = args[0]  # "CLIENT SETNAME" is sent as two words, as redis-py sends it
-        sent = (*name.split(), *args[1:]) if type(name) is str and " " in name else args
+        spaced = (type(name) is str and " " in name) or (type(name) is bytes and b" " in name)
+        sent = (*name.split(), *args[1:]) if spaced else args
         try:
             response = self._lane.call(*sent)
         except TypeError as exc:  # an argument hiredis cannot pack (None, a bool): redis-py's own error
