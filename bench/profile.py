@@ -88,6 +88,8 @@ def main() -> None:
     parser.add_argument("--no-sample", action="store_true",
                         help="no py-spy: only the worker's CPU per job, unperturbed (to compare two commits)")
     args = parser.parse_args()
+    if args.bare and os.environ.get("BENCH_ASYNC") == "1":
+        parser.error("--bare is for sync jobs: unset BENCH_ASYNC")
     path = [str(PEERS)]
     if args.baseline:
         path.insert(0, str(baseline.checkout(args.baseline).src))

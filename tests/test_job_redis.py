@@ -4,6 +4,8 @@ It must answer exactly as redis-py does, errors included."""
 from __future__ import annotations
 
 import os
+import socket
+import struct
 import time
 
 import pytest
@@ -64,6 +66,9 @@ def test_a_reply_later_than_the_socket_timeout_fails_the_call_and_the_next_call_
     admin = redis.Redis.from_url(private_redis.url())
     direct = DirectRedis.from_url(private_redis.url(), socket_timeout=0.3)
     assert direct.ping() is True
+    sock = direct._lane._idle[0]._sock  # the timeout is the kernel's, on a blocking socket
+    assert sock.gettimeout() is None
+    assert struct.unpack("ll", sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, 16)) == (0, 300_000)
     admin.execute_command("CLIENT", "PAUSE", 10_000, "WRITE")
     began = time.monotonic()
     try:
@@ -82,8 +87,11 @@ def test_a_forked_child_connects_afresh_and_never_writes_on_the_parents_connecti
     direct.client_setname("parent")
     pid = os.fork()
     if pid == 0:  # the child: its first command goes on a connection of its own
-        code = 0 if direct.client_getname() is None and direct.incr("child") == 1 else 1
-        os._exit(code)
+        code = 1
+        try:
+            code = 0 if direct.client_getname() is None and direct.incr("child") == 1 else 1
+        finally:
+            os._exit(code)  # never back into pytest, whatever happened
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert direct.client_getname() == "parent"  # the parent's connection is untouched

@@ -1,8 +1,10 @@
 import json
 import math
+import os
 
 import pytest
 
+from sidequest import payload as payload_module
 from sidequest.errors import JobArgumentError, PayloadError
 from sidequest.payload import check_args, decode, encode, epoch, new_jid
 
@@ -124,3 +126,14 @@ def test_a_bulk_push_writes_each_payload_as_if_encoded_alone(config, r):
     other_args, reordered = {**base, "args": [[2]], "jid": "j3"}, {"jid": "j4", **base}
     for payload in (first, other_time, other_args, reordered, {"class": "NoArgs"}):
         assert shapes.encode(payload) == encode_fast(payload), payload
+
+
+def test_a_process_forked_without_at_fork_hooks_never_hands_out_its_parents_read_ahead_jids(monkeypatch):
+    # uWSGI's preforking runs no Python at-fork hook: the pid tells the child it is not the parent
+    new_jid()
+    parents_next = list(payload_module._ahead)
+    assert parents_next
+    child_pid = os.getpid() + 1
+    monkeypatch.setattr(payload_module.os, "getpid", lambda: child_pid)
+    given = [new_jid() for _ in range(len(parents_next))]
+    assert not set(given) & set(parents_next)

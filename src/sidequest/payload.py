@@ -42,12 +42,16 @@ def new_jid() -> str:
 # a forked child, which would push the parent's next jids
 JID_READ_AHEAD = 64
 _ahead: deque[str] = deque()
+_ahead_pid = [os.getpid()]  # checked too: uWSGI's preforking runs no Python at-fork hooks
 os.register_at_fork(after_in_child=_ahead.clear)
 
 
 def new_jids(count: int) -> list[str]:
     """`count` jids: a bulk push's from one read of the system's randomness."""
     if count == 1:
+        if _ahead_pid[0] != os.getpid():
+            _ahead.clear()
+            _ahead_pid[0] = os.getpid()
         try:
             return [_ahead.popleft()]  # atomic: each goes to one caller
         except IndexError:

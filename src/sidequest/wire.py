@@ -31,16 +31,6 @@ from .mux import Multiplexed, Unshareable, shareable
 
 Command = tuple[Any, ...]
 
-_forks = 0  # how many forks this process descends from: a Lane made before one starts afresh
-
-
-def _forked() -> None:
-    global _forks
-    _forks += 1
-
-
-os.register_at_fork(after_in_child=_forked)
-
 
 class Lane:
     """Connections for direct calls, taken and given back without the pool's checks and hooks.
@@ -49,11 +39,13 @@ class Lane:
     def __init__(self, client: redis.Redis) -> None:
         self.pool = client.connection_pool
         self._idle: list[AbstractConnection] = []
-        self._forks = _forks
+        self._pid = os.getpid()
 
     def _take(self) -> AbstractConnection:
-        if self._forks != _forks:  # forked: never write on the parent's sockets
-            self._idle, self._forks = [], _forks
+        # forked: never write on the parent's sockets (a pid, not an at-fork hook: uWSGI's
+        # preforking and C extensions' fork() run no Python at-fork hooks)
+        if self._pid != os.getpid():
+            self._idle, self._pid = [], os.getpid()
         try:
             return self._idle.pop()
         except IndexError:
@@ -135,7 +127,8 @@ def kernel_timeouts(sock: socket.socket | None) -> None:
     blocking. Python waits out a timeout with a poll() before each send and each receive, each
     with its own release and retaking of the GIL; a blocking socket makes one system call, and
     the kernel's timeout ends it with EAGAIN (`exchange_raw` raises redis-py's TimeoutError).
-    TLS sockets keep Python's timeout."""
+    The kernel's timeout bounds each send and read (a partial send starts it again), where
+    Python's bounds a whole `sendall`. TLS sockets keep Python's timeout."""
     if type(sock) is not socket.socket:
         return
     timeout = sock.gettimeout()
@@ -144,8 +137,11 @@ def kernel_timeouts(sock: socket.socket | None) -> None:
     seconds = int(timeout)
     micros = max(int((timeout - seconds) * 1_000_000), 0 if seconds else 1)  # a zero timeval waits forever
     value = struct.pack("ll", seconds, micros)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, value)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, value)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, value)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, value)
+    except OSError:  # a timeval that is not two longs (32-bit, 64-bit time_t): Python's timeout stays
+        return
     sock.settimeout(None)
 
 
