@@ -39,11 +39,11 @@ def new_jid() -> str:
 
 # jids read ahead from the system's randomness, JID_READ_AHEAD at a time, for the pushes of one
 # job each (a read is a system call, about a fifth of a single push's time); never shared with
-# a forked child, which would push the parent's next jids
+# a forked child, which would push the parent's next jids: told by the pid, since uWSGI's
+# preforking and a C extension's fork() run no Python at-fork hooks
 JID_READ_AHEAD = 64
 _ahead: deque[str] = deque()
-_ahead_pid = [os.getpid()]  # checked too: uWSGI's preforking runs no Python at-fork hooks
-os.register_at_fork(after_in_child=_ahead.clear)
+_ahead_pid = [os.getpid()]
 
 
 def new_jids(count: int) -> list[str]:
