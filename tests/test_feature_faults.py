@@ -100,3 +100,4 @@ def test_a_stop_puts_back_a_job_whose_workflow_state_has_the_wrong_type(start, c
     assert OUTAGE not in caplog.text
     assert len(fault_lines(caplog, jid, state_key)) == 2  # taken, put back
     r.set("test:gate:bad", 1)  # its thread, abandoned at the stop, ends (its outcome is not written)
+    wait_until(lambda: ["bad", "gate", 1] in ran(r, "wf"), 15, 0.02, "the abandoned run to end")

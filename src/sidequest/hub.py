@@ -44,7 +44,7 @@ from typing import Any, TypeVar, cast
 
 import redis
 
-from . import keys
+from . import faults, keys
 from .config import Config
 from .gate import SUSPECT_AFTER
 from .payload import decode, queue_of
@@ -113,6 +113,7 @@ class Hub:
         self.timeout = blocking_timeout(config)
         self.scripts = scripts
         self.clock = clock
+        self.queue_faults = faults.QueueFaults()
         self._lock = threading.Lock()
         # taken for processors that wait, or kept in hand: not yet picked up (with when, monotonic)
         self._handoff: deque[tuple[str, bytes, float]] = deque()
@@ -264,7 +265,7 @@ class Hub:
         args: list[Any] = [repr(self.clock()), want, len(acks)]
         for raw, ops, _ in acks:
             args += [raw, *ops]
-        reply = cast("list[bytes]", lane.evalsha(self.scripts.reserve, script_keys, args))
+        reply = faults.reserved(lane.evalsha(self.scripts.reserve, script_keys, args), acks, self.queue_faults)
         with self._lock:
             for raw, _, _ in acks:
                 self._forget(raw)
