@@ -92,18 +92,30 @@ class QueueFaults:
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
-        self._told: dict[tuple[str, str], float] = {}
+        self._told: dict[tuple[tuple[str, str], str], float] = {}
         self._lock = threading.Lock()
 
     def report(self, key: str, error: str) -> None:
-        now = self.clock()
-        with self._lock:
-            told = self._told.get((key, error))
-            if told is not None and now - told < QUEUE_REPEAT:
-                return
-            self._told[(key, error)] = now
+        if not self._first(("key", key), error):
+            return
         log.error("queue key %s cannot be read as a queue (%s); the other queues are fetched as usual. "
                   "Fix or delete that key", key, error)
+
+    def call_failed(self, queue: str, exc: BaseException) -> None:
+        """Cluster mode: the call of one queue of a fetch failed, the others took jobs."""
+        if self._first(("call", queue), type(exc).__name__):
+            log.warning("fetching from queue %r failed (%s: %s); the jobs taken from the other queues run, and "
+                        "it is tried again at the next fetch", queue, type(exc).__name__, exc)
+
+    def _first(self, subject: tuple[str, str], error: str) -> bool:
+        """True unless this subject's error was logged less than QUEUE_REPEAT ago."""
+        now = self.clock()
+        with self._lock:
+            told = self._told.get((subject, error))
+            if told is not None and now - told < QUEUE_REPEAT:
+                return False
+            self._told[(subject, error)] = now
+            return True
 
 
 def _named(raw: bytes) -> tuple[str, str]:

@@ -20,12 +20,10 @@ from collections import Counter, deque
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
-import redis
-
 from . import faults, keys
 from .config import Config
 from .hub import ACK_BATCH, ACK_WINDOW, drain, forget_one, queue_of_raw
-from .outage import BACKOFF_MAX, BACKOFF_START, REDIS_ERRORS, RedisOutage
+from .outage import BACKOFF_MAX, BACKOFF_START, LOST, REDIS_ERRORS, RedisOutage
 from .queue_order import PausedQueues, QueueOrder, blocking_timeout
 from .scripts import Scripts
 from .wire import AsyncLane
@@ -33,7 +31,6 @@ from .wire import AsyncLane
 log = logging.getLogger(__name__)
 
 Ack = tuple[bytes, list[Any]]  # a success: the job's bytes and its 'finished' operations
-LOST = (redis.ConnectionError, redis.TimeoutError, OSError)  # a call that may have run, its reply lost
 
 
 class Runs(Protocol):

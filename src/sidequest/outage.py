@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 
 BACKOFF_START, BACKOFF_MAX = 0.5, 5.0
 REDIS_ERRORS = (redis.RedisError, OSError, RedisClusterException)  # the last: a cluster with no slot map
+LOST = (redis.ConnectionError, redis.TimeoutError, OSError)  # a call that may have run, its reply lost
 # An error reply (OOM, READONLY, an unknown command, a Cluster error) is no outage: Redis answers,
 # and refuses the call. It is retried with the same back-off, under its own line.
 UNAVAILABLE = "Redis is unavailable (%s: %s); retrying with back-off until it answers"

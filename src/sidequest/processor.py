@@ -27,8 +27,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-import redis
-
 from .config import Config
 from .counters import ProcessCounters
 from .errors import Cancelled, OverLimit, PayloadError, UnknownJobError
@@ -36,7 +34,7 @@ from .executor import Executor
 from .fetch import Fetch, UnitOfWork
 from .gate import SUSPECT_AFTER, Gate
 from .lifecycle import Lifecycle, has_ops
-from .outage import BACKOFF_MAX, BACKOFF_START, REDIS_ERRORS, RedisOutage
+from .outage import BACKOFF_MAX, BACKOFF_START, LOST, REDIS_ERRORS, RedisOutage
 from .outcome import EXPIRED, Outcome, error_class_name, invalid
 from .payload import decode, overdue, trace_id
 from .registry import Registry
@@ -172,7 +170,7 @@ class Processor:
         try:
             unit = self.fetch.retrieve_work()
         except REDIS_ERRORS as exc:
-            if isinstance(exc, (redis.ConnectionError, redis.TimeoutError, OSError)):
+            if isinstance(exc, LOST):
                 self.fetch.lost_reply()  # it may have taken a job whose reply never came
             self.rt.outage.down(exc)
             self.pool.quieting.wait(self._delay)
