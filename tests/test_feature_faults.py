@@ -101,3 +101,17 @@ def test_a_stop_puts_back_a_job_whose_workflow_state_has_the_wrong_type(start, c
     assert len(fault_lines(caplog, jid, state_key)) == 2  # taken, put back
     r.set("test:gate:bad", 1)  # its thread, abandoned at the stop, ends (its outcome is not written)
     wait_until(lambda: ["bad", "gate", 1] in ran(r, "wf"), 15, 0.02, "the abandoned run to end")
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_a_queue_key_of_the_wrong_type_does_not_stop_the_other_queues(start, client, r, caplog, runner):
+    """Issue 28 items 3 and 5: a queue whose key is a string (WRONGTYPE for the fetch's RPOP)
+    is logged once with its key and skipped; the jobs of the queue before it in the same call are
+    not lost, and jobs pushed later to the good queue run."""
+    caplog.set_level(logging.WARNING)
+    r.set("queue:second", "not a queue")
+    start(runner=runner, queues=["first", "second"], concurrency=1)
+    jids = [client.push(compute, [n], queue="first") for n in range(3)]
+    wait_until(lambda: all(state(r, jid) == "done" for jid in jids), 15, 0.02, "the good queue's jobs to run")
+    assert sum("queue:second" in m and "WRONGTYPE" in m for m in caplog.messages) == 1, caplog.text
+    assert OUTAGE not in caplog.text

@@ -35,6 +35,11 @@ REFUSED = "Redis refuses a call (%s: %s); it is retried with back-off until Redi
 OUTAGE_SETTLE = 5.0  # a failover's CLIENT KILLs came 1.2 s after the first success (a loaded 2-core test run)
 
 
+def refused(exc: BaseException) -> bool:
+    """An error reply, but READONLY: a replica answering for a primary that is gone (a failover)."""
+    return isinstance(exc, redis.ResponseError) and not isinstance(exc, redis.ReadOnlyError)
+
+
 class RedisOutage:
     """One process's view of Redis: `down` on every failed call, `up` on every success (see
     module). `settle` logs the end of an outage that has ended, before the process stops."""
@@ -59,7 +64,7 @@ class RedisOutage:
             self._answered = None
             if self._since is None:
                 self._since = self._last_failure
-                self._refused = isinstance(exc, redis.ResponseError)
+                self._refused = refused(exc)
                 log.error(REFUSED if self._refused else UNAVAILABLE, type(exc).__name__, exc)
 
     def up(self, began: float) -> None:

@@ -47,13 +47,16 @@ _CORE_LIB = """
 local FEATURES = {}
 local FAULTS = {}
 %(features)s
-local function fault(tag, name, point, err, a)
+local function fault(tag, name, point, err, named)
   if type(err) == 'table' then err = err.err or err.message end
+  for _, v in ipairs({tag, name, point, tostring(err), named}) do FAULTS[#FAULTS + 1] = v end
+end
+local function key_args(a)
   local named = {}
   for _, arg in ipairs(a) do
     if string.sub(arg, 1, %(prefix_length)d) == '%(prefix)s' then named[#named + 1] = arg end
   end
-  for _, v in ipairs({tag, name, point, tostring(err), table.concat(named, ' ')}) do FAULTS[#FAULTS + 1] = v end
+  return table.concat(named, ' ')
 end
 local function run_ops(argv, i, point, now, tag)
   local n = tonumber(argv[i])
@@ -64,7 +67,7 @@ local function run_ops(argv, i, point, now, tag)
     for j = 1, count do a[j] = argv[i + 1 + j] end
     i = i + 2 + count
     local ok, err = pcall(FEATURES[name], point, now, a)
-    if not ok then fault(tag or 0, name, point, err, a) end
+    if not ok then fault(tag or 0, name, point, err, key_args(a)) end
   end
   return i
 end
@@ -167,7 +170,7 @@ for q = 1, n - 3 do
   if want <= 0 then break end
   local jobs = redis.pcall('rpop', KEYS[q], want)  -- a queue key of the wrong type: that queue's fault
   if type(jobs) == 'table' and jobs.err then
-    fault(-q, 'queue', 'taken', jobs.err, {KEYS[q]})
+    fault(-q, 'queue', 'taken', jobs.err, KEYS[q])
   elseif jobs then
     for _, job in ipairs(jobs) do
       got[#got + 1] = KEYS[q]
