@@ -8,9 +8,10 @@ before it, one by one as each is next used, and the Sentinels close the promoted
 (CLIENT KILL) just after calls start to reach it: a burst of failures in the first moments after
 Redis answered is the same outage, not new ones, and logs nothing more.
 
-An error reply to a core call (OOM, READONLY, an unknown command, a Cluster error) waits the same
-back-off but is told apart in the log: Redis answers, it refuses the call. A feature's error
-never gets here: it is that job's fault (`faults`).
+An error reply to a core call (OOM, NOPERM, an unknown command, a Cluster error) waits the same
+back-off but is told apart in the log: Redis answers, it refuses the call (READONLY stays an
+outage: a replica answers for a primary that is gone). A feature's error never gets here: it is
+that job's fault (`faults`).
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ log = logging.getLogger(__name__)
 BACKOFF_START, BACKOFF_MAX = 0.5, 5.0
 REDIS_ERRORS = (redis.RedisError, OSError, RedisClusterException)  # the last: a cluster with no slot map
 LOST = (redis.ConnectionError, redis.TimeoutError, OSError)  # a call that may have run, its reply lost
-# An error reply (OOM, READONLY, an unknown command, a Cluster error) is no outage: Redis answers,
-# and refuses the call. It is retried with the same back-off, under its own line.
+# An error reply (see module) is no outage: Redis answers, and refuses the call. It is retried
+# with the same back-off, under its own line.
 UNAVAILABLE = "Redis is unavailable (%s: %s); retrying with back-off until it answers"
 REFUSED = "Redis refuses a call (%s: %s); it is retried with back-off until Redis accepts it"
 OUTAGE_SETTLE = 5.0  # a failover's CLIENT KILLs came 1.2 s after the first success (a loaded 2-core test run)
