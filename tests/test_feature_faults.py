@@ -10,9 +10,9 @@ import logging
 import pytest
 from conftest import wait_until
 from helpers import queue_items, ran, reserved
-from jobs_for_tests import compute, unique_at_start, wf_gate, wf_step
+from jobs_for_tests import compute, echo, unique_at_start, wf_gate, wf_step
 
-from sidequest import chain
+from sidequest import chain, keys
 
 RUNNERS = ["threads", "asyncio"]
 OUTAGE = "Redis is unavailable"
@@ -115,3 +115,27 @@ def test_a_queue_key_of_the_wrong_type_does_not_stop_the_other_queues(start, cli
     wait_until(lambda: all(state(r, jid) == "done" for jid in jids), 15, 0.02, "the good queue's jobs to run")
     assert sum("queue:second" in m and "WRONGTYPE" in m for m in caplog.messages) == 1, caplog.text
     assert OUTAGE not in caplog.text
+
+
+def test_recovery_moves_a_dead_processs_job_whose_workflow_state_has_the_wrong_type(start, client, r, caplog):
+    """Issue 28 item 3: recovering a dead process's jobs is a core move too: a job whose workflow
+    state key is a string goes back to its queue and runs, with one line for its fault, and the
+    jobs behind it in the same reserved list are recovered as well."""
+    caplog.set_level(logging.WARNING)
+    workflow_id = chain(wf_step.s("orphan", "one"), wf_step.s("orphan", "two")).perform_async(client=client)
+    state_key = f"sidequest:workflow:{workflow_id}:state"
+    [step] = r.lrange("queue:default", 0, -1)
+    jid = json.loads(step)["jid"]
+    client.push_bulk(echo, [["behind", n] for n in range(2)])
+    dead = keys.reserved("gone-host:4242:0a0b0c0d0e0f", keys.BATCH_SLOT)  # no heartbeat: a dead process's
+    while r.lmove("queue:default", dead, "RIGHT", "RIGHT"):
+        pass  # the step first, then the echoes: recovery reads the list head first
+    r.sadd(keys.RESERVATIONS, dead)
+    r.delete(state_key)
+    r.set(state_key, "not a state")
+    start(concurrency=2)
+    wait_until(lambda: len(ran(r, "echo")) == 2 and ["orphan", "one"] in ran(r, "wf"), 15, 0.02,
+               "the dead process's jobs to be recovered and run")
+    assert not r.exists(dead)
+    assert any("'recovered'" in m for m in fault_lines(caplog, jid, state_key)), caplog.text
+    assert "orphan recovery failed" not in caplog.text
