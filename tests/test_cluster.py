@@ -7,6 +7,7 @@ The admin API, CLI and dashboard in Cluster mode are tested in test_cluster_admi
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import Counter
@@ -492,3 +493,32 @@ def test_a_retry_moves_to_its_retry_queue_within_its_group(url, rc):
         launcher.stop()
     assert not list(rc.scan_iter(match="sidequest:unique:*", target_nodes="primaries"))  # the claim was ended
     assert rc.llen(CLUSTER.queue(first)) == 0 and rc.llen(CLUSTER.queue(again)) == 0
+
+
+def test_jobs_moved_before_another_queues_call_fails_are_handed_to_the_process(url, rc, caplog):
+    """Issue 28 item 5: a fetch makes one RESERVE per queue; when a later queue's call gets an
+    error reply (here WRONGTYPE: its batch list, which the call's acknowledgement reads, is a
+    string; CLUSTERDOWN, TRYAGAIN, OOM... the same), the jobs the earlier call moved into the
+    first queue's batch list are still handed out, not left there unknown until the process exits."""
+    import json
+
+    from sidequest.hub import Hub, Waiter
+    from sidequest.scripts import Scripts
+    from sidequest.wire import lane_for
+
+    caplog.set_level(logging.WARNING)
+    config = Config(redis_url=url, queues=["first", "second"], concurrency=1, **FAST)
+    hub = Hub(config, "faults-host:1:0a1b2c", Scripts(rc), client=rc, ack_window=60.0)
+    lane = lane_for(rc)
+    try:
+        jid = Client(config).push(cluster_plain, [1], queue="first")
+        rc.set(hub.batch_of("second"), "not a list")
+        hub.acknowledge(b"a success of the second queue", [0], hub.batch_of("second"))
+        taken, _ = hub.take(lane, rc, 0, Waiter())
+        assert taken is not None and json.loads(taken[1])["jid"] == jid
+        assert rc.lrange(hub.batch_of("first"), 0, -1) == [taken[1]]
+        assert any("second" in m and "WRONGTYPE" in m for m in caplog.messages), caplog.text
+        assert "Redis is unavailable" not in caplog.text
+    finally:
+        hub.close()
+        lane.close()

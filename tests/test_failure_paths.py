@@ -68,7 +68,7 @@ def own_redis():
         server.stop()
 
 
-def test_a_redis_out_of_memory_is_an_outage_logged_once_not_a_loop(procs, own_redis):
+def test_a_redis_out_of_memory_is_a_refusal_logged_once_not_a_loop(procs, own_redis):
     server = own_redis()
     url = server.url(0)
     r = Client(Config(redis_url=url)).redis
@@ -77,29 +77,30 @@ def test_a_redis_out_of_memory_is_an_outage_logged_once_not_a_loop(procs, own_re
     before = len(log_lines(w.output()))
     r.config_set("maxmemory", "1")  # with noeviction, every write is refused with OOM
     try:
-        wait_until(lambda: "Redis is unavailable" in w.output(), 15, 0.05, "the outage to be noticed")
+        wait_until(lambda: "Redis refuses a call" in w.output(), 15, 0.05, "the refusals to be noticed")
         time.sleep(2.0)  # a 2 s outage
         during = log_lines(w.output())[before:]
     finally:
         r.config_set("maxmemory", "0")
     assert len(during) < 20, "\n".join(during)
-    assert sum("Redis is unavailable" in line for line in during) == 1
+    assert sum("Redis refuses a call" in line for line in during) == 1
+    assert "Redis is unavailable" not in w.output()  # Issue 28 item 3: an error reply is no outage
     assert w.proc.poll() is None and "died" not in w.output()
     client = Client(Config(redis_url=url))
     client.push_bulk(work, [[n] for n in range(5)])
     wait_until(lambda: done_set(r) == set(range(5)), 30, 0.05, "jobs after the outage")
     assert w.stop() == 0
-    assert "Redis answers again" in w.output()
+    assert "Redis accepts the calls again" in w.output()
 
 
-def test_a_redis_without_a_command_we_need_is_an_outage_not_a_loop(procs, own_redis):
+def test_a_redis_without_a_command_we_need_is_a_refusal_logged_once_not_a_loop(procs, own_redis):
     """BLMOVE missing (an old or locked-down Redis): idle fetches fail, logged once, no spin."""
     server = own_redis("--rename-command", "BLMOVE", "")
     url = server.url(0)
     r = Client(Config(redis_url=url)).redis
     w = procs("-c", "10", url=url)
     w.wait_registered(r)
-    wait_until(lambda: "Redis is unavailable" in w.output(), 30, 0.05, "the unknown command to be noticed")
+    wait_until(lambda: "Redis refuses a call" in w.output(), 30, 0.05, "the unknown command to be noticed")
     time.sleep(2.0)
     lines = log_lines(w.output())
     assert len(lines) < 20, "\n".join(lines)

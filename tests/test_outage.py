@@ -102,3 +102,22 @@ def test_a_failure_long_after_redis_answered_is_a_new_outage_even_with_no_succes
         "Redis is unavailable (ConnectionError: first); retrying with back-off until it answers",
         "Redis answers again after 2.0 s (1 failed calls meanwhile)",
         "Redis is unavailable (ConnectionError: second); retrying with back-off until it answers"]
+
+
+def test_an_error_reply_is_a_refusal_not_an_outage(caplog):
+    """Issue 28 item 3: Redis that answers a core call with an error (OOM here) refuses the call:
+    the same back-off and one line for the episode, but never "Redis is unavailable"."""
+    now = [0.0]
+    outage = RedisOutage(settle=1.0, clock=lambda: now[0])
+    caplog.set_level(logging.WARNING, logger="sidequest.outage")
+    refused = redis.exceptions.OutOfMemoryError("command not allowed when used memory > 'maxmemory'.")
+    outage.down(refused)
+    outage.down(refused)
+    now[0] = 3.0
+    outage.up(began=2.0)
+    now[0] = 4.0
+    outage.up(began=3.5)
+    assert [r.getMessage() for r in caplog.records] == [
+        "Redis refuses a call (OutOfMemoryError: command not allowed when used memory > 'maxmemory'.); "
+        "it is retried with back-off until Redis accepts it",
+        "Redis accepts the calls again after 3.0 s (2 failed calls meanwhile)"]

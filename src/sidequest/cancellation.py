@@ -45,7 +45,7 @@ from typing import Any, cast
 
 import redis
 
-from . import keys
+from . import faults, keys
 from .admin_lifecycle import operator_lifecycle
 from .client import Client, default_client
 from .errors import PayloadError
@@ -97,7 +97,7 @@ class Canceller:
         """Remove this exact entry (one copy, from a list) with the `cancelled` operations."""
         ops = self.lifecycle.ops("cancelled", payload)
         removed = self._delete(keys=[source], args=[value, where, self.client.clock(), "cancelled", *ops])
-        return int(cast("int", removed)) == 1
+        return int(faults.settled(removed, value)) == 1
 
     def _from_set(self, source: str, jid: str, needle: bytes) -> bool:
         pattern = f"*{_glob_escape(jid)}*"

@@ -44,9 +44,10 @@ from typing import Any, TypeVar, cast
 
 import redis
 
-from . import keys
+from . import faults, keys
 from .config import Config
 from .gate import SUSPECT_AFTER
+from .outage import LOST, REDIS_ERRORS
 from .payload import decode, queue_of
 from .queue_order import PausedQueues, QueueOrder, blocking_timeout
 from .scripts import Scripts
@@ -113,6 +114,7 @@ class Hub:
         self.timeout = blocking_timeout(config)
         self.scripts = scripts
         self.clock = clock
+        self.queue_faults = faults.QueueFaults()
         self._lock = threading.Lock()
         # taken for processors that wait, or kept in hand: not yet picked up (with when, monotonic)
         self._handoff: deque[tuple[str, bytes, float]] = deque()
@@ -264,7 +266,7 @@ class Hub:
         args: list[Any] = [repr(self.clock()), want, len(acks)]
         for raw, ops, _ in acks:
             args += [raw, *ops]
-        reply = cast("list[bytes]", lane.evalsha(self.scripts.reserve, script_keys, args))
+        reply = faults.reserved(lane.evalsha(self.scripts.reserve, script_keys, args), acks, self.queue_faults)
         with self._lock:
             for raw, _, _ in acks:
                 self._forget(raw)
@@ -273,12 +275,22 @@ class Hub:
     def _reserve_per_queue(self, lane: Lane, order: list[str], own: str | int, want: int,
                            acks: list[Ack]) -> list[Taken]:
         """Cluster mode: one RESERVE per queue (each in its own slot), in fetch order, until
-        `want` jobs are taken; each carries the successes of its queue's batch list."""
+        `want` jobs are taken; each carries the successes of its queue's batch list. A call that
+        fails (an error reply of its slot: CLUSTERDOWN, TRYAGAIN, OOM...; or a lost reply) does
+        not stop the others, and the jobs they took are returned (`_failed_calls`)."""
         owed: dict[str, list[Ack]] = {}
         for ack in acks:
             owed.setdefault(ack[2], []).append(ack)
         got: list[Taken] = []
+        failed: list[tuple[str, BaseException, list[Ack]]] = []
         space = self.keys
+
+        def call(queue: str, script_keys: list[str], count: int, mine: list[Ack]) -> list[Taken]:
+            try:
+                return self._reserve_call(lane, script_keys, count, mine)
+            except REDIS_ERRORS as exc:
+                failed.append((queue, exc, mine))
+                return []
         for key in order:
             queue = space.queue_name(key)
             batch = self.batch_of(queue)
@@ -286,12 +298,27 @@ class Hub:
             if len(got) >= want and not mine:
                 continue
             own_key = space.reserved(self.identity, own, queue)
-            got += self._reserve_call(lane, [key, batch, space.reservations(queue), own_key],
-                                      max(want - len(got), 0), mine)
+            got += call(queue, [key, batch, space.reservations(queue), own_key], max(want - len(got), 0), mine)
         for batch, mine in owed.items():  # successes of queues this fetch did not look at (paused)
             queue = cast("keys.ClusterKeyspace", space).queue_of_reserved(batch)
-            self._reserve_call(lane, [space.queue(queue), batch, space.reservations(queue), batch], 0, mine)
+            call(queue, [space.queue(queue), batch, space.reservations(queue), batch], 0, mine)
+        if failed:
+            self._failed_calls(failed, got)
         return got
+
+    def _failed_calls(self, failed: list[tuple[str, BaseException, list[Ack]]], got: list[Taken]) -> None:
+        """Some of a fetch's per-queue calls failed. With no job taken, the first failure is raised
+        (the caller keeps every success: those a call did send go again and find nothing, as
+        after a lost reply). Else the jobs taken run: the failed calls' successes wait for the
+        next call, a lost reply has the next fetch read the lists back, and each queue's failure
+        is logged (once a minute at most)."""
+        if not got:
+            raise failed[0][1]
+        with self._lock:
+            self._suspect = self._suspect or any(isinstance(exc, LOST) for _, exc, _ in failed)
+        for queue, exc, mine in failed:
+            self._acks.extendleft(reversed(mine))
+            self.queue_faults.call_failed(queue, exc)
 
     def _adopt(self, client: redis.Redis, known: Counter[bytes]) -> list[Taken]:
         """Jobs in the batch lists that this process did not know of before reading them."""

@@ -20,12 +20,10 @@ from collections import Counter, deque
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
-import redis
-
-from . import keys
+from . import faults, keys
 from .config import Config
 from .hub import ACK_BATCH, ACK_WINDOW, drain, forget_one, queue_of_raw
-from .outage import BACKOFF_MAX, BACKOFF_START, REDIS_ERRORS, RedisOutage
+from .outage import BACKOFF_MAX, BACKOFF_START, LOST, REDIS_ERRORS, RedisOutage
 from .queue_order import PausedQueues, QueueOrder, blocking_timeout
 from .scripts import Scripts
 from .wire import AsyncLane
@@ -33,7 +31,6 @@ from .wire import AsyncLane
 log = logging.getLogger(__name__)
 
 Ack = tuple[bytes, list[Any]]  # a success: the job's bytes and its 'finished' operations
-LOST = (redis.ConnectionError, redis.TimeoutError, OSError)  # a call that may have run, its reply lost
 
 
 class Runs(Protocol):
@@ -60,6 +57,7 @@ class LoopHub:
         self.outage = outage
         self.quieting = quieting
         self.clock = clock
+        self.queue_faults = faults.QueueFaults()
         self.ack_window = ack_window
         self.batch = keys.reserved(identity, keys.BATCH_SLOT)
         self.order = QueueOrder(config, None, paused, self.keys)
@@ -145,6 +143,7 @@ class LoopHub:
         try:
             reply = await self.lane.evalsha(self.scripts.reserve, [*order, self.batch, keys.RESERVATIONS, self.batch],
                                             reserve_args(self.clock(), want, acks))
+            reply = faults.reserved(reply, acks, self.queue_faults)
         except BaseException as exc:
             self._acks.extendleft(reversed(acks))  # not applied: kept for the next call
             if isinstance(exc, LOST):
@@ -266,8 +265,8 @@ class LoopHub:
         """Send the successes left at the end on `lane`, a sync `wire.Lane` (the stopping thread)."""
         acks = self._drain()
         if acks:
-            lane.evalsha(self.scripts.reserve, [self.batch, keys.RESERVATIONS, self.batch],
-                         reserve_args(self.clock(), 0, acks))
+            faults.reserved(lane.evalsha(self.scripts.reserve, [self.batch, keys.RESERVATIONS, self.batch],
+                                         reserve_args(self.clock(), 0, acks)), acks, self.queue_faults)
 
     def _drain(self) -> list[Ack]:
         self._ack_pending = False  # what this call carries closes the window

@@ -7,6 +7,11 @@ on succeeding for `OUTAGE_SETTLE` (5 s) with no new failure. A failover fails ea
 before it, one by one as each is next used, and the Sentinels close the promoted replica's clients
 (CLIENT KILL) just after calls start to reach it: a burst of failures in the first moments after
 Redis answered is the same outage, not new ones, and logs nothing more.
+
+An error reply to a core call (OOM, NOPERM, an unknown command, a Cluster error) waits the same
+back-off but is told apart in the log: Redis answers, it refuses the call (READONLY stays an
+outage: a replica answers for a primary that is gone). A feature's error never gets here: it is
+that job's fault (`faults`).
 """
 
 from __future__ import annotations
@@ -23,7 +28,17 @@ log = logging.getLogger(__name__)
 
 BACKOFF_START, BACKOFF_MAX = 0.5, 5.0
 REDIS_ERRORS = (redis.RedisError, OSError, RedisClusterException)  # the last: a cluster with no slot map
+LOST = (redis.ConnectionError, redis.TimeoutError, OSError)  # a call that may have run, its reply lost
+# An error reply (see module) is no outage: Redis answers, and refuses the call. It is retried
+# with the same back-off, under its own line.
+UNAVAILABLE = "Redis is unavailable (%s: %s); retrying with back-off until it answers"
+REFUSED = "Redis refuses a call (%s: %s); it is retried with back-off until Redis accepts it"
 OUTAGE_SETTLE = 5.0  # a failover's CLIENT KILLs came 1.2 s after the first success (a loaded 2-core test run)
+
+
+def refused(exc: BaseException) -> bool:
+    """An error reply, but READONLY: a replica answering for a primary that is gone (a failover)."""
+    return isinstance(exc, redis.ResponseError) and not isinstance(exc, redis.ReadOnlyError)
 
 
 class RedisOutage:
@@ -37,6 +52,7 @@ class RedisOutage:
         self._answered: float | None = None  # the first success since the last failure
         self._last_failure = 0.0
         self._failures = 0
+        self._refused = False  # the episode began with an error reply, not a lost connection
         self._lock = threading.Lock()
 
     def down(self, exc: BaseException) -> None:
@@ -49,8 +65,8 @@ class RedisOutage:
             self._answered = None
             if self._since is None:
                 self._since = self._last_failure
-                log.error("Redis is unavailable (%s: %s); retrying with back-off until it answers",
-                          type(exc).__name__, exc)
+                self._refused = refused(exc)
+                log.error(REFUSED if self._refused else UNAVAILABLE, type(exc).__name__, exc)
 
     def up(self, began: float) -> None:
         """A call that began at `began` (the clock's time) succeeded."""
@@ -73,7 +89,7 @@ class RedisOutage:
 
     def _end(self) -> None:
         assert self._since is not None and self._answered is not None
-        log.warning("Redis answers again after %.1f s (%d failed calls meanwhile)",
-                    self._answered - self._since, self._failures)
+        log.warning("Redis %s again after %.1f s (%d failed calls meanwhile)",
+                    "accepts the calls" if self._refused else "answers", self._answered - self._since, self._failures)
         self._since = self._answered = None
         self._failures = 0

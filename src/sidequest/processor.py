@@ -3,8 +3,10 @@
 Only a job's own code can fail a job. Everything else has a designed path:
 - bytes that do not decode (or whose failure cannot be encoded again) are a `dead` outcome,
   kept as they were (`outcome.invalid`), so a bad payload never loops;
-- any Redis error (lost connection, OOM, READONLY, NOPERM, an unknown command) is an outage:
-  logged once per outage with a count, retried with back-off, never a tight loop;
+- any Redis error of a core call (lost connection, OOM, READONLY, NOPERM, an unknown command)
+  is logged once per episode with a count (an outage, or a refusal for an error reply), retried
+  with back-off, never a tight loop; a feature's error is that job's fault (`faults`): logged with
+  its jid, the job's fate stands;
 - a job that was in flight at two crashes of processes (`recovery_count` >= 2) is a suspect and
   runs alone (`gate`), so a poison pill takes no neighbour down with it; a job recovered once
   (an ordinary deploy-time `kill -9`) runs like any other, so recovery is not serialized.
@@ -25,8 +27,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-import redis
-
 from .config import Config
 from .counters import ProcessCounters
 from .errors import Cancelled, OverLimit, PayloadError, UnknownJobError
@@ -34,7 +34,7 @@ from .executor import Executor
 from .fetch import Fetch, UnitOfWork
 from .gate import SUSPECT_AFTER, Gate
 from .lifecycle import Lifecycle, has_ops
-from .outage import BACKOFF_MAX, BACKOFF_START, REDIS_ERRORS, RedisOutage
+from .outage import BACKOFF_MAX, BACKOFF_START, LOST, REDIS_ERRORS, RedisOutage
 from .outcome import EXPIRED, Outcome, error_class_name, invalid
 from .payload import decode, overdue, trace_id
 from .registry import Registry
@@ -170,7 +170,7 @@ class Processor:
         try:
             unit = self.fetch.retrieve_work()
         except REDIS_ERRORS as exc:
-            if isinstance(exc, (redis.ConnectionError, redis.TimeoutError, OSError)):
+            if isinstance(exc, LOST):
                 self.fetch.lost_reply()  # it may have taken a job whose reply never came
             self.rt.outage.down(exc)
             self.pool.quieting.wait(self._delay)

@@ -31,7 +31,7 @@ from typing import Any, cast
 
 import redis
 
-from . import keys
+from . import faults, keys
 from .config import Config
 from .lifecycle import Lifecycle
 from .outcome import Outcome, invalid
@@ -158,10 +158,10 @@ class Recovery:
             alive = []
         dest = space.queue(queue) if mode == "queue" else space.dead(queue)
         ops = self.lifecycle.ops("recovered", outcome.payload if payload is not None else None, outcome)
-        result = int(self.scripts.recover(
+        result = int(faults.settled(self.scripts.recover(
             keys=[key, dest, space.recovered(owner, queue), *alive],
             args=[raw, outcome.blob or b"", mode, now, queue, now - self.config.dead_timeout,
-                  self.config.dead_max_jobs, now, keys.RECOVERED_TTL, *ops]))
+                  self.config.dead_max_jobs, now, keys.RECOVERED_TTL, *ops]), raw))
         if result == 1:
             log.warning("recovered a job of dead process %s into %s", owner,
                         f"queue {queue!r}" if mode == "queue" else "the dead set")

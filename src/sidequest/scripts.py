@@ -13,6 +13,11 @@ also run the commands that features contribute to that point of the job's life (
 `lifecycle`): after the core's own ARGV come the features' operations, each `name, n, arg1..argn`,
 run by `run_ops` through the `FEATURES` table that the lifecycle's Lua fills. An operation runs
 only when the core move happened, so a feature never records a fate that was not applied.
+
+A feature's operation runs after the core's move, under `pcall`: an error reply of one of its
+commands (a key of the wrong type, set by hand) neither aborts nor half-applies the move, and
+does not stop the other operations of the call. The script returns such faults beside its reply
+(`answer`, and RESERVE's last element), for `faults` to log with the job's jid; the fate stands.
 """
 
 from __future__ import annotations
@@ -34,10 +39,26 @@ from . import keys
 # one), 2 when this very outcome was already written by an earlier attempt whose reply was lost
 # (where the outcome writes somewhere, that is checked there too).
 # Basic fetch keeps no reserved copy and passes checked = '0'.
+# `run_ops` runs each operation under pcall and records a failure in FAULTS as five fields: which
+# job (`tag`: 0, or the number of RESERVE's acknowledgement), the feature, the point, the error, and
+# the operation's arguments that name keys (space-separated), for the log line (see `faults`).
+# Redis 7 raises a command's error as a table ({err = ...}), Redis 6.2 as a string.
 _CORE_LIB = """
 local FEATURES = {}
+local FAULTS = {}
 %(features)s
-local function run_ops(argv, i, point, now)
+local function fault(tag, name, point, err, named)
+  if type(err) == 'table' then err = err.err or err.message end
+  for _, v in ipairs({tag, name, point, tostring(err), named}) do FAULTS[#FAULTS + 1] = v end
+end
+local function key_args(a)
+  local named = {}
+  for _, arg in ipairs(a) do
+    if string.sub(arg, 1, %(prefix_length)d) == '%(prefix)s' then named[#named + 1] = arg end
+  end
+  return table.concat(named, ' ')
+end
+local function run_ops(argv, i, point, now, tag)
   local n = tonumber(argv[i])
   i = i + 1
   for _ = 1, n do
@@ -45,9 +66,14 @@ local function run_ops(argv, i, point, now)
     local a = {}
     for j = 1, count do a[j] = argv[i + 1 + j] end
     i = i + 2 + count
-    FEATURES[name](point, now, a)
+    local ok, err = pcall(FEATURES[name], point, now, a)
+    if not ok then fault(tag or 0, name, point, err, key_args(a)) end
   end
   return i
+end
+local function answer(value)
+  if #FAULTS == 0 then return value end
+  return {value, unpack(FAULTS)}
 end
 local function skip_ops(argv, i)
   local n = tonumber(argv[i])
@@ -92,7 +118,7 @@ if settled ~= 1 then
   return settled
 end
 run_ops(ARGV, 11, ARGV[10], ARGV[9])
-return 1
+return answer(1)
 """
 
 # KEYS: queue:<q>... (in fetch order), this process's batch list, sidequest:reservations, the
@@ -103,7 +129,8 @@ return 1
 # was there), then take up to `want` of the oldest jobs of the queues, in order, into the batch
 # list. Few successes are removed one LREM each; more, by rewriting the (small) list once, with
 # the jobs taken in the same write. A list that was empty is registered again in reservations.
-# Returns {queue key, job, queue key, job, ...}, empty when nothing waits.
+# Returns {queue key, job, queue key, job, ...}, empty when nothing waits, and when an operation or
+# a queue failed, the faults (see `run_ops`; a queue's tag is minus its position in KEYS) last.
 RESERVE = """
 local n = #KEYS
 local batch = KEYS[n - 2]
@@ -136,13 +163,15 @@ elseif acks > 0 then
   end
 end
 for a = 1, acks do
-  if removed[a] then run_ops(ARGV, at[a], 'finished', now) end
+  if removed[a] then run_ops(ARGV, at[a], 'finished', now, a) end
 end
 local got, taken = {}, {}
 for q = 1, n - 3 do
   if want <= 0 then break end
-  local jobs = redis.call('rpop', KEYS[q], want)
-  if jobs then
+  local jobs = redis.pcall('rpop', KEYS[q], want)  -- a queue key of the wrong type: that queue's fault
+  if type(jobs) == 'table' and jobs.err then
+    fault(-q, 'queue', 'taken', jobs.err, KEYS[q])
+  elseif jobs then
     for _, job in ipairs(jobs) do
       got[#got + 1] = KEYS[q]
       got[#got + 1] = job
@@ -164,6 +193,7 @@ for s = 1, #write, 1000 do
   end
 end
 if #got == 0 and ARGV[2] ~= '0' then redis.call('sadd', KEYS[n - 1], batch, KEYS[n]) end
+if #FAULTS > 0 then got[#got + 1] = FAULTS end
 return got
 """
 
@@ -183,7 +213,7 @@ end
 redis.call('sadd', KEYS[3], ARGV[1])
 redis.call('expire', KEYS[3], ARGV[9])
 run_ops(ARGV, 10, 'recovered', ARGV[8])
-return 1
+return answer(1)
 """
 
 # KEYS: schedule|retry, queue:<q>, queues (not in Cluster mode: its caller adds the name apart)
@@ -213,7 +243,7 @@ end
 if KEYS[3] then redis.call('sadd', KEYS[3], ARGV[3]) end
 redis.call('lpush', KEYS[2], ARGV[2])
 run_ops(ARGV, 6, ARGV[5], ARGV[4])
-return 1
+return answer(1)
 """
 
 # KEYS: schedule|retry|dead, dead   ARGV: entry, score (now), dead cutoff, dead cap, now, point, ops...
@@ -224,7 +254,7 @@ if redis.call('zrem', KEYS[1], ARGV[1]) == 0 then
 end
 settle(KEYS[2], '0', ARGV[1], 'dead', KEYS[2], ARGV[1], ARGV[2], '', ARGV[3], ARGV[4])
 run_ops(ARGV, 7, ARGV[6], ARGV[5])
-return 1
+return answer(1)
 """
 
 # KEYS: schedule|retry|dead or queue:<q>   ARGV: entry, 'zset' or an LREM count (1 from the head,
@@ -240,7 +270,7 @@ if removed == 0 then
   return 0
 end
 run_ops(ARGV, 5, ARGV[4], ARGV[3])
-return 1
+return answer(1)
 """
 
 # KEYS: queue:<q>, queues   ARGV: queue name. Drop an emptied queue's name from `queues` (as
@@ -277,7 +307,9 @@ def core_lib(features_lua: str, cluster: bool = False) -> str:
     """The shared functions. In Cluster mode a put-back does not add its queue to `queues`
     (another slot): the queue is listed already, since its job came from it."""
     register = "" if cluster else f"redis.call('sadd', '{keys.QUEUES}', queue)"
-    return _CORE_LIB % {"features": features_lua, "register": register}
+    prefix = f"{keys.PREFIX}:"
+    return _CORE_LIB % {"features": features_lua, "register": register, "prefix": prefix,
+                        "prefix_length": len(prefix)}
 
 
 class Scripts:

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import redis
 
-from . import keys
+from . import faults, keys
 from .config import Config
 from .lifecycle import has_ops
 from .outcome import Outcome
@@ -122,8 +122,9 @@ class Settler:
     def _run(self, home: str | None, queue: str, raw: bytes, mode: str, dest: str, blob: bytes | str,
              score: float, now: float, point: str, ops: list[Any]) -> bool:
         """True when the outcome is written (now, or by an earlier attempt whose reply was lost)."""
-        return bool(self.lane.evalsha(self.scripts.settle, *self._call(home, queue, raw, mode, dest, blob,
-                                                                        score, now, point, ops)))
+        reply = self.lane.evalsha(self.scripts.settle, *self._call(home, queue, raw, mode, dest, blob,
+                                                                    score, now, point, ops))
+        return bool(reply if isinstance(reply, int) else faults.settled(reply, raw))
 
     def _call(self, home: str | None, queue: str, raw: bytes, mode: str, dest: str, blob: bytes | str,
               score: float, now: float, point: str, ops: list[Any]) -> tuple[list[str], list[Any]]:

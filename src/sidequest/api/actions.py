@@ -23,7 +23,7 @@ from typing import Any, NamedTuple, cast
 from redis.commands.core import Script
 from redis.exceptions import AskError, ClusterDownError, TryAgainError
 
-from .. import keys
+from .. import faults, keys
 from ..admin_lifecycle import operator_lifecycle
 from ..client import Client
 from ..errors import PayloadError
@@ -121,7 +121,7 @@ class Actions:
         """Run one call; True if this call moved the entry."""
         if call.listed is not None:
             self.redis.sadd(keys.QUEUES, call.listed)
-        return int(cast("int", call.script(keys=call.keys, args=call.args))) == 1
+        return int(faults.settled(call.script(keys=call.keys, args=call.args), call.args[0])) == 1
 
     def many(self, calls: Sequence[Call]) -> list[bool]:
         """Run calls in one round trip (in Cluster mode, one per primary), each still its own
@@ -133,7 +133,8 @@ class Actions:
         pipe = self.redis.pipeline(transaction=False)
         for script, call_keys, args, _ in calls:
             script(keys=call_keys, args=args, client=pipe)
-        return [int(result) == 1 for result in pipe.execute()]
+        results = pipe.execute()
+        return [int(faults.settled(result, call.args[0])) == 1 for call, result in zip(calls, results, strict=True)]
 
     def _many_per_node(self, calls: Sequence[Call]) -> list[bool]:
         """Cluster mode: a plain pipeline on each primary holding some of the calls' slots (it
@@ -157,7 +158,7 @@ class Actions:
                 elif isinstance(result, Exception):
                     raise result
                 results[index] = result
-        return [int(result) == 1 for result in results]
+        return [int(faults.settled(result, call.args[0])) == 1 for call, result in zip(calls, results, strict=True)]
 
     def forget_queue(self, name: str) -> bool:
         """Drop `name` from `queues` if its list is empty (a job pushed meanwhile keeps it)."""
