@@ -384,6 +384,42 @@ def test_tasks_run_on_a_worker_with_results_errors_and_context(manage, shop, r):
     assert running.stop() == 0
 
 
+def test_a_task_payload_naming_a_module_the_worker_did_not_import_never_imports_it(manage, shop, r, tmp_path,
+                                                                                   monkeypatch):
+    """Issue 28 item 10: a RunTask job imported the module its payload named before any check,
+    so any writer of a queue made every Django worker run that module's top-level code. Now only
+    a task of a module the worker imported at start runs; the others go to dead saying why."""
+    from orders.tasks import add
+
+    from sidequest import keys
+
+    marker = tmp_path / "imported"
+    (tmp_path / "planted.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n\ndef run():\n    return 1\n")
+    planted = ["planted.run", "planted.run", "os.system"]
+    for n, path in enumerate(planted):  # by hand, as another project or a Ruby producer on the Redis could
+        r.lpush("queue:default", json.dumps({
+            "class": "sidequest.contrib.django.RunTask", "args": [path, [], {}], "wrapped": path, "retry": 0,
+            "queue": "default", "jid": f"{n:024x}", "created_at": 1.0, "enqueued_at": 1.0}))
+    # the second also has a task record of its own naming the module (what `get_result` reads too)
+    r.hset(keys.django_task(f"{1:024x}"), mapping={"task": "planted.run", "backend": "default",
+                                                    "queue_name": "default"})
+    good = add.enqueue(2, 3)
+    path = os.pathsep.join([str(tmp_path), python_env()["PYTHONPATH"]])  # `planted` is importable there
+    running = worker(manage, extra={"PYTHONPATH": path})
+    wait_until(lambda: r.zcard("dead") == len(planted), STARTUP, 0.1, "the planted tasks to go to dead")
+    assert sidequest.result(good.id, timeout=STARTUP) == 5  # a task of an app's tasks.py runs
+    assert not marker.exists(), "the worker imported a module a payload named"
+    errors = sorted(json.loads(raw)["error_message"] for raw in r.zrange("dead", 0, -1))
+    assert all("is not a task this worker imported" in error for error in errors), errors
+    assert running.stop() == 0
+    from sidequest.contrib.django.compat import task_backends
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(tasks_api()[2]):  # nor does a web process import it to read a result
+        task_backends["default"].get_result(f"{1:024x}")
+    assert not marker.exists() and "planted" not in sys.modules
+
+
 # -- the dashboard ------------------------------------------------------------------------------
 
 def django_client():
