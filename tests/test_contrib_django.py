@@ -428,10 +428,15 @@ def django_client():
     return Client()
 
 
-def user(name: str, *, staff: bool):
-    from django.contrib.auth.models import User
+def user(name: str, *, staff: bool, manage: bool = False, superuser: bool = False):
+    """A user; `manage`: with the permission to act in the dashboard (`sidequest.manage_jobs`)."""
+    from django.contrib.auth.models import Permission, User
 
-    return User.objects.create_user(f"{name}-{uuid.uuid4().hex[:8]}", password="x", is_staff=staff)
+    made = User.objects.create_user(f"{name}-{uuid.uuid4().hex[:8]}", password="x", is_staff=staff,
+                                    is_superuser=superuser)
+    if manage:
+        made.user_permissions.add(Permission.objects.get(content_type__app_label="sidequest", codename="manage_jobs"))
+    return made
 
 
 def test_the_dashboard_is_for_staff_only(shop, r):
@@ -451,7 +456,7 @@ def test_staff_see_the_dashboard_and_act_through_its_csrf_check(shop, r):
 
     send_receipt.perform_async(1)
     staff = django_client()
-    staff.force_login(user("staff", staff=True))
+    staff.force_login(user("staff", staff=True, manage=True))
     page = staff.get("/sidequest/queues")
     assert page.status_code == 200 and b"orders" in page.content
     assert b'href="/sidequest/queues/orders"' in page.content  # links under the mount point
@@ -462,6 +467,33 @@ def test_staff_see_the_dashboard_and_act_through_its_csrf_check(shop, r):
     assert refused.status_code == 403 and not r.sismember("sidequest:paused", "orders")
     done = staff.post("/sidequest/queues/actions", urlencode({"name": "orders", "do": "pause", "csrf": token}), form)
     assert done.status_code in (302, 303) and done["Location"].startswith("/sidequest/queues")
+    assert r.sismember("sidequest:paused", "orders")
+
+
+def test_acting_in_the_dashboard_needs_its_own_permission(shop, r):
+    """Issue 28 item 11: any active staff user had full write access to the dashboard mounted
+    in Django. Staff see it read-only; acting needs `sidequest.manage_jobs` (superusers have it)."""
+    form = "application/x-www-form-urlencoded"
+
+    def pause(who) -> int:
+        browser = django_client()
+        browser.force_login(who)
+        page = browser.get("/sidequest/queues")
+        assert page.status_code == 200
+        token = browser.cookies["sidequest_csrf"].value
+        done = browser.post("/sidequest/queues/actions", urlencode({"name": "orders", "do": "pause", "csrf": token}),
+                            form)
+        return done.status_code
+
+    assert pause(user("staff", staff=True)) == 403
+    assert not r.sismember("sidequest:paused", "orders")
+    staff = django_client()
+    staff.force_login(user("staff", staff=True))
+    assert "Read-only" in staff.get("/sidequest/queues").content.decode()
+    assert pause(user("manager", staff=True, manage=True)) in (302, 303)
+    assert r.sismember("sidequest:paused", "orders")
+    r.srem("sidequest:paused", "orders")
+    assert pause(user("root", staff=True, superuser=True)) in (302, 303)
     assert r.sismember("sidequest:paused", "orders")
 
 

@@ -29,6 +29,7 @@ class SidequestConfig(AppConfig):
     label = "sidequest"
     verbose_name = "sidequest"
     default = True
+    default_auto_field = "django.db.models.AutoField"  # its one model (`models`) has no table: never a migration
 
     config: Config  # the SIDEQUEST setting, read
     given: dict[str, Any]  # the SIDEQUEST setting as written
