@@ -213,6 +213,54 @@ def test_an_operators_retry_of_a_failed_continue_step_releases_its_dependents_on
     assert status["state"] == "succeeded" and status["counts"]["done"] == 3
 
 
+def test_a_retried_step_past_the_recovery_limit_releases_its_dependents_once(start, client, r):
+    """Issue 28 item 4: a "continue" step whose process died past `max_recoveries` went to dead
+    and resolved its dependents; an operator's retry of it that succeeded released them again,
+    so "last" ran while "slow" still ran."""
+    tag = "past-recoveries"
+    workflow_id = (workflow("recovered to dead")
+                   .add("flaky", wf_flaky.si(tag, "flaky").on_failure("continue"))
+                   .add("slow", wf_gate.si(tag, 1))
+                   .add("last", wf_step.s(tag, "last"), after=["flaky", "slow"])
+                   .perform_async(client=client))
+    jid = {s["name"]: s["jid"] for s in Workflow.find(workflow_id, client).steps()}["flaky"]
+    [held] = [raw for raw in r.lrange("queue:default", 0, -1) if json.loads(raw)["jid"] == jid]
+    r.lrem("queue:default", 1, held)  # as a process that took it and died leaves it
+    r.lpush("sidequest:reserved:ghost:1:000000000000:0", held)
+    r.sadd("sidequest:reservations", "sidequest:reserved:ghost:1:000000000000:0")
+    try:
+        start(max_recoveries=0, recovery_interval=0.5, concurrency=3)
+        wait_until(lambda: step_states(client, workflow_id) == {"flaky": "failed", "slow": "running",
+                                                               "last": "waiting"},
+                   DEADLINE, 0.05, "flaky recovered to dead while slow runs")
+        assert pending(r, workflow_id, "last") == 1
+        r.set(f"test:ok:{tag}", "1", ex=600)
+        retry_dead(client, jid)  # a job recovered once runs alone (a suspect): after slow, here
+    finally:
+        r.set(f"test:gate:{tag}", "1", ex=600)
+    assert ended(client, workflow_id)["state"] == "succeeded"
+    assert step_states(client, workflow_id) == {"flaky": "done", "slow": "done", "last": "done"}
+    assert len([v for v in runs(r, tag) if v[0] == "last"]) == 1 and pending(r, workflow_id, "last") == 0
+
+
+def test_a_workflow_failed_by_continue_steps_succeeds_once_a_retry_makes_them_done(wclient, wr):
+    """Issue 28 item 4, as a Sidekiq batch's success callback fires once its failed jobs succeed
+    on retry: a workflow that ended failed only through "continue" steps succeeds when an
+    operator's retries make every step done; its dependents ran once, with None."""
+    tag = "retried-after-end"
+    workflow_id = (workflow("retried after its end")
+                   .add("flaky", wf_flaky.si(tag, "flaky").on_failure("continue"))
+                   .add("next", wf_step.s(tag, "next"), after=["flaky"])
+                   .perform_async(client=wclient))
+    assert ended(wclient, workflow_id)["state"] == "failed"
+    wr.set(f"test:ok:{tag}", "1", ex=600)
+    retry_dead(wclient, [s["jid"] for s in Workflow.find(workflow_id, wclient).steps()][0])
+    status = wait_until(lambda: (s := Workflow.find(workflow_id, wclient).status())["state"] == "succeeded" and s,
+                        DEADLINE, 0.05, "the workflow to succeed")
+    assert status["counts"]["done"] == 2 and status["done"]
+    assert [v for v in runs(wr, tag) if v[0] == "next"] == [["next", None]]
+
+
 def test_a_payload_naming_a_workflow_step_with_another_jid_changes_nothing(wclient, wr):
     """Issue 28 item 11: any producer could mark another workflow's step done by pushing a job
     whose payload names its `workflow_id` and `workflow_step`; a step's fate now applies only

@@ -111,16 +111,14 @@ local function wf_event(K, step, event, now, jid)
   if not old or old == 'done' or old == 'waiting' or old == 'skipped' then return end
   local g = wf_graph(K, step)
   if g['jid'] ~= jid then return end
-  local state = redis.call('hget', K[1], 'state')
-  local ended = old == 'failed' or old == 'cancelled'  -- a workflow written before `ended:` was kept
-  wf_set(K, step, event)
-  if event == 'done' or event == 'failed' or event == 'cancelled' then
-    ended = redis.call('hsetnx', K[1], 'ended:' .. step, event) == 0 or ended
+  if old == 'failed' or old == 'cancelled' then  -- it ended before this version kept `ended:`
+    redis.call('hsetnx', K[1], 'ended:' .. step, old)
   end
-  if event == 'done' and not ended and state == 'running' then
-    wf_resolve(K, step, now)
-  elseif (event == 'failed' or event == 'cancelled') and not ended and state == 'running' then
-    if g['policy'] == 'continue' then
+  wf_set(K, step, event)
+  local first = (event == 'done' or event == 'failed' or event == 'cancelled')
+    and redis.call('hsetnx', K[1], 'ended:' .. step, event) == 1
+  if first and redis.call('hget', K[1], 'state') == 'running' then
+    if event == 'done' or g['policy'] == 'continue' then
       wf_resolve(K, step, now)
     else
       if g['policy'] == 'compensate' then
