@@ -12,7 +12,9 @@ Routes, under the mount point: the pages `/`, `/busy`, `/queues`, `/queues/<name
 `/api/stats` (what the pages poll), the tasks JSON API (`/tasks/<id>` for non-HTML clients,
 `/api/tasks/<id>`), `/metrics` for Prometheus, `/health` for probes, `/static/...`. Every state
 change is a POST with a CSRF token, guarded by `security.Guard`, which also does basic auth, the
-host's own auth hook (for every path but a GET of `/health`) and read-only mode.
+host's own auth hook (for every path but a GET of `/health`) and read-only mode. In front of it,
+with `allowed_hosts` (`sidequest web` always), `hosts.HostCheck` refuses a `Host` name the
+dashboard does not answer to (DNS rebinding).
 """
 
 from __future__ import annotations
