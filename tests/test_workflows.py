@@ -254,7 +254,7 @@ def test_a_workflow_failed_by_continue_steps_succeeds_once_a_retry_makes_them_do
                    .perform_async(client=wclient))
     assert ended(wclient, workflow_id)["state"] == "failed"
     wr.set(f"test:ok:{tag}", "1", ex=600)
-    retry_dead(wclient, [s["jid"] for s in Workflow.find(workflow_id, wclient).steps()][0])
+    retry_dead(wclient, next(s["jid"] for s in Workflow.find(workflow_id, wclient).steps() if s["name"] == "flaky"))
     status = wait_until(lambda: (s := Workflow.find(workflow_id, wclient).status())["state"] == "succeeded" and s,
                         DEADLINE, 0.05, "the workflow to succeed")
     assert status["counts"]["done"] == 2 and status["done"]
