@@ -546,6 +546,15 @@ def wf_fail(tag, name, *previous):
     raise sidequest.JobFailed(f"step {name} <failed> on purpose")
 
 
+@sidequest.job(name="WfFlaky", retry=0)
+def wf_flaky(tag, name):
+    """Fails (straight to the dead set: retry=0) until `test:ok:<tag>` is set, then returns its name."""
+    record("wf", tag, name)
+    if not _r().exists(f"test:ok:{tag}"):
+        raise RuntimeError(f"step {name} fails until test:ok:{tag} is set")
+    return name
+
+
 @sidequest.job(name="WfGate")
 def wf_gate(tag, n):
     """Waits (in the job) until `test:gate:<tag>` is set, so that many finish at the same moment."""

@@ -384,6 +384,42 @@ def test_tasks_run_on_a_worker_with_results_errors_and_context(manage, shop, r):
     assert running.stop() == 0
 
 
+def test_a_task_payload_naming_a_module_the_worker_did_not_import_never_imports_it(manage, shop, r, tmp_path,
+                                                                                   monkeypatch):
+    """Issue 28 item 10: a RunTask job imported the module its payload named before any check,
+    so any writer of a queue made every Django worker run that module's top-level code. Now only
+    a task of a module the worker imported at start runs; the others go to dead saying why."""
+    from orders.tasks import add
+
+    from sidequest import keys
+
+    marker = tmp_path / "imported"
+    (tmp_path / "planted.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n\ndef run():\n    return 1\n")
+    planted = ["planted.run", "planted.run", "os.system"]
+    for n, path in enumerate(planted):  # by hand, as another project or a Ruby producer on the Redis could
+        r.lpush("queue:default", json.dumps({
+            "class": "sidequest.contrib.django.RunTask", "args": [path, [], {}], "wrapped": path, "retry": 0,
+            "queue": "default", "jid": f"{n:024x}", "created_at": 1.0, "enqueued_at": 1.0}))
+    # the second also has a task record of its own naming the module (what `get_result` reads too)
+    r.hset(keys.django_task(f"{1:024x}"), mapping={"task": "planted.run", "backend": "default",
+                                                    "queue_name": "default"})
+    good = add.enqueue(2, 3)
+    path = os.pathsep.join([str(tmp_path), python_env()["PYTHONPATH"]])  # `planted` is importable there
+    running = worker(manage, extra={"PYTHONPATH": path})
+    wait_until(lambda: r.zcard("dead") == len(planted), STARTUP, 0.1, "the planted tasks to go to dead")
+    assert sidequest.result(good.id, timeout=STARTUP) == 5  # a task of an app's tasks.py runs
+    assert not marker.exists(), "the worker imported a module a payload named"
+    errors = sorted(json.loads(raw)["error_message"] for raw in r.zrange("dead", 0, -1))
+    assert all("is not a task this worker imported" in error for error in errors), errors
+    assert running.stop() == 0
+    from sidequest.contrib.django.compat import task_backends
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(tasks_api()[2]):  # nor does a web process import it to read a result
+        task_backends["default"].get_result(f"{1:024x}")
+    assert not marker.exists() and "planted" not in sys.modules
+
+
 # -- the dashboard ------------------------------------------------------------------------------
 
 def django_client():
@@ -392,10 +428,15 @@ def django_client():
     return Client()
 
 
-def user(name: str, *, staff: bool):
-    from django.contrib.auth.models import User
+def user(name: str, *, staff: bool, manage: bool = False, superuser: bool = False):
+    """A user; `manage`: with the permission to act in the dashboard (`sidequest.manage_jobs`)."""
+    from django.contrib.auth.models import Permission, User
 
-    return User.objects.create_user(f"{name}-{uuid.uuid4().hex[:8]}", password="x", is_staff=staff)
+    made = User.objects.create_user(f"{name}-{uuid.uuid4().hex[:8]}", password="x", is_staff=staff,
+                                    is_superuser=superuser)
+    if manage:
+        made.user_permissions.add(Permission.objects.get(content_type__app_label="sidequest", codename="manage_jobs"))
+    return made
 
 
 def test_the_dashboard_is_for_staff_only(shop, r):
@@ -415,7 +456,7 @@ def test_staff_see_the_dashboard_and_act_through_its_csrf_check(shop, r):
 
     send_receipt.perform_async(1)
     staff = django_client()
-    staff.force_login(user("staff", staff=True))
+    staff.force_login(user("staff", staff=True, manage=True))
     page = staff.get("/sidequest/queues")
     assert page.status_code == 200 and b"orders" in page.content
     assert b'href="/sidequest/queues/orders"' in page.content  # links under the mount point
@@ -426,6 +467,33 @@ def test_staff_see_the_dashboard_and_act_through_its_csrf_check(shop, r):
     assert refused.status_code == 403 and not r.sismember("sidequest:paused", "orders")
     done = staff.post("/sidequest/queues/actions", urlencode({"name": "orders", "do": "pause", "csrf": token}), form)
     assert done.status_code in (302, 303) and done["Location"].startswith("/sidequest/queues")
+    assert r.sismember("sidequest:paused", "orders")
+
+
+def test_acting_in_the_dashboard_needs_its_own_permission(shop, r):
+    """Issue 28 item 11: any active staff user had full write access to the dashboard mounted
+    in Django. Staff see it read-only; acting needs `sidequest.manage_jobs` (superusers have it)."""
+    form = "application/x-www-form-urlencoded"
+
+    def pause(who) -> int:
+        browser = django_client()
+        browser.force_login(who)
+        page = browser.get("/sidequest/queues")
+        assert page.status_code == 200
+        token = browser.cookies["sidequest_csrf"].value
+        done = browser.post("/sidequest/queues/actions", urlencode({"name": "orders", "do": "pause", "csrf": token}),
+                            form)
+        return done.status_code
+
+    assert pause(user("staff", staff=True)) == 403
+    assert not r.sismember("sidequest:paused", "orders")
+    staff = django_client()
+    staff.force_login(user("staff", staff=True))
+    assert "Read-only" in staff.get("/sidequest/queues").content.decode()
+    assert pause(user("manager", staff=True, manage=True)) in (302, 303)
+    assert r.sismember("sidequest:paused", "orders")
+    r.srem("sidequest:paused", "orders")
+    assert pause(user("root", staff=True, superuser=True)) in (302, 303)
     assert r.sismember("sidequest:paused", "orders")
 
 

@@ -232,3 +232,17 @@ def test_bad_custom_fields_are_refused(custom, expected):
     with pytest.raises(JobArgumentError) as caught:
         send.set(custom=custom)
     assert expected in str(caught.value)
+
+
+@pytest.mark.parametrize("field", ["workflow_id", "workflow_step", "task_id"])
+def test_fields_that_steer_a_feature_cannot_be_set_by_a_push(client, r, field):
+    """Issue 28 item 11: `custom={"workflow_id": ...}` (or `task_id`) made any push claim to be
+    another workflow's step or task's job; these fields are set by workflows and tasks only."""
+    calls = (lambda: send.set(custom={field: "x"}), lambda: client.push(send, [1], custom={field: "x"}),
+             lambda: client.push("HardWorker", [1], custom={field: "x"}),
+             lambda: sidequest.job(name="Def.steer", registry=Registry(), custom={field: "x"})(lambda: None))
+    refused = f"'{field}' is set by sidequest's (workflows|tasks)"
+    for call in calls:
+        with pytest.raises((JobArgumentError, JobDefinitionError), match=refused):
+            call()
+    assert nothing_written(r)

@@ -230,3 +230,26 @@ def test_http_api_serves_status_and_events(client, r):
     bad = http.get(f"/tasks/{task.id}/events", params={"status": "nope"})
     assert bad.status_code == 400 and "status must be one of" in bad.json()["error"]
     assert http.get(f"/tasks/{task.id}/events", params={"limit": "x"}).status_code == 400
+
+
+def test_a_payload_naming_a_task_it_was_not_added_to_changes_nothing(start, client, r):
+    """Issue 28 item 11: `task_id` steers the task feature; a push cannot set it (see
+    test_job_definition), and a job another producer wrote naming a task, with a jid the task
+    did not add, changes none of its counts and completes nothing."""
+    import sidequest
+
+    task = Task.create("one job", client=client, on_complete=on_complete)
+    task.add(blocker, "test:task:held")  # its one job waits, so the task cannot complete meanwhile
+    task.seal()
+    forged = "f" * 24
+    r.lpush("queue:default", json.dumps({"class": "Noop", "args": [], "queue": "default", "jid": forged,
+                                         "retry": False, "result_ttl": 60, "task_id": task.id,
+                                         "created_at": 1.0, "enqueued_at": 1.0}))
+    start()
+    wait_until(lambda: sidequest.status(forged, client=client) == "done", STARTUP, 0.05, "the forged job")
+    status = task.status()
+    assert status["total"] == 1 and status["counts"]["finished"] == 0 and not status["done"]
+    assert forged not in [e["jid"] for e in task.events()] and ran(r, "on_complete") == []
+    r.lpush("test:task:held", "go")
+    wait_until(lambda: task.status()["done"], STARTUP, 0.05, "the task to complete")
+    assert task.status()["counts"]["finished"] == 1

@@ -485,3 +485,57 @@ def test_web_on_a_busy_port_says_so_in_one_line_before_announcing_anything(redis
     lines = (out.stdout + out.stderr).strip().splitlines()
     assert out.returncode == 1 and len(lines) == 1, lines
     assert f"port {port}" in lines[0] and "--port" in lines[0] and "dashboard on" not in lines[0]
+
+
+def test_web_refuses_a_host_it_does_not_answer_to(client, r, redis_url, tmp_path):
+    """Issue 28 item 11: `sidequest web` (127.0.0.1, no auth by default) took any `Host`, so a page
+    of a DNS-rebound name could read the CSRF token and act: a queue clear sent with
+    `Host: evil.example` emptied the queue. Now a name it does not answer to gets 400; addresses,
+    the loopback names and `--allowed-host` names are served."""
+    import subprocess
+
+    import httpx
+    from conftest import PYTHON, free_port, python_env
+
+    client.push_bulk(echo, [[1], [2]], queue="mail")
+    port = free_port()
+    log = (tmp_path / "web.log").open("w")
+    proc = subprocess.Popen([PYTHON, "-m", "sidequest.cli", "web", "--port", str(port), "--redis-url", redis_url,
+                             "--allowed-host", "jobs.example.com"], env=python_env(), stdout=log,
+                            stderr=subprocess.STDOUT)
+    try:
+        base = f"http://127.0.0.1:{port}"
+
+        def answers() -> int:
+            try:
+                return httpx.get(base + "/api/stats", timeout=1).status_code
+            except httpx.HTTPError:
+                return 0
+        assert wait_until(answers, STARTUP, 0.05, "sidequest web to answer") == 200
+        with httpx.Client(base_url=base, headers={"Host": "evil.example"}) as rebound:
+            page = rebound.get("/queues", headers=HTML)
+            assert page.status_code == 400 and COOKIE not in page.cookies and "csrf" not in page.text
+            token = httpx.get(base + "/queues", headers=HTML).cookies[COOKIE]  # even with a real token
+            cleared = rebound.post("/queues/actions", data={"name": "mail", "do": "clear", "csrf": token},
+                                   cookies={COOKIE: token})
+            assert cleared.status_code == 400
+        assert Queue("mail", client).size == 2
+        served = (f"localhost:{port}", f"127.0.0.1:{port}", "jobs.example.com", "JOBS.example.com.", f"[::1]:{port}")
+        for host in served:
+            assert httpx.get(base + "/queues", headers={**HTML, "Host": host}).status_code == 200, host
+        for host in ("jobs.example.com.evil.example", "localhost.evil.example", ""):
+            assert httpx.get(base + "/queues", headers={**HTML, "Host": host}).status_code == 400, host
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        log.close()
+
+
+def test_a_mounted_dashboard_checks_hosts_only_when_asked(client):
+    """Issue 28 item 11: `create_app()` mounted in an application leaves Host to the host
+    application's own checks (Django's ALLOWED_HOSTS, a proxy); `allowed_hosts=` adds the check."""
+    assert TestClient(create_app(client), base_url="http://evil.example").get("/").status_code == 200
+    guarded = create_app(client, allowed_hosts=["*.example.com"])
+    assert TestClient(guarded, base_url="http://evil.example").get("/").status_code == 400
+    assert TestClient(guarded, base_url="http://jobs.example.com").get("/").status_code == 200
+    assert TestClient(guarded, base_url="http://10.1.2.3:8080").get("/").status_code == 200

@@ -14,10 +14,11 @@ import redis
 from click.testing import CliRunner
 from conftest import PYTHON, ROOT, STARTUP, python_env, wait_until
 from helpers import WorkerProcess, queue_items, ran
-from jobs_for_tests import wf_add, wf_fail, wf_gate, wf_step, wf_sum, wf_until_cancelled
+from jobs_for_tests import wf_add, wf_fail, wf_flaky, wf_gate, wf_step, wf_sum, wf_until_cancelled
 
 import sidequest
 from sidequest import Client, Config, Workflow, chain, chord, group, keys, workflow
+from sidequest.api import DeadSet
 from sidequest.api.workflows import workflow_detail
 from sidequest.cli import main
 from sidequest.errors import JobArgumentError
@@ -165,6 +166,125 @@ def test_a_failing_step_with_a_compensating_job_runs_it_once_and_stops(wclient, 
     assert runs(wr, "undo") == [["a"], ["b", "a"], ["compensate"]]
     assert step_states(wclient, workflow_id)["c"] == "skipped"
     assert sidequest.status(status["compensation"], client=wclient) in ("unknown", "done")
+
+
+def pending(r, workflow_id: str, step: str) -> int:
+    """How many of `step`'s dependencies are not resolved yet."""
+    return int(r.hget(keys.workflow_keys(workflow_id)[3], step))
+
+
+def retry_dead(client: Client, jid: str) -> None:
+    """An operator's retry of the dead job `jid` (the admin API's, as the CLI and the dashboard do)."""
+    entry = wait_until(lambda: DeadSet(client=client).find_job(jid), DEADLINE, 0.05, f"{jid} in the dead set")
+    assert entry.retry()
+
+
+def test_an_operators_retry_of_a_failed_continue_step_releases_its_dependents_once(wclient, wr):
+    """Issue 28 item 4: a step under "continue" resolved its dependents when it failed; an
+    operator's retry of it (failing again, then succeeding) released them a second time, so
+    "last" ran while "slow" still ran, and its pending count went to -1."""
+    tag = "retried-continue"
+    workflow_id = (workflow("retry a continue step")
+                   .add("flaky", wf_flaky.si(tag, "flaky").on_failure("continue"))
+                   .add("slow", wf_gate.si(tag, 1))
+                   .add("last", wf_step.s(tag, "last"), after=["flaky", "slow"])
+                   .perform_async(client=wclient))
+    flow = Workflow.find(workflow_id, wclient)
+    jid = {s["name"]: s["jid"] for s in flow.steps()}["flaky"]
+    try:
+        wait_until(lambda: step_states(wclient, workflow_id) == {"flaky": "failed", "slow": "running",
+                                                                 "last": "waiting"},
+                   DEADLINE, 0.05, "flaky to fail while slow runs")
+        assert pending(wr, workflow_id, "last") == 1
+        retry_dead(wclient, jid)  # it fails again: back in dead
+        wait_until(lambda: len([v for v in runs(wr, tag) if v == ["flaky"]]) == 2
+                   and step_states(wclient, workflow_id)["flaky"] == "failed", DEADLINE, 0.05, "the second failure")
+        assert step_states(wclient, workflow_id)["last"] == "waiting" and pending(wr, workflow_id, "last") == 1
+        wr.set(f"test:ok:{tag}", "1", ex=600)
+        retry_dead(wclient, jid)  # it succeeds now: its result is kept, its dependents are not released again
+        wait_until(lambda: step_states(wclient, workflow_id)["flaky"] == "done", DEADLINE, 0.05, "flaky to succeed")
+        assert step_states(wclient, workflow_id)["last"] == "waiting" and pending(wr, workflow_id, "last") == 1
+        assert not [v for v in runs(wr, tag) if v[0] == "last"]
+    finally:
+        wr.set(f"test:gate:{tag}", "1", ex=600)
+    status = ended(wclient, workflow_id)
+    assert [v for v in runs(wr, tag) if v[0] == "last"] == [["last", ["flaky", 1]]]  # the latest results
+    assert pending(wr, workflow_id, "last") == 0
+    assert status["state"] == "succeeded" and status["counts"]["done"] == 3
+
+
+def test_a_retried_step_past_the_recovery_limit_releases_its_dependents_once(start, client, r):
+    """Issue 28 item 4: a "continue" step whose process died past `max_recoveries` went to dead
+    and resolved its dependents; an operator's retry of it that succeeded released them again,
+    so "last" ran while "slow" still ran."""
+    tag = "past-recoveries"
+    workflow_id = (workflow("recovered to dead")
+                   .add("flaky", wf_flaky.si(tag, "flaky").on_failure("continue"))
+                   .add("slow", wf_gate.si(tag, 1))
+                   .add("last", wf_step.s(tag, "last"), after=["flaky", "slow"])
+                   .perform_async(client=client))
+    jid = {s["name"]: s["jid"] for s in Workflow.find(workflow_id, client).steps()}["flaky"]
+    [held] = [raw for raw in r.lrange("queue:default", 0, -1) if json.loads(raw)["jid"] == jid]
+    r.lrem("queue:default", 1, held)  # as a process that took it and died leaves it
+    r.lpush("sidequest:reserved:ghost:1:000000000000:0", held)
+    r.sadd("sidequest:reservations", "sidequest:reserved:ghost:1:000000000000:0")
+    try:
+        start(max_recoveries=0, recovery_interval=0.5, concurrency=3)
+        wait_until(lambda: step_states(client, workflow_id) == {"flaky": "failed", "slow": "running",
+                                                               "last": "waiting"},
+                   DEADLINE, 0.05, "flaky recovered to dead while slow runs")
+        assert pending(r, workflow_id, "last") == 1
+        r.set(f"test:ok:{tag}", "1", ex=600)
+        retry_dead(client, jid)  # a job recovered once runs alone (a suspect): after slow, here
+    finally:
+        r.set(f"test:gate:{tag}", "1", ex=600)
+    assert ended(client, workflow_id)["state"] == "succeeded"
+    assert step_states(client, workflow_id) == {"flaky": "done", "slow": "done", "last": "done"}
+    assert len([v for v in runs(r, tag) if v[0] == "last"]) == 1 and pending(r, workflow_id, "last") == 0
+
+
+def test_a_workflow_failed_by_continue_steps_succeeds_once_a_retry_makes_them_done(wclient, wr):
+    """Issue 28 item 4, as a Sidekiq batch's success callback fires once its failed jobs succeed
+    on retry: a workflow that ended failed only through "continue" steps succeeds when an
+    operator's retries make every step done; its dependents ran once, with None."""
+    tag = "retried-after-end"
+    workflow_id = (workflow("retried after its end")
+                   .add("flaky", wf_flaky.si(tag, "flaky").on_failure("continue"))
+                   .add("next", wf_step.s(tag, "next"), after=["flaky"])
+                   .perform_async(client=wclient))
+    assert ended(wclient, workflow_id)["state"] == "failed"
+    wr.set(f"test:ok:{tag}", "1", ex=600)
+    retry_dead(wclient, next(s["jid"] for s in Workflow.find(workflow_id, wclient).steps() if s["name"] == "flaky"))
+    status = wait_until(lambda: (s := Workflow.find(workflow_id, wclient).status())["state"] == "succeeded" and s,
+                        DEADLINE, 0.05, "the workflow to succeed")
+    assert status["counts"]["done"] == 2 and status["done"]
+    assert [v for v in runs(wr, tag) if v[0] == "next"] == [["next", None]]
+
+
+def test_a_payload_naming_a_workflow_step_with_another_jid_changes_nothing(wclient, wr):
+    """Issue 28 item 11: any producer could mark another workflow's step done by pushing a job
+    whose payload names its `workflow_id` and `workflow_step`; a step's fate now applies only
+    to the job whose jid the workflow recorded for it."""
+    tag = "forged"
+    workflow_id = (workflow("forged step")
+                   .add("a", wf_gate.si(tag, 1))
+                   .add("b", wf_step.s(tag, "b"), after=["a"])
+                   .perform_async(client=wclient))
+    try:
+        wait_until(lambda: step_states(wclient, workflow_id)["a"] == "running", DEADLINE, 0.05, "a to run")
+        forged = "f" * 24
+        wr.lpush("queue:default", json.dumps({
+            "class": "WfStep", "args": [tag, "forged"], "queue": "default", "jid": forged, "retry": False,
+            "result_ttl": 600, "workflow_id": workflow_id, "workflow_step": "a", "created_at": 1.0,
+            "enqueued_at": 1.0}))
+        # its status record is written in the call that applies its fate to the workflow
+        wait_until(lambda: sidequest.status(forged, client=wclient) == "done", DEADLINE, 0.05, "the forged job")
+        assert step_states(wclient, workflow_id) == {"a": "running", "b": "waiting"}
+        assert [v for v in runs(wr, tag) if v[0] == "b"] == []
+    finally:
+        wr.set(f"test:gate:{tag}", "1", ex=600)
+    assert ended(wclient, workflow_id)["state"] == "succeeded"
+    assert [v for v in runs(wr, tag) if v[0] == "b"] == [["b", 1]]
 
 
 def test_cancel_stops_the_workflow_and_the_running_step_sees_the_flag(wclient, wr):

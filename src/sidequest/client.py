@@ -146,9 +146,14 @@ class Client:
                         chosen.get("wait_timeout", self.config.wait_timeout))
 
     def build(self, job: Any, args_list: list[Any], times: list[float | None], now: float,
-              options: dict[str, Any]) -> tuple[list[tuple[dict[str, Any], float | None]], list[str | None]]:
-        """Checked payloads (through client middleware) with their times, and the jids in order."""
+              options: dict[str, Any], steer: Mapping[str, Any] | None = None,
+              ) -> tuple[list[tuple[dict[str, Any], float | None]], list[str | None]]:
+        """Checked payloads (through client middleware) with their times, and the jids in order.
+        `steer`: the fields a feature sets on its own jobs (`options.FEATURE_FIELDS`), which no
+        option may set."""
         name, base = self._describe(job, options)
+        if steer:
+            base.update(steer)
         # a job of this codebase binds each push to its signature; a bare name cannot be checked
         fits = None if isinstance(job, str) else getattr(job, "check_arguments", None)
         checked = []

@@ -45,6 +45,12 @@ DEFAULTS: dict[str, Any] = {"retry": True, "queue": "default"}
 PUSH_ONLY = ("wait_replicas", "wait_timeout")  # options of how a push is written, not payload fields
 UNIQUE_UNTIL = ("success", "start")  # when a unique job's claim ends (besides expiring), see `unique`
 
+# Payload fields that steer a feature, with the feature that sets them on its own jobs: no push
+# option may set them, or any producer could claim to be another workflow's step or task's job
+# (a worker also checks the claim: see `workflows.lua` and `tasks.lua`). The feature lays them
+# over the checked options itself (`Client.build(..., steer=...)`).
+FEATURE_FIELDS = {"workflow_id": "workflows", "workflow_step": "workflows", "task_id": "tasks"}
+
 # The point where Sidekiq stops reading a number as an interval and reads it as an epoch time.
 EPOCH_THRESHOLD = 1_000_000_000
 
@@ -115,6 +121,9 @@ def _check_custom(value: Any) -> dict[str, Any]:
             raise JobArgumentError(f"{name!r} is a job option, not a custom field: give it as {name}=...")
         if name in RESERVED_KEYS:
             raise JobArgumentError(f"{name!r} is set by sidequest itself and cannot be a custom field")
+        if name in FEATURE_FIELDS:
+            raise JobArgumentError(f"{name!r} is set by sidequest's {FEATURE_FIELDS[name]} on their own jobs and "
+                                   f"cannot be a custom field (add the job through the {name.split('_')[0]} instead)")
         check_json_value(item, f"custom field {name!r}")
         fields[name] = item
     return fields

@@ -28,20 +28,26 @@ log = logging.getLogger("sidequest")
               help="Seconds between the pages' live updates.")
 @click.option("--root-path", default="", metavar="PATH",
               help="The path a reverse proxy serves it under (e.g. /sidequest), the prefix stripped.")
+@click.option("--allowed-host", "allowed_hosts", multiple=True, metavar="NAME",
+              envvar="SIDEQUEST_WEB_ALLOWED_HOSTS", show_envvar=True,
+              help="A Host name it answers to (repeatable; *.example.com for subdomains, * for any), "
+                   "besides addresses, localhost and --host. Other names get 400 (DNS rebinding).")
 def web(host: str, port: int, redis_url: str | None, read_only: bool, basic_auth: str | None,
-        poll_interval: float, root_path: str) -> None:
+        poll_interval: float, root_path: str, allowed_hosts: tuple[str, ...]) -> None:
     """Serve the web dashboard, /metrics for Prometheus, and the tasks JSON API.
 
     \b
     Examples:
       sidequest web                                   # http://127.0.0.1:7878
       SIDEQUEST_WEB_BASIC_AUTH=admin:s3cret sidequest web --host 0.0.0.0 --read-only
+      sidequest web --allowed-host jobs.example.com   # the name a proxy or browser uses
     """
     import uvicorn
 
     from ..client import Client
     from ..embedded import resolve_url
     from ..web import create_app
+    from ..web.hosts import default_hosts
 
     credentials: tuple[str, str] | None = None
     if basic_auth:
@@ -62,7 +68,9 @@ def web(host: str, port: int, redis_url: str | None, read_only: bool, basic_auth
         raise UserError(str(exc)) from None
     except RedisUnavailableError as exc:
         raise click.ClickException(str(exc)) from None
-    app = create_app(client, basic_auth=credentials, read_only=read_only, poll_interval=poll_interval)
+    names = [*default_hosts(host), *allowed_hosts]
+    app = create_app(client, basic_auth=credentials, read_only=read_only, poll_interval=poll_interval,
+                     allowed_hosts=names)
     log.info("dashboard on http://%s:%d%s%s (redis=%s)", host, port, " read-only" if read_only else "",
              " with basic auth" if credentials else "", mask_url(config.url))
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, root_path=root_path.rstrip("/"),

@@ -123,8 +123,7 @@ class Task:
              extra: dict[str, Any]) -> list[str | None]:
         target, options = _unpack(job)
         options = merge_options(options, check_options(extra))
-        options = merge_options(options, {"custom": {"task_id": self.id}})
-        entries, jids = self.client.build(target, args_list, times, now, options)
+        entries, jids = self.client.build(target, args_list, times, now, options, {"task_id": self.id})
         if not entries:
             return jids
         for payload, _ in entries:

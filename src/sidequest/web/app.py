@@ -12,12 +12,15 @@ Routes, under the mount point: the pages `/`, `/busy`, `/queues`, `/queues/<name
 `/api/stats` (what the pages poll), the tasks JSON API (`/tasks/<id>` for non-HTML clients,
 `/api/tasks/<id>`), `/metrics` for Prometheus, `/health` for probes, `/static/...`. Every state
 change is a POST with a CSRF token, guarded by `security.Guard`, which also does basic auth, the
-host's own auth hook (for every path but a GET of `/health`) and read-only mode.
+host's own auth hook (for every path but a GET of `/health`) and read-only mode. In front of it,
+with `allowed_hosts` (`sidequest web` always), `hosts.HostCheck` refuses a `Host` name the
+dashboard does not answer to (DNS rebinding).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 
@@ -44,6 +47,7 @@ from . import (
     tasks_pages,
     workflows_pages,
 )
+from .hosts import HostCheck
 from .render import Renderer
 from .security import AuthHook, Guard
 from .site import Site
@@ -55,7 +59,7 @@ log = logging.getLogger(__name__)
 
 def create_app(client: Client | None = None, *, auth: AuthHook | None = None,
                basic_auth: tuple[str, str] | None = None, read_only: bool = False,
-               poll_interval: float = POLL_INTERVAL) -> Starlette:
+               poll_interval: float = POLL_INTERVAL, allowed_hosts: Sequence[str] | None = None) -> Starlette:
     """The dashboard, on `client` (default: `sidequest.default_client()`).
 
     - `basic_auth=("admin", "secret")`: every request needs these credentials.
@@ -64,6 +68,8 @@ def create_app(client: Client | None = None, *, auth: AuthHook | None = None,
       to your login page). It may be `async`.
     - `read_only=True`: pages show everything and change nothing; every POST gets 403.
     - `poll_interval`: seconds between the pages' live updates.
+    - `allowed_hosts=["jobs.example.com"]`: a request for any other `Host` name gets 400 (see
+      `hosts`; `sidequest web` always checks). None: the host application checks hosts.
     """
     if poll_interval <= 0:
         raise ValueError("poll_interval must be positive")
@@ -91,6 +97,8 @@ def create_app(client: Client | None = None, *, auth: AuthHook | None = None,
     app = Starlette(routes=routes, exception_handlers={redis.RedisError: _redis_down,
                                                        RedisUnavailableError: _redis_down})
     app.add_middleware(Guard, basic_auth=basic_auth, auth=auth, read_only=read_only)
+    if allowed_hosts is not None:  # outermost: a rebound name gets no page, no cookie, no prompt
+        app.add_middleware(HostCheck, names=allowed_hosts)
     return app
 
 

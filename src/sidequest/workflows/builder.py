@@ -25,7 +25,7 @@ from typing import Any, Literal
 from .. import keys
 from ..client import Client, default_client
 from ..errors import JobArgumentError
-from ..options import check_options, merge_options
+from ..options import check_options
 from ..payload import encode
 from ..recent import remember
 from .signature import Signature
@@ -161,11 +161,12 @@ def _payload(client: Client, signature: Signature, workflow_id: str | None, step
     """The checked payload of a step's job (`passed`: with the place of its dependencies' results
     filled for the check, then left out), or of a compensating job (no workflow fields)."""
     options = check_options(dict(signature.options))
+    steer = None
     if workflow_id is not None and step is not None:
-        options = merge_options(options, {"custom": {"workflow_id": workflow_id, "workflow_step": step}})
+        steer = {"workflow_id": workflow_id, "workflow_step": step}
         options.setdefault("result_ttl", keep)
     args = [*signature.args, None] if passed else list(signature.args)
-    entries, _ = client.build(signature.job, [args], [None], now, options)
+    entries, _ = client.build(signature.job, [args], [None], now, options, steer)
     if not entries:
         raise JobArgumentError(f"client middleware stopped the job {signature.label} of a workflow; a workflow's "
                                "steps cannot be left out")

@@ -1,8 +1,10 @@
 """The workflow feature of the job lifecycle: each step's status kept current, and its dependents
 pushed, in the atomic call that moves the step's job (see `lifecycle` and `lua`).
 
-A step's job carries `workflow_id` and `workflow_step` in its payload. At each point of its
-life the feature sends one event for it:
+A step's job carries `workflow_id` and `workflow_step` in its payload (fields only the builder
+sets, see `options.FEATURE_FIELDS`); the event applies only if its jid is the one the workflow
+recorded for the step, and a step's first end is its only one (see `lua.wf_event`). At each
+point of its life the feature sends one event for it:
 
     taken                                       running
     finished                                    done: its dependents may be released
@@ -42,15 +44,15 @@ class WorkflowFeature:
             self.lua = cluster_lua(WORKFLOW_FEATURE)
 
     def ops(self, point: str, payload: dict[str, Any], outcome: Outcome | None) -> list[Any] | None:
-        workflow_id, step = payload.get("workflow_id"), payload.get("workflow_step")
-        if not isinstance(workflow_id, str) or not isinstance(step, str):
+        workflow_id, step, jid = payload.get("workflow_id"), payload.get("workflow_step"), payload.get("jid")
+        if not isinstance(workflow_id, str) or not isinstance(step, str) or not isinstance(jid, str):
             return None
         event = EVENT_AT.get(point)
         if point == "recovered":
             event = "failed" if outcome is not None and outcome.kind == "dead" else "enqueued"
         if event is None:
             return None
-        return [*keys.workflow_keys(workflow_id), step, event]
+        return [*keys.workflow_keys(workflow_id), step, event, jid]  # the script checks it is the step's
 
     def running(self, payload: dict[str, Any]) -> AbstractContextManager[None] | None:
         return None

@@ -80,32 +80,45 @@ local function wf_skip_waiting(K, now)
   end
 end
 -- After every change: once no step waits, is enqueued or runs, the workflow has ended (failed if
--- a step failed or was cancelled); every key is kept `ttl` seconds more.
+-- a step failed or was cancelled); every key is kept `ttl` seconds more. A workflow that ended
+-- failed only by "continue" steps succeeds once an operator's retries have made them all done,
+-- as a Sidekiq batch's success callback fires once its failed jobs succeed on retry.
 local function wf_settle(K, now)
   local h = redis.call('hmget', K[1], 'count:waiting', 'count:enqueued', 'count:running', 'count:failed',
-                       'count:cancelled', 'state', 'finished_at', 'ttl')
-  if tonumber(h[1] or '0') + tonumber(h[2] or '0') + tonumber(h[3] or '0') == 0 and not h[7] then
+                       'count:cancelled', 'state', 'finished_at', 'ttl', 'failed_step')
+  local idle = tonumber(h[1] or '0') + tonumber(h[2] or '0') + tonumber(h[3] or '0') == 0
+  local failures = tonumber(h[4] or '0') + tonumber(h[5] or '0')
+  if idle and not h[7] then
     if h[6] == 'running' then
       local state = 'succeeded'
-      if tonumber(h[4] or '0') + tonumber(h[5] or '0') > 0 then state = 'failed' end
+      if failures > 0 then state = 'failed' end
       redis.call('hset', K[1], 'state', state)
     end
     redis.call('hset', K[1], 'finished_at', now)
+  elseif idle and h[6] == 'failed' and not h[9] and failures == 0 then
+    redis.call('hset', K[1], 'state', 'succeeded', 'finished_at', now)
   end
   for i = 1, #K do redis.call('expire', K[i], tonumber(h[8] or '604800')) end
 end
--- A step's job reached a point of its life: event running | enqueued | done | failed | cancelled.
-local function wf_event(K, step, event, now)
+-- A step's job `jid` reached a point of its life: event running | enqueued | done | failed |
+-- cancelled. Only the job the workflow pushed for the step counts: a payload that names the step
+-- with another jid (any producer may write one) changes nothing. A step's first end is its one
+-- end for the workflow (`ended:<step>` in the hash): its dependents are released, or its failure
+-- policy applied, once; an operator's retry of a failed step runs it again and records its new
+-- status and result, but releases nothing and fails nothing a second time.
+local function wf_event(K, step, event, now, jid)
   local old = redis.call('hget', K[3], step)
   if not old or old == 'done' or old == 'waiting' or old == 'skipped' then return end
-  local state = redis.call('hget', K[1], 'state')
-  local ended = old == 'failed' or old == 'cancelled'  -- resolved already: an operator ran it again
+  local g = wf_graph(K, step)
+  if g['jid'] ~= jid then return end
+  if old == 'failed' or old == 'cancelled' then  -- it ended before this version kept `ended:`
+    redis.call('hsetnx', K[1], 'ended:' .. step, old)
+  end
   wf_set(K, step, event)
-  if event == 'done' and not ended and state == 'running' then
-    wf_resolve(K, step, now)
-  elseif (event == 'failed' or event == 'cancelled') and not ended and state == 'running' then
-    local g = wf_graph(K, step)
-    if g['policy'] == 'continue' then
+  local first = (event == 'done' or event == 'failed' or event == 'cancelled')
+    and redis.call('hsetnx', K[1], 'ended:' .. step, event) == 1
+  if first and redis.call('hget', K[1], 'state') == 'running' then
+    if event == 'done' or g['policy'] == 'continue' then
       wf_resolve(K, step, now)
     else
       if g['policy'] == 'compensate' then
@@ -139,10 +152,10 @@ local function wf_status(g) return '{keys.PREFIX}:status:' .. wf_slot(g['queue']
 _TEMPLATE = WORKFLOW_LIB
 WORKFLOW_LIB = _TEMPLATE % {**_NOTIFY, "names": _SIDEKIQ_NAMES}
 
-# The workflow feature's lifecycle operation: args hash, graph, state, pending keys, step, event.
+# The workflow feature's lifecycle operation: args hash, graph, state, pending keys, step, event, jid.
 WORKFLOW_FEATURE = WORKFLOW_LIB + """
 FEATURES['workflow'] = function(point, now, a)
-  wf_event({a[1], a[2], a[3], a[4]}, a[5], a[6], now)
+  wf_event({a[1], a[2], a[3], a[4]}, a[5], a[6], now, a[7])
 end
 """
 

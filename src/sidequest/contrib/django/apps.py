@@ -2,7 +2,9 @@
 
 When Django is ready it reads `SIDEQUEST` (see `conf`) and makes it the process's default
 client (what `perform_async` uses), imports each installed app's `jobs` module (as the admin
-imports `admin` modules), and registers the worker hook (see `worker`).
+imports `admin` modules) and, when `TASKS` uses sidequest's backend, its `tasks` module (the only
+tasks a worker runs are those of modules it imported: see `backend`), and registers the worker
+hook (see `worker`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from ...launcher import configure_worker
 from .conf import config_from_settings
 
 JOBS_MODULE = "jobs"
+TASKS_MODULE = "tasks"  # where Django's `@task` functions live, when TASKS uses sidequest
 
 
 class SidequestConfig(AppConfig):
@@ -26,6 +29,7 @@ class SidequestConfig(AppConfig):
     label = "sidequest"
     verbose_name = "sidequest"
     default = True
+    default_auto_field = "django.db.models.AutoField"  # its one model (`models`) has no table: never a migration
 
     config: Config  # the SIDEQUEST setting, read
     given: dict[str, Any]  # the SIDEQUEST setting as written
@@ -38,6 +42,9 @@ class SidequestConfig(AppConfig):
         configure(self.config)
         if uses_tasks_backend():
             from . import backend  # noqa: F401  (registers the job that runs Django tasks)
+
+            # a worker runs only tasks of modules imported here (or by -r), never one a job names
+            autodiscover_modules(TASKS_MODULE)
         autodiscover_modules(JOBS_MODULE)
         configure_worker(installer(self.config))
 

@@ -20,6 +20,11 @@ tasks run (on the worker's event loop thread, through `Task.call`); results can 
 any process; `priority` is refused (supports_priority is False): a Sidekiq queue is a list
 served in order, so put urgent tasks on a queue of their own, worked first (`-q urgent -q default`).
 
+A worker runs only the tasks of modules it imported at start: each installed app's `tasks`
+module (see `apps`), and any module the project's code or `-r` imports. A job naming any other
+path goes to dead, and nothing is imported for it (`imported_task`): whoever can write to a
+queue cannot make workers run a module's top-level code.
+
 A failing task is FAILED: by default (`retry: 0`) its job goes straight to the dead set, where
 the dashboard can retry it (the result is READY again, then counts a second attempt). The
 enqueue does not wait for a transaction to commit, as Django's own backends; wrap it in
@@ -31,6 +36,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sys
 import time
 import traceback
 from collections.abc import Iterable
@@ -42,11 +48,10 @@ from django.conf import settings
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
-from django.utils.module_loading import import_string
 
 from ... import keys, lookup
 from ...client import Client, default_client
-from ...errors import SidequestError
+from ...errors import SidequestError, UnknownJobError
 from ...job import Job
 from ...options import check_options
 from .compat import (
@@ -142,10 +147,10 @@ class TasksBackend(BaseTaskBackend):
 
     def _task(self, record: dict[str, str]) -> Task[Any, Any]:
         """The task a record names, with the queue and time it was enqueued with."""
-        path = record["task"]
-        task = import_string(path)
-        if not isinstance(task, Task):
-            raise TaskResultDoesNotExist(f"{path} is not a task")
+        try:
+            task = imported_task(record["task"])
+        except UnknownJobError as exc:
+            raise TaskResultDoesNotExist(str(exc)) from None
         run_after = record.get("run_after", "")
         return task.using(queue_name=record["queue_name"], backend=record["backend"],
                           run_after=datetime.fromisoformat(run_after) if run_after else None)
@@ -169,6 +174,20 @@ class TasksBackend(BaseTaskBackend):
                                hint="add 'sidequest.contrib.django' to INSTALLED_APPS: it configures the "
                                     "client from SIDEQUEST and registers the job that runs tasks in workers",
                                id="sidequest.E001")
+
+
+def imported_task(path: str) -> Task[Any, Any]:
+    """The task at `path` (its `module_path`), if its module is one this process has imported:
+    an installed app's `tasks` module (imported when Django is ready, see `apps`), or one the
+    project's code or the worker's `-r` imported. Never an import: a payload or a record in Redis
+    names the path, and anyone who can write to a queue could name any module (its top-level
+    code would run in every worker), so a path is only looked up, and must lead to a Task."""
+    module, _, name = path.rpartition(".")
+    found = getattr(sys.modules.get(module), name, None) if module and name else None
+    if not isinstance(found, Task):
+        raise UnknownJobError(f"{path!r} is not a task this worker imported; tasks run from an installed app's "
+                              "tasks.py or a module the worker imports (-r), never from a module a job names")
+    return found
 
 
 def read(client: redis.Redis, jid: str) -> dict[str, str]:
@@ -215,6 +234,7 @@ class Attempt:
         self.key = keys.django_task(jid)
 
     def run(self, path: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        task = imported_task(path)  # first: a path no task of this process has is refused, unimported
         record = read(self.redis, self.jid)
         alias = record.get("backend", "default")
         backend = task_backends[alias]
@@ -224,7 +244,7 @@ class Attempt:
         workers = [*json.loads(record.get("worker_ids", "[]")), f"{socket.gethostname()}:{os.getpid()}"]
         self._write({"last_attempted_at": now, "worker_ids": json.dumps(workers)}, first={"started_at": now})
         record = read(self.redis, self.jid)
-        task = backend._task(record) if record.get("task") else import_string(path)
+        task = backend._task(record) if record.get("task") else task
         result = backend._result(task, self.jid, TaskResultStatus.RUNNING, record)
         task_started.send(type(backend), task_result=result)
         try:

@@ -14,7 +14,10 @@ the dashboard's Starlette app in the same process: it builds the ASGI request fr
 action, and the pages' polling are plain request and response; nothing of the dashboard streams.
 
 Before the app runs, the view checks the Django user: an anonymous visitor goes to the login
-page (`settings.LOGIN_URL`), a signed-in user who is not active staff gets 403. The route is
+page (`settings.LOGIN_URL`), a signed-in user who is not active staff gets 403. Active staff see
+every page; only those with the dashboard's own permission, `sidequest.manage_jobs` (see
+`models`; superusers have it), may act: for the others the pages are read-only (no buttons,
+every POST 403), told to the app per request in the ASGI scope. The route is
 exempt from Django's CSRF check because the dashboard checks its own token on every POST
 (see `sidequest.web.security`); its cookie lives under the mount point.
 """
@@ -25,20 +28,25 @@ import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, re_path
 from django.views.decorators.csrf import csrf_exempt
+from starlette.requests import Request
 from starlette.types import ASGIApp, Message
 
-from ...client import Client
+from ...client import Client, default_client
+from .models import MANAGE_PERMISSION
 
 View = Callable[..., Coroutine[Any, Any, HttpResponse]]
+ACCESS = "sidequest.access"  # the scope's key for the view's verdict on the user (see `_access`)
 
 
 def dashboard_urls(*, read_only: bool = False, client: Client | None = None) -> list[URLPattern]:
-    """URL patterns serving the dashboard where they are included, to active staff users only.
+    """URL patterns serving the dashboard where they are included, to active staff users only;
+    acting needs `sidequest.manage_jobs` (superusers have it), the others see it read-only.
 
     `read_only=True` shows everything and changes nothing; `client` picks the Redis (default:
     the one `SIDEQUEST` configures)."""
@@ -48,23 +56,35 @@ def dashboard_urls(*, read_only: bool = False, client: Client | None = None) -> 
 
 def dashboard_view(*, read_only: bool = False, client: Client | None = None) -> View:
     """The view behind `dashboard_urls`; it takes the path under the mount point as `subpath`."""
-    app: ASGIApp | None = None
+    built: dict[Client, ASGIApp] = {}  # per client: without one, the default client (`configure` may replace it)
 
     async def dashboard(request: HttpRequest, subpath: str) -> HttpResponse:
-        nonlocal app
         user = await request.auser()
         if not user.is_authenticated:
             return redirect_to_login(request.get_full_path())
         if not (user.is_active and getattr(user, "is_staff", False)):
             raise PermissionDenied("the sidequest dashboard is for staff users")
+        chosen = client or default_client()
+        app = built.get(chosen)
         if app is None:
             from ...web import create_app
 
-            app = create_app(client, read_only=read_only)
+            built.clear()
+            app = built[chosen] = create_app(chosen, read_only=read_only, auth=_access)
         root = request.path[:len(request.path) - len(subpath)].rstrip("/")
-        return await call_asgi(app, asgi_scope(request, root), request.body)
+        scope = asgi_scope(request, root)
+        has_perm = getattr(user, "has_perm", None)  # a custom user model may have no permissions at all
+        may_act = has_perm is not None and await sync_to_async(has_perm)(MANAGE_PERMISSION)  # reads the tables
+        scope[ACCESS] = True if may_act else "read-only"
+        return await call_asgi(app, scope, request.body)
 
     return csrf_exempt(dashboard)
+
+
+async def _access(request: Request) -> bool | str:
+    """The app's auth hook: what the view decided for this user (True: may act; "read-only")."""
+    verdict: bool | str = request.scope.get(ACCESS, False)
+    return verdict
 
 
 def asgi_scope(request: HttpRequest, root_path: str) -> dict[str, Any]:
