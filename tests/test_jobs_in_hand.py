@@ -130,7 +130,7 @@ def test_a_job_in_hand_is_handed_out_while_the_heartbeat_holds_and_never_after_a
     hub = Hub(settings, IDENTITY, scripts, client=r, lease=beat.lease, ack_window=WIDE)
     first = ReliableFetch(settings, r, IDENTITY, scripts, slot=0, hub=hub)
     second = ReliableFetch(settings, r, IDENTITY, scripts, slot=1, hub=hub)
-    unit, held = running_and_one_in_hand(hub, first, r, client)
+    _running, held = running_and_one_in_hand(hub, first, r, client)
     calls = r.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
     nxt = second.retrieve_work()
     assert nxt is not None and nxt.raw == held  # from the hand, with no call
@@ -146,3 +146,18 @@ def test_a_job_in_hand_is_handed_out_while_the_heartbeat_holds_and_never_after_a
     assert again is not None and again.raw != late, "a job another process recovered was handed out"
     assert again.raw in r.lrange(hub.reserved, 0, -1)
     hub.close()
+
+
+def test_a_workers_hubs_hold_its_heartbeats_lease_until_it_stops(start):
+    """Issue 28 item 6: each capsule's hub of a worker checks its jobs in hand against the
+    process's own heartbeat (renewed by every beat, ended by the stop)."""
+    from sidequest.config import Capsule
+
+    launcher = start(runner="threads", capsules=[Capsule("serial", queues=["ledger"], concurrency=1)])
+    hubs = [hub for hub in launcher.hubs if isinstance(hub, Hub)]
+    assert len(hubs) == 2 and all(hub.lease is launcher.heartbeat.lease for hub in hubs)
+    now = time.monotonic()
+    assert launcher.heartbeat.lease.holds(now, now)
+    launcher.stop()
+    now = time.monotonic()
+    assert not launcher.heartbeat.lease.holds(now, now)
