@@ -25,10 +25,10 @@ from sidequest.work import UnitOfWork
 IDENTITY = "host:2:batch"
 
 
-def lease(config, r) -> Lease:
+def lease(config, r, identity: str = IDENTITY) -> Lease:
     """The lease of a process whose heartbeat reached Redis: a job it keeps in hand is its own
     for a heartbeat TTL (a hub without one hands out nothing it keeps in hand)."""
-    beat = Heartbeat(config, r, IDENTITY, ProcessCounters(), "test")
+    beat = Heartbeat(config.replace(heartbeat_ttl=60.0), r, identity, ProcessCounters(), "test")  # no test outlives it
     beat.beat()
     return beat.lease
 
