@@ -520,7 +520,7 @@ class Hub:
 
 class AckBackoff:
     """An acknowledger's failed sends, one rule for both runners (`Hub`'s thread, `LoopHub`'s
-    tasks): the successes stay reserved and are sent again after a back-off that doubles from
+    sends on the loop): the successes stay reserved and are sent again after a back-off that doubles from
     `start` to `most`. One log line per run of failures: a warning for a Redis error (an outage),
     an error with its traceback for anything else (a fault outside any job), and one line once
     sending works again."""
