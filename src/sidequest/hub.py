@@ -520,10 +520,10 @@ class Hub:
 
 class AckBackoff:
     """An acknowledger's failed sends, one rule for both runners (`Hub`'s thread, `LoopHub`'s
-    sends on the loop): the successes stay reserved and are sent again after a back-off that doubles from
-    `start` to `most`. One log line per run of failures: a warning for a Redis error (an outage),
-    an error with its traceback for anything else (a fault outside any job), and one line once
-    sending works again."""
+    sends on the loop): the successes stay reserved and are sent again after a back-off that
+    doubles from `start` to `most`. One log line per run of failures: a warning for a Redis
+    error (an outage), an error with its traceback for anything else (a fault outside any job),
+    and one line once sending works again."""
 
     def __init__(self, start: float, most: float) -> None:
         self.start, self.most = start, most
