@@ -63,24 +63,25 @@ class Lease:
     def __init__(self, ttl: float) -> None:
         self.ttl = ttl * (1 - LEASE_MARGIN)
         self._lock = threading.Lock()
-        self._span = (float("inf"), float("-inf"))  # (since, until), monotonic: replaced whole, read without a lock
+        # (since, until), monotonic: replaced whole, so a reader without the lock sees one pair
+        self.span = (float("inf"), float("-inf"))
 
     def renewed(self, sent: float, answered: float) -> None:
         """A beat sent at `sent` reached Redis by `answered` (monotonic)."""
         with self._lock:
-            since, until = self._span
+            since, until = self.span
             if sent >= until:  # the hash may have expired before this beat wrote it again
                 since = answered
-            self._span = (since, max(until, sent + self.ttl))
+            self.span = (since, max(until, sent + self.ttl))
 
     def end(self) -> None:
         """The hash is deleted (a clean stop): nothing is surely ours any more."""
         with self._lock:
-            self._span = (float("inf"), float("-inf"))
+            self.span = (float("inf"), float("-inf"))
 
     def holds(self, since: float, now: float) -> bool:
         """True if what entered our lists at `since` (monotonic) is surely still ours `now`."""
-        start, until = self._span
+        start, until = self.span
         return start <= since and now < until
 
 

@@ -150,7 +150,7 @@ class Hub:
         self._closed = threading.Event()
         self._requeue_after, self._requeue_delay = 0.0, ACK_BACKOFF_START  # put-backs of jobs in hand: their back-off
         self._quiet_since: float | None = None  # when the acknowledger last found nothing waiting
-        lane = lane_for(client)  # the acknowledger's, also for the jobs it puts back (`_requeue_stale`)
+        lane = lane_for(client)  # the acknowledger's, also for the jobs it puts back (`_put_back_stale`)
         self._ack_thread = threading.Thread(target=self._acknowledger,
                                             args=(lane, Settler(config, client, scripts, clock, lane)),
                                             name="sidequest-acknowledger", daemon=True)
@@ -192,9 +192,9 @@ class Hub:
         refill: Held | None = None
         with self._lock:
             self._asked += self._fetching
-            if self._handoff:
-                refill = self._hand_over(time.monotonic())
-                if refill is not None and (self._fetching or 2 * len(self._handoff) >= self._target):
+            if self._handoff and self._drop_expired():
+                refill = self._handoff.popleft()
+                if self._fetching or 2 * len(self._handoff) >= self._target:
                     return refill[:2], None
             waits = self._fetching  # another processor fetches now, for us too
             if waits:
@@ -235,21 +235,21 @@ class Hub:
             return refill[:2], None
         return (got[0] if got else None), order
 
-    def _hand_over(self, now: float) -> Held | None:
-        """(Under the lock.) The oldest job in hand that is surely still ours; the ones before
-        it are not (kept too long, or the heartbeat lapsed since they were taken): they go to
-        the acknowledger, to be put back through SETTLE's check, never run."""
-        while self._handoff:
-            held = self._handoff.popleft()
-            if self._ours(held[2], now):
-                return held
-            self._expired.append(held)
+    def _drop_expired(self) -> bool:
+        """(Under the lock.) True if the oldest job in hand may be handed out: it was taken less
+        than PREFETCH_HOLD ago and the lease held ever since (see module). Those before it that
+        may not are moved to `_expired`, for the acknowledger to put back through SETTLE's
+        check: never run, as another process may have recovered them."""
+        now = time.monotonic()
+        since, until = self.lease.span
+        handoff = self._handoff
+        while handoff:
+            taken = handoff[0][2]
+            if since <= taken and now < until and now - taken < PREFETCH_HOLD:
+                return True
+            self._expired.append(handoff.popleft())
             self._wake_acknowledger()
-        return None
-
-    def _ours(self, taken: float, now: float) -> bool:
-        """A job in hand since `taken` may still be handed out `now` (see module)."""
-        return now - taken < PREFETCH_HOLD and self.lease.holds(taken, now)
+        return False
 
     def _wait(self, waiter: Waiter) -> Taken | None:
         """Wait (bounded) for the fetching processor to hand this one a job, or news of none."""
@@ -417,32 +417,20 @@ class Hub:
         self._quiet_since = None
 
     def _put_back_stale(self, settler: Settler) -> None:
-        """Put back the jobs in hand that may no longer be handed out (`_requeue_stale`), with
-        a back-off while that fails. A look without the lock first: most turns find none."""
-        now = time.monotonic()
-        if now < self._requeue_after:
+        """Put back the jobs in hand that may no longer be handed out (`_drop_expired`), with
+        a back-off while that fails."""
+        if not (self._handoff or self._expired) or time.monotonic() < self._requeue_after:
             return
-        try:
-            due = bool(self._expired) or not self._ours(self._handoff[0][2], now)
-        except IndexError:  # nothing in hand
-            due = False
-        if not due:
+        with self._lock:
+            self._drop_expired()
+            stale, self._expired = self._expired, []
+        if not stale:
             return
-        if self._requeue_stale(settler):
+        if self._requeue(settler, stale):
             self._requeue_delay = ACK_BACKOFF_START
         else:
             self._requeue_after = time.monotonic() + self._requeue_delay
             self._requeue_delay = min(self._requeue_delay * 2, ACK_BACKOFF_MAX)
-
-    def _requeue_stale(self, settler: Settler) -> bool:
-        """Put the jobs in hand that are no longer surely ours (kept PREFETCH_HOLD, or the
-        heartbeat lapsed since they were taken) back at the head of their queues (`_requeue`)."""
-        now = time.monotonic()
-        with self._lock:
-            stale, self._expired = self._expired, []
-            while self._handoff and not self._ours(self._handoff[0][2], now):
-                stale.append(self._handoff.popleft())
-        return self._requeue(settler, stale)
 
     def hand_back(self, settler: Settler) -> bool:
         """Put back, unchanged, every job held that no processor runs: those kept in hand, or
