@@ -58,7 +58,9 @@ class Lease:
     latest, so the hash has lived without a gap since the beat that followed the last possible
     gap: a job that entered our lists after that (`since`), checked before the hash can expire
     (`until`), cannot have been recovered. Two float reads, no round trip: a hub checks it
-    before handing out a job it kept in hand (`hub.Hub`). Never renewed, it holds nothing."""
+    before handing out a job it kept in hand (`hub.Hub`). Never renewed, it holds nothing.
+    (In Cluster mode recovery reads the hash just before a list, not in the move's script: a
+    job taken in between may still be recovered, and run once more at most, see `recovery`.)"""
 
     def __init__(self, ttl: float) -> None:
         self.ttl = ttl * (1 - LEASE_MARGIN)
