@@ -13,7 +13,9 @@ from helpers import ran
 from jobs_for_tests import echo
 
 from sidequest import keys
+from sidequest.counters import ProcessCounters
 from sidequest.fetch import ReliableFetch
+from sidequest.heartbeat import Heartbeat, Lease
 from sidequest.hub import Hub, Waiter
 from sidequest.outcome import Outcome
 from sidequest.scripts import Scripts
@@ -23,10 +25,18 @@ from sidequest.work import UnitOfWork
 IDENTITY = "host:2:batch"
 
 
+def lease(config, r, identity: str = IDENTITY) -> Lease:
+    """The lease of a process whose heartbeat reached Redis: a job it keeps in hand is its own
+    for a heartbeat TTL (a hub without one hands out nothing it keeps in hand)."""
+    beat = Heartbeat(config.replace(heartbeat_ttl=60.0), r, identity, ProcessCounters(), "test")  # no test outlives it
+    beat.beat()
+    return beat.lease
+
+
 def pair(config, r):
     """Two processors of one process: two fetches sharing one hub."""
     scripts = Scripts(r)
-    hub = Hub(config, IDENTITY, scripts, client=r)
+    hub = Hub(config, IDENTITY, scripts, client=r, lease=lease(config, r))
     return hub, ReliableFetch(config, r, IDENTITY, scripts, slot=0, hub=hub), \
         ReliableFetch(config, r, IDENTITY, scripts, slot=1, hub=hub)
 
@@ -69,7 +79,7 @@ def busy_fetch(config, r, **settings):
     """Three processors of one process; while the first fetches (Redis holds its call: CLIENT
     PAUSE), the other two ask for work: the demand that makes a hub keep jobs in hand."""
     scripts = Scripts(r)
-    hub = Hub(config.replace(**settings), IDENTITY, scripts, client=r)
+    hub = Hub(config.replace(**settings), IDENTITY, scripts, client=r, lease=lease(config, r))
     fetches = [ReliableFetch(config, r, IDENTITY, scripts, slot=n, hub=hub) for n in range(3)]
     r.execute_command("CLIENT", "PAUSE", 300, "WRITE")
     first = threading.Thread(target=fetches[0].retrieve_work)

@@ -12,7 +12,8 @@ application stops or quiets itself, never the application. A process that vanish
 itself; a clean stop removes its entries at once. A failed beat is a warning, once per outage.
 `registered` is set by the first beat that reaches Redis: the launcher fetches no job before it,
 since until then another process's recovery would count this one as dead and take its jobs.
-Until it is set, beats are tried every `UNREGISTERED_RETRY` seconds.
+Until it is set, beats are tried every `UNREGISTERED_RETRY` seconds. Each beat that reaches
+Redis renews the process's `Lease`: how long its jobs are surely still its own.
 """
 
 from __future__ import annotations
@@ -44,6 +45,46 @@ REMOTE_SIGNALS = {"TSTP": "quiet", "USR1": "quiet", "TERM": "stop", "INT": "stop
 # pipeline it is given and returns what puts its counts back, to go out with the next beat, should
 # that MULTI fail (`JobMetricsFeature.flush` is one).
 Flush = Callable[[Any], Callable[[], None]]
+# A lease ends this share of `heartbeat_ttl` before the hash can expire: Redis counts the TTL on
+# its own clock, which may run a little faster than this machine's.
+LEASE_MARGIN = 0.02
+
+
+class Lease:
+    """How long the jobs in this process's reserved lists are surely still its own.
+
+    Recovery takes a process's jobs only while its heartbeat hash is missing. Each beat that
+    reaches Redis makes the hash live `heartbeat_ttl` from the moment the beat was sent at the
+    latest, so the hash has lived without a gap since the beat that followed the last possible
+    gap: a job that entered our lists after that (`since`), checked before the hash can expire
+    (`until`), cannot have been recovered. Two float reads, no round trip: a hub checks it
+    before handing out a job it kept in hand (`hub.Hub`). Never renewed, it holds nothing.
+    (In Cluster mode recovery reads the hash just before a list, not in the move's script: a
+    job taken in between may still be recovered, and run once more at most, see `recovery`.)"""
+
+    def __init__(self, ttl: float) -> None:
+        self.ttl = ttl * (1 - LEASE_MARGIN)
+        self._lock = threading.Lock()
+        # (since, until), monotonic: replaced whole, so a reader without the lock sees one pair
+        self.span = (float("inf"), float("-inf"))
+
+    def renewed(self, sent: float, answered: float) -> None:
+        """A beat sent at `sent` reached Redis by `answered` (monotonic)."""
+        with self._lock:
+            since, until = self.span
+            if sent >= until:  # the hash may have expired before this beat wrote it again
+                since = answered
+            self.span = (since, max(until, sent + self.ttl))
+
+    def end(self) -> None:
+        """The hash is deleted (a clean stop): nothing is surely ours any more."""
+        with self._lock:
+            self.span = (float("inf"), float("-inf"))
+
+    def holds(self, since: float, now: float) -> bool:
+        """True if what entered our lists at `since` (monotonic) is surely still ours `now`."""
+        start, until = self.span
+        return start <= since and now < until
 
 
 def make_identity(nonce: str, hostname: str | None = None) -> str:
@@ -112,6 +153,7 @@ class Heartbeat:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.registered = threading.Event()  # set once a beat has reached Redis
+        self.lease = Lease(config.heartbeat_ttl)  # renewed by each beat that reaches Redis
         # one MULTI; on a Redis Cluster its keys are in several slots, so a pipeline (each write
         # stands alone: a beat is the same whether it is written in one step or several)
         self.atomic = not keys.space(client).cluster
@@ -149,6 +191,7 @@ class Heartbeat:
                             "count this one as dead and recover its jobs", exc, self.config.heartbeat_ttl)
             self._failing = True
             return
+        self.lease.renewed(began, time.monotonic())
         if self.outage is not None:
             self.outage.up(began)
         if self._failing:
@@ -208,6 +251,7 @@ class Heartbeat:
     def stop(self) -> None:
         """Stop beating, flush the last counts, and remove this process's entries."""
         self._stop.set()
+        self.lease.end()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(5)
         processed, failed = self.counters.processed.reset(), self.counters.failed.reset()

@@ -11,8 +11,12 @@ fetches (PREFETCH_ROUNDS, at most `prefetch`), and the processor that leaves few
 of them in hand fetches again before running its own: so the others find their next job in
 hand instead of waiting for a round trip, and a busy process makes one call per several jobs.
 With jobs longer than a fetch no one asks meanwhile and nothing is kept. A job kept in hand
-PREFETCH_HOLD without being taken goes back to the head of its queue (the acknowledger does it),
-so a process busy with long jobs does not hold short ones another worker could run.
+PREFETCH_HOLD without being taken goes back to the head of its queue (the acknowledger does it,
+whether successes wait or not, and the hub hands them all back when it closes), so a process
+busy with long jobs does not hold short ones another worker could run. A job in hand is handed
+out only while it is surely still this process's: kept less than PREFETCH_HOLD, and since it was
+taken the process's heartbeat never lapsed (`heartbeat.Lease`, two float reads): otherwise
+another process may have recovered it, and it goes back through SETTLE's check instead.
 
 A success is acknowledged when it ends, not "with the next fetch": the hub's acknowledger
 removes it from the batch list within `ACK_WINDOW` (a few milliseconds), together with the
@@ -47,6 +51,7 @@ import redis
 from . import faults, keys
 from .config import Config
 from .gate import SUSPECT_AFTER
+from .heartbeat import Lease
 from .outage import LOST, REDIS_ERRORS
 from .payload import decode, queue_of
 from .queue_order import PausedQueues, QueueOrder, blocking_timeout
@@ -78,6 +83,7 @@ PREFETCH_HOLD = 0.1
 
 
 Taken = tuple[str, bytes]  # (queue key, job bytes)
+Held = tuple[str, bytes, float]  # a job in hand: queue key, job bytes, when the call that took it began (monotonic)
 Ack = tuple[bytes, list[Any], str]  # a success: job bytes, its 'finished' ops, the batch list holding it
 
 
@@ -99,8 +105,12 @@ class Hub:
 
     def __init__(self, config: Config, identity: str, scripts: Scripts, rng: random.Random | None = None,
                  clock: Callable[[], float] = time.time, paused: PausedQueues | None = None, *,
-                 client: redis.Redis, ack_window: float = ACK_WINDOW, batch: str = keys.BATCH_SLOT) -> None:
+                 client: redis.Redis, ack_window: float = ACK_WINDOW, batch: str = keys.BATCH_SLOT,
+                 lease: Lease | None = None) -> None:
         self.identity = identity
+        # the process's heartbeat lease: a job in hand is handed out only while it holds (without
+        # a heartbeat, as a hub made alone, nothing in hand is surely ours)
+        self.lease = lease or Lease(0.0)
         self.ack_window = ack_window
         self.keys = scripts.keys
         # a capsule's hub has a batch list of its own (`keys.capsule_slot`), so one capsule's
@@ -116,8 +126,9 @@ class Hub:
         self.clock = clock
         self.queue_faults = faults.QueueFaults()
         self._lock = threading.Lock()
-        # taken for processors that wait, or kept in hand: not yet picked up (with when, monotonic)
-        self._handoff: deque[tuple[str, bytes, float]] = deque()
+        # taken for processors that wait, or kept in hand: not yet picked up (oldest first)
+        self._handoff: deque[Held] = deque()
+        self._expired: list[Held] = []  # taken out of the hand, not ours for sure: for the acknowledger to put back
         self._acks: deque[Ack] = deque()  # successes not yet acknowledged
         self._known: Counter[bytes] = Counter()  # jobs of the batch list this process knows of
         self._waiters: deque[Waiter] = deque()  # processors waiting for the fetching one to hand them a job
@@ -139,7 +150,9 @@ class Hub:
         self._ack_opened = 0.0  # when it opened (monotonic)
         self._ack_idle = True  # the acknowledger sleeps on `_ack_wake` (nothing waits)
         self._closed = threading.Event()
-        lane = lane_for(client)  # the acknowledger's, also for the jobs it puts back (`_requeue_stale`)
+        self._requeue_after, self._requeue_delay = 0.0, ACK_BACKOFF_START  # put-backs of jobs in hand: their back-off
+        self._quiet_since: float | None = None  # when the acknowledger last found nothing waiting
+        lane = lane_for(client)  # the acknowledger's, also for the jobs it puts back (`_put_back_stale`)
         self._ack_thread = threading.Thread(target=self._acknowledger,
                                             args=(lane, Settler(config, client, scripts, clock, lane)),
                                             name="sidequest-acknowledger", daemon=True)
@@ -178,13 +191,13 @@ class Hub:
         (empty: every queue is paused), or None when it waited on another processor's fetch.
         A processor that takes a job in hand and leaves fewer than half the target fetches more
         before it runs its own (`refill`)."""
-        refill: Taken | None = None
+        refill: Held | None = None
         with self._lock:
             self._asked += self._fetching
-            if self._handoff:
-                refill = self._handoff.popleft()[:2]
+            if self._handoff and self._drop_expired():
+                refill = self._handoff.popleft()
                 if self._fetching or 2 * len(self._handoff) >= self._target:
-                    return refill, None
+                    return refill[:2], None
             waits = self._fetching  # another processor fetches now, for us too
             if waits:
                 waiter.job = None
@@ -192,7 +205,10 @@ class Hub:
             else:
                 self._fetching = True
                 self._ack_pending = False  # this call carries the successes so far: a later one opens a window
-                want = (refill is None) + len(self._waiters) + max(self._target - len(self._handoff), 0)
+                now = time.monotonic()
+                # nothing is kept in hand while the lease does not hold: it could not be handed out
+                keep = self._target if self.lease.holds(now, now) else 0
+                want = (refill is None) + len(self._waiters) + max(keep - len(self._handoff), 0)
                 acks = self._drain()
                 suspect, known = self._suspect, (Counter(self._known) if self._suspect else None)
                 self._suspect = False  # this fetch reads the list back; a failure sets it again
@@ -201,6 +217,7 @@ class Hub:
             return self._wait(waiter), None
         got: list[Taken] = []
         order: list[str] = []
+        began = time.monotonic()  # what this call takes is ours from then on, if the lease holds
         try:
             if suspect and known is not None:
                 got = self._adopt(client, known)
@@ -211,14 +228,30 @@ class Hub:
         except BaseException:
             with self._lock:
                 self._suspect = self._suspect or suspect  # not read back: the next fetch does
-                if refill is not None:  # the job in hand goes to whoever asks next
-                    self._handoff.appendleft((*refill, time.monotonic()))
+                if refill is not None:  # the job in hand goes to whoever asks next, as old as it was
+                    self._handoff.appendleft(refill)
             self._hand_out([], acks)
             raise
-        self._hand_out(got, acks, keep=refill is None, pace=True)
+        self._hand_out(got, acks, keep=refill is None, pace=True, began=began)
         if refill is not None:
-            return refill, None
+            return refill[:2], None
         return (got[0] if got else None), order
+
+    def _drop_expired(self) -> bool:
+        """(Under the lock.) True if the oldest job in hand may be handed out: it was taken less
+        than PREFETCH_HOLD ago and the lease held ever since (see module). Those before it that
+        may not are moved to `_expired`, for the acknowledger to put back through SETTLE's
+        check: never run, as another process may have recovered them."""
+        now = time.monotonic()
+        since, until = self.lease.span
+        handoff = self._handoff
+        while handoff:
+            taken = handoff[0][2]
+            if since <= taken and now < until and now - taken < PREFETCH_HOLD:
+                return True
+            self._expired.append(handoff.popleft())
+            self._wake_acknowledger()
+        return False
 
     def _wait(self, waiter: Waiter) -> Taken | None:
         """Wait (bounded) for the fetching processor to hand this one a job, or news of none."""
@@ -232,11 +265,12 @@ class Hub:
             job, waiter.job = waiter.job, None
         return job
 
-    def _hand_out(self, got: list[Taken], acks: list[Ack], *, keep: bool = True, pace: bool = False) -> None:
-        """After a fetch: one job to each waiting processor (the first stays with the caller,
-        if it `keep`s one), the rest kept for whoever asks next; waiters with nothing for them
-        are told so. After a fetch that succeeded (`pace`), what was asked for during it sets
-        how many jobs to keep in hand."""
+    def _hand_out(self, got: list[Taken], acks: list[Ack], *, keep: bool = True, pace: bool = False,
+                  began: float = 0.0) -> None:
+        """After a fetch (which `began` then): one job to each waiting processor (the first
+        stays with the caller, if it `keep`s one), the rest kept for whoever asks next; waiters
+        with nothing for them are told so. After a fetch that succeeded (`pace`), what was
+        asked for during it sets how many jobs to keep in hand."""
         with self._lock:
             self._fetching = False
             if pace:
@@ -251,8 +285,7 @@ class Hub:
                 waiter.job = rest.popleft() if rest else None
                 waiter.wake.release()
             if rest:
-                now = time.monotonic()
-                self._handoff.extend((key, raw, now) for key, raw in rest)
+                self._handoff.extend((key, raw, began) for key, raw in rest)
                 if self._ack_idle:  # it sleeps up to a second: it must look within PREFETCH_HOLD
                     self._wake_acknowledger()
 
@@ -351,7 +384,9 @@ class Hub:
             pass
 
     def _acknowledger(self, lane: Lane, settler: Settler) -> None:
-        """Send the successes that no call carried within their window.
+        """Send the successes that no call carried within their window, and put back the jobs
+        kept in hand that are no longer surely ours (`_put_back_stale`), whether successes wait
+        or not; at the end, hand back every job still in hand.
 
         A window opens with the first success after the last call that carried successes (a
         RESERVE or this thread's own), and it is sent once the window has passed, or at once
@@ -359,80 +394,89 @@ class Hub:
         so while processors fetch often this thread makes no call at all. While successes keep
         coming it looks once a window by itself; only after ACK_LINGER without any does it
         sleep until a success wakes it (`_ack_idle`), so a busy process costs no wake-up per
-        success or per window. A
-        Redis error keeps the successes for the next attempt, after a back-off (their reserved
-        copies keep them safe meanwhile). It also puts back the jobs kept in hand too long."""
-        delay, failing = ACK_BACKOFF_START, False
-        quiet_since: float | None = None  # when it last found nothing waiting (None: something waited)
-        requeue_after, requeue_delay = 0.0, ACK_BACKOFF_START  # put-backs of jobs in hand: their back-off
+        success or per window. A failure keeps the successes for the next attempt, after a
+        back-off (their reserved copies keep them safe meanwhile); anything else that escapes is
+        caught here, at the thread's boundary (`AckBackoff`), so acknowledging never ends."""
+        sends = AckBackoff(ACK_BACKOFF_START, ACK_BACKOFF_MAX)
         try:
             while not self._closed.is_set():
-                if not (self._ack_pending or self._acks):
-                    if self._handoff and time.monotonic() >= requeue_after:  # no success waits behind it
-                        if self._requeue_stale(settler):
-                            requeue_delay = ACK_BACKOFF_START
-                        else:
-                            requeue_after = time.monotonic() + requeue_delay
-                            requeue_delay = min(requeue_delay * 2, ACK_BACKOFF_MAX)
-                    now = time.monotonic()
-                    quiet_since = now if quiet_since is None else quiet_since
-                    if now - quiet_since < ACK_LINGER:
-                        # armed: look again in a window, woken by no one; while jobs flow a window
-                        # opens every few milliseconds, and a success then costs no wake-up at all
-                        self._ack_wake.acquire(timeout=self.ack_window)
-                        continue
-                    self._ack_full.clear()
-                    self._ack_idle = True
-                    if not (self._ack_pending or self._acks):  # again: a success may have come meanwhile
-                        # bounded: a close is noticed within a second, a job kept in hand too long sooner
-                        self._ack_wake.acquire(timeout=PREFETCH_HOLD if self._handoff else 1.0)
-                    self._ack_idle = False
-                    quiet_since = None
-                    continue
-                quiet_since = None
-                if self._ack_pending:
-                    due = self._ack_opened + self.ack_window
-                    left = due - time.monotonic()
-                    if left > 0 and not self._ack_full.is_set():
-                        self._ack_full.wait(left)
-                        continue  # look again: a call may have carried them, or a new window opened
-                self._ack_full.clear()
-                self._ack_pending = False  # before draining: a success added after this opens a window
                 try:
-                    self.flush(lane)
-                except (redis.RedisError, OSError) as exc:
-                    if not failing:
-                        log.warning("acknowledging finished jobs failed (%s: %s); they stay reserved and "
-                                    "are sent again with back-off", type(exc).__name__, exc)
-                    failing = True
-                    self._closed.wait(delay)
-                    delay = min(delay * 2, ACK_BACKOFF_MAX)
-                    continue
-                if failing:
-                    log.warning("finished jobs are acknowledged again")
-                delay, failing = ACK_BACKOFF_START, False
+                    self._put_back_stale(settler)
+                    if self._ack_pending or self._acks:
+                        self._send_due(lane, sends)
+                    else:
+                        self._rest()
+                except Exception as exc:  # thread boundary: a Redis error, or a fault outside any job
+                    self._closed.wait(sends.failed(exc, len(self._acks)))
         finally:
+            self._hand_back_at_close(settler)
             lane.close()
 
-    def _requeue_stale(self, settler: Settler) -> bool:
-        """Put the jobs kept in hand for PREFETCH_HOLD back at the head of their queues (see
-        `_requeue`)."""
-        since = time.monotonic() - PREFETCH_HOLD
-        with self._lock:
-            stale: list[tuple[str, bytes, float]] = []
-            while self._handoff and self._handoff[0][2] <= since:
-                stale.append(self._handoff.popleft())
-        return self._requeue(settler, stale)
+    def _send_due(self, lane: Lane, sends: AckBackoff) -> None:
+        """Send the successes if their window has passed (or ACK_BATCH wait), else wait for that,
+        at most PREFETCH_HOLD, so jobs in hand are looked at meanwhile."""
+        self._quiet_since = None
+        if self._ack_pending:
+            left = self._ack_opened + self.ack_window - time.monotonic()
+            if left > 0 and not self._ack_full.is_set():
+                self._ack_full.wait(min(left, PREFETCH_HOLD))
+                return  # look again: a call may have carried them, or a new window opened
+        self._ack_full.clear()
+        self._ack_pending = False  # before draining: a success added after this opens a window
+        self.flush(lane)
+        sends.succeeded()
 
-    def hand_back(self, settler: Settler) -> None:
+    def _rest(self) -> None:
+        """Nothing waits: look again within a window while successes came lately (armed: a
+        success then costs no wake-up), else sleep until one wakes it (`_ack_idle`)."""
+        now = time.monotonic()
+        if self._quiet_since is None:
+            self._quiet_since = now
+        if now - self._quiet_since < ACK_LINGER:
+            self._ack_wake.acquire(timeout=min(self.ack_window, PREFETCH_HOLD))
+            return
+        self._ack_full.clear()
+        self._ack_idle = True
+        if not (self._ack_pending or self._acks):  # again: a success may have come meanwhile
+            # bounded: a close is noticed within a second, a job kept in hand too long sooner
+            self._ack_wake.acquire(timeout=PREFETCH_HOLD if self._handoff else 1.0)
+        self._ack_idle = False
+        self._quiet_since = None
+
+    def _put_back_stale(self, settler: Settler) -> None:
+        """Put back the jobs in hand that may no longer be handed out (`_drop_expired`), with
+        a back-off while that fails."""
+        if not (self._handoff or self._expired) or time.monotonic() < self._requeue_after:
+            return
+        with self._lock:
+            self._drop_expired()
+            stale, self._expired = self._expired, []
+        if not stale:
+            return
+        if self._requeue(settler, stale):
+            self._requeue_delay = ACK_BACKOFF_START
+        else:
+            self._requeue_after = time.monotonic() + self._requeue_delay
+            self._requeue_delay = min(self._requeue_delay * 2, ACK_BACKOFF_MAX)
+
+    def hand_back(self, settler: Settler) -> bool:
         """Put back, unchanged, every job held that no processor runs: those kept in hand, or
         taken for processors that stopped before running them (see `_requeue`)."""
         with self._lock:
-            held = list(self._handoff)
+            held, self._expired = [*self._expired, *self._handoff], []
             self._handoff.clear()
-        self._requeue(settler, held)
+        return self._requeue(settler, held)
 
-    def _requeue(self, settler: Settler, held: list[tuple[str, bytes, float]]) -> bool:
+    def _hand_back_at_close(self, settler: Settler) -> None:
+        """At the end (`close`): the jobs in hand go back at once, not a heartbeat TTL later by
+        recovery (which would count them as recovered, though they never ran)."""
+        try:
+            if not self.hand_back(settler):
+                log.warning("could not put back the jobs kept in hand; they stay reserved and will be recovered")
+        except Exception:  # thread boundary
+            log.exception("could not put back the jobs kept in hand; they stay reserved and will be recovered")
+
+    def _requeue(self, settler: Settler, held: list[Held]) -> bool:
         """Put `held`, taken out of the hand, back at the head of their queues in one round trip,
         the oldest last, so it is the next taken. False on a Redis error: which of them went
         back is unknown, so they are left to the next fetch, which reads the batch list back and
@@ -452,8 +496,10 @@ class Hub:
         return sent
 
     def close(self, lane: Lane | None = None) -> None:
-        """Stop the acknowledger; what it had not sent yet is sent now (on `lane`, if given)."""
+        """Stop the acknowledger, which hands back the jobs in hand as it ends; the successes it
+        had not sent yet are sent now (on `lane`, if given)."""
         self._closed.set()
+        self._ack_full.set()  # it may wait for a window to pass
         self._wake_acknowledger()
         if self._ack_thread is not threading.current_thread():
             self._ack_thread.join(5)
@@ -485,6 +531,38 @@ class Hub:
 
     def lost_reply(self) -> None:
         self._suspect = True
+
+
+class AckBackoff:
+    """An acknowledger's failed sends, one rule for both runners (`Hub`'s thread, `LoopHub`'s
+    sends on the loop): the successes stay reserved and are sent again after a back-off that
+    doubles from `start` to `most`. One log line per run of failures: a warning for a Redis
+    error (an outage), an error with its traceback for anything else (a fault outside any job),
+    and one line once sending works again."""
+
+    def __init__(self, start: float, most: float) -> None:
+        self.start, self.most = start, most
+        self.delay = start
+        self.failing = False
+
+    def failed(self, exc: BaseException, waiting: int) -> float:
+        """Log `exc` if it begins a run of failures; the seconds to wait before sending again."""
+        if not self.failing:
+            if isinstance(exc, (redis.RedisError, OSError)):
+                log.warning("acknowledging finished jobs failed (%s: %s); they stay reserved and are sent "
+                            "again with back-off", type(exc).__name__, exc)
+            else:
+                log.error("the acknowledger failed (%s: %s) with %d finished job(s) waiting; they stay "
+                          "reserved and are sent again with back-off", type(exc).__name__, exc, waiting,
+                          exc_info=exc)
+        self.failing = True
+        delay, self.delay = self.delay, min(self.delay * 2, self.most)
+        return delay
+
+    def succeeded(self) -> None:
+        if self.failing:
+            log.warning("finished jobs are acknowledged again")
+        self.delay, self.failing = self.start, False
 
 
 def default_prefetch(config: Config) -> int:

@@ -174,7 +174,7 @@ class Launcher:
     def _add_capsule(self, config: Config, batch: str, numbers: Iterator[int],
                      clock: Callable[[], float]) -> None:
         hub = Hub(config, self.identity, self.scripts, clock=clock, paused=self.paused, client=self.redis,
-                  batch=batch)
+                  batch=batch, lease=self.heartbeat.lease)
         self.hubs.append(hub)
         self.managers.append(Manager(self.runtime, lambda slot: build_fetch(
             config, self._processor_redis(), self.identity, self.scripts, slot, self.paused, hub),

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from . import faults, keys
 from .config import Config
-from .hub import ACK_BATCH, ACK_WINDOW, drain, forget_one, queue_of_raw
+from .hub import ACK_BATCH, ACK_WINDOW, AckBackoff, drain, forget_one, queue_of_raw
 from .outage import BACKOFF_MAX, BACKOFF_START, LOST, REDIS_ERRORS, RedisOutage
 from .queue_order import PausedQueues, QueueOrder, blocking_timeout
 from .scripts import Scripts
@@ -71,7 +71,7 @@ class LoopHub:
         self._calls = 0  # flushes in flight: no read-back (adoption) meanwhile
         self._acks: deque[Ack] = deque()
         self._ack_pending = False
-        self._ack_delay = BACKOFF_START
+        self._sends = AckBackoff(BACKOFF_START, BACKOFF_MAX)  # the threads' rule for a failed send
         self._known: Counter[bytes] = Counter()  # jobs in the batch list this process knows of
         self._known_lock = threading.Lock()  # the thread pool settles too
         self._suspect = False  # a reply was lost: the batch list may hold a job no one knows of
@@ -239,27 +239,22 @@ class LoopHub:
         task.add_done_callback(self._background.discard)
 
     async def flush(self) -> None:
-        """Send the successes now (a Redis error keeps them for later, after a back-off)."""
+        """Send the successes now; a failure keeps them, sent again after a back-off."""
         acks = self._drain()
         if not acks:
             return
         self._calls += 1
         try:
             await self._reserve([], 0, acks)
-        except REDIS_ERRORS as exc:
-            if self._ack_delay == BACKOFF_START:
-                log.warning("acknowledging finished jobs failed (%s: %s); they stay reserved and are sent "
-                            "again with back-off", type(exc).__name__, exc)
+        except Exception as exc:  # the task's boundary: a Redis error, or a fault outside any job
+            delay = self._sends.failed(exc, len(acks))
             if self.loop is not None:
-                self.loop.call_later(self._ack_delay, self._flush_soon)
-            self._ack_delay = min(self._ack_delay * 2, BACKOFF_MAX)
+                self.loop.call_later(delay, self._flush_soon)
             return
         finally:
             self._calls -= 1
             self.poke()
-        if self._ack_delay != BACKOFF_START:
-            log.warning("finished jobs are acknowledged again")
-            self._ack_delay = BACKOFF_START
+        self._sends.succeeded()
 
     def flush_sync(self, lane: Any) -> None:
         """Send the successes left at the end on `lane`, a sync `wire.Lane` (the stopping thread)."""

@@ -43,6 +43,15 @@ log = logging.getLogger(__name__)
 LIMIT_ERROR = "sidequest.RecoveryLimitExceeded"
 
 
+def lock_ttl_ms(config: Config) -> int:
+    """How long the recovery lock lives (milliseconds), should its holder die while recovering:
+    five recovery intervals (a run ends long before), but never more than half `heartbeat_ttl`.
+    A dead process's jobs must be back within about one heartbeat TTL (the delivery contract);
+    a lock that outlived the TTL would hold up every recovery past it, the dead holder's own
+    jobs included. A run longer than the lock is safe: the scripts check each move."""
+    return max(int(min(5 * config.recovery_interval, config.heartbeat_ttl / 2) * 1000), 1)
+
+
 class Recovery:
     def __init__(self, config: Config, client: redis.Redis, identity: str, scripts: Scripts,
                  lifecycle: Lifecycle | None = None, clock: Callable[[], float] = time.time) -> None:
@@ -85,8 +94,7 @@ class Recovery:
     # -- work ------------------------------------------------------------------------------------
     def run(self) -> int:
         """Recover every orphaned job now; return how many were moved."""
-        lock_ttl = max(int(self.config.recovery_interval * 1000), 1000) * 5
-        if not self.redis.set(keys.RECOVERY_LOCK, self.identity, nx=True, px=lock_ttl):
+        if not self.redis.set(keys.RECOVERY_LOCK, self.identity, nx=True, px=lock_ttl_ms(self.config)):
             return 0  # another process is at it; the scripts would make us no-ops anyway
         moved = 0
         try:
