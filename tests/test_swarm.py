@@ -30,6 +30,8 @@ from test_reliability import (
     worker_factory,
 )
 
+from sidequest.swarm import capsule_share
+
 
 @pytest.fixture
 def procs(redis_url, tmp_path):
@@ -251,11 +253,13 @@ def test_a_child_that_exits_with_a_configuration_error_is_not_restarted(redis_ur
     assert took < 15, took
 
 
-def test_a_killed_childs_jobs_run_again_at_once_and_a_live_childs_never(procs, r, client):
+@pytest.mark.parametrize("runner", ["threads", "asyncio"])
+def test_a_killed_childs_jobs_run_again_at_once_and_a_live_childs_never(procs, r, client, runner):
     """Issue 28 item 13: after kill -9 of a supervised child its jobs waited a whole heartbeat_ttl
     (60 s) though the supervisor saw it die. The supervisor now forgets the dead child's heartbeat
     and recovers that identity's reserved lists at once; the other child's running job stays its own."""
-    sup = procs("--processes", "2", "-c", "1", "--prefetch", "0", "--heartbeat-ttl", "60")
+    sup = procs("--processes", "2", "-c", "1", "--async-jobs", "1", "--prefetch", "0", "--heartbeat-ttl", "60",
+                "--runner", runner)
     wait_children(r, sup, 2)
     gate = "gate:item13"
     client.push(work, [1, 120, gate])
@@ -276,6 +280,7 @@ def test_a_killed_childs_jobs_run_again_at_once_and_a_live_childs_never(procs, r
     starts = [n for n, _ in ran(r, "work-start")]
     assert starts.count(2) == 1, starts  # the live child's job was never recovered
     assert r.exists(other_ident) and alive(other)
+    assert re.search(rf"put back 1 job\(s\) of dead worker process [^ ]+:{victim}:", sup.output())
     assert sup.stop() == 0
 
 
@@ -290,6 +295,16 @@ SERIAL_YAML = """\
     :queues: [pairs]
     :concurrency: 2
 """
+
+
+@pytest.mark.parametrize("concurrency, count", [(c, n) for c in range(1, 8) for n in range(1, 5)])
+def test_capsule_shares_add_up_to_the_configured_concurrency(concurrency, count):
+    """Issue 28 item 16: the children's shares of a capsule add up to its concurrency, none
+    gets more than one over another, and a serial capsule has exactly one child."""
+    for index in range(3):
+        shares = [capsule_share(concurrency, slot, count, index) for slot in range(count)]
+        assert sum(shares) == concurrency and max(shares) - min(shares) <= 1, shares
+    assert [capsule_share(1, slot, 3, 1) for slot in range(3)] == [0, 1, 0]  # serial capsules spread out
 
 
 def peak(intervals: list[tuple[float, float]]) -> int:
