@@ -278,9 +278,8 @@ def die_with_parent(sig: int = signal.SIGTERM) -> None:
         log.debug("cannot ask for a signal at the supervisor's death: %s", exc)
 
 
-def run_swarm(count: int, argv: list[str], config: Config, client: redis.Redis) -> int:
-    """Main loop of the supervisor; signals arrive through the self-pipe. `config.redis_url` is
-    resolved and `client` checked (see `cli.worker.run_supervisor`)."""
+def recoverer(config: Config, client: redis.Redis) -> Callable[[str], None]:
+    """What the supervisor calls with the identity of a child it reaped: put back its jobs now."""
     from .launcher import orphan_recovery
 
     recovery = orphan_recovery(config, client, make_identity("supervisor", config.hostname))
@@ -297,11 +296,16 @@ def run_swarm(count: int, argv: list[str], config: Config, client: redis.Redis) 
         else:
             if moved:
                 log.info("put back %d job(s) of dead worker process %s", moved, identity)
+    return recover
 
+
+def run_swarm(count: int, argv: list[str], config: Config, client: redis.Redis) -> int:
+    """Main loop of the supervisor; signals arrive through the self-pipe. `config.redis_url` is
+    resolved and `client` checked (see `cli.worker.run_supervisor`)."""
     # Children use the Redis the supervisor resolved (the embedded one, say), not each their own.
     assert config.redis_url is not None
     swarm = Swarm(count, child_arguments(argv), config.timeout, env={**os.environ, "REDIS_URL": config.redis_url},
-                  hostname=config.hostname, on_death=recover)
+                  hostname=config.hostname, on_death=recoverer(config, client))
     pipe = SignalPipe()
     log.info("supervisor %d starting %d worker process(es)", os.getpid(), count)
     log_capsule_shares(config, count)
