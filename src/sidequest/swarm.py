@@ -180,7 +180,7 @@ class Swarm:
                 code = slot.proc.poll()
                 if code is None:
                     continue
-                self._reaped(slot, code)
+                self._reaped(slot)
                 if self.stopping:  # it exited as asked (or on a TERM of its own while we stop)
                     log.info("worker process %d (pid %d) exited with code %s", slot.index, slot.proc.pid, code)
                     slot.restart_at = float("inf")
@@ -210,10 +210,10 @@ class Swarm:
                     and not self.config_error):
                 self._spawn(slot)
 
-    def _reaped(self, slot: Slot, code: int) -> None:
+    def _reaped(self, slot: Slot) -> None:
         """A child is gone for sure (waited for): its jobs need not wait for its heartbeat to expire.
-        One that exited 0 stopped cleanly and put its jobs back itself."""
-        if slot.identity is not None and self.on_death is not None and code != 0:
+        Even after a clean exit: a put-back that failed left its job reserved."""
+        if slot.identity is not None and self.on_death is not None:
             self.on_death(slot.identity)
         slot.identity = None
 
@@ -236,7 +236,8 @@ class Swarm:
             assert slot.proc is not None
             log.error("worker process %d (pid %d) did not stop in time; killing it", slot.index, slot.proc.pid)
             slot.proc.kill()
-            self._reaped(slot, slot.proc.wait())
+            slot.proc.wait()
+            self._reaped(slot)
         self._errors.cleanup()
         os.close(self.lifeline)
         os.close(self._lifeline_writer)
