@@ -522,3 +522,33 @@ def test_jobs_moved_before_another_queues_call_fails_are_handed_to_the_process(u
     finally:
         hub.close()
         lane.close()
+
+
+@pytest.mark.parametrize("mode", ["one Redis", "Cluster"])
+def test_a_supervisor_recovers_exactly_one_dead_identitys_lists_at_once(mode, request):
+    """Issue 28 item 13: `Recovery.recover_process` (what the supervisor calls for a child it
+    reaped) puts back that identity's jobs although its heartbeat has not expired, and leaves
+    a live process's reserved jobs where they are; on one Redis and on a Cluster."""
+    from sidequest.launcher import orphan_recovery
+
+    url = request.getfixturevalue("url" if mode == "Cluster" else "redis_url")
+    client = connect(url)
+    space_ = space(client)
+    try:
+        config = Config(redis_url=url, queues=("q05",))
+        dead, live = "host:101:deadbeef0001", "host:102:11ve00000002"
+        for who in (dead, live):  # both beat: only the supervisor knows the first one is gone
+            client.hset(who, mapping={"beat": time.time()})
+            client.expire(who, 60)
+            client.sadd("processes", who)
+            key = space_.reserved(who, 0, "q05")
+            client.lpush(key, f'{{"class":"X","jid":"{who[-4:]}","queue":"q05","args":[]}}')
+            client.sadd(space_.reservations("q05"), key)
+        recovery = orphan_recovery(config, client, "host:100:supervisor")
+        assert recovery.recover_process(dead) == 1
+        assert [b'"jid":"0001"' in raw for raw in client.lrange(space_.queue("q05"), 0, -1)] == [True]
+        assert not client.exists(dead) and not client.sismember("processes", dead)
+        assert client.llen(space_.reserved(live, 0, "q05")) == 1 and client.exists(live)
+        assert not client.sismember(space_.reservations("q05"), space_.reserved(dead, 0, "q05"))
+    finally:
+        client.close()

@@ -6,17 +6,20 @@ each of its children is gone after the test, whatever happened.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
+import subprocess
 import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import STARTUP, wait_until
+from conftest import PYTHON, STARTUP, free_port, python_env, wait_until
 from helpers import beats, fetches_blocked, ran
-from jobs_for_tests import blocker, echo, work
+from jobs_for_tests import blocker, capsule_span, echo, work
+from test_first_hour import http_port  # noqa: F401  (the fixture)
 from test_reliability import (
     alive,
     children,
@@ -26,6 +29,8 @@ from test_reliability import (
     wait_children,
     worker_factory,
 )
+
+from sidequest.swarm import capsule_share
 
 
 @pytest.fixture
@@ -208,3 +213,134 @@ def test_a_killed_supervisor_takes_its_children_with_it(procs, r, client, tmp_pa
         for pid in kids.values():
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+# -- issue 28 --------------------------------------------------------------------------------------
+
+def run_worker_cli(*args: str, redis_url: str) -> tuple[subprocess.CompletedProcess[str], float, list[str]]:
+    """`sidequest worker ARGS` to its end: (the result, seconds it took, its output's lines)."""
+    began = time.monotonic()
+    out = subprocess.run([PYTHON, "-m", "sidequest.cli", "worker", *args],
+                         env=python_env(REDIS_URL=redis_url), capture_output=True, text=True, timeout=2 * STARTUP)
+    return out, time.monotonic() - began, (out.stdout + out.stderr).strip().splitlines()
+
+
+@pytest.mark.parametrize("server", ["not Redis", "nothing listening"])
+def test_a_wrong_redis_url_stops_the_supervisor_before_any_child_in_one_line(server, request):
+    """Issue 28 item 12: a REDIS_URL at an HTTP server's port (or a port where nothing listens)
+    made the supervisor start its children, restart them five times and print 27 lines; the
+    supervisor now checks the server once before it starts any, as the Launcher does."""
+    if server == "not Redis":
+        port = request.getfixturevalue("http_port")
+        url, words, code = f"redis://127.0.0.1:{port}/0", "does not answer as a Redis server", 2
+    else:
+        url, words, code = f"redis://127.0.0.1:{free_port()}/0", "cannot reach Redis at", 1
+    out, took, lines = run_worker_cli("--processes", "2", "-r", "jobs_for_tests", redis_url=url)
+    assert out.returncode == code and len(lines) == 1, lines
+    assert words in lines[0] and "Traceback" not in lines[0]
+    assert took < 15, took  # no child was started, let alone restarted with back-off
+
+
+def test_a_child_that_exits_with_a_configuration_error_is_not_restarted(redis_url):
+    """Issue 28 item 12: a configuration error only a child can see (a -r module that does not
+    exist) ended in five restarts with back-off; the child exits with the configuration-error
+    code, and the supervisor stops at once with one line, exit 2."""
+    out, took, lines = run_worker_cli("--processes", "2", "-r", "no_such_module_xyz", redis_url=redis_url)
+    problems = [line for line in lines if " ERROR: " in line or " WARNING: " in line]
+    assert out.returncode == 2, lines
+    assert len(problems) == 1 and "No module named 'no_such_module_xyz'" in problems[0], lines
+    assert not any("restarting in" in line for line in lines), lines
+    assert took < 15, took
+
+
+@pytest.mark.parametrize("runner", ["threads", "asyncio"])
+def test_a_killed_childs_jobs_run_again_at_once_and_a_live_childs_never(procs, r, client, runner):
+    """Issue 28 item 13: after kill -9 of a supervised child its jobs waited a whole heartbeat_ttl
+    (60 s) though the supervisor saw it die. The supervisor now forgets the dead child's heartbeat
+    and recovers that identity's reserved lists at once; the other child's running job stays its own."""
+    sup = procs("--processes", "2", "-c", "1", "--async-jobs", "1", "--prefetch", "0", "--heartbeat-ttl", "60",
+                "--runner", runner)
+    wait_children(r, sup, 2)
+    gate = "gate:item13"
+    client.push(work, [1, 120, gate])
+    wait_until(lambda: ran(r, "work-start"), STARTUP, 0.02, "job 1 to start")
+    client.push(work, [2, 120, gate])  # the other child: the first one's only thread is busy
+    [(_, victim), (_, other)] = wait_until(lambda: len(ran(r, "work-start")) == 2 and ran(r, "work-start"),
+                                           STARTUP, 0.02, "job 2 to start")
+    assert victim != other
+    other_ident = next(i for i, p in live_processes(r).items() if p == other)
+    killed = time.monotonic()
+    os.kill(victim, signal.SIGKILL)
+    def job_1_back() -> float | None:  # in its queue again (or already taken by the replacement child)
+        back = r.llen("queue:default") or [n for n, _ in ran(r, "work-start")].count(1) == 2
+        return (time.monotonic() - killed) if back else None
+    again = wait_until(job_1_back, 30, 0.02, "job 1 to go back to its queue")
+    assert again < 10, f"job 1 went back {again:.1f} s after the kill; heartbeat_ttl is 60 s"
+    wait_until(lambda: [n for n, _ in ran(r, "work-start")].count(1) == 2, STARTUP, 0.02, "job 1 to run again")
+    assert not any(f":{victim}:" in ident for ident in live_processes(r))  # its heartbeat is gone
+    r.set(gate, 1)
+    wait_until(lambda: {n for n, _ in ran(r, "work-done")} == {1, 2}, STARTUP, 0.05, "both jobs to finish")
+    starts = [n for n, _ in ran(r, "work-start")]
+    assert starts.count(2) == 1, starts  # the live child's job was never recovered
+    assert r.exists(other_ident) and alive(other)
+    assert re.search(rf"put back 1 job\(s\) of dead worker process [^ ]+:{victim}:", sup.output())
+    assert sup.stop() == 0
+
+
+SERIAL_YAML = """\
+:concurrency: 5
+:queues: [default]
+:capsules:
+  :serial:
+    :queues: [ledger]
+    :concurrency: 1
+  :pair:
+    :queues: [pairs]
+    :concurrency: 2
+"""
+
+
+@pytest.mark.parametrize("concurrency, count", [(c, n) for c in range(1, 8) for n in range(1, 5)])
+def test_capsule_shares_add_up_to_the_configured_concurrency(concurrency, count):
+    """Issue 28 item 16: the children's shares of a capsule add up to its concurrency, none
+    gets more than one over another, and a serial capsule has exactly one child."""
+    for index in range(3):
+        shares = [capsule_share(concurrency, slot, count, index) for slot in range(count)]
+        assert sum(shares) == concurrency and max(shares) - min(shares) <= 1, shares
+    assert [capsule_share(1, slot, 3, 1) for slot in range(3)] == [0, 1, 0]  # serial capsules spread out
+
+
+def peak(intervals: list[tuple[float, float]]) -> int:
+    """Most intervals open at one instant (an end at the same instant as a start closes first)."""
+    events = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals])
+    level = top = 0
+    for _, step in events:
+        level += step
+        top = max(top, level)
+    return top
+
+
+def test_a_serial_capsule_stays_serial_across_worker_processes(procs, r, client, tmp_path):
+    """Issue 28 item 16: under the default of a process per CPU, a capsule of concurrency 1 ran two
+    jobs at once (one per process). The supervisor now shares each capsule's concurrency out over
+    its children: the sum is what was configured, so a serial capsule runs in one child only."""
+    config_file = tmp_path / "sidekiq.yml"
+    config_file.write_text(SERIAL_YAML)
+    sup = procs("--processes", "2", "-C", str(config_file))
+    kids = wait_children(r, sup, 2)
+    capsule_span.set(queue="ledger", client=client).perform_bulk([[n, "ledger", 0.05] for n in range(40)])
+    capsule_span.set(queue="pairs", client=client).perform_bulk([[n, "pairs", 0.3] for n in range(100, 110)])
+    wait_until(lambda: len(ran(r, "span")) == 50, 2 * STARTUP, 0.05, "all 50 jobs")
+    spans = ran(r, "span")
+    ledger = [(start, end) for _, queue, _, start, end in spans if queue == "ledger"]
+    pairs = [(start, end) for _, queue, _, start, end in spans if queue == "pairs"]
+    assert peak(ledger) == 1, f"the serial capsule ran {peak(ledger)} jobs at once over the processes"
+    assert peak(pairs) <= 2
+    assert len({pid for _, queue, pid, _, _ in spans if queue == "ledger"}) == 1  # one child runs it
+    threads = {ident: json.loads(r.hget(ident, "info"))["capsules"] for ident in kids}
+    assert sorted(c.get("serial", {}).get("concurrency", 0) for c in threads.values()) == [0, 1], threads
+    assert [c["pair"]["concurrency"] for c in threads.values()] == [1, 1], threads
+    assert all(c["default"]["concurrency"] == 5 for c in threads.values())  # -c stays per process
+    out = sup.output()
+    assert "capsule serial: concurrency 1 over 2 worker processes: 1+0" in out, out
+    assert sup.stop() == 0

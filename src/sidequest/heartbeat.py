@@ -87,10 +87,19 @@ class Lease:
         return start <= since and now < until
 
 
-def make_identity(nonce: str, hostname: str | None = None) -> str:
+def make_identity(nonce: str, hostname: str | None = None, pid: int | None = None) -> str:
     """`hostname:pid:nonce`, Sidekiq's identity shape (`hostname`: the machine's name unless set,
-    as Sidekiq takes $DYNO on Heroku)."""
-    return f"{hostname or socket.gethostname()}:{os.getpid()}:{nonce}"
+    as Sidekiq takes $DYNO on Heroku; `pid`: this process's unless given, as a supervisor gives
+    its child's)."""
+    return f"{hostname or socket.gethostname()}:{os.getpid() if pid is None else pid}:{nonce}"
+
+
+def forget(pipe: Any, identity: str) -> None:
+    """Queue on `pipe` the removal of a process's entries: at its clean stop, or by the
+    supervisor that saw it die (see `swarm`)."""
+    pipe.srem(keys.PROCESSES, identity)
+    for key in (keys.process(identity), keys.work(identity), keys.workers(identity), keys.signals(identity)):
+        pipe.unlink(key)
 
 
 def rss_kb() -> int:
@@ -260,10 +269,7 @@ class Heartbeat:
             self._count(pipe, processed, failed)
             for flush in self.flushes:
                 flush(pipe)  # the last beat: nothing to give back to
-            pipe.srem(keys.PROCESSES, self.identity)
-            for key in (keys.process(self.identity), keys.work(self.identity), keys.workers(self.identity),
-                        keys.signals(self.identity)):
-                pipe.unlink(key)
+            forget(pipe, self.identity)
             pipe.execute()
         except (redis.RedisError, OSError) as exc:
             log.warning("could not clear this process from Redis (%s); it expires in %.0f s",

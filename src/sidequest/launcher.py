@@ -89,6 +89,24 @@ def run_worker_hooks(config: Config) -> WorkerSetup:
     return setup
 
 
+def job_lifecycle(config: Config, client: redis.Redis, tasks: TaskRecorder, job_metrics: JobMetricsFeature,
+                  clock: Callable[[], float]) -> Lifecycle:
+    """The features plugged into a job's moves (see `lifecycle`)."""
+    space = keys.space(client)  # Sidekiq's layout, or Cluster mode's
+    return Lifecycle([TaskFeature(tasks), job_metrics, CancelFeature(client), UniqueFeature(space),
+                      StatusFeature(clock, config.max_payload_size, space),
+                      WorkflowFeature(space)])  # after the status feature: it reads the results
+
+
+def orphan_recovery(config: Config, client: redis.Redis, identity: str,
+                    clock: Callable[[], float] = time.time) -> Recovery:
+    """The orphan recovery of a worker process, with the same features plugged in, for a
+    supervisor that puts back a dead child's jobs at once (`Recovery.recover_process`)."""
+    tasks = TaskRecorder(client, config.task_retention, clock=clock, ttl=config.task_ttl)
+    lifecycle = job_lifecycle(config, client, tasks, JobMetricsFeature(clock=clock), clock)
+    return Recovery(config, client, identity, Scripts(client, lifecycle.lua), lifecycle, clock=clock)
+
+
 class Launcher:
     """Control is method calls: `quiet()`, `stop()`, `request_stop()` (returns at once),
     `stop_now()`, `dump_threads()`. Remote signals from Redis, recycles and stuck jobs call
@@ -99,21 +117,20 @@ class Launcher:
                  redis_client: redis.Redis | None = None,
                  death_handlers: list[DeathHandler] | None = None,
                  error_handlers: list[ErrorHandler] | None = None,
-                 recycle_on_timeout: bool = False,
+                 recycle_on_timeout: bool = False, nonce: str | None = None,
                  clock: Callable[[], float] = time.time, rng: random.Random | None = None) -> None:
         self.config = config
         self._given_redis = redis_client is not None
         self._processor_clients: list[redis.Redis] = []
         self.redis = redis_client or connect(config.url)
-        self.identity = make_identity(secrets.token_hex(6), config.hostname)
+        # a supervisor gives its child the nonce, so it knows the child's identity (see `swarm`)
+        self.identity = make_identity(nonce or secrets.token_hex(6), config.hostname)
         self.counters = ProcessCounters()
         self.recycle_on_timeout = recycle_on_timeout
         self.tasks = TaskRecorder(self.redis, config.task_retention, clock=clock, ttl=config.task_ttl)
         self.job_metrics = JobMetricsFeature(clock=clock)
         space = keys.space(self.redis)  # Sidekiq's layout, or Cluster mode's
-        lifecycle = Lifecycle([TaskFeature(self.tasks), self.job_metrics, CancelFeature(self.redis),
-                               UniqueFeature(space), StatusFeature(clock, config.max_payload_size, space),
-                               WorkflowFeature(space)])  # after the status feature: it reads the results
+        lifecycle = job_lifecycle(config, self.redis, self.tasks, self.job_metrics, clock)
         self.scripts = scripts = Scripts(self.redis, lifecycle.lua)
         self.executor = ThreadExecutor(on_abandon=self._abandoned)
         self.runtime = Runtime(

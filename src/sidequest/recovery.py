@@ -6,6 +6,8 @@ recovery reads that set instead of scanning the keyspace. A list whose owner's h
 queues, one Lua call per job that checks the owner is still silent and that the job is still
 reserved, so two recovering processes cannot both move a job, and a process that was only
 paused (SIGSTOP) and beats again keeps its work. An emptied list of a dead owner leaves the set.
+A supervisor that reaped a child need not wait for its heartbeat to expire: `recover_process`
+deletes it and recovers that one identity's lists with the same moves.
 
 Each recovery adds one to `recovery_count` in the payload (which makes the job run alone next
 time, see `gate`); past `max_recoveries` the job goes to `dead` with error_class
@@ -33,6 +35,7 @@ import redis
 
 from . import faults, keys
 from .config import Config
+from .heartbeat import forget
 from .lifecycle import Lifecycle
 from .outcome import Outcome, invalid
 from .payload import decode, encode, in_millis, queue_of, stamp
@@ -106,11 +109,34 @@ class Recovery:
                     owner = space.identity_of_reserved(key)
                     if owner == self.identity or self.redis.exists(keys.process(owner)):
                         continue
-                    for raw in cast("list[bytes]", self.redis.lrange(key, 0, -1)):
-                        moved += self._recover(key, owner, raw)
-                    self._forget_if_empty(key, owner, index)
+                    moved += self._recover_list(key, owner, index)
         finally:
             self.scripts.release_lock(keys=[keys.RECOVERY_LOCK], args=[self.identity])
+        return moved
+
+    def recover_process(self, owner: str) -> int:
+        """Put back the jobs of one process known to be dead (its supervisor has reaped it) at
+        once, rather than after its heartbeat expires: its heartbeat goes first, then its lists
+        go through the same per-job move as in `run`, which checks the owner is silent. No lock:
+        that move is safe beside another recovery's. Returns how many were moved."""
+        pipe = self.redis.pipeline(transaction=False)
+        forget(pipe, owner)
+        pipe.execute()
+        space = self.scripts.keys
+        moved = 0
+        for index in self._indexes():
+            for raw_key in cast("set[bytes]", self.redis.smembers(index)):
+                key = raw_key.decode()
+                if space.identity_of_reserved(key) == owner:
+                    moved += self._recover_list(key, owner, index)
+        return moved
+
+    def _recover_list(self, key: str, owner: str, index: str) -> int:
+        """Every job of a dead owner's reserved list, back to its queue (or dead); then the list."""
+        moved = 0
+        for raw in cast("list[bytes]", self.redis.lrange(key, 0, -1)):
+            moved += self._recover(key, owner, raw)
+        self._forget_if_empty(key, owner, index)
         return moved
 
     def _indexes(self) -> list[str]:

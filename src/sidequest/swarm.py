@@ -1,6 +1,7 @@
 """The multi-process supervisor: `sidequest worker --processes N` (N >= 1).
 
-The supervisor runs no jobs and holds no Redis connection. It starts N worker processes (each
+The supervisor runs no jobs; its one Redis connection checks the server at start and puts
+back a dead child's jobs (below). It starts N worker processes (each
 a full `sidequest worker` with its own threads and identity), restarts any that exits without
 being asked to, with a back-off per slot so a crash loop does not spin (0.25 s doubling to
 30 s, reset once a child has lived 10 s; a child that exits 0 recycled itself on purpose and
@@ -8,10 +9,23 @@ is replaced at once), forwards TSTP and TTIN to every child, and on INT/TERM sen
 and waits for them (each has its own shutdown deadline; a second INT/TERM is forwarded too,
 and makes them stop now), killing stragglers after `timeout + 10` seconds.
 
-A child that cannot start (an import error, Redis refused) writes its one-line reason to a
-file the supervisor gave it and exits non-zero. When children fail at start
-`START_FAILURES` times in a row, restarting cannot help: the supervisor stops and exits 1
-with the last reason.
+Before it starts any child, the supervisor checks the server once, as a worker process does
+(it answers as Redis, 6.2 or newer): a wrong REDIS_URL is one line and a fast exit, not a fleet
+restarting. A child that cannot start writes its one-line reason to a file the supervisor gave
+it and exits non-zero. A configuration error only a child can see (a `-r` module that is not
+there, a setting the launcher refuses) exits `CONFIG_EXIT`: the supervisor logs that reason once,
+stops the others and exits 2, since no restart can fix it. Other failures at start (Redis
+refused) are retried with back-off; after `START_FAILURES` in a row the supervisor exits 1.
+
+Each child's identity is `hostname:pid:nonce` with a nonce the supervisor passes in, so the
+supervisor knows it. When it reaps a child (killed, crashed, or stopped), that process is
+certainly dead: the supervisor deletes its heartbeat and puts back the jobs of exactly its
+reserved lists at once (`Recovery.recover_process`, the same per-job move the recovery thread
+makes), instead of leaving them for a live worker's recovery after `heartbeat_ttl`.
+
+A capsule's concurrency is for the whole fleet, not per child: child k gets its share
+(`capsule_share`; the shares add up to the configured concurrency), so a capsule of
+concurrency 1 runs in one child only and stays serial. `-c` stays per process.
 
 Children are fresh interpreters started with the supervisor's own arguments, not forks: the
 job code is imported cleanly in each, and nothing is inherited from a process with threads.
@@ -28,8 +42,10 @@ go back to their queues). On Linux the child also asks for SIGTERM when its pare
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import logging
 import os
+import secrets
 import select
 import signal
 import subprocess
@@ -40,12 +56,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import redis
+
+from .config import Config
+from .heartbeat import make_identity
 from .signals import SignalPipe
 
 log = logging.getLogger(__name__)
 
 BACKOFF_START, BACKOFF_MAX, HEALTHY_AFTER = 0.25, 30.0, 10.0
 START_FAILURES = 5
+CONFIG_EXIT = 78  # sysexits.h EX_CONFIG: a child's configuration error, which no restart can fix
 
 
 @dataclass
@@ -57,6 +78,7 @@ class Slot:
     restart_at: float | None = None
     restarts: int = field(default=0)
     error_file: Path | None = None
+    identity: str | None = None  # the running child's (see `Swarm._spawn`)
 
 
 def child_arguments(argv: list[str]) -> list[str]:
@@ -76,6 +98,27 @@ def child_arguments(argv: list[str]) -> list[str]:
     return [*out, "--swarm-child"]
 
 
+def capsule_share(concurrency: int, slot: int, count: int, index: int = 0) -> int:
+    """Child `slot`'s part of a capsule's `concurrency` over `count` children: the parts add up
+    to it, so a capsule of concurrency 1 runs in one child only. The remainder goes to the
+    children from `index` (the capsule's place in the list) on, so serial capsules spread out."""
+    return concurrency // count + (1 if (slot - index) % count < concurrency % count else 0)
+
+
+def shared_capsules(config: Config, slot: int, count: int) -> Config:
+    """A child's configuration: each capsule with its share, those whose share is 0 left out."""
+    capsules = tuple(dataclasses.replace(c, concurrency=n) for i, c in enumerate(config.capsules)
+                     if (n := capsule_share(c.concurrency, slot, count, i)))
+    return dataclasses.replace(config, capsules=capsules)
+
+
+def log_capsule_shares(config: Config, count: int) -> None:
+    for i, capsule in enumerate(config.capsules):
+        shares = "+".join(str(capsule_share(capsule.concurrency, k, count, i)) for k in range(count))
+        log.info("capsule %s: concurrency %d over %d worker processes: %s", capsule.name,
+                 capsule.concurrency, count, shares)
+
+
 def read_error(path: Path | None) -> str:
     try:
         return path.read_text(encoding="utf-8", errors="replace").strip() if path else ""
@@ -85,15 +128,19 @@ def read_error(path: Path | None) -> str:
 
 class Swarm:
     def __init__(self, count: int, child_args: list[str], timeout: float, env: dict[str, str] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, hostname: str | None = None,
+                 on_death: Callable[[str], None] | None = None) -> None:
         self.env = env
         self.slots = [Slot(i) for i in range(count)]
-        self.command = [sys.executable, "-m", "sidequest.cli", "worker", *child_args]
+        self.command = [sys.executable, "-m", "sidequest.cli", "worker", *child_args, "--swarm-size", str(count)]
         self.timeout = timeout
         self.clock = clock
+        self.hostname = hostname  # the children's identities are made with it (config.hostname)
+        self.on_death = on_death  # called with a reaped child's identity
         self.stopping = False
         self.start_failures = 0  # children in a row that exited before they could start
         self.last_error = ""
+        self.config_error = ""  # a child's configuration error: stop, do not restart
         self._errors = tempfile.TemporaryDirectory(prefix="sidequest-swarm-")
         # Not inheritable (os.pipe's default): only the read end is passed on, so the write end
         # closes when the supervisor dies, however it dies.
@@ -109,11 +156,14 @@ class Swarm:
     def _spawn(self, slot: Slot) -> None:
         assert slot.error_file is not None
         slot.error_file.write_text("")
+        nonce = secrets.token_hex(6)
         # A group of its own: a Ctrl-C or a service manager's TERM to the supervisor's group must not
         # reach the children too, or the supervisor's forwarded TERM would be their second (stop now).
         slot.proc = subprocess.Popen([*self.command, "--swarm-error-file", str(slot.error_file),
-                                      "--swarm-slot", str(slot.index), "--swarm-lifeline", str(self.lifeline)],
+                                      "--swarm-slot", str(slot.index), "--swarm-lifeline", str(self.lifeline),
+                                      "--swarm-nonce", nonce],
                                      env=self.env, process_group=0, pass_fds=(self.lifeline,))
+        slot.identity = make_identity(nonce, self.hostname, slot.proc.pid)
         slot.started = self.clock()
         slot.restart_at = None
         log.info("started worker process %d (pid %d)", slot.index, slot.proc.pid)
@@ -130,12 +180,17 @@ class Swarm:
                 code = slot.proc.poll()
                 if code is None:
                     continue
+                self._reaped(slot)
                 if self.stopping:  # it exited as asked (or on a TERM of its own while we stop)
                     log.info("worker process %d (pid %d) exited with code %s", slot.index, slot.proc.pid, code)
                     slot.restart_at = float("inf")
                     continue
                 lived = now - slot.started
                 error = read_error(slot.error_file)
+                if code == CONFIG_EXIT and error:  # restarting cannot fix a setting: the loop stops
+                    self.config_error = self.config_error or error
+                    slot.restart_at = float("inf")
+                    continue
                 if code != 0 and error:
                     self.start_failures += 1
                     self.last_error = error
@@ -151,8 +206,16 @@ class Swarm:
                 slot.restarts += 1
                 log.warning("worker process %d (pid %d) exited with code %s after %.1f s; restarting in %.2f s",
                             slot.index, slot.proc.pid, code, lived, slot.delay)
-            if slot.restart_at is not None and now >= slot.restart_at and not self.stopping and not self.failing:
+            if (slot.restart_at is not None and now >= slot.restart_at and not self.stopping and not self.failing
+                    and not self.config_error):
                 self._spawn(slot)
+
+    def _reaped(self, slot: Slot) -> None:
+        """A child is gone for sure (waited for): its jobs need not wait for its heartbeat to expire.
+        Even after a clean exit: a put-back that failed left its job reserved."""
+        if slot.identity is not None and self.on_death is not None:
+            self.on_death(slot.identity)
+        slot.identity = None
 
     def forward(self, sig: int) -> None:
         for slot in self.slots:
@@ -174,6 +237,7 @@ class Swarm:
             log.error("worker process %d (pid %d) did not stop in time; killing it", slot.index, slot.proc.pid)
             slot.proc.kill()
             slot.proc.wait()
+            self._reaped(slot)
         self._errors.cleanup()
         os.close(self.lifeline)
         os.close(self._lifeline_writer)
@@ -215,12 +279,37 @@ def die_with_parent(sig: int = signal.SIGTERM) -> None:
         log.debug("cannot ask for a signal at the supervisor's death: %s", exc)
 
 
-def run_swarm(count: int, argv: list[str], timeout: float, redis_url: str) -> int:
-    """Main loop of the supervisor; signals arrive through the self-pipe."""
+def recoverer(config: Config, client: redis.Redis) -> Callable[[str], None]:
+    """What the supervisor calls with the identity of a child it reaped: put back its jobs now."""
+    from .launcher import orphan_recovery
+
+    recovery = orphan_recovery(config, client, make_identity("supervisor", config.hostname))
+
+    def recover(identity: str) -> None:
+        try:
+            try:
+                moved = recovery.recover_process(identity)
+            except redis.ConnectionError:  # the connection sat idle since the last death: once more, on a new one
+                moved = recovery.recover_process(identity)  # (each move checks the job is still there)
+        except (redis.RedisError, OSError) as exc:  # a live worker's recovery takes them after heartbeat_ttl
+            log.warning("could not put back the jobs of dead worker process %s (%s); recovery will after "
+                        "heartbeat_ttl", identity, exc)
+        else:
+            if moved:
+                log.info("put back %d job(s) of dead worker process %s", moved, identity)
+    return recover
+
+
+def run_swarm(count: int, argv: list[str], config: Config, client: redis.Redis) -> int:
+    """Main loop of the supervisor; signals arrive through the self-pipe. `config.redis_url` is
+    resolved and `client` checked (see `cli.worker.run_supervisor`)."""
     # Children use the Redis the supervisor resolved (the embedded one, say), not each their own.
-    swarm = Swarm(count, child_arguments(argv), timeout, env={**os.environ, "REDIS_URL": redis_url})
+    assert config.redis_url is not None
+    swarm = Swarm(count, child_arguments(argv), config.timeout, env={**os.environ, "REDIS_URL": config.redis_url},
+                  hostname=config.hostname, on_death=recoverer(config, client))
     pipe = SignalPipe()
     log.info("supervisor %d starting %d worker process(es)", os.getpid(), count)
+    log_capsule_shares(config, count)
     swarm.start()
     deadline: float | None = None
     code = 0
@@ -229,15 +318,19 @@ def run_swarm(count: int, argv: list[str], timeout: float, redis_url: str) -> in
             if action == "stop":
                 log.info("stopping all worker processes" if deadline is None else "stopping them now")
                 swarm.begin_stop()
-                deadline = deadline or swarm.clock() + timeout + 10.0
+                deadline = deadline or swarm.clock() + config.timeout + 10.0
             elif action == "quiet":
                 swarm.forward(signal.SIGTSTP)
             elif action == "dump":
                 swarm.forward(signal.SIGTTIN)
         swarm.tend()
-        if swarm.failing and deadline is None:
-            log.error("worker processes failed at start %d times in a row; giving up. Last error: %s",
-                      swarm.start_failures, swarm.last_error)
+        if deadline is None and (swarm.failing or swarm.config_error):
+            if swarm.config_error:
+                log.error("%s", swarm.config_error)
+            else:
+                log.error("worker processes failed at start %d times in a row; giving up. Last error: %s",
+                          swarm.start_failures, swarm.last_error)
             swarm.begin_stop()
-            deadline, code = swarm.clock() + timeout + 10.0, 1
+            deadline, code = swarm.clock() + config.timeout + 10.0, 2 if swarm.config_error else 1
+    client.close()
     return code

@@ -18,13 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import click
+import redis
 
 from .. import __version__
 from ..client import configure_unless_set
 from ..config import Config
-from ..connection import check_url, mask_url
+from ..connection import check_server, check_url, connect, mask_url
 from ..errors import ConfigError, RedisUnavailableError, SidequestError
 from ..signals import SignalPipe
+from ..swarm import CONFIG_EXIT, shared_capsules
 from .logs import configure_logging
 from .pidfile import pidfile as held_pidfile
 from .root import UserError, main
@@ -41,6 +43,7 @@ BANNER = r"""
 
 
 SAME_STOP = 1.0  # seconds within which a second stop signal is the same stop
+SUPERVISOR_TIMEOUT = 5.0  # seconds a supervisor's Redis call may take
 
 def check_folder(flag: str, path: str | None) -> None:
     if path and not Path(path).resolve().parent.is_dir():
@@ -169,6 +172,8 @@ class ProcessCount(click.ParamType):  # type: ignore[type-arg]  # generic in cli
 @click.option("--swarm-error-file", hidden=True, type=click.Path(dir_okay=False))
 @click.option("--swarm-slot", hidden=True, type=int)
 @click.option("--swarm-lifeline", hidden=True, type=int)
+@click.option("--swarm-size", hidden=True, type=int)
+@click.option("--swarm-nonce", hidden=True)
 @click.option("--pin-cpu/--no-pin-cpu", default=None,
               help="Keep each worker process on one CPU (default: each --processes child on its own, "
                    "a single process free).")
@@ -187,7 +192,7 @@ def worker(requires: tuple[str, ...], queues: tuple[str, ...], concurrency: int 
            max_recoveries: int | None, job_timeout: float | None, poll_interval: float | None,
            processes: int | str | None, max_jobs: int | None, max_memory: float | None, swarm_child: bool,
            swarm_error_file: str | None, swarm_slot: int | None, swarm_lifeline: int | None,
-           pin_cpu: bool | None, verbose: bool | None,
+           swarm_size: int | None, swarm_nonce: str | None, pin_cpu: bool | None, verbose: bool | None,
            log_level: str | None, log_format: str | None, logfile: str | None, pidfile: str | None) -> None:
     """Run jobs from Redis until INT or TERM.
 
@@ -215,6 +220,8 @@ def worker(requires: tuple[str, ...], queues: tuple[str, ...], concurrency: int 
         if swarm_child:
             # the supervisor owns the pidfile; replace() ignores None, hence dataclasses.replace
             config = dataclasses.replace(config, processes=0, pidfile=None)
+            if swarm_slot is not None and swarm_size:  # a capsule's concurrency is the fleet's
+                config = shared_capsules(config, swarm_slot, swarm_size)
     except ConfigError as exc:
         raise UserError(str(exc)) from None
     check_folder("-L/--logfile", config.logfile)
@@ -225,25 +232,34 @@ def worker(requires: tuple[str, ...], queues: tuple[str, ...], concurrency: int 
         if count >= 1:
             code = run_supervisor(config, count)
         else:
-            code = run_worker(config, swarm_child, swarm_error_file, swarm_slot, swarm_lifeline)
+            code = run_worker(config, swarm_child, swarm_error_file, swarm_slot, swarm_lifeline, swarm_nonce)
     sys.exit(code)
 
 
 def run_supervisor(config: Config, count: int) -> int:
+    """Check the server once, as a worker process would, then start the children: a wrong
+    REDIS_URL is one line and a fast exit, not a fleet of children failing and restarting."""
     from ..embedded import resolve_url
     from ..swarm import run_swarm
 
     try:
-        check_url(config.url)  # the supervisor itself never connects: catch what it can see now
+        check_url(config.url)
         url = resolve_url(config)
+        # PING: refused, or not a Redis server. A short timeout: the supervisor's loop makes the
+        # calls that put back a dead child's jobs, and must not hang on a Redis that hangs.
+        client = connect(url, socket_timeout=SUPERVISOR_TIMEOUT)
+        check_server(client, url)  # its version; each child logs the warnings (eviction policy)
     except ConfigError as exc:
         log.error("%s", exc)
         return 2
     except RedisUnavailableError as exc:
         log.error("%s", exc)
         return 1
+    except (redis.RedisError, OSError) as exc:  # the INFO after a PING that answered
+        log.error("cannot check Redis at %s: %s", mask_url(config.url), exc)
+        return 1
     argv = sys.argv[sys.argv.index("worker") + 1:] if "worker" in sys.argv else []
-    return run_swarm(count, argv, config.timeout, url)
+    return run_swarm(count, argv, config.replace(redis_url=url), client)
 
 
 def pin_to_cpu(setting: bool | None, slot: int | None) -> None:
@@ -263,7 +279,7 @@ def pin_to_cpu(setting: bool | None, slot: int | None) -> None:
 
 
 def run_worker(config: Config, swarm_child: bool = False, error_file: str | None = None,
-               slot: int | None = None, lifeline_fd: int | None = None) -> int:
+               slot: int | None = None, lifeline_fd: int | None = None, nonce: str | None = None) -> int:
     from ..embedded import resolve_url
     from ..launcher import Launcher, run_worker_hooks
     from ..swarm import Lifeline
@@ -273,10 +289,14 @@ def run_worker(config: Config, swarm_child: bool = False, error_file: str | None
         log.warning("the supervisor is gone; not starting")
         return 0
 
-    def cannot_start(message: str, exc: BaseException | None = None, code: int = 1) -> int:
-        log.error("%s", message, exc_info=exc)
-        if error_file:  # the supervisor reads why this child could not start
+    def cannot_start(message: str, exc: BaseException | None = None, code: int = 1, setting: bool = False) -> int:
+        """Log why (exit `code`); a supervisor's child also writes it to the file the supervisor
+        reads, and for a `setting` to fix exits CONFIG_EXIT, leaving the one line to the supervisor."""
+        if error_file:
             Path(error_file).write_text(message + "\n", encoding="utf-8")
+        if swarm_child and error_file and setting:
+            return CONFIG_EXIT
+        log.error("%s", message, exc_info=exc)
         return code
 
     pin_to_cpu(config.pin_cpu, slot if swarm_child else None)
@@ -284,10 +304,10 @@ def run_worker(config: Config, swarm_child: bool = False, error_file: str | None
         for module in config.require:
             require(module)
     except SidequestError as exc:
-        return cannot_start(str(exc))
+        return cannot_start(str(exc), setting=True)
     except ModuleNotFoundError as exc:  # the module itself is missing: one line, with the fix
         return cannot_start(f"cannot import required module: {exc}; check the -r name and that its "
-                            "folder is the current directory or on PYTHONPATH")
+                            "folder is the current directory or on PYTHONPATH", setting=True)
     except Exception as exc:  # the module raised while importing: its traceback helps
         return cannot_start(f"cannot import required module: {type(exc).__name__}: {exc}", exc)
     try:
@@ -295,10 +315,10 @@ def run_worker(config: Config, swarm_child: bool = False, error_file: str | None
         config = config.replace(redis_url=url)
         setup = run_worker_hooks(config)
         launcher = Launcher(config, death_handlers=setup.death_handlers, error_handlers=setup.error_handlers,
-                            recycle_on_timeout=swarm_child)
+                            recycle_on_timeout=swarm_child, nonce=nonce)
         configure_unless_set(config)  # jobs that push jobs, or use sidequest.redis(), reach this Redis
     except ConfigError as exc:  # a wrong setting (a bad Redis URL included): the user's to fix
-        return cannot_start(str(exc), code=2)
+        return cannot_start(str(exc), code=2, setting=True)
     except RedisUnavailableError as exc:
         return cannot_start(str(exc))
     pipe = SignalPipe()
@@ -310,7 +330,7 @@ def run_worker(config: Config, swarm_child: bool = False, error_file: str | None
     try:
         launcher.run()
     except ConfigError as exc:
-        return cannot_start(str(exc), code=2)
+        return cannot_start(str(exc), code=2, setting=True)
     except RedisUnavailableError as exc:
         return cannot_start(str(exc))
     if sys.stdout.isatty() or config.verbose:
