@@ -51,6 +51,7 @@ from .connection import (
     SOCKET_TIMEOUT,
     ClusterURL,
     SentinelURL,
+    _quiet_options,
     check_url,
     is_cluster_url,
     is_sentinel_url,
@@ -82,7 +83,9 @@ def connect(url: str, direct: bool = False) -> aioredis.Redis:
     (never re-sending a command by itself, see there). With `direct`, one whose plain commands
     take the direct path (`AsyncDirectRedis`), on one Redis (a Sentinel's or a Cluster's client
     is redis-py's own)."""
-    options: dict[str, Any] = {} if url.startswith("unix:") else {"socket_keepalive": True}
+    # without the maintenance handshake (as `connection.connect`): with it on, redis-py's pool lends a
+    # connection the server closed while it sat idle without looking at it first
+    options: dict[str, Any] = {**_quiet_options(), **({} if url.startswith("unix:") else {"socket_keepalive": True})}
     check_url(url)
     if is_sentinel_url(url):
         return _sentinel_connect(parse_sentinel_url(url))
