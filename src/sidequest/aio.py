@@ -38,7 +38,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.client import EMPTY_RESPONSE, NEVER_DECODE
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import DataError, RedisClusterException
+from redis.exceptions import DataError, RedisClusterException, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from . import client as client_module
@@ -179,8 +179,8 @@ class AsyncClient:
             fresh = connect(self.config.url)
             try:
                 await fresh.ping()
-            except (RedisConnectionError, RedisTimeoutError, OSError, RedisClusterException) as exc:
-                await fresh.aclose()
+            except (RedisConnectionError, RedisTimeoutError, OSError, RedisClusterException, ResponseError) as exc:
+                await fresh.aclose()  # an error reply too: NOAUTH, a plain Redis behind a Sentinel URL
                 raise unavailable(exc, self.config.url) from None
             if self._redis is None:
                 self._redis = fresh

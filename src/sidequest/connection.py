@@ -417,6 +417,8 @@ def unavailable(exc: Exception, url: str) -> RedisUnavailableError:
                                  "(or redis+sentinel://) for it")
         if isinstance(exc.__cause__, redis.RedisError | OSError):
             return unavailable(exc.__cause__, url)
+    if is_sentinel_url(url) and isinstance(exc, redis.ResponseError) and "unknown command 'SENTINEL'" in str(exc):
+        return not_a_sentinel(url)
     if isinstance(exc, redis.AuthenticationError) or (
             isinstance(exc, redis.ResponseError) and any(w in str(exc) for w in ("NOAUTH", "WRONGPASS", "NOPERM"))):
         return RedisUnavailableError(f"Redis at {where} refused authentication: {exc}")
@@ -429,6 +431,15 @@ def unavailable(exc: Exception, url: str) -> RedisUnavailableError:
         return RedisUnavailableError(f"cannot reach Redis at {where}: {exc}")
     # e.g. InvalidResponse: an HTTP server, a database...
     return RedisURLError(f"{where} does not answer as a Redis server ({exc}); check the host and port in REDIS_URL")
+
+
+def not_a_sentinel(url: str) -> RedisURLError:
+    """A Sentinel URL whose first address answers as a plain Redis (it knows no SENTINEL)."""
+    parsed = parse_sentinel_url(url)
+    host, port = parsed.sentinels[0]
+    host = f"[{host}]" if ":" in host else host
+    return RedisURLError(f"{mask_url(url)} names a Redis that is not a Sentinel: use redis://{host}:{port}/"
+                         f"{parsed.db} for it, or list the Sentinels' addresses (port {SENTINEL_PORT} by default)")
 
 
 def answers(url: str) -> bool:
