@@ -417,7 +417,8 @@ def unavailable(exc: Exception, url: str) -> RedisUnavailableError:
                                  "(or redis+sentinel://) for it")
         if isinstance(exc.__cause__, redis.RedisError | OSError):
             return unavailable(exc.__cause__, url)
-    if is_sentinel_url(url) and isinstance(exc, redis.ResponseError) and "unknown command 'SENTINEL'" in str(exc):
+    if is_sentinel_url(url) and isinstance(exc, redis.ResponseError) and re.search(
+            r"unknown command ['`]sentinel['`]", str(exc), re.IGNORECASE):  # 6.2 quotes with backticks
         return not_a_sentinel(url)
     if isinstance(exc, redis.AuthenticationError) or (
             isinstance(exc, redis.ResponseError) and any(w in str(exc) for w in ("NOAUTH", "WRONGPASS", "NOPERM"))):
