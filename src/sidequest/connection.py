@@ -267,7 +267,8 @@ def connect(url: str, *, check: bool = True, max_connections: int | None = None,
     The client never re-sends a command by itself (redis-py retries up to 10 times by default):
     a push, a fetch or a move whose reply was lost may have run, and sending it again could
     write a job twice. sidequest's callers decide instead: pushes raise, fetches reconcile their
-    own reserved list (see `fetch`), settling is idempotent.
+    own reserved list (see `fetch`), settling is idempotent. (The direct path sends a call again
+    only when Redis provably never read it, see `idle`.)
 
     A small `max_connections` gives a thread that makes one call at a time (a processor) a pool
     of its own: no lock shared with nine other threads per call, and the connection is opened
