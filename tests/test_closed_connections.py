@@ -144,6 +144,20 @@ def test_an_asyncio_push_after_redis_closed_the_idle_connection_succeeds(config,
     assert [json.loads(raw)["args"] for raw in admin.lrange("queue:default", 0, -1)] == [[2], [1]]
 
 
+def test_an_asyncio_push_after_redis_closed_the_connection_while_the_loop_was_busy_succeeds(config, admin):
+    """Issue 28 item 1: the close comes while the loop runs synchronous code (a request handler's,
+    say), so the loop has not read it when the next push takes the connection."""
+
+    async def main() -> None:
+        async with sidequest.aio.AsyncClient(config) as client:
+            await client.push(closed_conn_count, [1])
+            kill_all(admin)  # synchronous: the loop is blocked until Redis has closed them
+            await client.push(closed_conn_count, [2])
+
+    asyncio.run(main())
+    assert [json.loads(raw)["args"] for raw in admin.lrange("queue:default", 0, -1)] == [[2], [1]]
+
+
 # -- a job's own client, outside a worker --------------------------------------------------------------
 @pytest.mark.parametrize("close", ["timeout", "client kill"])
 def test_the_direct_client_replaces_a_connection_redis_closed(server, admin, close):
