@@ -102,6 +102,12 @@ def closed_by_timeout(admin: redis.Redis, last_command: str) -> None:
     admin.config_set("timeout", 0)
 
 
+def restart(server: RedisServer) -> None:
+    """A restart of Redis (without persistence: it comes back empty)."""
+    server.halt()
+    server.start()
+
+
 def kill_all(admin: redis.Redis) -> None:
     """A restart as the clients see it: every connection but the admin's closed by the server."""
     killed = admin.execute_command("CLIENT KILL TYPE normal")
@@ -113,18 +119,21 @@ def dead_and_retries(admin: redis.Redis) -> list[dict]:
 
 
 # -- pushes ------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("close", ["timeout", "client kill"])
-def test_a_push_after_redis_closed_the_idle_connection_succeeds(config, admin, close):
+@pytest.mark.parametrize("close", ["timeout", "client kill", "restart"])
+def test_a_push_after_redis_closed_the_idle_connection_succeeds(server, config, admin, close):
     """Issue 28 item 1: with Redis `timeout 1`, a push after a quiet spell raised "Connection
-    closed by server." although Redis was up; the same after a restart (CLIENT KILL)."""
+    closed by server." although Redis was up; the same after CLIENT KILL and a restart."""
     client = Client(config)
     client.push(closed_conn_count, [1])
     if close == "timeout":
         closed_by_timeout(admin, "exec")
-    else:
+    elif close == "client kill":
         kill_all(admin)
+    else:
+        restart(server)
     client.push(closed_conn_count, [2])
-    assert [json.loads(raw)["args"] for raw in admin.lrange("queue:default", 0, -1)] == [[2], [1]]
+    kept = [] if close == "restart" else [[1]]
+    assert [json.loads(raw)["args"] for raw in admin.lrange("queue:default", 0, -1)] == [[2], *kept]
 
 
 @pytest.mark.parametrize("close", ["timeout", "client kill"])
@@ -159,7 +168,7 @@ def test_an_asyncio_push_after_redis_closed_the_connection_while_the_loop_was_bu
 
 
 # -- a job's own client, outside a worker --------------------------------------------------------------
-@pytest.mark.parametrize("close", ["timeout", "client kill"])
+@pytest.mark.parametrize("close", ["timeout", "client kill", "restart"])
 def test_the_direct_client_replaces_a_connection_redis_closed(server, admin, close):
     """Issue 28 item 1: `sidequest.redis()`'s client (`DirectRedis`) after its connection was
     closed by the server: the command runs once, as on redis-py's own client."""
@@ -168,9 +177,11 @@ def test_the_direct_client_replaces_a_connection_redis_closed(server, admin, clo
         assert direct.incr("n") == 1
         if close == "timeout":
             closed_by_timeout(admin, "incrby")
-        else:
+        elif close == "client kill":
             kill_all(admin)
-        assert direct.incr("n") == 2
+        else:
+            restart(server)
+        assert direct.incr("n") == (1 if close == "restart" else 2)
     finally:
         direct.close()
 

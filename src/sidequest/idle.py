@@ -63,14 +63,17 @@ def unfit_async(conn: Any, look: bool) -> bool:
     return look and unfit(writer.transport.get_extra_info("socket"))
 
 
-def never_read(sock: Any, sent: int) -> bool:
-    """After the server closed a TCP connection before any byte of the reply: whether its TCP
-    proves Redis never read the `sent` bytes of the call (Linux; False elsewhere).
+def never_read(sock: Any, sent: int, fin: bool) -> bool:
+    """After the server closed a TCP connection before any byte of the reply (`fin`: its close
+    came as a FIN, else as a reset): whether its TCP proves Redis never read the `sent` bytes of
+    the call (Linux; False elsewhere).
 
-    None of them acknowledged (all still in the send queue): the server's close came before they
-    reached it, and data reaching a closed socket is refused. Or the server reset the connection
-    and the call was one segment of at most what Redis reads at once: a segment that reached an
-    open socket is read whole (and the close is a FIN) or not at all (and the close is a reset)."""
+    - A FIN carries the acknowledgement of all the server had received when it closed: if none
+      of the call's bytes is acknowledged (all still in the send queue), the close came before
+      they reached it, and bytes reaching a closed socket are refused, never read.
+    - A reset (after a FIN or alone) with a call of one segment of at most what Redis reads at
+      once: a segment that reached an open socket is read whole (and the close is a FIN) or not
+      at all (and the close is a reset)."""
     if type(sock) is not socket.socket or sock.family not in (socket.AF_INET, socket.AF_INET6):
         return False
     try:
@@ -80,7 +83,7 @@ def never_read(sock: Any, sent: int) -> bool:
         return False
     if len(info) < 20:
         return False
-    if queued == sent:
+    if fin and queued == sent:
         return True
     mss = struct.unpack_from("I", info, 16)[0]  # tcpi_snd_mss
     return info[0] == TCP_CLOSE and 0 < sent <= min(mss, REDIS_READ)

@@ -193,13 +193,11 @@ def exchange_raw(sock: socket.socket, parser: _HiredisParser, data: bytes, count
                 got = sock.recv_into(buffer)
             except (TimeoutError, BlockingIOError):
                 raise redis.TimeoutError("Timeout reading from socket") from None
-            except OSError as exc:  # a reset is evidence; a timeout of the kernel's (ETIMEDOUT) is not
-                reset = exc.errno in (errno.ECONNRESET, errno.EPIPE)
-                kind = NotSent if reset and not answered and never_read(sock, len(data)) else redis.ConnectionError
-                raise kind(f"Error while reading from socket: {exc.args}") from None
+            except OSError as exc:  # a reset may be evidence (`idle.never_read`); a timeout (ETIMEDOUT) is not
+                reset = exc.errno in (errno.ECONNRESET, errno.EPIPE) and not answered
+                raise lost(sock, len(data), f"Error while reading from socket: {exc.args}", reset, False) from None
             if not got:
-                kind = NotSent if not answered and never_read(sock, len(data)) else redis.ConnectionError
-                raise kind("Connection closed by server.")
+                raise lost(sock, len(data), "Connection closed by server.", not answered, True)
             answered = True
             reader.feed(buffer, 0, got)  # type: ignore[arg-type]  # hiredis reads any buffer
         elif pushed is not None and isinstance(reply, pushed):
@@ -211,6 +209,13 @@ def exchange_raw(sock: socket.socket, parser: _HiredisParser, data: bytes, count
         else:
             replies.append(reply)
     return replies
+
+
+def lost(sock: socket.socket, sent: int, message: str, unanswered: bool, fin: bool) -> redis.ConnectionError:
+    """The error of a connection the server closed before the reply: `NotSent` when the close
+    proves Redis never read the call (`idle.never_read`; only for a call with no byte of its
+    reply read)."""
+    return (NotSent if unanswered and never_read(sock, sent, fin) else redis.ConnectionError)(message)
 
 
 class AsyncLane:
