@@ -66,7 +66,7 @@ def test_a_reply_later_than_the_socket_timeout_fails_the_call_and_the_next_call_
     admin = redis.Redis.from_url(private_redis.url())
     direct = DirectRedis.from_url(private_redis.url(), socket_timeout=0.3)
     assert direct.ping() is True
-    sock = direct._lane._idle[0]._sock  # the timeout is the kernel's, on a blocking socket
+    sock = direct._lane._idle[0][0]._sock  # the timeout is the kernel's, on a blocking socket
     assert sock.gettimeout() is None
     assert struct.unpack("ll", sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, 16)) == (0, 300_000)
     admin.execute_command("CLIENT", "PAUSE", 10_000, "WRITE")

@@ -38,7 +38,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.client import EMPTY_RESPONSE, NEVER_DECODE
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import DataError, RedisClusterException
+from redis.exceptions import DataError, RedisClusterException, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from . import client as client_module
@@ -51,6 +51,7 @@ from .connection import (
     SOCKET_TIMEOUT,
     ClusterURL,
     SentinelURL,
+    _quiet_options,
     check_url,
     is_cluster_url,
     is_sentinel_url,
@@ -61,6 +62,7 @@ from .connection import (
     unavailable,
 )
 from .errors import RedisURLError
+from .idle import unfit_async
 from .lookup import Command, Query, result_query, status_query
 from .options import JobOptions, check_options, merge_options
 from .unique import PUSH_UNIQUE
@@ -82,7 +84,9 @@ def connect(url: str, direct: bool = False) -> aioredis.Redis:
     (never re-sending a command by itself, see there). With `direct`, one whose plain commands
     take the direct path (`AsyncDirectRedis`), on one Redis (a Sentinel's or a Cluster's client
     is redis-py's own)."""
-    options: dict[str, Any] = {} if url.startswith("unix:") else {"socket_keepalive": True}
+    # without the maintenance handshake (as `connection.connect`): with it on, redis-py's pool lends a
+    # connection the server closed while it sat idle without looking at it first (see `CheckedPool`)
+    options: dict[str, Any] = {**_quiet_options(), **({} if url.startswith("unix:") else {"socket_keepalive": True})}
     check_url(url)
     if is_sentinel_url(url):
         return _sentinel_connect(parse_sentinel_url(url))
@@ -90,10 +94,24 @@ def connect(url: str, direct: bool = False) -> aioredis.Redis:
         return _cluster_connect(parse_cluster_url(url))
     kind = AsyncDirectRedis if direct else aioredis.Redis
     try:
-        return kind.from_url(url, socket_timeout=SOCKET_TIMEOUT, socket_connect_timeout=CONNECT_TIMEOUT,
-                             health_check_interval=30, retry=Retry(NoBackoff(), 0), **options)
+        pool = CheckedPool.from_url(url, socket_timeout=SOCKET_TIMEOUT, socket_connect_timeout=CONNECT_TIMEOUT,
+                                    health_check_interval=30, retry=Retry(NoBackoff(), 0), **options)
     except ValueError as exc:
         raise RedisURLError(f"invalid Redis URL {mask_url(url)}: {exc}") from None
+    client = kind(connection_pool=pool)
+    client.auto_close_connection_pool = True  # as `from_url` makes it: the pool is the client's own
+    return client
+
+
+class CheckedPool(aioredis.ConnectionPool):
+    """redis.asyncio's pool, which also sees a close its loop has not read yet (the loop ran a
+    request's synchronous code meanwhile) before it lends a connection (`idle.unfit_async`):
+    redis-py's own look sees only what the loop has read."""
+
+    async def ensure_connection(self, connection: Any) -> None:
+        if connection.is_connected and unfit_async(connection, True):
+            await connection.disconnect()  # nothing was sent on it
+        await super().ensure_connection(connection)
 
 
 def _sentinel_connect(url: SentinelURL) -> aioredis.Redis:
@@ -176,8 +194,8 @@ class AsyncClient:
             fresh = connect(self.config.url)
             try:
                 await fresh.ping()
-            except (RedisConnectionError, RedisTimeoutError, OSError, RedisClusterException) as exc:
-                await fresh.aclose()
+            except (RedisConnectionError, RedisTimeoutError, OSError, RedisClusterException, ResponseError) as exc:
+                await fresh.aclose()  # an error reply too: NOAUTH, a plain Redis behind a Sentinel URL
                 raise unavailable(exc, self.config.url) from None
             if self._redis is None:
                 self._redis = fresh

@@ -267,7 +267,8 @@ def connect(url: str, *, check: bool = True, max_connections: int | None = None,
     The client never re-sends a command by itself (redis-py retries up to 10 times by default):
     a push, a fetch or a move whose reply was lost may have run, and sending it again could
     write a job twice. sidequest's callers decide instead: pushes raise, fetches reconcile their
-    own reserved list (see `fetch`), settling is idempotent.
+    own reserved list (see `fetch`), settling is idempotent. (The direct path sends a call again
+    only when Redis provably never read it, see `idle`.)
 
     A small `max_connections` gives a thread that makes one call at a time (a processor) a pool
     of its own: no lock shared with nine other threads per call, and the connection is opened
@@ -417,6 +418,9 @@ def unavailable(exc: Exception, url: str) -> RedisUnavailableError:
                                  "(or redis+sentinel://) for it")
         if isinstance(exc.__cause__, redis.RedisError | OSError):
             return unavailable(exc.__cause__, url)
+    if is_sentinel_url(url) and isinstance(exc, redis.ResponseError) and re.search(
+            r"unknown command ['`]sentinel['`]", str(exc), re.IGNORECASE):  # 6.2 quotes with backticks
+        return not_a_sentinel(url)
     if isinstance(exc, redis.AuthenticationError) or (
             isinstance(exc, redis.ResponseError) and any(w in str(exc) for w in ("NOAUTH", "WRONGPASS", "NOPERM"))):
         return RedisUnavailableError(f"Redis at {where} refused authentication: {exc}")
@@ -429,6 +433,15 @@ def unavailable(exc: Exception, url: str) -> RedisUnavailableError:
         return RedisUnavailableError(f"cannot reach Redis at {where}: {exc}")
     # e.g. InvalidResponse: an HTTP server, a database...
     return RedisURLError(f"{where} does not answer as a Redis server ({exc}); check the host and port in REDIS_URL")
+
+
+def not_a_sentinel(url: str) -> RedisURLError:
+    """A Sentinel URL whose first address answers as a plain Redis (it knows no SENTINEL)."""
+    parsed = parse_sentinel_url(url)
+    host, port = parsed.sentinels[0]
+    host = f"[{host}]" if ":" in host else host
+    return RedisURLError(f"{mask_url(url)} names a Redis that is not a Sentinel: use redis://{host}:{port}/"
+                         f"{parsed.db} for it, or list the Sentinels' addresses (port {SENTINEL_PORT} by default)")
 
 
 def answers(url: str) -> bool:

@@ -20,6 +20,11 @@ of the moment, TLS, AUTH, HELLO, SELECT), then its reader and writer are used di
   the connection, as a dead connection does (`redis.TimeoutError`, `redis.ConnectionError`),
   and the next call connects afresh. A call whose reply was lost may have run (see
   `connection`): nothing is sent again.
+- **A connection the server closed while it sat idle** (its `timeout`, a restart, CLIENT KILL) is
+  seen by the reading task as soon as the loop runs, and the next call connects afresh; one
+  whose close the loop has not read yet (it ran a job's synchronous code meanwhile) is looked at
+  before the first write after `idle.CHECK_IDLE` of quiet, and its calls, not sent, go on a new
+  connection (see `idle`).
 - **READONLY** (a primary demoted by a failover) is raised to its caller and drops the
   connection, so the next call finds the new primary (under Sentinel).
 """
@@ -28,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections import deque
 from collections.abc import Sequence
 from typing import Any
@@ -36,6 +42,8 @@ import hiredis
 import redis
 from redis._parsers.hiredis import NOT_ENOUGH_DATA  # private: tested with the redis-py pinned in CI
 from redis.exceptions import ReadOnlyError, ResponseError
+
+from .idle import CHECK_IDLE, NotSent, unfit_async
 
 Command = tuple[Any, ...]
 
@@ -111,28 +119,35 @@ class Multiplexed:
         self._watch: asyncio.TimerHandle | None = None
         self._reading: asyncio.Task[None] | None = None
         self._closing: set[asyncio.Task[None]] = set()
+        self._quiet: float | None = None  # since when no call is in flight (None: one is, or none was yet)
 
     async def exchange(self, commands: Sequence[Command]) -> list[Any]:
         """Send `commands` together and return their replies; an error reply is raised (and a
         lost connection's error inside an array, as redis-py raises it)."""
         loop = asyncio.get_running_loop()
-        while self._conn is None or self._loop is not loop:
-            await self._connect(loop)
         data = b"".join([hiredis.pack_command(c) for c in commands])
-        call = _Call(loop.create_future(), len(commands), loop.time())
-        self._calls.append(call)
-        self._out.append(data)
-        if self._flush is None:
-            self._flush = loop.call_soon(self._send)
-        if self._watch is None and self.timeout is not None:
-            self._watch = loop.call_at(call.sent + self.timeout, self._overdue)
-        replies = await call.future
+        try:
+            replies = await self._call(loop, data, len(commands))
+        except NotSent:  # the connection was found closed before the write: once more, on a new one
+            replies = await self._call(loop, data, len(commands))
         for reply in replies:
             if isinstance(reply, (ResponseError, redis.ConnectionError)):
                 raise reply
             if type(reply) is list and reply and isinstance(reply[0], redis.ConnectionError):
                 raise reply[0]
         return replies
+
+    async def _call(self, loop: asyncio.AbstractEventLoop, data: bytes, count: int) -> list[Any]:
+        while self._conn is None or self._loop is not loop:
+            await self._connect(loop)
+        call = _Call(loop.create_future(), count, loop.time())
+        self._calls.append(call)
+        self._out.append(data)
+        if self._flush is None:
+            self._flush = loop.call_soon(self._send)
+        if self._watch is None and self.timeout is not None:
+            self._watch = loop.call_at(call.sent + self.timeout, self._overdue)
+        return await call.future
 
     async def _connect(self, loop: asyncio.AbstractEventLoop) -> None:
         """Until the connection is made (by a task of its own: a caller cancelled meanwhile
@@ -162,7 +177,7 @@ class Multiplexed:
         finally:
             if self._connecting is asyncio.current_task():
                 self._connecting = None
-        self._conn = conn
+        self._conn, self._quiet = conn, None
         self._reading = loop.create_task(self._read(conn, reader, pushed))
 
     def _send(self) -> None:
@@ -171,6 +186,10 @@ class Multiplexed:
         if self._conn is None:
             self._fail(redis.ConnectionError("the connection was lost before the commands were sent"))
         elif out:
+            quiet, self._quiet = self._quiet, None
+            if quiet is not None and unfit_async(self._conn, time.monotonic() - quiet >= CHECK_IDLE):
+                self._fail(NotSent("Connection closed by server."))  # nothing in flight, nothing sent
+                return
             self._conn._writer.write(b"".join(out))  # the reader task sees a failed write as a lost connection
 
     async def _read(self, conn: Any, reader: Any, pushed: type | None) -> None:
@@ -195,6 +214,8 @@ class Multiplexed:
                         calls.popleft()
                         if not call.future.done():  # else its caller was cancelled
                             call.future.set_result(call.replies)
+                        if not calls:
+                            self._quiet = time.monotonic()
                 if demoted:  # a primary demoted by a failover (see the module)
                     raise redis.ConnectionError("the server is a replica now (READONLY)")
         except asyncio.CancelledError:
@@ -223,7 +244,7 @@ class Multiplexed:
         """Drop the connection (or stop making it) and fail every call waiting on it."""
         if conn is not None and conn is not self._conn:
             return  # an older connection, already dropped
-        conn, self._conn = self._conn, None
+        conn, self._conn, self._quiet = self._conn, None, None
         calls, self._calls = self._calls, deque()
         self._out = []
         for handle in (self._flush, self._watch):

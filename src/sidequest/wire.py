@@ -8,14 +8,20 @@ connection settings), packs commands with hiredis, sends them in one write and r
 replies (integers, bytes, lists). Errors are raised as redis-py raises them; a connection that
 failed mid-call is closed and dropped, so no reply is ever left unread on one in use, and the
 next call connects afresh (to the primary of the moment, under Sentinel).
-Nothing is re-sent (see `connection`).
+
+A connection the server closed while it sat idle (its `timeout`, a restart, CLIENT KILL) is
+replaced before use, as redis-py's pool replaces it, and a call whose failure proves Redis never
+read it is sent once more on a new connection; anything else that fails without a reply may
+have run and is raised (see `idle` and `connection`).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 import struct
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,6 +32,7 @@ from redis.client import EMPTY_RESPONSE, NEVER_DECODE
 from redis.connection import AbstractConnection
 from redis.exceptions import AskError, NoScriptError, ResponseError
 
+from .idle import CHECK_IDLE, NotSent, never_read, unfit, unfit_async
 from .keys import space
 from .mux import Multiplexed, Unshareable, shareable
 
@@ -38,7 +45,7 @@ class Lane:
 
     def __init__(self, client: redis.Redis) -> None:
         self.pool = client.connection_pool
-        self._idle: list[AbstractConnection] = []
+        self._idle: list[tuple[AbstractConnection, float]] = []  # and when it was last used
         self._pid = os.getpid()
 
     def _take(self) -> AbstractConnection:
@@ -46,10 +53,16 @@ class Lane:
         # preforking and C extensions' fork() run no Python at-fork hooks)
         if self._pid != os.getpid():
             self._idle, self._pid = [], os.getpid()
-        try:
-            return self._idle.pop()
-        except IndexError:
-            pass
+        while True:
+            try:
+                conn, used = self._idle.pop()
+            except IndexError:
+                return self._connect()
+            if time.monotonic() - used < CHECK_IDLE or not unfit(conn._sock):
+                return conn
+            conn.disconnect()  # type: ignore[no-untyped-call]  # closed by the server while idle: nothing was sent
+
+    def _connect(self) -> AbstractConnection:
         conn: AbstractConnection = self.pool.connection_class(**self.pool.connection_kwargs)
         # connect() picks the address: a Sentinel-managed connection asks the Sentinels for the
         # primary here (sending on an unconnected one would open a socket to its default host)
@@ -59,23 +72,29 @@ class Lane:
         return conn
 
     def exchange(self, commands: Sequence[Command]) -> list[Any]:
-        """Send `commands` in one write and read one reply each; an error reply is raised."""
-        conn = self._take()
+        """Send `commands` in one write and read one reply each; an error reply is raised. Sent
+        once more, on a new connection, when the first try proves Redis never read them."""
+        data = b"".join([hiredis.pack_command(c) for c in commands])
         try:
-            data = b"".join([hiredis.pack_command(c) for c in commands])
+            return self._exchange(self._take(), data, len(commands))
+        except NotSent:
+            return self._exchange(self._connect(), data, len(commands))
+
+    def _exchange(self, conn: AbstractConnection, data: bytes, count: int) -> list[Any]:
+        try:
             parser = conn._parser
             sock = conn._sock
             if type(parser) is _HiredisParser and parser._reader is not None and sock is not None:
-                replies = exchange_raw(sock, parser, data, len(commands))
+                replies = exchange_raw(sock, parser, data, count)
             else:  # another parser: redis-py's own reading
                 conn.send_packed_command([data], check_health=False)  # type: ignore[no-untyped-call]
-                replies = [conn.read_response() for _ in commands]
+                replies = [conn.read_response() for _ in range(count)]
         except BaseException:
             # a reply may still be unread: dropped, and a new connection is made (and connected
             # to the primary of the moment) for the next call
             conn.disconnect()  # type: ignore[no-untyped-call]
             raise
-        self._idle.append(conn)
+        self._idle.append((conn, time.monotonic()))
         return replies
 
     def call(self, *command: Any) -> Any:
@@ -118,7 +137,7 @@ class Lane:
 
     def close(self) -> None:
         idle, self._idle = self._idle, []
-        for conn in idle:
+        for conn, _ in idle:
             conn.disconnect()  # type: ignore[no-untyped-call]
 
 
@@ -149,15 +168,23 @@ def exchange_raw(sock: socket.socket, parser: _HiredisParser, data: bytes, count
     """Write `data` on a connected socket and read `count` replies through its hiredis parser's
     reader: what redis-py's send and read do for these replies, without their layers (a RESP3
     push message between them goes to the parser's handler). Errors are raised as redis-py
-    raises them."""
+    raises them; `NotSent` when the failure proves Redis never read `data` (see the module)."""
     reader, buffer = parser._reader, parser._buffer
     pushed = getattr(parser, "_hiredis_PushNotificationType", None)  # redis-py 6+, hiredis 3.2+
     try:
-        sock.sendall(data)
+        sent = sock.send(data)  # the first write refused: nothing of it left this host
     except (TimeoutError, BlockingIOError):  # Python's timeout, or the kernel's
         raise redis.TimeoutError("Timeout writing to socket") from None
     except OSError as exc:
-        raise redis.ConnectionError(f"Error while writing to socket: {exc.args}") from None
+        raise NotSent(f"Error while writing to socket: {exc.args}") from None
+    if sent < len(data):
+        try:
+            sock.sendall(memoryview(data)[sent:])
+        except (TimeoutError, BlockingIOError):
+            raise redis.TimeoutError("Timeout writing to socket") from None
+        except OSError as exc:
+            raise redis.ConnectionError(f"Error while writing to socket: {exc.args}") from None
+    answered = False  # a byte of the reply came: the call reached Redis
     replies: list[Any] = []
     while len(replies) < count:
         reply = reader.gets()
@@ -166,10 +193,12 @@ def exchange_raw(sock: socket.socket, parser: _HiredisParser, data: bytes, count
                 got = sock.recv_into(buffer)
             except (TimeoutError, BlockingIOError):
                 raise redis.TimeoutError("Timeout reading from socket") from None
-            except OSError as exc:
-                raise redis.ConnectionError(f"Error while reading from socket: {exc.args}") from None
+            except OSError as exc:  # a reset may be evidence (`idle.never_read`); a timeout (ETIMEDOUT) is not
+                reset = exc.errno in (errno.ECONNRESET, errno.EPIPE) and not answered
+                raise lost(sock, len(data), f"Error while reading from socket: {exc.args}", reset, False) from None
             if not got:
-                raise redis.ConnectionError("Connection closed by server.")
+                raise lost(sock, len(data), "Connection closed by server.", not answered, True)
+            answered = True
             reader.feed(buffer, 0, got)  # type: ignore[arg-type]  # hiredis reads any buffer
         elif pushed is not None and isinstance(reply, pushed):
             parser.handle_push_response(reply)  # type: ignore[no-untyped-call]
@@ -182,6 +211,13 @@ def exchange_raw(sock: socket.socket, parser: _HiredisParser, data: bytes, count
     return replies
 
 
+def lost(sock: socket.socket, sent: int, message: str, unanswered: bool, fin: bool) -> redis.ConnectionError:
+    """The error of a connection the server closed before the reply: `NotSent` when the close
+    proves Redis never read the call (`idle.never_read`; only for a call with no byte of its
+    reply read)."""
+    return (NotSent if unanswered and never_read(sock, sent, fin) else redis.ConnectionError)(message)
+
+
 class AsyncLane:
     """`Lane` on redis.asyncio: connections of an asyncio client kept aside, commands packed by
     hiredis and sent in one write, raw replies read back (see the module). Used by the asyncio
@@ -192,7 +228,7 @@ class AsyncLane:
 
     def __init__(self, client: Any) -> None:  # a redis.asyncio.Redis
         self.pool = client.connection_pool
-        self._idle: list[Any] = []
+        self._idle: list[tuple[Any, float]] = []  # and when it was last used
         self.shared = Multiplexed(self.pool)
 
     async def exchange(self, commands: Sequence[Command], timeout: float | None = None) -> list[Any]:
@@ -204,23 +240,29 @@ class AsyncLane:
                 return await self.shared.exchange(commands)
             except Unshareable:
                 pass
-        try:
-            conn = self._idle.pop()
-        except IndexError:
-            conn = self.pool.connection_class(**self.pool.connection_kwargs)
-            await conn.connect()
+        conn = await self._take()
         try:
             await conn.send_packed_command(b"".join([hiredis.pack_command(c) for c in commands]), check_health=False)
             replies = [await conn.read_response(timeout=timeout) for _ in commands]
         except BaseException:  # a cancellation too: a reply may be unread, so the connection goes
             await conn.disconnect(nowait=True)
             raise
+        self._idle.append((conn, time.monotonic()))
         for reply in replies:
             if isinstance(reply, ResponseError):
-                self._idle.append(conn)
                 raise reply
-        self._idle.append(conn)
         return replies
+
+    async def _take(self) -> Any:
+        """An idle connection the server has not closed meanwhile (see `idle`), else a new one."""
+        while self._idle:
+            conn, used = self._idle.pop()
+            if not unfit_async(conn, time.monotonic() - used >= CHECK_IDLE):
+                return conn
+            await conn.disconnect(nowait=True)  # nothing was sent on it
+        conn = self.pool.connection_class(**self.pool.connection_kwargs)
+        await conn.connect()
+        return conn
 
     async def evalsha(self, script: Any, keys: Sequence[Any], args: Sequence[Any]) -> Any:
         """`Lane.evalsha` on this loop."""
@@ -234,7 +276,7 @@ class AsyncLane:
     async def close(self) -> None:
         await self.shared.close()
         idle, self._idle = self._idle, []
-        for conn in idle:
+        for conn, _ in idle:
             await conn.disconnect(nowait=True)
 
 
