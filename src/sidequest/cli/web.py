@@ -8,9 +8,7 @@ import socket
 
 import click
 
-from ..config import Config
 from ..connection import mask_url
-from ..errors import ConfigError, RedisUnavailableError
 from .logs import configure_logging
 from .root import UserError, main
 
@@ -20,7 +18,8 @@ log = logging.getLogger("sidequest")
 @main.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=7878, show_default=True, type=click.IntRange(1, 65535))
-@click.option("--redis-url", metavar="URL", help="Redis to show (default: REDIS_URL, else the embedded one).")
+@click.option("--redis-url", metavar="URL",
+              help="Redis to show (default: REDIS_URL, else localhost:6379, as `sidequest worker` uses it).")
 @click.option("--read-only", is_flag=True, help="Show everything, change nothing (every POST gets 403).")
 @click.option("--basic-auth", metavar="USER:PASSWORD", envvar="SIDEQUEST_WEB_BASIC_AUTH", show_envvar=True,
               help="Ask every visitor for these credentials (keep the password out of `ps`: use the variable).")
@@ -39,9 +38,8 @@ def web(host: str, port: int, redis_url: str | None, read_only: bool, basic_auth
     """
     import uvicorn
 
-    from ..client import Client
-    from ..embedded import resolve_url
     from ..web import create_app
+    from .connect import admin_client
 
     credentials: tuple[str, str] | None = None
     if basic_auth:
@@ -51,20 +49,18 @@ def web(host: str, port: int, redis_url: str | None, read_only: bool, basic_auth
         credentials = (user, password)
     sockets = listen(host, port)  # before anything is announced, and before Redis
     configure_logging(False, None)
+    # Connected now: a wrong URL is one line at start, not an error page later. Without a URL, the
+    # Redis on localhost (the embedded one `sidequest worker` started) if it answers; never a new
+    # embedded server, whose empty data a dashboard deployed without REDIS_URL would show as if real.
     try:
-        config = Config.from_env()
-        if redis_url:
-            config = config.replace(redis_url=redis_url)
-        config = config.replace(redis_url=resolve_url(config))
-        client = Client(config)
-        client.redis.ping()  # connect now: a wrong URL is one line at start, not an error page later
-    except ConfigError as exc:
-        raise UserError(str(exc)) from None
-    except RedisUnavailableError as exc:
-        raise click.ClickException(str(exc)) from None
+        client = admin_client(redis_url, never="`sidequest web` never starts")
+    except click.ClickException:
+        for sock in sockets:
+            sock.close()
+        raise
     app = create_app(client, basic_auth=credentials, read_only=read_only, poll_interval=poll_interval)
     log.info("dashboard on http://%s:%d%s%s (redis=%s)", host, port, " read-only" if read_only else "",
-             " with basic auth" if credentials else "", mask_url(config.url))
+             " with basic auth" if credentials else "", mask_url(client.config.url))
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, root_path=root_path.rstrip("/"),
                                            log_level="warning"))
     try:
