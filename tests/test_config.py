@@ -125,13 +125,19 @@ def test_a_redis_url_of_another_scheme_is_refused_at_construction(url):
         assert Config(redis_url=good).redis_url == good
 
 
-def test_a_misspelled_environment_variable_is_named_with_the_nearest_one(caplog):
+def test_a_misspelled_environment_variable_is_named_with_the_nearest_one(caplog, monkeypatch):
     """Issue 28 item 15: `SIDEQUEST_CONCURENCY=3` was ignored without a word."""
+    import sidequest.config
+
+    monkeypatch.setattr(sidequest.config, "_warned", set())  # each is named once a process
     caplog.set_level("WARNING", logger="sidequest.config")
-    config = Config.from_env({"SIDEQUEST_CONCURENCY": "3", "SIDEQUEST_WEB_BASIC_AUTH": "a:b",
-                              "SIDEQUEST_QUEUES": "mail"})
+    env = {"SIDEQUEST_CONCURENCY": "3", "SIDEQUEST_WEB_BASIC_AUTH": "a:b", "SIDEQUEST_QUEUES": "mail",
+           "SIDEQUEST_CAPSULES": "serial"}
+    config = Config.from_env(env)
     assert config.concurrency == 10 and config.queue_names == ["mail"]
-    assert [r.getMessage() for r in caplog.records] == [
+    Config.from_env(env)
+    assert sorted(r.getMessage() for r in caplog.records) == [
+        "SIDEQUEST_CAPSULES is ignored: capsules is set in code or a config file, not in the environment",
         "SIDEQUEST_CONCURENCY is not a sidequest setting and is ignored; did you mean SIDEQUEST_CONCURRENCY?"]
 
 

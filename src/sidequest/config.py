@@ -307,9 +307,7 @@ class Config:
                     values[name] = _cast(name, raw, names[name].type)
                 elif key not in OTHER_VARIABLES and key not in _warned:
                     _warned.add(key)
-                    near = nearest_setting(name, ENV_SETTINGS)
-                    log.warning("%s is not a sidequest setting and is ignored%s", key,
-                                f"; did you mean {ENV_PREFIX}{near.upper()}?" if near else "")
+                    _warn_unknown(key, name)
         if env.get("SIDEQUEST_REDIS_URL"):
             values["redis_url"] = env["SIDEQUEST_REDIS_URL"]
         return cls(**values).replace(**overrides)
@@ -343,6 +341,16 @@ def nearest_setting(name: str, among: Sequence[str] = SETTINGS) -> str | None:
 def did_you_mean(name: str) -> str:
     near = nearest_setting(name)
     return f"; did you mean {near!r}?" if near else ""
+
+
+def _warn_unknown(key: str, name: str) -> None:
+    """One line for a SIDEQUEST_* variable `from_env` ignores, with the one it may stand for."""
+    if name in SETTINGS:
+        log.warning("%s is ignored: %s is set in code or a config file, not in the environment", key, name)
+        return
+    near = nearest_setting(name, ENV_SETTINGS)
+    log.warning("%s is not a sidequest setting and is ignored%s", key,
+                f"; did you mean {ENV_PREFIX}{near.upper()}?" if near else "")
 
 
 def load_file(path: str | os.PathLike[str]) -> dict[str, Any]:
