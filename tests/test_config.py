@@ -131,7 +131,8 @@ def test_a_misspelled_environment_variable_is_named_with_the_nearest_one(caplog,
 
     monkeypatch.setattr(sidequest.config, "_warned", set())  # each is named once a process
     caplog.set_level("WARNING", logger="sidequest.config")
-    env = {"SIDEQUEST_CONCURENCY": "3", "SIDEQUEST_WEB_BASIC_AUTH": "a:b", "SIDEQUEST_QUEUES": "mail",
+    env = {"SIDEQUEST_CONCURENCY": "3", "SIDEQUEST_WEB_BASIC_AUTH": "a:b", "SIDEQUEST_WEB_ALLOWED_HOSTS": "h",
+           "SIDEQUEST_QUEUES": "mail",
            "SIDEQUEST_CAPSULES": "serial"}
     config = Config.from_env(env)
     assert config.concurrency == 10 and config.queue_names == ["mail"]

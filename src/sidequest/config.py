@@ -31,8 +31,9 @@ CAPSULE_NAME = re.compile(r"[A-Za-z0-9_-]+")  # it names a reserved list (see ke
 DEFAULT_CAPSULE = "default"
 RUNNERS = ("auto", "threads", "asyncio")
 ENV_PREFIX = "SIDEQUEST_"
-# SIDEQUEST_* variables that are not settings: `sidequest web`'s credentials, the test suite's knobs
-OTHER_VARIABLES = ("SIDEQUEST_WEB_BASIC_AUTH", "SIDEQUEST_REQUIRE_BROWSER", "SIDEQUEST_REQUIRE_RUBY")
+# SIDEQUEST_* variables that are not settings: `sidequest web`'s flags (SIDEQUEST_WEB_*), the test suite's knobs
+OTHER_VARIABLES = ("SIDEQUEST_REQUIRE_BROWSER", "SIDEQUEST_REQUIRE_RUBY")
+OTHER_PREFIXES = ("SIDEQUEST_WEB_", "SIDEQUEST_TEST_")
 _warned: set[str] = set()  # unknown variables already named: once per process, however often read
 
 
@@ -305,7 +306,7 @@ class Config:
                 name = key[len(ENV_PREFIX):].lower()
                 if name in ENV_SETTINGS:
                     values[name] = _cast(name, raw, names[name].type)
-                elif key not in OTHER_VARIABLES and key not in _warned:
+                elif key not in OTHER_VARIABLES and not key.startswith(OTHER_PREFIXES) and key not in _warned:
                     _warned.add(key)
                     _warn_unknown(key, name)
         if env.get("SIDEQUEST_REDIS_URL"):

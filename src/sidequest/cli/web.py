@@ -8,7 +8,10 @@ import socket
 
 import click
 
+from ..config import Config
 from ..connection import mask_url
+from ..errors import ConfigError, RedisUnavailableError
+from .connect import reach
 from .logs import configure_logging
 from .root import UserError, main
 
@@ -38,8 +41,8 @@ def web(host: str, port: int, redis_url: str | None, read_only: bool, basic_auth
     """
     import uvicorn
 
+    from ..client import Client
     from ..web import create_app
-    from .connect import admin_client
 
     credentials: tuple[str, str] | None = None
     if basic_auth:
@@ -49,18 +52,22 @@ def web(host: str, port: int, redis_url: str | None, read_only: bool, basic_auth
         credentials = (user, password)
     sockets = listen(host, port)  # before anything is announced, and before Redis
     configure_logging(False, None)
-    # Connected now: a wrong URL is one line at start, not an error page later. Without a URL, the
-    # Redis on localhost (the embedded one `sidequest worker` started) if it answers; never a new
-    # embedded server, whose empty data a dashboard deployed without REDIS_URL would show as if real.
     try:
-        client = admin_client(redis_url, never="`sidequest web` never starts")
-    except click.ClickException:
-        for sock in sockets:
-            sock.close()
-        raise
+        config = Config.from_env()
+        if redis_url:
+            config = config.replace(redis_url=redis_url)
+        client = Client(config)
+        # Connect now: a wrong URL is one line at start, not an error page later. Without a URL, the
+        # Redis on localhost (the embedded one `sidequest worker` started) if it answers; never a new
+        # embedded server, whose empty data a dashboard deployed without REDIS_URL would show as real.
+        reach(client, never="`sidequest web` never starts")
+    except ConfigError as exc:
+        raise UserError(str(exc)) from None
+    except RedisUnavailableError as exc:
+        raise click.ClickException(str(exc)) from None
     app = create_app(client, basic_auth=credentials, read_only=read_only, poll_interval=poll_interval)
     log.info("dashboard on http://%s:%d%s%s (redis=%s)", host, port, " read-only" if read_only else "",
-             " with basic auth" if credentials else "", mask_url(client.config.url))
+             " with basic auth" if credentials else "", mask_url(config.url))
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, root_path=root_path.rstrip("/"),
                                            log_level="warning"))
     try:
