@@ -323,3 +323,31 @@ def test_top_redraws_in_a_terminal_until_ctrl_c_then_exits_0(redis_url):
         os.close(fd)
     assert os.waitstatus_to_exitcode(status) == 0 and "Traceback" not in text
     assert text.count("sidequest top") >= 3 and "\x1b[1A\x1b[2K" in text  # redrawn in place: cursor up, erase
+
+
+def test_web_without_a_redis_url_uses_no_embedded_server_and_says_to_set_one(tmp_path):
+    """Issue 28 item 15: `sidequest web` started the embedded Redis when REDIS_URL was unset, so a
+    dashboard deployed without it showed an empty new Redis. Like the admin commands, it uses the
+    Redis on localhost at the embedded port if one answers, else says in one line to set REDIS_URL."""
+    port = free_port()
+    env = {k: v for k, v in python_env(SIDEQUEST_EMBEDDED_PORT=str(port)).items()
+           if k not in ("REDIS_URL", "SIDEQUEST_REDIS_URL")}
+    web = subprocess.Popen([PYTHON, "-m", "sidequest.cli", "web", "--port", str(free_port())], cwd=tmp_path, env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        out, _ = web.communicate(timeout=STARTUP)
+        lines = out.strip().splitlines()
+        assert web.returncode == 1 and len(lines) == 1, out
+        assert "set REDIS_URL" in lines[0] and "`sidequest web` never starts the embedded Redis" in lines[0], out
+        assert not answers(f"redis://127.0.0.1:{port}/0") and not (tmp_path / ".sidequest").exists()
+    finally:  # the unfixed command started an embedded server, then served the dashboard
+        if web.poll() is None:
+            web.kill()
+            web.wait()
+        if answers(f"redis://127.0.0.1:{port}/0"):
+            import redis
+
+            try:
+                redis.Redis(port=port).shutdown(nosave=True)
+            except redis.ConnectionError:
+                pass

@@ -105,3 +105,50 @@ def test_usable_cpus_honours_a_cgroup_cpu_quota(tmp_path):
     limit.write_text("max 100000\n")
     assert usable_cpus(limit) == affinity
     assert usable_cpus(tmp_path / "missing") == affinity
+
+
+def test_a_misspelled_setting_names_the_nearest_one():
+    """Issue 28 item 15: `Config(concurency=3)` was a bare TypeError; now one line with the fix."""
+    with pytest.raises(ConfigError, match=r"^unknown setting 'concurency'; did you mean 'concurrency'\?$"):
+        Config(concurency=3)
+    with pytest.raises(ConfigError, match=r"did you mean 'max_retries'\?"):
+        Config().replace(max_retry=3)
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:6379/0", "localhost:6379", "redis//localhost", "tcp://h:1"])
+def test_a_redis_url_of_another_scheme_is_refused_at_construction(url):
+    """Issue 28 item 15: `Config(redis_url="http://...")` was accepted until the first use."""
+    with pytest.raises(ConfigError, match=r"invalid Redis URL .*: the scheme must be one of redis://, rediss://"):
+        Config(redis_url=url)
+    for good in ("redis://h:1/0", "rediss://h:1/0", "unix:///tmp/redis.sock", "redis+sentinel://h:26379/main",
+                 "redis+cluster://h:7000", "REDIS://h:1/0"):
+        assert Config(redis_url=good).redis_url == good
+
+
+def test_a_misspelled_environment_variable_is_named_with_the_nearest_one(caplog, monkeypatch):
+    """Issue 28 item 15: `SIDEQUEST_CONCURENCY=3` was ignored without a word."""
+    import sidequest.config
+
+    monkeypatch.setattr(sidequest.config, "_warned", set())  # each is named once a process
+    caplog.set_level("WARNING", logger="sidequest.config")
+    env = {"SIDEQUEST_CONCURENCY": "3", "SIDEQUEST_WEB_BASIC_AUTH": "a:b", "SIDEQUEST_WEB_ALLOWED_HOSTS": "h",
+           "SIDEQUEST_QUEUES": "mail",
+           "SIDEQUEST_CAPSULES": "serial"}
+    config = Config.from_env(env)
+    assert config.concurrency == 10 and config.queue_names == ["mail"]
+    Config.from_env(env)
+    assert sorted(r.getMessage() for r in caplog.records) == [
+        "SIDEQUEST_CAPSULES is ignored: capsules is set in code or a config file, not in the environment",
+        "SIDEQUEST_CONCURENCY is not a sidequest setting and is ignored; did you mean SIDEQUEST_CONCURRENCY?"]
+
+
+def test_queues_given_with_a_comma_say_how_to_list_them():
+    """Issue 28 item 15: `SIDEQUEST_QUEUES=mail,default` read `default` as mail's weight, with no
+    hint that queues are separated by spaces (a comma gives a weight, as in Sidekiq's `-q`)."""
+    with pytest.raises(ConfigError) as caught:
+        Config.from_env({"SIDEQUEST_QUEUES": "mail,default"})
+    assert str(caught.value) == ("queue 'mail' has weight 'default'; a weight is a whole number (NAME,WEIGHT). "
+                                 "To work several queues, separate them with spaces: SIDEQUEST_QUEUES='mail default' "
+                                 "or -q mail -q default")
+    assert Config.from_env({"SIDEQUEST_QUEUES": "mail default"}).queue_names == ["mail", "default"]
+    assert Config.from_env({"SIDEQUEST_QUEUES": "mail;default"}).queue_names == ["mail", "default"]

@@ -552,3 +552,22 @@ def test_the_docs_quote_the_example_project_as_it_is():
     for path, body in blocks:
         source = (ROOT / path).read_text()
         assert body.strip() in source, f"the docs' {path} differs from the file"
+
+
+def test_the_worker_logs_each_task_line_once(manage, shop, r):
+    """Issue 28 item 15: the Django worker logged each `django.tasks` line twice: Django's default
+    logging gives the `django` logger a console handler (DEBUG on, as in a new project), and the
+    line also propagates to the root logger, where the worker writes every line."""
+    from orders.tasks import add
+
+    result = add.enqueue(20, 22)
+    running = worker(manage, "-r", "django_log_probe", extra={"SHOP_DEBUG": "1"})
+    sidequest.default_client().push("DjangoTasksLine", ["a line of django.tasks"])
+    wait_until(lambda: (result.refresh(), result.is_finished)[1], STARTUP, 0.1, "the task to end")
+    wait_until(lambda: re.search(r"class=DjangoTasksLine .*INFO: done", running.output()), STARTUP, 0.1,
+               "the probe job to end")
+    assert running.stop() == 0
+    out = running.output()
+    assert out.count("a line of django.tasks") == 1, out
+    lines = [line for line in out.splitlines() if f"Task id={result.id}" in line]
+    assert [line.rsplit("state=", 1)[1] for line in lines] == ["RUNNING", "SUCCESSFUL"], out  # the backport's names

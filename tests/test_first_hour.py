@@ -66,6 +66,9 @@ def test_a_url_that_is_not_redis_is_one_line_and_exit_2(http_port):
     (["worker", "--processes", "2"], {"REDIS_URL": "redis://127.0.0.1:1/db1"}, "the database 'db1'"),
     (["stats", "--redis-url", "rediss://127.0.0.1:1/0/"], {}, "the database '0/'"),
     (["worker", "-q", "a,heavy"], {}, "weight"),
+    (["worker"], {"REDIS_URL": "http://127.0.0.1:1/"}, "the scheme must be one of redis://"),  # issue 28 item 15
+    (["worker"], {"SIDEQUEST_QUEUES": "mail,default"}, "separate them with spaces"),  # issue 28 item 15
+    (["stats"], {"SIDEQUEST_QUEUES": "mail,default"}, "SIDEQUEST_QUEUES='mail default'"),  # issue 28 item 15
 ])
 def test_user_errors_are_one_or_two_lines_and_exit_2(args, env, words):
     out = run_cli(*args, env=env)
@@ -227,3 +230,20 @@ def test_the_docs_examples_do_not_take_each_others_jobs_on_a_shared_redis():
 
     demo_jobs = (demo.greet, demo.crunch, demo.fetch_page, demo.flaky)
     assert {job.payload_options()["queue"] for job in demo_jobs} == {demo.QUEUE} != {"default"}
+
+
+def test_each_extra_installs_what_its_docs_page_imports():
+    """Issue 28 item 15: the `[otel]` extra did not install `opentelemetry-sdk`, which the page's
+    example imports (`from opentelemetry.sdk.trace import TracerProvider`)."""
+    import re
+    import tomllib
+
+    from conftest import ROOT
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    otel = {re.split(r"[<>=\[; ]", requirement, maxsplit=1)[0] for requirement in extras["otel"]}
+    text = (ROOT / "docs" / "integrations-observability.md").read_text()
+    imported = set(re.findall(r"^from (opentelemetry(?:\.\w+)?)", text, re.M))
+    distributions = {"opentelemetry": "opentelemetry-api", "opentelemetry.sdk": "opentelemetry-sdk",
+                     "opentelemetry.instrumentation": "opentelemetry-instrumentation"}
+    assert imported and {distributions.get(name, "opentelemetry-api") for name in imported} <= otel, imported

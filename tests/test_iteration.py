@@ -197,8 +197,13 @@ DOC = ROOT / "docs" / "iteration.md"
 
 
 def test_the_iteration_docs_examples_run(tmp_path, redis_url, r):
+    """The page's files and its worker command, as written (issue 28 item 15: the command lacked
+    `-q low`, the job's queue, so the job never ran)."""
+    text = DOC.read_text(encoding="utf-8")
+    command = re.findall(r"`sidequest (worker [^`]+)`", text)
+    assert len(command) == 1, command
     named = {}
-    for block in re.findall(r"```python\n(.*?)```", DOC.read_text(encoding="utf-8"), re.S):
+    for block in re.findall(r"```python\n(.*?)```", text, re.S):
         name = block.splitlines()[0].removeprefix("# ")
         named[name] = block
         (tmp_path / name).write_text(block, encoding="utf-8")
@@ -214,7 +219,7 @@ def test_the_iteration_docs_examples_run(tmp_path, redis_url, r):
     jid = run("enqueue.py").strip()
     assert run("progress.py", jid) == ""  # not started: no record yet
     with open(tmp_path / "worker.log", "w") as log:
-        worker = subprocess.Popen([PYTHON, "-m", "sidequest.cli", "worker", "-r", "reindex", "-q", "low", *KNOBS],
+        worker = subprocess.Popen([PYTHON, "-m", "sidequest.cli", *command[0].split(), *KNOBS],
                                   cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
         try:
             wait_until(lambda: r.get("search:reindexed"), 4 * STARTUP, 0.05, "the reindex to complete")

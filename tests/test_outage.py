@@ -54,6 +54,36 @@ def test_worker_survives_a_redis_restart_mid_job(durable_redis, tmp_path):
 
 
 
+def test_a_stop_during_an_outage_never_says_redis_answers_again(caplog):
+    """Issue 28 item 15: "Redis answers again" was logged at a stop when Redis never did: a
+    success reported without a call reaching Redis (a job already in hand, handed out) counted
+    as Redis answering, and the stop logged the end of the outage on that alone. At a stop, the
+    process's last call (clearing its heartbeat) says whether Redis answers now."""
+    now = [0.0]
+    outage = RedisOutage(settle=5.0, clock=lambda: now[0])
+    caplog.set_level(logging.INFO, logger="sidequest.outage")
+    outage.down(redis.ConnectionError("Connection refused."))
+    now[0] = 2.0
+    outage.up(began=1.5)  # a job in hand, taken without a call: Redis may well still be down
+    now[0] = 3.0
+    outage.settle(answered=False)  # the stop's last call failed: Redis does not answer
+    assert [r.getMessage() for r in caplog.records][1:] == [
+        "stopped during a Redis outage of 3.0 s (1 failed calls)"]
+
+    caplog.clear()
+    outage = RedisOutage(settle=5.0, clock=lambda: now[0])
+    outage.down(redis.ConnectionError("Connection refused."))
+    now[0] = 4.0
+    outage.settle(answered=True)  # no success came before the stop, but its last call reached Redis
+    assert [r.getMessage() for r in caplog.records][1:] == [
+        "Redis answers again after 1.0 s (1 failed calls meanwhile)"]
+
+    caplog.clear()
+    outage = RedisOutage(settle=5.0, clock=lambda: now[0])
+    outage.settle(answered=False)  # no outage: nothing to say
+    assert caplog.records == []
+
+
 def test_failures_just_after_redis_answers_again_are_the_same_outage(caplog):
     """A failover fails the connections made before it one by one, after the first call has
     reached the new primary: one outage, two lines, and the failed calls counted in the second."""
@@ -81,8 +111,8 @@ def test_failures_just_after_redis_answers_again_are_the_same_outage(caplog):
     now[0] = 106.0
     outage.up(began=105.5)
     assert len(caplog.records) == 3
-    outage.settle()  # a stop logs its end at once, without waiting out the second
-    outage.settle()
+    outage.settle(answered=True)  # a stop logs its end at once, without waiting out the second
+    outage.settle(answered=True)
     assert [r.levelname for r in caplog.records] == ["ERROR", "WARNING", "ERROR", "WARNING"]
     assert caplog.records[-1].getMessage() == "Redis answers again after 1.0 s (1 failed calls meanwhile)"
 

@@ -225,6 +225,40 @@ def test_set_actions_one_selected_and_all_matching(client, r):
     assert http.get("/retries/garbage", headers=HTML).status_code == 404
 
 
+# -- the retry pages, as Sidekiq's ------------------------------------------------------------------
+def test_retries_list_the_soonest_first_and_show_the_effective_maximum(client, r):
+    """Issue 28 item 14: the retry page said "Retry count 2 of True" for every `retry: true` job
+    (Ruby's or Python's), and `/retries` listed the latest first where Sidekiq lists the soonest
+    (its retries and scheduled pages read the set with ZRANGE; the dead page, newest first)."""
+    now = time.time()
+    later = _failed_job(client, r, "retry", ["later"], now + 600, retry=True, retry_count=2)
+    soon = _failed_job(client, r, "retry", ["soon"], now + 60, retry=True, retry_count=2)
+    middle = _failed_job(client, r, "retry", ["middle"], now + 300, retry=5, retry_count=1)
+    http = TestClient(create_app(client))
+    listing = http.get("/retries", headers=HTML).text
+    assert listing.index(soon) < listing.index(middle) < listing.index(later)
+    filtered = http.get("/retries", params={"q": "Boom", "by": "name"}, headers=HTML).text
+    assert filtered.index(soon) < filtered.index(middle) < filtered.index(later)
+    client.push(echo, ["in an hour"], in_=3600)
+    client.push(echo, ["in a minute"], in_=60)
+    scheduled = http.get("/scheduled", headers=HTML).text
+    assert scheduled.index("in a minute") < scheduled.index("in an hour")
+    old = _failed_job(client, r, "dead", ["old"], now - 600)
+    new = _failed_job(client, r, "dead", ["new"], now - 60)
+    dead = http.get("/dead", headers=HTML).text
+    assert dead.index(new) < dead.index(old)  # the morgue stays newest first, as Sidekiq's
+
+    def retry_count(entry_jid: str, http: TestClient = http) -> str:
+        entry = RetrySet(client).find_job(entry_jid)
+        page = http.get(f"/retries/{entry.key}", headers=HTML).text
+        return re.sub(r"\s+", " ", re.search(r"<dt>Retry count</dt><dd>(.*?)</dd>", page, re.S).group(1)).strip()
+
+    assert retry_count(soon) == "2 of 25"  # `retry: true`: Sidekiq's default maximum
+    assert retry_count(middle) == "1 of 5"
+    http = TestClient(create_app(Client(client.config.replace(max_retries=7))))
+    assert retry_count(soon, http) == "2 of 7"  # ... or the one this dashboard's configuration sets
+
+
 def test_queue_actions(client, r):
     jids = client.push_bulk(echo, [[1], [2], [3]], queue="mail")
     http = TestClient(create_app(client))
@@ -274,10 +308,10 @@ def test_pages_stay_fast_with_100000_entries_in_a_set(private_redis, config):
     for path in ("/retries", "/retries?page=2000", "/retries?page=4000", "/", "/api/stats"):
         cost, response = cpu_cost(lambda path=path: http.get(path, headers=HTML), private_redis)
         assert response.status_code == 200 and cost < 0.5, (path, cost)
-    last_page = http.get("/retries?page=4000", headers=HTML).text
-    assert "[0]" in last_page and "[24]" in last_page and "page 4,000 / 4,000" in last_page
+    last_page = http.get("/retries?page=4000", headers=HTML).text  # soonest first, as Sidekiq's
+    assert "[99999]" in last_page and "[99975]" in last_page and "page 4,000 / 4,000" in last_page
     first_page = http.get("/retries", headers=HTML).text
-    assert "[99999]" in first_page
+    assert "[0]" in first_page
     key = next(iter(RetrySet(client))).key
     cost, response = cpu_cost(lambda: http.get(f"/retries/{key}", headers=HTML), private_redis)
     assert response.status_code == 200 and cost < 0.5, cost

@@ -347,3 +347,22 @@ def test_forged_and_read_only_posts_are_refused(browser, page, redis_url, client
     finally:
         read_only.stop()
     assert json.loads(r.zrange("schedule", 0, -1)[0])["args"] == ["keep me"]
+
+
+def test_the_latency_chart_shows_the_queues_on_first_paint(page, web, client):
+    """Issue 28 item 14: the queue-latency chart said "no queues" until the first `/api/stats`
+    reading came back, while the table below listed them; it is drawn from the page's own
+    reading at once. `/api/stats` is held back here, so only the first paint shows."""
+    client.push_bulk(echo, [[i] for i in range(3)], queue="mail")
+    client.push(echo, ["report"], queue="reports")
+    page.route("**/api/stats", lambda route: None)  # never answered: the page has only what it was served
+    page.goto(web.url + "/")
+    page.wait_for_selector("#chart-latency text", state="attached")
+    _shoot(page, "dashboard-first-paint")
+    table = page.inner_text("main table")
+    assert "mail" in table and "reports" in table
+    chart = page.locator("#chart-latency").text_content()
+    assert "no queues" not in chart and "collecting" not in chart
+    assert sorted(page.inner_text("#chart-latency-legend").split()) == ["mail", "reports"]
+    assert page.locator("#chart-latency circle").count() == 2  # one reading each: a dot, not a line
+    assert page.errors == []

@@ -358,6 +358,28 @@ def test_the_admin_api_and_the_cli_show_a_workflow(client, r, redis_url):
     assert missing.exit_code == 2 and "no workflow" in missing.output
 
 
+def test_the_cli_lists_the_recent_workflows(client, r, redis_url):
+    """Issue 28 item 15: `sidequest workflows` had `show ID` only, so finding a workflow's id took
+    code. `workflows list` (and `workflows` alone) lists the recent ones, newest first."""
+    first = chord([wf_add.si("list", 1)], wf_sum.s("list")).perform_async(name="nightly report", client=client)
+    second = group([wf_add.si("list", 2), wf_add.si("list", 3)]).perform_async(client=client)
+    Workflow.find(second, client).cancel()
+    runner = CliRunner()
+    listed = runner.invoke(main, ["workflows", "list", "--json", "--redis-url", redis_url])
+    assert listed.exit_code == 0, listed.output
+    found = json.loads(listed.output)
+    assert found["total"] == 2 and [w["id"] for w in found["workflows"]] == [second, first]
+    assert found["workflows"][1]["counts"]["waiting"] == 1 and found["workflows"][0]["state"] == "cancelled"
+    for args in (["workflows", "list"], ["workflows"]):
+        table = runner.invoke(main, [*args, "--redis-url", redis_url])
+        assert table.exit_code == 0, table.output
+        rows = [line for line in table.output.splitlines() if first in line or second in line]
+        assert len(rows) == 2 and second in rows[0] and "cancelled" in rows[0] and "2 cancelled" in rows[0]
+        assert "nightly report" in rows[1] and "running" in rows[1] and "1 waiting, 1 enqueued" in rows[1]
+    assert len(json.loads(runner.invoke(main, ["workflows", "list", "--limit", "1", "--json",
+                                               "--redis-url", redis_url]).output)["workflows"]) == 1
+
+
 # -- the docs ---------------------------------------------------------------------------------------
 def test_the_workflows_docs_examples_run(tmp_path, redis_url):
     text = (ROOT / "docs" / "workflows.md").read_text(encoding="utf-8")

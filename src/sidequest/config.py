@@ -8,6 +8,8 @@ or layer them: `Config.from_env().replace(**cli_flags)`.
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import logging
 import math
 import os
 import re
@@ -16,8 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
+from .connection import check_url
 from .errors import ConfigError
 from .middleware import PROCESS_CLIENT, PROCESS_SERVER, Chain
+
+log = logging.getLogger(__name__)
 
 DEFAULT_REDIS_PORT = 6379
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -25,6 +30,11 @@ CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 CAPSULE_NAME = re.compile(r"[A-Za-z0-9_-]+")  # it names a reserved list (see keys.capsule_batch)
 DEFAULT_CAPSULE = "default"
 RUNNERS = ("auto", "threads", "asyncio")
+ENV_PREFIX = "SIDEQUEST_"
+# SIDEQUEST_* variables that are not settings: `sidequest web`'s flags (SIDEQUEST_WEB_*), the test suite's knobs
+OTHER_VARIABLES = ("SIDEQUEST_REQUIRE_BROWSER", "SIDEQUEST_REQUIRE_RUBY")
+OTHER_PREFIXES = ("SIDEQUEST_WEB_", "SIDEQUEST_TEST_")
+_warned: set[str] = set()  # unknown variables already named: once per process, however often read
 
 
 def check_queue_name(name: Any, what: str = "queue name") -> str:
@@ -61,7 +71,11 @@ def parse_queue_spec(spec: Any) -> tuple[str, int]:
     try:
         weight = int(raw_weight)
     except (TypeError, ValueError):
-        raise ConfigError(f"queue {name!r} has weight {raw_weight!r}; a weight is a whole number") from None
+        hint = ""
+        if isinstance(raw_weight, str) and raw_weight.strip():  # "mail,default": meant two queues
+            hint = (f" (NAME,WEIGHT). To work several queues, separate them with spaces: "
+                    f"SIDEQUEST_QUEUES='{name} {raw_weight.strip()}' or -q {name} -q {raw_weight.strip()}")
+        raise ConfigError(f"queue {name!r} has weight {raw_weight!r}; a weight is a whole number{hint}") from None
     if weight < 0:
         raise ConfigError(f"queue {name!r} has negative weight {weight}")
     return name, weight
@@ -178,9 +192,18 @@ class Config:
     client_middleware: Chain = field(default_factory=lambda: Chain(PROCESS_CLIENT), compare=False)
     server_middleware: Chain = field(default_factory=lambda: Chain(PROCESS_SERVER), compare=False)
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> Config:
+        """A misspelled keyword is a ConfigError naming the nearest setting, not a bare TypeError."""
+        for name in kwargs:
+            if name not in SETTINGS:
+                raise ConfigError(f"unknown setting {name!r}{did_you_mean(name)}")
+        return super().__new__(cls)
+
     def __post_init__(self) -> None:
         if not self.queues:
             raise ConfigError("at least one queue is needed")
+        if self.redis_url is not None:
+            check_url(self.redis_url)  # a wrong scheme or database fails here, not at the first push
         queues = tuple(parse_queue_spec(q) for q in self.queues)
         object.__setattr__(self, "queues", queues)
         _check_weights(queues, "")
@@ -268,10 +291,7 @@ class Config:
     def replace(self, **changes: Any) -> Config:
         """A copy with `changes` applied (None values are ignored, so CLI flags layer cleanly)."""
         changes = {k: v for k, v in changes.items() if v is not None}
-        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
-        if unknown:
-            raise ConfigError(f"unknown setting(s): {', '.join(sorted(unknown))}")
-        return dataclasses.replace(self, **changes)
+        return dataclasses.replace(self, **changes)  # an unknown name: see `__new__`
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Config:
@@ -282,10 +302,13 @@ class Config:
             values["redis_url"] = env["REDIS_URL"]
         names = {f.name: f for f in dataclasses.fields(cls)}
         for key, raw in env.items():
-            if key.startswith("SIDEQUEST_") and key != "SIDEQUEST_REDIS_URL":
-                name = key[len("SIDEQUEST_"):].lower()
-                if name in names and name not in ("client_middleware", "server_middleware", "periodic", "capsules"):
+            if key.startswith(ENV_PREFIX) and key != "SIDEQUEST_REDIS_URL":
+                name = key[len(ENV_PREFIX):].lower()
+                if name in ENV_SETTINGS:
                     values[name] = _cast(name, raw, names[name].type)
+                elif key not in OTHER_VARIABLES and not key.startswith(OTHER_PREFIXES) and key not in _warned:
+                    _warned.add(key)
+                    _warn_unknown(key, name)
         if env.get("SIDEQUEST_REDIS_URL"):
             values["redis_url"] = env["SIDEQUEST_REDIS_URL"]
         return cls(**values).replace(**overrides)
@@ -303,6 +326,32 @@ class Config:
         """Setting `name` (a field name) read from text as its `SIDEQUEST_<NAME>` variable would be."""
         kinds = {f.name: f.type for f in dataclasses.fields(cls)}
         return _cast(name, raw, kinds[name])
+
+
+SETTINGS = tuple(f.name for f in dataclasses.fields(Config))
+# what a SIDEQUEST_<NAME> variable can set: middleware, periodic entries and capsules are code or a file's
+ENV_SETTINGS = tuple(n for n in SETTINGS if n not in ("client_middleware", "server_middleware", "periodic", "capsules"))
+
+
+def nearest_setting(name: str, among: Sequence[str] = SETTINGS) -> str | None:
+    """The setting `name` was most likely meant to be (`concurency` -> `concurrency`), if any."""
+    close = difflib.get_close_matches(name.lower(), among, n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def did_you_mean(name: str) -> str:
+    near = nearest_setting(name)
+    return f"; did you mean {near!r}?" if near else ""
+
+
+def _warn_unknown(key: str, name: str) -> None:
+    """One line for a SIDEQUEST_* variable `from_env` ignores, with the one it may stand for."""
+    if name in SETTINGS:
+        log.warning("%s is ignored: %s is set in code or a config file, not in the environment", key, name)
+        return
+    near = nearest_setting(name, ENV_SETTINGS)
+    log.warning("%s is not a sidequest setting and is ignored%s", key,
+                f"; did you mean {ENV_PREFIX}{near.upper()}?" if near else "")
 
 
 def load_file(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -325,7 +374,7 @@ def load_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     for raw_key, value in data.items():
         key = str(raw_key).lstrip(":")  # sidekiq.yml writes Ruby symbols, `:concurrency:`
         if key not in known:
-            raise ConfigError(f"config file {p}: unknown setting {key!r}")
+            raise ConfigError(f"config file {p}: unknown setting {key!r}{did_you_mean(key)}")
         if key in ("labels", "require") and isinstance(value, str):
             value = [value]
         if key in ("queues", "labels", "require", "periodic"):

@@ -126,6 +126,7 @@ SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
 SENTINEL_PORT = 26379
 CLUSTER_FORM = "redis+cluster://[[user]:password@]host:port[,host:port...][/0] (rediss+cluster:// for TLS)"
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
+PLAIN_SCHEMES = ("redis", "rediss", "unix")  # what redis-py's from_url reads
 REDIS_PORT = 6379
 
 
@@ -255,6 +256,10 @@ def check_url(url: str) -> None:
         parse_cluster_url(url)
         return
     parts = urlsplit(url)
+    if parts.scheme.lower() not in PLAIN_SCHEMES:  # else redis-py says so only when first used
+        raise RedisURLError(f"invalid Redis URL {mask_url(url)}: the scheme must be one of "
+                            f"{', '.join(s + '://' for s in (*PLAIN_SCHEMES, *SENTINEL_SCHEMES, *CLUSTER_SCHEMES))}; "
+                            f"the form is {URL_FORM}")
     if parts.scheme in ("redis", "rediss") and not re.fullmatch(r"/?[0-9]*", parts.path):
         raise RedisURLError(f"invalid Redis URL {mask_url(url)}: the database {parts.path[1:]!r} is not a whole "
                             f"number; the form is {URL_FORM}")

@@ -257,8 +257,9 @@ class Heartbeat:
                 pipe.incrby(daily, count)
                 pipe.expire(daily, STATS_TTL)
 
-    def stop(self) -> None:
-        """Stop beating, flush the last counts, and remove this process's entries."""
+    def stop(self) -> bool:
+        """Stop beating, flush the last counts, and remove this process's entries; whether that
+        reached Redis (the process's last call: the stop's word on whether Redis answers)."""
         self._stop.set()
         self.lease.end()
         if self._thread is not None and self._thread is not threading.current_thread():
@@ -274,3 +275,5 @@ class Heartbeat:
         except (redis.RedisError, OSError) as exc:
             log.warning("could not clear this process from Redis (%s); it expires in %.0f s",
                         exc, self.config.heartbeat_ttl)
+            return False
+        return True

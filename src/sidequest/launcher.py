@@ -330,10 +330,10 @@ class Launcher:
                 manager.stop(deadline)
             if self.config.fetch == "reliable":
                 self._release_reservations()
-            self.heartbeat.stop()
+            cleared = self.heartbeat.stop()
             self.executor.close()
             for client in self._processor_clients:
                 client.close()
-            self.runtime.outage.settle()  # an outage Redis answered since ends here, not unlogged
+            self.runtime.outage.settle(answered=cleared)  # an outage ends here in the log, as it stands
             log.info("stopped")
             self.stopped.set()

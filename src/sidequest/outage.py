@@ -81,11 +81,23 @@ class RedisOutage:
             if now - self._answered >= self.settle_after:
                 self._end()
 
-    def settle(self) -> None:
-        """Log the end of an outage Redis has answered since, without waiting out the settling."""
+    def settle(self, *, answered: bool) -> None:
+        """At a stop, end the outage in the log without waiting out the settling. `answered`:
+        whether the stop's last call (clearing the heartbeat) reached Redis. Only then does the
+        log say Redis answers again: a success reported before may have made no call (a job
+        already in hand, handed out), so it cannot tell a stop that Redis is back."""
         with self._lock:
-            if self._since is not None and self._answered is not None:
+            if self._since is None:
+                return
+            if answered:
+                if self._answered is None:
+                    self._answered = self.clock()
                 self._end()
+                return
+            log.warning("stopped during a Redis outage of %.1f s (%d failed calls)",
+                        self.clock() - self._since, self._failures)
+            self._since = self._answered = None
+            self._failures = 0
 
     def _end(self) -> None:
         assert self._since is not None and self._answered is not None

@@ -55,6 +55,17 @@ def backtrace_lines(exc: BaseException) -> list[str]:
     return [f"{f.filename}:{f.lineno}:in `{f.name}'" for f in reversed(frames)]
 
 
+def retry_limit(payload: dict[str, Any], max_retries: int) -> int:
+    """How many retries a job gets: `retry: true` (or none given) `max_retries` (Sidekiq's 25 by
+    default), a number that many, `false` none. The retry page shows it beside the count."""
+    value = payload.get("retry", True)
+    if value is True:
+        return max_retries
+    if isinstance(value, int) and not isinstance(value, bool):
+        return max(value, 0)
+    return 0
+
+
 class Retrier:
     """Decides retry vs dead for one failed job; runs the hooks after the outcome is written."""
 
@@ -68,12 +79,7 @@ class Retrier:
         self.rng = rng or random.Random()
 
     def max_attempts(self, payload: dict[str, Any]) -> int:
-        value = payload.get("retry", True)
-        if value is True:
-            return self.config.max_retries
-        if isinstance(value, int) and not isinstance(value, bool):
-            return max(value, 0)
-        return 0
+        return retry_limit(payload, self.config.max_retries)
 
     def delay(self, job: Any, count: int, exc: BaseException) -> float:
         """The job's own `retry_in` exactly as given (its author chose it), else Sidekiq's backoff."""

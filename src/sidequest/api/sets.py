@@ -124,20 +124,24 @@ class JobSet:
             if buffers[i]:
                 heapq.heappush(heads, (-buffers[i][0][1], i))
 
-    def page(self, offset: int = 0, limit: int = 50) -> list[SortedEntry]:
-        """`limit` entries from rank `offset`, newest first: O(log n + limit) (in Cluster mode,
-        O(queues x (offset + limit)))."""
+    def page(self, offset: int = 0, limit: int = 50, *, soonest_first: bool = False) -> list[SortedEntry]:
+        """`limit` entries from rank `offset`, newest first (lowest score first with
+        `soonest_first`, as Sidekiq's retries and scheduled pages): O(log n + limit) (in Cluster
+        mode, O(queues x (offset + limit)))."""
         if offset < 0 or limit < 1:
             raise ValueError("offset must be >= 0 and limit >= 1")
+        name = "zrange" if soonest_first else "zrevrange"
         if self._per_queue is not None:
             sets = self.sets()
-            tops = self._each_set(lambda pipe, key: pipe.zrevrange(key, 0, offset + limit - 1, withscores=True), sets)
+            tops = self._each_set(lambda pipe, key: getattr(pipe, name)(key, 0, offset + limit - 1, withscores=True),
+                                  sets)
             per_set = ([(value, score, key, home) for value, score in top]
                        for (key, home), top in zip(sets, tops, strict=True))
-            merged = heapq.merge(*per_set, key=lambda entry: -entry[1])  # ties: by queue name, as `_merged`
+            sign = 1 if soonest_first else -1
+            merged = heapq.merge(*per_set, key=lambda entry: sign * entry[1])  # ties: by queue name, as `_merged`
             return [self._entry(*entry) for entry in islice(merged, offset, offset + limit)]
         found = cast("list[tuple[bytes, float]]",
-                     self.redis.zrevrange(self.key, offset, offset + limit - 1, withscores=True))
+                     getattr(self.redis, name)(self.key, offset, offset + limit - 1, withscores=True))
         return [self._entry(value, score) for value, score in found]
 
     def fetch(self, score: float, jid: str | None = None) -> list[SortedEntry]:

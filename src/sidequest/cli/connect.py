@@ -45,8 +45,9 @@ def json_option(f: Callable[P, R]) -> Callable[P, R]:
     return click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of tables.")(f)
 
 
-def admin_client(redis_url: str | None) -> Client:
-    """A client on the chosen Redis, connected (PING) now, so a wrong URL fails here in one line."""
+def admin_client(redis_url: str | None, never: str = "admin commands never start") -> Client:
+    """A client on the chosen Redis, connected (PING) now, so a wrong URL fails here in one line.
+    `never` names who, in the hint given when no URL was set and nothing answers on localhost."""
     try:
         config = Config.from_env()
         if redis_url:
@@ -54,15 +55,21 @@ def admin_client(redis_url: str | None) -> Client:
     except ConfigError as exc:
         raise UserError(str(exc)) from None
     client = Client(config)
+    reach(client, never)
+    return client
+
+
+def reach(client: Client, never: str) -> None:
+    """Connect (PING) now, so a wrong URL fails here in one line; with no URL set and nothing on
+    localhost, the line says to set one. `never` names who never starts the embedded Redis."""
     try:
         client.redis  # noqa: B018  (connects and pings)
     except RedisURLError as exc:
         raise UserError(str(exc)) from None
     except RedisUnavailableError as exc:
-        hint = "" if config.redis_url else (" (set REDIS_URL or --redis-url; admin commands never start the "
-                                             "embedded Redis: `sidequest worker` does)")
+        hint = "" if client.config.redis_url else (f" (set REDIS_URL or --redis-url; {never} the "
+                                                    "embedded Redis: `sidequest worker` does)")
         raise Unreachable(f"{exc}{hint}") from None
-    return client
 
 
 def redis_errors(f: Callable[P, R]) -> Callable[P, R]:

@@ -86,8 +86,8 @@ def limit_malloc_arenas(arenas: int = WORKER_ARENAS) -> None:
 def main(ctx: click.Context) -> None:
     """sidequest: background jobs for Python on Redis, in Sidekiq's wire format.
 
-    Set REDIS_URL to use your Redis (redis://, rediss:// for TLS). Without it, `worker`,
-    `web` and `demo` start an embedded redis-server in ./.sidequest/redis; the admin
+    Set REDIS_URL to use your Redis (redis://, rediss:// for TLS). Without it, `worker`
+    and `demo` start an embedded redis-server in ./.sidequest/redis; `web` and the admin
     commands (stats, queues, retries, scheduled, dead, processes, enqueue, tasks, top)
     use the Redis on localhost:6379 and never start one.
     """

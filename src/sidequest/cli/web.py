@@ -11,6 +11,7 @@ import click
 from ..config import Config
 from ..connection import mask_url
 from ..errors import ConfigError, RedisUnavailableError
+from .connect import reach
 from .logs import configure_logging
 from .root import UserError, main
 
@@ -20,7 +21,8 @@ log = logging.getLogger("sidequest")
 @main.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=7878, show_default=True, type=click.IntRange(1, 65535))
-@click.option("--redis-url", metavar="URL", help="Redis to show (default: REDIS_URL, else the embedded one).")
+@click.option("--redis-url", metavar="URL",
+              help="Redis to show (default: REDIS_URL, else localhost:6379, as `sidequest worker` uses it).")
 @click.option("--read-only", is_flag=True, help="Show everything, change nothing (every POST gets 403).")
 @click.option("--basic-auth", metavar="USER:PASSWORD", envvar="SIDEQUEST_WEB_BASIC_AUTH", show_envvar=True,
               help="Ask every visitor for these credentials (keep the password out of `ps`: use the variable).")
@@ -45,7 +47,6 @@ def web(host: str, port: int, redis_url: str | None, read_only: bool, basic_auth
     import uvicorn
 
     from ..client import Client
-    from ..embedded import resolve_url
     from ..web import create_app
     from ..web.hosts import default_hosts
 
@@ -61,9 +62,11 @@ def web(host: str, port: int, redis_url: str | None, read_only: bool, basic_auth
         config = Config.from_env()
         if redis_url:
             config = config.replace(redis_url=redis_url)
-        config = config.replace(redis_url=resolve_url(config))
         client = Client(config)
-        client.redis.ping()  # connect now: a wrong URL is one line at start, not an error page later
+        # Connect now: a wrong URL is one line at start, not an error page later. Without a URL, the
+        # Redis on localhost (the embedded one `sidequest worker` started) if it answers; never a new
+        # embedded server, whose empty data a dashboard deployed without REDIS_URL would show as real.
+        reach(client, never="`sidequest web` never starts")
     except ConfigError as exc:
         raise UserError(str(exc)) from None
     except RedisUnavailableError as exc:

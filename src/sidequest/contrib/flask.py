@@ -22,7 +22,6 @@ environment; it warns when its Redis is not the one the app pushes to.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,7 +33,7 @@ except ImportError as exc:
     raise ImportError(f"sidequest.contrib.flask needs Flask: pip install 'sidequest[flask]' ({exc})") from None
 
 from ..client import Client, configure
-from ..config import Config
+from ..config import Config, nearest_setting
 from ..connection import mask_url
 from ..errors import ConfigError
 from ..launcher import WorkerSetup, configure_worker
@@ -122,8 +121,8 @@ def config_from_app(app: Flask) -> Config:
 
 
 def _nearest(name: str) -> str:
-    close = difflib.get_close_matches(name, SETTINGS, n=1)
-    return f"; did you mean {PREFIX}{close[0].upper()}?" if close else ""
+    close = nearest_setting(name, SETTINGS)
+    return f"; did you mean {PREFIX}{close.upper()}?" if close else ""
 
 
 def _worker_hook(app: Flask, config: Config) -> Callable[[WorkerSetup], None]:

@@ -93,6 +93,7 @@ def routes(site: Site) -> list[Route]:
         days = days if days in HISTORY_DAYS else 30
         return site.page(request, "dashboard.html", page="dashboard", title="Dashboard", stats=stats,
                          totals=nav_counts(stats), days=days, history=history_chart(stats, days),
+                         first_reading=stats_document(stats),  # the live charts' first point: the table's data
                          redis_info=redis_info(site.client), cluster=site.client.keys.cluster)
 
     def api_stats(request: Request) -> Response:

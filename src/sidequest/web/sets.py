@@ -1,7 +1,8 @@
 """The Retries, Scheduled and Dead pages: paged lists, a filter, one job's detail, and actions on
-one entry, the ticked ones, or every entry matching the filter.
+one entry, the ticked ones, or every entry matching the filter. As Sidekiq's, Retries and
+Scheduled list the soonest first, Dead the newest first.
 
-A page reads one page of ranks (ZREVRANGE) and the set's size, whatever the set holds. A filter
+A page reads one page of ranks (ZRANGE or ZREVRANGE) and the set's size, whatever the set holds. A filter
 walks the set with the API's ZSCAN (the server matches), stopping after `FILTER_CAP` matches,
 so a filtered page is not refreshed live; "all matching" actions walk the whole set, in the API.
 """
@@ -19,6 +20,7 @@ from starlette.routing import Route
 from ..api import DeadSet, JobSet, RetrySet, ScheduledSet, SortedEntry
 from ..client import Client
 from ..errors import PayloadError
+from ..retry import retry_limit
 from .render import back
 from .site import PER_PAGE, Site, field, form, pager
 
@@ -35,16 +37,18 @@ class Kind:
     one: dict[str, str]  # action on one or the ticked -> SortedEntry method
     every: dict[str, str]  # action on all (matching) -> JobSet method
     past: dict[str, str]  # action -> what the message says was done
+    soonest_first: bool = False  # list by score ascending: Sidekiq's retries and scheduled pages do
 
 
 PAST = {"retry": "Retried", "run": "Queued", "delete": "Deleted", "kill": "Killed"}
 KINDS = {
     "retries": Kind("/retries", "Retries", "Next retry", RetrySet,
                     {"retry": "retry", "delete": "delete", "kill": "kill"},
-                    {"retry_all": "retry_all", "delete_all": "delete_all", "kill_all": "kill_all"}, PAST),
+                    {"retry_all": "retry_all", "delete_all": "delete_all", "kill_all": "kill_all"}, PAST, True),
     "scheduled": Kind("/scheduled", "Scheduled", "Runs", ScheduledSet,
                       {"run": "add_to_queue", "delete": "delete", "kill": "kill"},
-                      {"run_all": "add_all_to_queue", "delete_all": "delete_all", "kill_all": "kill_all"}, PAST),
+                      {"run_all": "add_all_to_queue", "delete_all": "delete_all", "kill_all": "kill_all"}, PAST,
+                      True),
     "dead": Kind("/dead", "Dead", "Died", DeadSet,
                  {"retry": "retry", "delete": "delete"},
                  {"retry_all": "retry_all", "delete_all": "delete_all"}, PAST),
@@ -75,12 +79,12 @@ def routes(site: Site) -> list[Route]:
                     if len(matches) >= FILTER_CAP:
                         capped = True
                         break
-                matches.sort(key=lambda e: e.raw_score, reverse=True)
+                matches.sort(key=lambda e: e.raw_score, reverse=not kind.soonest_first)
                 paging = pager(request, len(matches))
                 entries = matches[paging.offset:paging.offset + PER_PAGE]
             else:
                 paging = pager(request, jobs.size)
-                entries = jobs.page(paging.offset, PER_PAGE) if paging.total else []
+                entries = jobs.page(paging.offset, PER_PAGE, soonest_first=kind.soonest_first) if paging.total else []
             return site.page(request, "set.html", page=kind_name, title=kind.title, kind=kind_name,
                              base=kind.path, when_label=kind.when_label, entries=entries, pager=paging,
                              size=jobs.size if q else paging.total, q=q, by=by, capped=capped,
@@ -101,7 +105,8 @@ def routes(site: Site) -> list[Route]:
                                       "deleted or killed meanwhile.", kind.path)
             return site.page(request, "entry.html", page=kind_name, title=entry.klass or kind.title,
                              kind=kind_name, base=kind.path, set_title=kind.title, when_label=kind.when_label,
-                             e=entry, refresh=False)
+                             e=entry, max_retries=retry_limit(entry.item, site.client.config.max_retries),
+                             refresh=False)
         return handler
 
     def act(kind_name: str) -> Callable[[Request], Response]:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 SECRET_KEY = "example-only-not-secret"
-DEBUG = False
+DEBUG = os.environ.get("SHOP_DEBUG") == "1"  # a new project's settings have DEBUG = True
 ALLOWED_HOSTS = ["*"]
 
 INSTALLED_APPS = [

@@ -21,14 +21,13 @@ Middleware and periodic entries cannot be written there; the worker hook (`worke
 from __future__ import annotations
 
 import dataclasses
-import difflib
 from collections.abc import Mapping
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
-from ...config import Config
+from ...config import Config, did_you_mean
 from ...errors import ConfigError
 from ...middleware import Chain
 
@@ -37,18 +36,13 @@ CHAINS = ("client_middleware", "server_middleware")
 NOT_IN_ENVIRONMENT = (*CHAINS, "periodic")  # set by the worker hook instead
 
 
-def nearest(key: str) -> str:
-    """The known setting closest to `key` (there always is one: the cutoff is 0)."""
-    return difflib.get_close_matches(key, FIELDS, n=1, cutoff=0.0)[0]
-
-
 def check_keys(values: Mapping[str, Any]) -> None:
     """ImproperlyConfigured for the first key that is not a `Config` field."""
     if not isinstance(values, Mapping):
         raise ImproperlyConfigured(f"SIDEQUEST must be a dict of Config settings, got {type(values).__name__}")
     for key in values:
         if key not in FIELDS:
-            raise ImproperlyConfigured(f"SIDEQUEST: unknown setting {key!r}; did you mean {nearest(str(key))!r}?")
+            raise ImproperlyConfigured(f"SIDEQUEST: unknown setting {key!r}{did_you_mean(str(key))}")
 
 
 def links(key: str, value: Any) -> list[Any]:

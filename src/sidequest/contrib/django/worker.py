@@ -10,10 +10,12 @@ the app registers; it runs only in `sidequest worker` processes.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
 from django.db import close_old_connections
+from django.utils.log import RequireDebugTrue
 
 from ...config import Config
 from ...launcher import WorkerSetup
@@ -36,6 +38,7 @@ def installer(settings: Config) -> Callable[[WorkerSetup], None]:
     """The worker hook for `settings` (the `SIDEQUEST` setting, read)."""
 
     def install(worker: WorkerSetup) -> None:
+        one_copy_of_django_lines()
         worker.config.server_middleware.prepend(CloseOldConnections)  # outermost: around every other link
         for mine, theirs in ((settings.server_middleware, worker.config.server_middleware),
                              (settings.client_middleware, worker.config.client_middleware)):
@@ -46,3 +49,16 @@ def installer(settings: Config) -> Callable[[WorkerSetup], None]:
             default_periodic.add(entry)
 
     return install
+
+
+def one_copy_of_django_lines() -> None:
+    """Drop the console handler Django's default logging gives the `django` logger (it writes
+    when DEBUG is on, as in a new project): a `django.*` line (`django.tasks`'s) also propagates
+    to the root logger, where the worker writes every line with its job's context, so it came
+    out twice. A handler of the project's own LOGGING is left alone."""
+    django_logger = logging.getLogger("django")
+    django_logger.handlers = [handler for handler in django_logger.handlers if not _django_console(handler)]
+
+
+def _django_console(handler: logging.Handler) -> bool:
+    return type(handler) is logging.StreamHandler and any(isinstance(f, RequireDebugTrue) for f in handler.filters)

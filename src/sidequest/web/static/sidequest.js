@@ -2,7 +2,8 @@
 // Hand-written, no dependencies. Every page works without it; this only keeps it current.
 //
 // - Every `poll` ms (the <body data-poll> value) it reads `<root>/api/stats` and writes the
-//   numbers into every element with a matching `data-stat`; the dashboard feeds its charts.
+//   numbers into every element with a matching `data-stat`; the dashboard feeds its charts,
+//   whose first reading is the one the page was served with (`#first-reading`).
 // - A <main data-refresh> is re-fetched with `X-Sidequest-Fragment: 1` (the server answers with
 //   the page's content only, escaped as always) and swapped in, unless the reader is busy with
 //   it: something ticked, typed, selected or opened.
@@ -417,7 +418,10 @@
     }
     setLive(live);
     hydrate(document);
-    if (dashboard) dashboard.draw();
+    if (dashboard) { // the first point is the reading the page was served with, so the charts match its table
+      const first = document.getElementById("first-reading");
+      if (first) dashboard.add(JSON.parse(first.textContent)); else dashboard.draw();
+    }
     setInterval(function () { tick(document); }, 1000);
     if (live) beat(); else schedule();
   }
