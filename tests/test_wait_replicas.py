@@ -29,9 +29,9 @@ from sidequest.errors import NotReplicatedError
 TIMEOUT = 0.5  # wait_timeout of the frozen tests: each must raise after about this long
 
 
-@pytest.fixture
-def primary() -> Iterator[tuple[RedisServer, RedisServer]]:
-    """A primary of this test's own and a replica of it, in sync."""
+@contextmanager
+def replicated() -> Iterator[tuple[RedisServer, RedisServer]]:
+    """A primary of the caller's own and a replica of it, in sync."""
     server = RedisServer(redis_server_binary())
     replica = RedisServer(redis_server_binary(), ["--replicaof", "127.0.0.1", str(server.port)])
     try:
@@ -44,6 +44,12 @@ def primary() -> Iterator[tuple[RedisServer, RedisServer]]:
         replica.proc.send_signal(signal.SIGCONT)  # a stopped process would not see the TERM
         replica.stop()
         server.stop()
+
+
+@pytest.fixture
+def primary() -> Iterator[tuple[RedisServer, RedisServer]]:
+    with replicated() as pair:
+        yield pair
 
 
 @contextmanager
