@@ -27,7 +27,7 @@ import pytest
 import redis
 from conftest import PYTHON, ROOT, STARTUP, python_env, wait_until
 from test_wait_replicas import TIMEOUT as REPLICA_WAIT
-from test_wait_replicas import frozen, replicated
+from test_wait_replicas import frozen, replicated, warm_up
 
 django = pytest.importorskip("django", reason="the django extra is not installed")
 try:  # the example shop's TASKS needs a task framework: Django 6's own, else the backport
@@ -362,18 +362,21 @@ def test_an_enqueue_no_replica_confirms_raises_not_replicated(shop_db):
     """Issue 28 item 2: with wait_replicas=1 and the replica frozen, `enqueue` and `aenqueue`
     raise NotReplicatedError after about wait_timeout (they sent no WAIT at all); with the
     replica healthy they return, and the replica holds the task's job and record."""
+    from django.utils import timezone
     from orders.tasks import add, add_later
 
     from sidequest.errors import NotReplicatedError
 
     previous = sidequest.default_client()
     with replicated() as (server, replica):
-        sidequest.configure(Config(redis_url=server.url(), wait_replicas=1, wait_timeout=REPLICA_WAIT))
         try:
-            result = add.enqueue(1, 2)
+            sidequest.configure(Config(redis_url=server.url(), wait_replicas=1, wait_timeout=STARTUP))
+            result = add.using(run_after=timezone.now() + timedelta(hours=1)).enqueue(1, 2)
             held = redis.Redis.from_url(replica.url())
-            assert held.llen("queue:default") == 1 and held.exists(keys.django_task(result.id))
+            assert held.zcard("schedule") == 1 and held.exists(keys.django_task(result.id))
             held.close()
+            sidequest.configure(Config(redis_url=server.url(), wait_replicas=1, wait_timeout=REPLICA_WAIT))
+            warm_up(lambda: add.enqueue(1, 2))
             with frozen(server, replica):
                 began = time.monotonic()
                 with pytest.raises(NotReplicatedError, match="0 of the 1 replica"):

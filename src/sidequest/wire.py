@@ -16,13 +16,14 @@ from __future__ import annotations
 import os
 import socket
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import hiredis
 import redis
 from redis._parsers.hiredis import NOT_ENOUGH_DATA, _HiredisParser  # private: tested with the redis-py pinned in CI
 from redis.client import EMPTY_RESPONSE, NEVER_DECODE
+from redis.commands.core import CoreCommands
 from redis.connection import AbstractConnection
 from redis.exceptions import AskError, NoScriptError, ResponseError
 
@@ -334,11 +335,32 @@ class DirectRedis(redis.Redis):
         super().close()
 
 
+class _Spelled(CoreCommands):
+    """redis-py's command methods, each returning the command it would send."""
+
+    _event_dispatcher: Any = None  # declared by redis-py's typing of the mixin; never used here
+
+    def execute_command(self, *args: Any, **options: Any) -> Command:
+        return args
+
+
+_SPELLED = _Spelled()
+
+
 class Recorder:
-    """The pipeline methods a push uses, recording the commands for `Lane.transaction`."""
+    """A pipeline that records the commands queued on it, for a push's MULTI (`push_plan`): the
+    methods a push uses written out (they are on every push's path), and any other redis-py
+    command method (a task's or workflow's records) spelled by redis-py itself."""
 
     def __init__(self) -> None:
         self.commands: list[Command] = []
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        spell = getattr(_SPELLED, name)
+
+        def record(*args: Any, **kwargs: Any) -> None:
+            self.commands.append(spell(*args, **kwargs))
+        return record
 
     def sadd(self, key: str, *members: Any) -> None:
         self.commands.append(("SADD", key, *members))
