@@ -242,20 +242,26 @@ class AsyncClient:
             return self.sync.write(entries, now, also=also, replicas=replicas)
         if not entries and also is None:
             return frozenset()
-        await self.connection()  # a Redis that cannot be reached: one clear error
-        return await push_plan.adrive(self.sync.plan(self.sync.prepare(entries, now), replicas, also), self._send)
+        connection = await self.connection()  # a Redis that cannot be reached: one clear error
+        batch = self.sync.prepare(entries, now)
+        commands = push_plan.single(batch, self.sync.keys, replicas, also)
+        if commands is not None:  # the common push: one exchange
+            push_plan.judge(batch, await self._lane_of("", connection).exchange(commands), replicas)
+            return frozenset()
+        return await push_plan.adrive(self.sync.plan(batch, replicas, also), self._send)
 
     async def _send(self, exchange: push_plan.Exchange) -> list[Any]:
         """An exchange on one connection of this client's Redis (Cluster mode: of its key's primary)."""
+        key, commands, refresh = exchange
         connection = await self.connection()
         if not self.sync.keys.cluster:
-            return await self._lane_of("", connection).exchange(exchange.commands)
+            return await self._lane_of("", connection).exchange(commands)
         cluster: Any = connection
-        if exchange.refresh:
+        if refresh:
             await cluster.nodes_manager.initialize()
-        node = cluster.get_node_from_key(exchange.key)
+        node = cluster.get_node_from_key(key)
         try:
-            return await self._lane_of(node.name, self._node(node.host, node.port)).exchange(exchange.commands)
+            return await self._lane_of(node.name, self._node(node.host, node.port)).exchange(commands)
         except (RedisConnectionError, RedisTimeoutError):  # a failover, maybe: the next push looks again
             await cluster.nodes_manager.initialize()
             raise

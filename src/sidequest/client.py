@@ -211,7 +211,12 @@ class Client:
         unique jobs whose claim another copy holds: nothing of theirs was written."""
         if not entries and also is None:
             return frozenset()
-        return push_plan.drive(self.plan(self.prepare(entries, now), replicas, also), self._send)
+        batch = self.prepare(entries, now)
+        commands = push_plan.single(batch, self.keys, replicas, also)
+        if commands is not None:  # the common push: one exchange
+            push_plan.judge(batch, self._lane.exchange(commands), replicas)
+            return frozenset()
+        return push_plan.drive(self.plan(batch, replicas, also), self._send)
 
     def plan(self, batch: Batch, replicas: Replicas = NO_REPLICAS, also: Callable[[Any], None] | None = None
              ) -> push_plan.Plan:
@@ -220,13 +225,14 @@ class Client:
 
     def _send(self, exchange: push_plan.Exchange) -> list[Any]:
         """An exchange on one connection of the direct path (Cluster mode: of its key's primary)."""
+        key, commands, refresh = exchange
         lane = self._lane
         if not isinstance(lane, wire.ClusterLane):
-            return lane.exchange(exchange.commands)
-        if exchange.refresh:
+            return lane.exchange(commands)
+        if refresh:
             lane.client.nodes_manager.initialize()
         try:
-            return lane.for_key(exchange.key).exchange(exchange.commands)
+            return lane.for_key(key).exchange(commands)
         except (redis.ConnectionError, redis.TimeoutError):  # a failover, maybe: the next push looks again
             lane.client.nodes_manager.initialize()
             raise

@@ -16,14 +16,14 @@ both clients send the same commands and judge their replies alike:
 - Cluster mode: per slot (`Batch.per_slot`), the queues' names first added to `queues` (its own
   slot; at most every LISTED_EVERY s per queue and client), then the part's exchange, with its
   WAIT, on the primary of that slot. A MOVED or ASK answer means nothing ran: the slot map is
-  read again (`Exchange.refresh`) and the exchange sent once more.
+  read again (the exchange's `refresh`) and the exchange sent once more.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Awaitable, Callable, Generator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -134,20 +134,17 @@ class Batch:
                          if not int(ok))
 
 
-@dataclass(frozen=True)
-class Exchange:
-    """Commands to write at once on one connection to the primary of `key`'s slot (on one Redis,
-    its connection), one reply to read for each; with `refresh`, the slot map is read first."""
-
-    key: str
-    commands: list[Command]
-    refresh: bool = False
+# What a plan asks its driver to send: (key, commands, refresh), a plain tuple (one per push,
+# on the hot path): write `commands` at once on one connection to the primary of `key`'s slot
+# (on one Redis, its connection) and read one reply each; with `refresh`, read the slot map first.
+Exchange = tuple[str, list[Command], bool]
 
 
 Plan = Generator[Exchange, list[Any], frozenset[str]]  # returns the jids of unique jobs not written
 Also = Callable[[Any], None]  # queues more commands of the push's MULTI on a pipeline-like recorder
 
 _PUSH_SHA = hashlib.sha1(unique.PUSH_UNIQUE.encode()).hexdigest()
+_NONE: frozenset[str] = frozenset()
 
 
 def plan(batch: Batch, space: keys.Keyspace, replicas: Replicas = NO_REPLICAS, also: Also | None = None,
@@ -156,10 +153,16 @@ def plan(batch: Batch, space: keys.Keyspace, replicas: Replicas = NO_REPLICAS, a
     `to_list` picks the queue names a Cluster push adds to `queues` first. A push that cannot be
     written as asked is refused before anything is sent."""
     wait = replicas.command()
+    tail = [wait] if wait else []
     if not space.cluster:
-        if batch.unique and also is not None:
-            raise JobArgumentError("unique_for is not available for the jobs of a task; push them with unique_for=None")
-        return (yield from _write(batch, space, wait, replicas, also))
+        if batch.unique:
+            if also is not None:
+                raise JobArgumentError("unique_for is not available for the jobs of a task; "
+                                       "push them with unique_for=None")
+            return (yield from _script(batch, "", space, tail, replicas))
+        commands = _multi(batch, space, also, tail)
+        judge(batch, (yield "", commands, False), replicas)
+        return _NONE
     parts = batch.per_slot()
     if also is not None and (len(parts) != 1 or parts[0].unique):
         raise JobArgumentError("in Cluster mode the jobs of one task or workflow are pushed to one queue, or "
@@ -169,45 +172,67 @@ def plan(batch: Batch, space: keys.Keyspace, replicas: Replicas = NO_REPLICAS, a
         names = to_list(list(dict.fromkeys(payload["queue"] for payload, _, _ in part.jobs)))
         if names:
             yield from _exchange(keys.QUEUES, [("SADD", keys.QUEUES, *names)])
-        refused |= yield from _write(part, space, wait, replicas, also)
+        route = space.queue(part.queue)  # a queue's keys (schedule, claims, records) share its slot
+        if part.unique:
+            refused |= yield from _script(part, route, space, tail, replicas)
+        else:
+            judge(part, (yield from _exchange(route, _multi(part, space, also, tail))), replicas)
     return frozenset(refused)
 
 
-def _write(part: Batch, space: keys.Keyspace, wait: Command | None, replicas: Replicas,
-           also: Also | None) -> Plan:
-    """One MULTI (or script call) and its WAIT, in one exchange on one connection."""
-    tail = [wait] if wait else []
-    route = space.queue(part.queue)  # a queue's keys (schedule, claims, records) share its slot
-    if part.unique:
-        script_keys, args = part.script_args(space)
-        if space.cluster:
-            script_keys = script_keys[:1]  # not `queues`, another slot: added before (see `plan`)
-        replies = yield from _exchange(route, [("EVALSHA", _PUSH_SHA, len(script_keys), *script_keys, *args), *tail],
-                                       loads=unique.PUSH_UNIQUE)
-        if wait:
-            replicas.check(replies[1], part)
-        return part.refused(replies[0])
+def single(batch: Batch, space: keys.Keyspace, replicas: Replicas = NO_REPLICAS,
+           also: Also | None = None) -> list[Command] | None:
+    """The commands of a push that is one MULTI on one Redis (the common push), to send in one
+    exchange and give the replies to `judge`; None for any other push (run its `plan`). The
+    drivers' shortcut for the hot path: the same exchange `plan` yields, without a generator."""
+    if space.cluster or batch.unique:
+        return None
+    wait = replicas.command()
+    return _multi(batch, space, also, [wait] if wait else [])
+
+
+def _multi(part: Batch, space: keys.Keyspace, also: Also | None, tail: list[Command]) -> list[Command]:
+    """MULTI, the jobs' commands, `also`'s, EXEC, then `tail` (a WAIT)."""
     recorder = Recorder()
+    recorder.commands.append(("MULTI",))
     part.commands(recorder, space)
     if also is not None:
         also(recorder)
-    queued = recorder.commands
-    replies = yield from _exchange(route, [("MULTI",), *queued, ("EXEC",), *tail])
-    executed = replies[len(queued) + 1]
+    recorder.commands += [("EXEC",), *tail]
+    return recorder.commands
+
+
+def judge(part: Batch, replies: list[Any], replicas: Replicas) -> None:
+    """Raise what the replies of a MULTI's exchange (`_multi`) say went wrong: a command that
+    failed in EXEC, or fewer replicas than asked confirming it (WAIT, the last reply)."""
+    waited = replicas.count > 0
+    executed = replies[-2] if waited else replies[-1]
     if executed is None:
         raise redis.WatchError("the transaction was aborted")
     for reply in executed:
         if isinstance(reply, ResponseError):
             raise reply
-    if wait:
+    if waited:
         replicas.check(replies[-1], part)
-    return frozenset()
+
+
+def _script(part: Batch, route: str, space: keys.Keyspace, tail: list[Command], replicas: Replicas) -> Plan:
+    """A push with unique jobs: one PUSH_UNIQUE call (and its WAIT) in one exchange."""
+    script_keys, args = part.script_args(space)
+    if space.cluster:
+        script_keys = script_keys[:1]  # not `queues`, another slot: added before (see `plan`)
+    call = ("EVALSHA", _PUSH_SHA, len(script_keys), *script_keys, *args)
+    replies = yield from _exchange(route, [call, *tail], loads=unique.PUSH_UNIQUE)
+    if tail:
+        replicas.check(replies[1], part)
+    return part.refused(replies[0])
 
 
 def _exchange(key: str, commands: list[Command], loads: str | None = None) -> Generator[Exchange, list[Any], list[Any]]:
     """The replies of `commands`, sent once more when Redis refused them before running anything:
     a lost script (`loads`: its source, loaded first), a slot that moved."""
-    exchange, loaded, moved = Exchange(key, commands), False, False
+    exchange: Exchange = (key, commands, False)
+    loaded = moved = False
     while True:
         try:
             replies = yield exchange
@@ -215,13 +240,13 @@ def _exchange(key: str, commands: list[Command], loads: str | None = None) -> Ge
             if loads is None or loaded:
                 raise
             loaded = True
-            exchange = replace(exchange, commands=[("SCRIPT", "LOAD", loads), *commands])
+            exchange = (key, [("SCRIPT", "LOAD", loads), *commands], moved)
             continue
         except AskError:  # MOVED too: the first command was refused, so the MULTI or script never ran
             if moved:
                 raise
             moved = True
-            exchange = replace(exchange, refresh=True)
+            exchange = (key, exchange[1], True)
             continue
         return replies[1:] if loaded else replies
 
