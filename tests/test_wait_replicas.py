@@ -200,3 +200,25 @@ def test_without_wait_replicas_a_push_does_not_wait_for_a_frozen_replica(primary
             for push in pushes:
                 push()
             assert time.monotonic() - began < STARTUP / 2
+
+
+def test_a_unique_push_after_redis_lost_its_scripts_loads_them_and_still_waits(primary):
+    """The plan's reload (SCRIPT LOAD, then the call and its WAIT again, on one connection), on
+    both clients: the push is written once, and confirmed, or refused by a frozen replica."""
+    server, replica = primary
+    admin = redis.Redis.from_url(server.url())
+    with ExitStack() as stack:
+        stack.callback(admin.close)
+        for path in (sync_push_unique, async_push_unique):
+            healthy = path(Client(Config(redis_url=server.url(), wait_replicas=1, wait_timeout=STARTUP)), stack)
+            healthy()
+            admin.script_flush()
+            healthy()
+            push = path(Client(Config(redis_url=server.url(), wait_replicas=1, wait_timeout=TIMEOUT)), stack)
+            warm_up(push)
+            with frozen(server, replica):
+                admin.script_flush()
+                with pytest.raises(NotReplicatedError):
+                    push()
+        assert admin.llen("queue:default") >= 8 and len(set(admin.lrange("queue:default", 0, -1))) == \
+            admin.llen("queue:default")  # each written once
