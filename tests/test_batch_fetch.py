@@ -213,16 +213,17 @@ def test_an_idle_processor_blocks_into_its_own_list_and_acknowledges_at_once(con
 
 # -- the direct calls ------------------------------------------------------------------------------
 
-def test_a_transaction_with_a_refused_command_raises_and_writes_nothing(r):
-    lane = Lane(r)
+def test_a_transaction_with_a_refused_command_raises_and_writes_nothing(r, client):
+    """A push's MULTI (`push_plan`, on the direct path) with a command that fails."""
     r.set("text", "x")
-    with pytest.raises(redis.ResponseError):
-        lane.transaction([("LPUSH", "list", "a"), ("LPUSH", "text", "b")])  # wrong type: fails in EXEC
+    with pytest.raises(redis.ResponseError):  # wrong type: fails in EXEC
+        client.write([], 0.0, also=lambda pipe: (pipe.lpush("list", "a"), pipe.lpush("text", "b")))
     assert r.lrange("list", 0, -1) == [b"a"]  # Redis transactions do not roll back: as redis-py
-    with pytest.raises(redis.ResponseError):
-        lane.transaction([("LPUSH", "other", "a"), ("NOSUCHCOMMAND",)])  # refused while queued
+    with pytest.raises(redis.ResponseError):  # refused while queued
+        client.write([], 0.0, also=lambda pipe: (pipe.lpush("other", "a"), pipe.execute_command("NOSUCHCOMMAND")))
     assert not r.exists("other")  # the whole transaction was discarded
-    assert lane.call("PING") == b"PONG"  # and the lane works on
+    assert client.write([], 0.0, also=lambda pipe: pipe.lpush("other", "b")) == frozenset()  # and the lane works on
+    assert r.lrange("other", 0, -1) == [b"b"]
 
 
 def test_a_script_the_server_lost_is_loaded_again(r):

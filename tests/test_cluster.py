@@ -552,3 +552,53 @@ def test_a_supervisor_recovers_exactly_one_dead_identitys_lists_at_once(mode, re
         assert not client.sismember(space_.reservations("q05"), space_.reserved(dead, 0, "q05"))
     finally:
         client.close()
+
+
+def test_a_push_no_replica_of_its_slot_confirms_raises_not_replicated_on_every_path(cluster, url):
+    """Issue 28 item 2: in Cluster mode the WAIT goes on the connection to the primary of the
+    push's slot that wrote it: with that primary's replica frozen, a sync push, an asyncio push,
+    Task.add and a workflow's start each raise NotReplicatedError after about wait_timeout."""
+    import asyncio
+    import signal
+
+    from jobs_for_tests import logged
+    from test_wait_replicas import warm_up
+
+    from sidequest.aio import AsyncClient
+    from sidequest.errors import NotReplicatedError
+    from sidequest.tasks import Task
+
+    wait = 0.3  # each push frozen alone: well inside the node timeout, so no node is marked failing
+    client = Client(Config(redis_url=url, wait_replicas=1, wait_timeout=wait))
+    primary = cluster.node_of(CLUSTER.queue("q07"))
+    replica = cluster.members[cluster.replica_of(primary)]
+    task = Task.create("replicated", client=client, queue="q07")
+    flow = sidequest.workflow("replicated").add("a", logged.s(1).set(queue="q07"))
+    runner = asyncio.Runner()
+    aio = AsyncClient(client=client)
+    pushes = {"push": lambda: client.push(logged, [1], queue="q07"),
+              "bulk": lambda: client.push_bulk(logged, [[1], [2]], queue="q07"),
+              "unique": lambda: client.push(logged, [time.monotonic_ns()], queue="q07", unique_for=60),
+              "asyncio": lambda: runner.run(aio.push(logged, [1], queue="q07")),
+              "asyncio unique": lambda: runner.run(aio.push(logged, [time.monotonic_ns()], queue="q07", unique_for=60)),
+              "Task.add": lambda: task.add(logged.set(queue="q07"), 1),
+              "workflow": lambda: flow.perform_async(client=client)}
+    admin = cluster.members[primary].client()
+    try:
+        for name, push in pushes.items():
+            wait_until(lambda: admin.execute_command("WAIT", 1, 1000) == 1, STARTUP, 0.05, "the replica in sync")
+            replica.proc.send_signal(signal.SIGSTOP)
+            try:
+                began = time.monotonic()
+                with pytest.raises(NotReplicatedError, match="0 of the 1 replica"):
+                    push()
+                took = time.monotonic() - began
+            finally:
+                replica.proc.send_signal(signal.SIGCONT)
+            assert wait * 0.8 <= took < wait + 5, f"{name}: raised after {took:.2f} s"
+            warm_up(push)  # and confirmed once the replica answers
+    finally:
+        runner.run(aio.aclose())
+        runner.close()
+        admin.close()
+        cluster.wait_settled()

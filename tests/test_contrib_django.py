@@ -24,7 +24,10 @@ from pathlib import Path
 from urllib.parse import urlencode
 
 import pytest
+import redis
 from conftest import PYTHON, ROOT, STARTUP, python_env, wait_until
+from test_wait_replicas import TIMEOUT as REPLICA_WAIT
+from test_wait_replicas import frozen, replicated, warm_up
 
 django = pytest.importorskip("django", reason="the django extra is not installed")
 try:  # the example shop's TASKS needs a task framework: Django 6's own, else the backport
@@ -35,7 +38,7 @@ except ImportError:
 from asgiref.sync import sync_to_async  # noqa: E402  (Django's dependency)
 
 import sidequest  # noqa: E402
-from sidequest import Config  # noqa: E402
+from sidequest import Config, keys  # noqa: E402
 
 PROJECT = Path(__file__).resolve().parent / "django_project"
 NOWHERE = "redis://127.0.0.1:1/0"  # REDIS_URL in workers: only SIDEQUEST's redis_url leads to the test's Redis
@@ -353,6 +356,37 @@ def test_run_after_schedules_the_task(shop, r):
     assert sidequest.status(result.id) == "scheduled"
     assert abs(r.zscore("schedule", r.zrange("schedule", 0, 0)[0]) - later.timestamp()) < 0.001
     assert add.get_result(result.id) == result
+
+
+def test_an_enqueue_no_replica_confirms_raises_not_replicated(shop_db):
+    """Issue 28 item 2: with wait_replicas=1 and the replica frozen, `enqueue` and `aenqueue`
+    raise NotReplicatedError after about wait_timeout (they sent no WAIT at all); with the
+    replica healthy they return, and the replica holds the task's job and record."""
+    from django.utils import timezone
+    from orders.tasks import add, add_later
+
+    from sidequest.errors import NotReplicatedError
+
+    previous = sidequest.default_client()
+    with replicated() as (server, replica):
+        try:
+            sidequest.configure(Config(redis_url=server.url(), wait_replicas=1, wait_timeout=STARTUP))
+            result = add.using(run_after=timezone.now() + timedelta(hours=1)).enqueue(1, 2)
+            held = redis.Redis.from_url(replica.url())
+            assert held.zcard("schedule") == 1 and held.exists(keys.django_task(result.id))
+            held.close()
+            sidequest.configure(Config(redis_url=server.url(), wait_replicas=1, wait_timeout=REPLICA_WAIT))
+            warm_up(lambda: add.enqueue(1, 2))
+            with frozen(server, replica):
+                began = time.monotonic()
+                with pytest.raises(NotReplicatedError, match="0 of the 1 replica"):
+                    add.enqueue(3, 4)
+                with pytest.raises(NotReplicatedError, match="0 of the 1 replica"):
+                    asyncio.run(add_later.aenqueue(5, 6))
+                took = time.monotonic() - began
+        finally:
+            sidequest.configure(client=previous)
+    assert 2 * REPLICA_WAIT * 0.8 <= took < 2 * REPLICA_WAIT + 5, f"raised after {took:.2f} s"
 
 
 def test_tasks_run_on_a_worker_with_results_errors_and_context(manage, shop, r):

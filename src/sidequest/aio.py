@@ -17,7 +17,8 @@ where a suffix would read `perform_async_async`: in Sidekiq's vocabulary "async"
 "later, on a worker", not "awaitable".
 
 `AsyncClient` builds payloads with `Client.build` and `Client.prepare` (client middleware,
-checks, unique claims and status records included) and sends the same MULTI or script call on
+checks, unique claims and status records included) and sends the same plan (`push_plan`: the
+MULTI or script call, and with `wait_replicas` its WAIT on the same connection) on
 `redis.asyncio`. The default one belongs to the running event loop and follows
 `sidequest.configure` (one per loop: a redis.asyncio connection cannot move between loops).
 Under `sidequest.testing.fake()` or `inline()` pushes go to the fake client as the sync ones do.
@@ -42,9 +43,9 @@ from redis.exceptions import DataError, RedisClusterException, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from . import client as client_module
-from . import keys
+from . import push_plan
 from .arguments import refuse_keywords
-from .client import NO_REPLICAS, Batch, Client, Replicas
+from .client import Client
 from .config import Config
 from .connection import (
     CONNECT_TIMEOUT,
@@ -65,7 +66,7 @@ from .errors import RedisURLError
 from .idle import unfit_async
 from .lookup import Command, Query, result_query, status_query
 from .options import JobOptions, check_options, merge_options
-from .unique import PUSH_UNIQUE
+from .push_plan import NO_REPLICAS, Replicas
 from .wire import AsyncLane
 
 P = ParamSpec("P")
@@ -184,8 +185,8 @@ class AsyncClient:
         self.sync = client if client is not None else Client(config, clock=clock)  # builds; never connects
         self.config = self.sync.config
         self._redis = redis_client
-        self._script: Any = None
         self._nodes: dict[str, aioredis.Redis] = {}  # Cluster mode: a client of each primary written to
+        self._lanes: dict[str, AsyncLane] = {}  # pushes' connections: "" on one Redis, else per primary
         self._direct: aioredis.Redis | None = None
 
     async def connection(self) -> aioredis.Redis:
@@ -215,6 +216,9 @@ class AsyncClient:
         if self._direct is not None:
             await self._direct.aclose()
             self._direct = None
+        lanes, self._lanes = self._lanes, {}
+        for lane in lanes.values():
+            await lane.close()
         nodes, self._nodes = self._nodes, {}
         for node in nodes.values():
             await node.aclose()
@@ -250,52 +254,42 @@ class AsyncClient:
         return [None if jid in refused else jid for jid in jids] if refused else jids
 
     async def write(self, entries: list[tuple[dict[str, Any], float | None]], now: float,
-                    replicas: Replicas = NO_REPLICAS) -> frozenset[str]:
-        """`Client.write` on redis.asyncio: one MULTI, or one script call with unique jobs; then,
-        with `replicas`, a WAIT on the same connection."""
+                    replicas: Replicas = NO_REPLICAS, also: Callable[[Any], None] | None = None) -> frozenset[str]:
+        """`Client.write` on redis.asyncio: the same plan (`push_plan`), sent by `_send`."""
         if type(self.sync).write is not Client.write:  # a client that writes elsewhere (testing's fakes)
-            return self.sync.write(entries, now, replicas=replicas)
-        if not entries:
+            return self.sync.write(entries, now, also=also, replicas=replicas)
+        if not entries and also is None:
             return frozenset()
+        connection = await self.connection()  # a Redis that cannot be reached: one clear error
         batch = self.sync.prepare(entries, now)
+        commands = push_plan.single(batch, self.sync.keys, replicas, also)
+        if commands is not None:  # the common push: one exchange
+            push_plan.judge(batch, await self._lane_of("", connection).exchange(commands), replicas)
+            return frozenset()
+        return await push_plan.adrive(self.sync.plan(batch, replicas, also), self._send)
+
+    async def _send(self, exchange: push_plan.Exchange) -> list[Any]:
+        """An exchange on one connection of this client's Redis (Cluster mode: of its key's primary)."""
+        key, commands, refresh = exchange
         connection = await self.connection()
-        wait = replicas.command()
-        if self.sync.keys.cluster:
-            return await self._write_per_slot(connection, batch, wait, replicas)
-        if wait:  # WAIT counts the writes of its own connection: keep one for both
-            async with connection.client() as single:
-                refused = await self._send(single, batch)
-                replicas.check(await single.execute_command(*wait), batch)  # type: ignore[no-untyped-call]
-            return refused
-        return await self._send(connection, batch)
+        if not self.sync.keys.cluster:
+            return await self._lane_of("", connection).exchange(commands)
+        cluster: Any = connection
+        if refresh:
+            await cluster.nodes_manager.initialize()
+        node = cluster.get_node_from_key(key)
+        try:
+            return await self._lane_of(node.name, self._node(node.host, node.port)).exchange(commands)
+        except (RedisConnectionError, RedisTimeoutError):  # a failover, maybe: the next push looks again
+            await cluster.nodes_manager.initialize()
+            raise
 
-    async def _send(self, connection: aioredis.Redis, batch: Batch) -> frozenset[str]:
-        space = self.sync.keys
-        if batch.unique:
-            if self._script is None:
-                self._script = connection.register_script(PUSH_UNIQUE)
-            script_keys, args = batch.script_args(space)
-            if space.cluster:
-                script_keys = script_keys[:1]  # not `queues`, another slot: added before (see _write_per_slot)
-            return batch.refused(await self._script(keys=script_keys, args=args, client=connection))
-        pipe = connection.pipeline(transaction=True)
-        batch.commands(pipe, space)
-        await pipe.execute()
-        return frozenset()
-
-    async def _write_per_slot(self, cluster: Any, batch: Batch, wait: tuple[Any, ...] | None,
-                               replicas: Replicas) -> frozenset[str]:
-        """Cluster mode, as `Client.write` does it: each queue's part in one MULTI (or script
-        call) on the primary of its slot, after its name is added to `queues`; then a WAIT there."""
-        refused: set[str] = set()
-        for part in batch.per_slot():
-            await cluster.sadd(keys.QUEUES, *dict.fromkeys(payload["queue"] for payload, _, _ in part.jobs))
-            node = cluster.get_node_from_key(self.sync.keys.queue(part.queue))
-            async with self._node(node.host, node.port).client() as single:  # one connection: WAIT counts its writes
-                refused |= await self._send(single, part)
-                if wait:
-                    replicas.check(await single.execute_command(*wait), part)  # type: ignore[no-untyped-call]
-        return frozenset(refused)
+    def _lane_of(self, name: str, connection: aioredis.Redis) -> AsyncLane:
+        """The direct path to one Redis (a Cluster's primary by its name), made once."""
+        lane = self._lanes.get(name)
+        if lane is None:
+            lane = self._lanes[name] = AsyncLane(connection)
+        return lane
 
     def _node(self, host: str, port: int) -> aioredis.Redis:
         """A plain client of one primary of the cluster, made once (credentials from the URL)."""

@@ -16,6 +16,8 @@ status record in the same call (see `results`).
 On a Redis Cluster (`redis+cluster://`, see `keys.ClusterKeyspace`) a push is written per queue,
 each in one MULTI (or script call) on the primary of that queue's slot, after the queue's name
 is added to `queues`; a bulk push over several queues is then several writes, each whole.
+What is sent on which connection (with `wait_replicas`, the WAIT on the connection that wrote)
+is planned once, for this client and the asyncio one, in `push_plan`.
 """
 
 from __future__ import annotations
@@ -24,18 +26,16 @@ import gc
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass
+from contextlib import contextmanager
 from functools import cached_property
 from typing import Any, ClassVar, Unpack
 
 import redis
-from redis.commands.core import Script
 
-from . import keys, results, unique, wire
+from . import keys, push_plan, results, unique, wire
 from .config import Config
 from .connection import connect, is_cluster_url
-from .errors import JobArgumentError, NotReplicatedError
+from .errors import JobArgumentError
 from .options import (
     DEFAULTS,
     PUSH_ONLY,
@@ -48,38 +48,11 @@ from .options import (
     spread_times,
 )
 from .payload import Shapes, check_args, encode, encode_fast, in_millis, new_jids, stamp
+from .push_plan import LISTED_EVERY, Batch
+from .push_plan import NO_REPLICAS as NO_REPLICAS  # where `testing` and `aio` import them from
+from .push_plan import Replicas as Replicas
 
 PlainRedis = redis.Redis  # the name `redis` is a property inside Client
-# Cluster mode: a client adds a queue's name to `queues` (in another slot than the queue) at most
-# this often (seconds); the pollers and recoveries of the queue's workers look at it anyway
-LISTED_EVERY = 5.0
-BULK_BATCH = 1000  # payloads per LPUSH/ZADD, as Sidekiq's push_bulk batches
-
-
-@dataclass(frozen=True)
-class Replicas:
-    """What a push waits for: `count` replicas to hold it (Redis WAIT), at most `timeout` seconds."""
-
-    count: int
-    timeout: float
-
-    def command(self) -> tuple[Any, ...] | None:
-        """The WAIT to send after the push on its connection, or None when nothing is waited for."""
-        return ("WAIT", self.count, max(1, round(self.timeout * 1000))) if self.count > 0 else None
-
-    def check(self, confirmed: Any, batch: Batch) -> None:
-        """Raise NotReplicatedError if fewer than `count` replicas confirmed the push."""
-        got = int(confirmed)
-        if got < self.count:
-            jids = [payload["jid"] for payload, _, _ in batch.jobs]
-            shown = ", ".join(jids[:3]) + (f" and {len(jids) - 3} more" if len(jids) > 3 else "")
-            raise NotReplicatedError(
-                f"pushed {len(jids)} job(s) ({shown}) to the primary, but {got} of the {self.count} replica(s) "
-                f"asked for (wait_replicas) confirmed them within {self.timeout:g} s: a failover now could lose "
-                "them; push again to be sure (an idempotent job may then run twice)", jids, got)
-
-
-NO_REPLICAS = Replicas(0, 1.0)
 
 
 class Client:
@@ -238,83 +211,44 @@ class Client:
     def write(self, entries: list[tuple[dict[str, Any], float | None]], now: float,
               also: Callable[[Any], None] | None = None, replicas: Replicas = NO_REPLICAS) -> frozenset[str]:
         """One MULTI with every entry (and `also(pipe)`'s commands, e.g. a task's records), or with
-        unique jobs one script call. Returns the jids of the unique jobs whose claim another copy
-        holds: nothing of theirs was written. With `replicas`, the same connection then WAITs
-        for them (NotReplicatedError if too few confirm in time)."""
+        unique jobs one script call, then with `replicas` a WAIT on the same connection
+        (NotReplicatedError if too few confirm in time): see `push_plan`. Returns the jids of the
+        unique jobs whose claim another copy holds: nothing of theirs was written."""
         if not entries and also is None:
             return frozenset()
         batch = self.prepare(entries, now)
-        wait = replicas.command()
-        if self.keys.cluster:
-            parts = batch.per_slot()
-            if also is not None and (len(parts) != 1 or parts[0].unique):
-                raise JobArgumentError("in Cluster mode the jobs of one task or workflow are pushed to one queue, or "
-                                       "the queues of one group, without unique_for")
-            for part in parts:
-                self._write_to_slot(part, wait, replicas, also)
-            return frozenset(jid for part in parts for jid in part.refused_jids)
-        if batch.unique:
-            if also is not None:
-                raise JobArgumentError("unique_for is not available for the jobs of a task; "
-                                       "push them with unique_for=None")
-            script_keys, args = batch.script_args()
-            with self._connection(wait) as conn:
-                refused = batch.refused(self._push_unique(keys=script_keys, args=args, client=conn))
-                if wait:
-                    replicas.check(conn.execute_command(*wait), batch)
-            return refused
-        if also is None:  # the common push: its MULTI sent directly (see `wire`)
-            recorder = wire.Recorder()
-            batch.commands(recorder)
-            confirmed = self._lane.transaction(recorder.commands, then=[wait] if wait else [])
-            if wait:
-                replicas.check(confirmed[0], batch)
+        commands = push_plan.single(batch, self.keys, replicas, also)
+        if commands is not None:  # the common push: one exchange
+            push_plan.judge(batch, self._lane.exchange(commands), replicas)
             return frozenset()
-        with self._connection(wait) as conn:
-            pipe = conn.pipeline(transaction=True)
-            batch.commands(pipe)
-            also(pipe)
-            pipe.execute()
-            if wait:
-                replicas.check(conn.execute_command(*wait), batch)
-        return frozenset()
+        return push_plan.drive(self.plan(batch, replicas, also), self._send)
 
-    def _write_to_slot(self, part: Batch, wait: tuple[Any, ...] | None, replicas: Replicas,
-                       also: Callable[[Any], None] | None = None) -> None:
-        """Cluster mode: write one queue's part of a push on the primary of its slot, in one
-        MULTI (or script call, and with `also`'s commands: a task's records, in the same slot),
-        then WAIT there when asked (see module)."""
-        queue = part.queue
-        cluster: Any = self.redis
-        for name in dict.fromkeys(payload["queue"] for payload, _, _ in part.jobs):
-            if self.clock() - self._listed.get(name, -LISTED_EVERY) >= LISTED_EVERY:
-                cluster.sadd(keys.QUEUES, name)
-                self._listed[name] = self.clock()
-        if also is None and not part.unique:  # the common push: its MULTI sent directly (see `wire`)
-            recorder = wire.Recorder()
-            part.commands(recorder, self.keys)
-            confirmed = self._lane.transaction(recorder.commands, then=[wait] if wait else [])
-            if wait:
-                replicas.check(confirmed[0], part)
-            return
-        node = cluster.get_redis_connection(cluster.get_node_from_key(self.keys.queue(queue)))
-        with node.client() as conn:  # one connection: WAIT counts its own writes
-            if part.unique:
-                script_keys, args = part.script_args(self.keys)
-                part.refused_jids = part.refused(self._push_unique(keys=script_keys[:1], args=args, client=conn))
-            else:
-                pipe = conn.pipeline(transaction=True)
-                part.commands(pipe, self.keys)
-                if also is not None:
-                    also(pipe)
-                pipe.execute()
-            if wait:
-                replicas.check(conn.execute_command(*wait), part)
+    def plan(self, batch: Batch, replicas: Replicas = NO_REPLICAS, also: Callable[[Any], None] | None = None
+             ) -> push_plan.Plan:
+        """The push of `batch` by this client, for any driver (this one's `_send`, the asyncio client's)."""
+        return push_plan.plan(batch, self.keys, replicas, also, self._to_list)
 
-    def _connection(self, wait: Any) -> AbstractContextManager[Any]:
-        """The client to push on: with a WAIT to follow, one that keeps a single connection
-        (WAIT counts the writes of its own connection); else the shared one."""
-        return self.redis.client() if wait else nullcontext(self.redis)  # type: ignore[no-untyped-call]
+    def _send(self, exchange: push_plan.Exchange) -> list[Any]:
+        """An exchange on one connection of the direct path (Cluster mode: of its key's primary)."""
+        key, commands, refresh = exchange
+        lane = self._lane
+        if not isinstance(lane, wire.ClusterLane):
+            return lane.exchange(commands)
+        if refresh:
+            lane.client.nodes_manager.initialize()
+        try:
+            return lane.for_key(key).exchange(commands)
+        except (redis.ConnectionError, redis.TimeoutError):  # a failover, maybe: the next push looks again
+            lane.client.nodes_manager.initialize()
+            raise
+
+    def _to_list(self, names: list[str]) -> list[str]:
+        """Cluster mode: the queue names of a push to add to `queues`, each at most every LISTED_EVERY s."""
+        now = self.clock()
+        chosen = [name for name in names if now - self._listed.get(name, -LISTED_EVERY) >= LISTED_EVERY]
+        for name in chosen:
+            self._listed[name] = now
+        return chosen
 
     def prepare(self, entries: list[tuple[dict[str, Any], float | None]], now: float) -> Batch:
         """Every entry stamped, given its unique claim and status record, and encoded (all are
@@ -363,10 +297,6 @@ class Client:
     def _lane(self) -> wire.Lane:
         return wire.lane_for(self.redis)
 
-    @cached_property
-    def _push_unique(self) -> Script:
-        return self.redis.register_script(unique.PUSH_UNIQUE)
-
     def _encode(self, payload: dict[str, Any], shapes: Shapes | None = None) -> bytes:
         """The payload as the UTF-8 bytes Redis stores, refused with a clear error if it cannot be.
         Without client middleware every value in it was checked as native JSON, so the fast
@@ -391,78 +321,6 @@ class Client:
                 f"({limit:,}); pass a reference (an id, a path, a URL) instead of the data, "
                 "or raise max_payload_size")
         return blob
-
-
-
-
-class Batch:
-    """One push, encoded: the commands of its MULTI, or (with unique jobs) its script call.
-    The same for `Client` and the asyncio client (`aio`), which differ only in how they send it."""
-
-    def __init__(self, queue: str = "") -> None:
-        self.queue = queue  # Cluster mode: the (first) queue of this part of a push (see `per_slot`)
-        self.refused_jids: frozenset[str] = frozenset()
-        self.jobs: list[tuple[dict[str, Any], float | None, bytes]] = []  # payload, schedule time or None, JSON
-        self.claims: list[tuple[str, int] | None] = []  # unique claim key and milliseconds, per job
-        self.records: list[tuple[str, int, str, str] | None] = []  # status key, milliseconds, state, due time
-        self.unique = False  # some job has a claim: the push is one PUSH_UNIQUE call
-
-    def add(self, payload: dict[str, Any], when: float | None, blob: bytes, claim: tuple[str, int] | None,
-            record: tuple[str, int, str, str] | None) -> None:
-        self.jobs.append((payload, when, blob))
-        self.claims.append(claim)
-        self.records.append(record)
-        self.unique = self.unique or claim is not None
-
-    def per_slot(self) -> list[Batch]:
-        """Cluster mode: this push split by slot (a queue, or the queues of a group: see
-        `keys.group_of`), in order of first job; with unique jobs, by queue (their script
-        writes one queue's sets)."""
-        parts: dict[str, Batch] = {}
-        for (payload, when, blob), claim, record in zip(self.jobs, self.claims, self.records, strict=True):
-            queue = payload["queue"]
-            where = queue if self.unique else keys.group_of(queue)
-            part = parts.get(where) or parts.setdefault(where, Batch(queue))
-            part.add(payload, when, blob, claim, record)
-        return list(parts.values())
-
-    def commands(self, pipe: Any, space: keys.Keyspace = keys.DEFAULT) -> None:
-        """Queue the MULTI's commands on `pipe` (no unique jobs); in Cluster mode, of one queue's
-        part (`per_slot`), whose queues' names the caller has added to `queues`."""
-        queued: dict[str, list[bytes]] = {}
-        scheduled: dict[str, list[tuple[bytes, float]]] = {}  # by sorted set: one, or in Cluster mode one a queue
-        for payload, when, blob in self.jobs:
-            if when is None:
-                queued.setdefault(payload["queue"], []).append(blob)
-            else:
-                scheduled.setdefault(space.schedule(payload["queue"]), []).append((blob, when))
-        for queue, blobs in queued.items():
-            if not space.cluster:
-                pipe.sadd(keys.QUEUES, queue)
-            for start in range(0, len(blobs), BULK_BATCH):
-                pipe.lpush(space.queue(queue), *blobs[start:start + BULK_BATCH])
-        for key, entries in scheduled.items():
-            for start in range(0, len(entries), BULK_BATCH):
-                pipe.zadd(key, dict(entries[start:start + BULK_BATCH]))
-        for record in self.records:
-            if record is not None:
-                key, ms, state, due = record
-                pipe.hset(key, mapping={"state": state, "at": due})
-                pipe.pexpire(key, ms)
-
-    def script_args(self, space: keys.Keyspace = keys.DEFAULT) -> tuple[list[str], list[Any]]:
-        """KEYS and ARGV of `unique.PUSH_UNIQUE`, every job in order (Cluster mode: of one queue's
-        part, without `queues`)."""
-        args: list[Any] = [len(self.jobs)]
-        for (payload, when, blob), claim, record in zip(self.jobs, self.claims, self.records, strict=True):
-            args += [*(claim or ("", 0)), payload["jid"], space.queue(payload["queue"]) if when is None else "",
-                     payload["queue"], when or 0, blob, *(record or ("", 0, "", ""))]
-        return [space.schedule(self.queue), keys.QUEUES], args
-
-    def refused(self, written: list[Any]) -> frozenset[str]:
-        """The jids the script did not write (their claim was held), from its reply."""
-        return frozenset(payload["jid"] for (payload, _, _), ok in zip(self.jobs, written, strict=True)
-                         if not int(ok))
 
 
 @contextmanager

@@ -22,13 +22,14 @@ import os
 import socket
 import struct
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import hiredis
 import redis
 from redis._parsers.hiredis import NOT_ENOUGH_DATA, _HiredisParser  # private: tested with the redis-py pinned in CI
 from redis.client import EMPTY_RESPONSE, NEVER_DECODE
+from redis.commands.core import CoreCommands
 from redis.connection import AbstractConnection
 from redis.exceptions import AskError, NoScriptError, ResponseError
 
@@ -99,20 +100,6 @@ class Lane:
 
     def call(self, *command: Any) -> Any:
         return self.exchange([command])[0]
-
-    def transaction(self, commands: Sequence[Command], then: Sequence[Command] = ()) -> list[Any]:
-        """MULTI, `commands`, EXEC in one round trip; the EXEC reply. A command refused while
-        queued raises (the transaction is discarded with the connection). With `then`, those
-        commands follow on the same connection (a WAIT, say) and their replies are returned
-        instead."""
-        replies = self.exchange([("MULTI",), *commands, ("EXEC",), *then])
-        result = replies[len(commands) + 1]
-        if result is None:
-            raise redis.WatchError("the transaction was aborted")
-        for reply in result:
-            if isinstance(reply, ResponseError):
-                raise reply
-        return replies[len(commands) + 2:] if then else list(result)
 
     def evalsha(self, script: Any, keys: Sequence[Any], args: Sequence[Any]) -> Any:
         """Run a registered redis-py Script (its sha and source), loading it if the server lost it."""
@@ -281,13 +268,13 @@ class AsyncLane:
 
 
 class ClusterLane(Lane):
-    """A `Lane` on a Redis Cluster: each script call or transaction goes straight to the primary
-    of its keys' slot (every script declares its keys, all in one slot, and a push's MULTI holds
-    one slot's commands, see `keys.ClusterKeyspace`), on a `Lane` of that node, found from the
-    cluster client's slot map. A MOVED or ASK answer (the slot moved: a failover, a resharding)
-    means nothing ran: the slot map is read again and the call is sent once more (a script through
-    redis-py's cluster client, which follows the redirection). A connection error refreshes the
-    map too, and is raised (the call may have run)."""
+    """A `Lane` on a Redis Cluster: each script call goes straight to the primary of its keys'
+    slot (every script declares its keys, all in one slot, see `keys.ClusterKeyspace`), on a
+    `Lane` of that node (`for_key`, which a push's exchanges use too, see `push_plan`), found
+    from the cluster client's slot map. A MOVED or ASK answer (the slot moved: a failover, a
+    resharding) means nothing ran: the slot map is read again and the call is sent once more (a
+    script through redis-py's cluster client, which follows the redirection). A connection error
+    refreshes the map too, and is raised (the call may have run)."""
 
     def __init__(self, client: Any) -> None:  # a redis.cluster.RedisCluster
         self.client = client
@@ -303,20 +290,6 @@ class ClusterLane(Lane):
 
     def exchange(self, commands: Sequence[Command]) -> list[Any]:
         return [self.client.execute_command(*command) for command in commands]
-
-    def transaction(self, commands: Sequence[Command], then: Sequence[Command] = ()) -> list[Any]:
-        """`Lane.transaction` on the primary of the slot of the first command's key."""
-        key = commands[0][1]
-        try:
-            return self.for_key(key).transaction(commands, then)
-        except (redis.ConnectionError, redis.TimeoutError):
-            self.client.nodes_manager.initialize()
-            raise
-        except ResponseError as exc:
-            if not isinstance(exc, AskError) and "EXECABORT" not in str(exc):  # AskError: MOVED too
-                raise
-            self.client.nodes_manager.initialize()
-            return self.for_key(key).transaction(commands, then)
 
     def evalsha(self, script: Any, keys: Sequence[Any], args: Sequence[Any]) -> Any:
         try:
@@ -376,11 +349,32 @@ class DirectRedis(redis.Redis):
         super().close()
 
 
+class _Spelled(CoreCommands):
+    """redis-py's command methods, each returning the command it would send."""
+
+    _event_dispatcher: Any = None  # declared by redis-py's typing of the mixin; never used here
+
+    def execute_command(self, *args: Any, **options: Any) -> Command:
+        return args
+
+
+_SPELLED = _Spelled()
+
+
 class Recorder:
-    """The pipeline methods a push uses, recording the commands for `Lane.transaction`."""
+    """A pipeline that records the commands queued on it, for a push's MULTI (`push_plan`): the
+    methods a push uses written out (they are on every push's path), and any other redis-py
+    command method (a task's or workflow's records) spelled by redis-py itself."""
 
     def __init__(self) -> None:
         self.commands: list[Command] = []
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        spell = getattr(_SPELLED, name)
+
+        def record(*args: Any, **kwargs: Any) -> None:
+            self.commands.append(spell(*args, **kwargs))
+        return record
 
     def sadd(self, key: str, *members: Any) -> None:
         self.commands.append(("SADD", key, *members))

@@ -9,8 +9,9 @@
 Steps are added after their dependencies (so the graph has no cycle by construction). At
 `perform_async` every step's payload is built (its arguments checked, client middleware run)
 and the workflow's records are written in the same MULTI that pushes the steps with no
-dependency; every later step is pushed by the lifecycle operation (see `feature`) when its last
-dependency is resolved. Each step's job keeps its result for the workflow's `ttl` (`result_ttl`,
+dependency (with `wait_replicas`, the most any step asks, confirmed for that MULTI); every
+later step is pushed by the lifecycle operation (see `feature`) when its last dependency is
+resolved. Each step's job keeps its result for the workflow's `ttl` (`result_ttl`,
 unless its options ask for one of their own), and its dependents read it from there.
 """
 
@@ -18,12 +19,12 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from .. import keys
-from ..client import Client, default_client
+from ..client import Client, Replicas, default_client
 from ..errors import JobArgumentError
 from ..options import check_options
 from ..payload import encode
@@ -141,12 +142,19 @@ class WorkflowBuilder:
             if not space.cluster:  # in Cluster mode the index is in another slot: written after
                 remember(pipe, keys.WORKFLOWS_RECENT, workflow_id, now, keep, RECENT_LIMIT)
 
-        chosen.write(roots, now, also=record)
+        chosen.write(roots, now, also=record, replicas=_replicas(chosen, self.steps.values()))
         if space.cluster:
             index = chosen.redis.pipeline(transaction=False)
             remember(index, keys.WORKFLOWS_RECENT, workflow_id, now, keep, RECENT_LIMIT)
             index.execute()
         return workflow_id
+
+
+def _replicas(client: Client, steps: Iterable[_Step]) -> Replicas:
+    """What the start of a workflow waits for (`wait_replicas`): the most any of its steps asks
+    (its options, its job's, the client's), since the write holds every step's record."""
+    return max((client.replicas(step.signature.job, step.signature.options) for step in steps),
+               key=lambda asked: (asked.count, asked.timeout))
 
 
 def _declared_queue(signature: Signature) -> str:

@@ -13,7 +13,9 @@ status record (`sidequest.results`) says where it is and keeps its return value.
 in the same MULTI as the push, the task's own record (`keys.django_task`) keeps what Django's
 `TaskResult` shows and the job does not: the task's path, its arguments, its times, every
 attempt's worker and error (with the traceback). The worker updates it as the task runs; both
-records expire `result_ttl` after their last change.
+records expire `result_ttl` after their last change. With the client's `wait_replicas` (the
+SIDEQUEST setting), an enqueue returns once that many replicas hold both, or raises
+NotReplicatedError.
 
 What Django's backend flags say here: `run_after` (supports_defer) is a scheduled push; async
 tasks run (on the worker's event loop thread, through `Task.call`); results can be read from
@@ -126,7 +128,7 @@ class TasksBackend(BaseTaskBackend):
             pipe.hset(keys.django_task(jid), mapping=record)
             pipe.pexpire(keys.django_task(jid), keep)
 
-        client.write(entries, now, also=also)
+        client.write(entries, now, also=also, replicas=client.replicas(RunTask, options))
         result = self._result(task, jid, TaskResultStatus.READY, record)
         task_enqueued.send(type(self), task_result=result)
         return result
