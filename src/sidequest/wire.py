@@ -241,10 +241,13 @@ class AsyncLane:
         return replies
 
     async def _take(self) -> Any:
-        """An idle connection the server has not closed meanwhile (see `idle`), else a new one."""
+        """An idle connection the server has not closed meanwhile (see `idle`), else a new one.
+        Always looked at, however recently used: these carry pushes (`push_plan`) and blocking
+        calls, which are never sent again, and the loop may have run synchronous code since
+        (a request handler's) without reading a close; one poll costs less than a failed push."""
         while self._idle:
-            conn, used = self._idle.pop()
-            if not unfit_async(conn, time.monotonic() - used >= CHECK_IDLE):
+            conn, _ = self._idle.pop()
+            if not unfit_async(conn, True):
                 return conn
             await conn.disconnect(nowait=True)  # nothing was sent on it
         conn = self.pool.connection_class(**self.pool.connection_kwargs)
