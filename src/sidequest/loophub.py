@@ -33,6 +33,9 @@ from .wire import AsyncLane
 log = logging.getLogger(__name__)
 
 Ack = tuple[bytes, list[Any]]  # a success: the job's bytes and its 'finished' operations
+# A blocking call's reply is awaited this long (seconds) past its own timeout before its
+# connection is given up (a stalled Redis, a lost network).
+BLOCKING_GRACE = 5.0
 LOST = (redis.ConnectionError, redis.TimeoutError, OSError)  # a call that may have run, its reply lost
 
 
@@ -64,6 +67,7 @@ class LoopHub:
         self.batch = keys.reserved(identity, keys.BATCH_SLOT)
         self.order = QueueOrder(config, None, paused, self.keys)
         self.timeout = blocking_timeout(config)
+        self.grace = BLOCKING_GRACE
         self.waiters_max = config.async_jobs
         self.loop: asyncio.AbstractEventLoop | None = None
         self.loop_thread = 0
@@ -173,7 +177,7 @@ class LoopHub:
         assert self.lane is not None
         try:
             reply = await self.lane.exchange([("BLMOVE", key, self.batch, "RIGHT", "LEFT", self.timeout)],
-                                             timeout=self.timeout + 5.0)
+                                             timeout=self.timeout + self.grace)
         except REDIS_ERRORS as exc:
             self._suspect = self._suspect or isinstance(exc, LOST)
             self.outage.down(exc)
