@@ -34,7 +34,7 @@ from .executor import Executor
 from .fetch import Fetch, UnitOfWork
 from .gate import SUSPECT_AFTER, Gate
 from .lifecycle import Lifecycle, has_ops
-from .outage import BACKOFF_MAX, BACKOFF_START, REDIS_ERRORS, RedisOutage
+from .outage import REDIS_ERRORS, Backoff, RedisOutage
 from .outcome import EXPIRED, Outcome, error_class_name, invalid
 from .payload import decode, overdue, trace_id
 from .registry import Registry
@@ -122,7 +122,7 @@ class Processor:
         self.start_delay = start_delay  # a replacement for a processor that died waits this long
         self.unit: UnitOfWork | None = None  # the job in hand, for hard shutdown
         self._tid: str | None = None
-        self._delay = BACKOFF_START
+        self._backoff = Backoff()  # between failed fetches (the asyncio runner's fetch has one too)
         # a suspect: in flight at two crashes, or at its last chance before `max_recoveries`
         self._suspect_after = max(1, min(SUSPECT_AFTER, runtime.config.max_recoveries))
         self.thread = threading.Thread(target=self.run, name=f"sidequest-processor-{index}", daemon=True)
@@ -173,11 +173,10 @@ class Processor:
             if isinstance(exc, (redis.ConnectionError, redis.TimeoutError, OSError)):
                 self.fetch.lost_reply()  # it may have taken a job whose reply never came
             self.rt.outage.down(exc)
-            self.pool.quieting.wait(self._delay)
-            self._delay = min(self._delay * 2, BACKOFF_MAX)
+            self.pool.quieting.wait(self._backoff.failed())
             return None
         if self.fetch.answered:  # it may have waited on another processor's call instead
-            self._delay = BACKOFF_START
+            self._backoff.reset()
             self.rt.outage.up(began)
         return unit
 
@@ -332,13 +331,12 @@ class Processor:
         It gives up (None) only when the pool's hard deadline has passed; under reliable fetch
         the job then stays reserved and is recovered, so it runs again rather than being lost.
         """
-        delay = BACKOFF_START
+        backoff = Backoff()
         while True:
             try:
                 return action()
             except REDIS_ERRORS as exc:
                 self.rt.outage.down(exc)
-                if self.pool.hard_stop.wait(delay):
+                if self.pool.hard_stop.wait(backoff.failed()):
                     log.error("gave up finishing a job while Redis was unavailable; it stays reserved")
                     return None
-                delay = min(delay * 2, BACKOFF_MAX)
