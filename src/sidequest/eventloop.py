@@ -18,8 +18,9 @@ shared connection (`mux`), with the jobs' own commands, but for the blocking BLM
   snooze: their SETTLE call and the retrier's hooks). So the two runners cannot disagree on a
   job's fate.
 - **Time limits** cancel the job's task for real (`JobTimeoutError`, the retry path).
-- **Suspects** (a job in flight at two crashes, see `gate`) run alone: fetching pauses until the
-  other jobs of the loop have ended.
+- **Suspects** (a job in flight at two crashes, see `gate`) run alone, through the process's
+  gate as on the threads: fetching pauses until the other jobs of the loop have ended, its
+  BLMOVEs have answered and no processor thread (another capsule's) is past the gate.
 - **Stop.** Quiet ends fetching; running jobs get until the deadline; then each job still
   running is put back at the head of its queue and its task is cancelled.
 
@@ -43,7 +44,7 @@ import redis
 
 from .config import Config
 from .errors import JobTimeoutError, PayloadError, UnknownJobError
-from .gate import SUSPECT_AFTER
+from .gate import suspect
 from .hub import ACK_WINDOW
 from .lifecycle import has_ops
 from .loophub import LoopHub
@@ -59,6 +60,7 @@ from .work import Settler, UnitOfWork
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+LOOP = -1  # the event loop, at the gate (processors are numbered from 0)
 
 
 def runs_on_the_loop(job_classes: list[type[Any]]) -> bool:
@@ -101,6 +103,7 @@ class LoopCapsule:
         self._tids: list[str] = []  # thread ids of ended tasks, for the next ones
         self._next_tid = 0
         self._alone = False  # a suspect waits to run alone: take no job meanwhile
+        self._in_gate = False  # the loop is past the process's gate (see `room`)
         self._main: concurrent.futures.Future[None] | None = None
         self._async_kind: dict[type, bool] = {}
         self._told_middleware = False
@@ -174,6 +177,7 @@ class LoopCapsule:
         close the connections."""
         for task in list(self._running.values()):
             task.cancel()
+        self._leave_gate()
         await self.hub.flush()
         if self._lane is not None:
             await self._lane.close()
@@ -225,8 +229,26 @@ class LoopCapsule:
 
     # -- running ---------------------------------------------------------------------------------
     def room(self) -> int:
-        """(`loophub.Runs`.) Jobs that may start now."""
-        return 0 if self._alone else self.limit - len(self._running)
+        """(`loophub.Runs`.) Jobs that may start now: none while a suspect isolates (see `gate`;
+        the loop passes the process's gate before it fetches, and leaves it while another
+        isolates, once it holds nothing)."""
+        if self._alone:
+            return 0
+        gate = self.rt.gate
+        if not self._in_gate:
+            if not gate.try_enter():
+                return 0
+            self._in_gate = True
+        elif gate.closed and gate.owner() != LOOP:
+            if not self._running and not self.hub.waiting():
+                self._leave_gate()
+            return 0
+        return self.limit - len(self._running)
+
+    def _leave_gate(self) -> None:
+        if self._in_gate:
+            self._in_gate = False
+            self.rt.gate.leave()
 
     def running(self) -> int:
         return len(self._running)
@@ -282,8 +304,8 @@ class LoopCapsule:
             await self._in_thread(side.finish, unit, None, None, invalid(unit.raw, unit.queue, error_class_name(exc),
                                                                          str(exc)))
             return
-        recovered = payload.get("recovery_count")
-        if isinstance(recovered, int) and not isinstance(recovered, bool) and recovered >= self._suspect_after():
+        recovered = suspect(payload, self.config.max_recoveries)
+        if recovered is not None:
             await self._run_alone(unit, payload, recovered)
             return
         job_class = self._on_the_loop(payload)
@@ -292,15 +314,19 @@ class LoopCapsule:
             return
         await self._perform(unit, payload, job_class)
 
-    def _suspect_after(self) -> int:
-        return max(1, min(SUSPECT_AFTER, self.config.max_recoveries))
-
     async def _run_alone(self, unit: UnitOfWork, payload: dict[str, Any], recovered: int) -> None:
-        """A suspect (see `gate`): no job is taken until the others have ended, then it runs alone."""
+        """A suspect (see `gate`): the gate closes, no job is taken until every other job of the
+        loop has ended, its BLMOVEs have answered and no processor thread is past the gate, then
+        it runs alone. While another suspect isolates, it goes back to its queue, unchanged."""
+        gate = self.rt.gate
+        if self._alone or not gate.claim(LOOP):
+            await self._in_thread(unit.put_back, [0])
+            return
         self._alone = True
         try:
-            while len(self._running) > 1 and not self.hard_stop.is_set():
-                await self.hub.wait_change(0.5)
+            while ((len(self._running) > 1 or self.hub.waiting() or not gate.alone(LOOP))
+                   and not self.hard_stop.is_set()):
+                await self.hub.wait_change(0.5)  # a job's end or a BLMOVE's pokes; threads leave unseen
             log.warning("%s %s: processes died %d times while running it; running it alone",
                         payload["class"], payload.get("jid"), recovered)
             job_class = self._on_the_loop(payload)
@@ -310,6 +336,7 @@ class LoopCapsule:
                 await self._perform(unit, payload, job_class)
         finally:
             self._alone = False
+            gate.release(LOOP)
             self.hub.poke()
 
     def _on_the_loop(self, payload: dict[str, Any]) -> type[Any] | None:

@@ -109,6 +109,10 @@ class LoopHub:
         finally:
             await self.flush()
 
+    def waiting(self) -> int:
+        """BLMOVEs in flight (each may still bring a job)."""
+        return len(self._blocking)
+
     def free(self) -> int:
         return self.runs.room() - len(self._blocking)
 

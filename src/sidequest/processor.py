@@ -32,7 +32,7 @@ from .counters import ProcessCounters
 from .errors import Cancelled, OverLimit, PayloadError, UnknownJobError
 from .executor import Executor
 from .fetch import Fetch, UnitOfWork
-from .gate import SUSPECT_AFTER, Gate
+from .gate import Gate, suspect
 from .lifecycle import Lifecycle, has_ops
 from .outage import REDIS_ERRORS, Backoff, RedisOutage
 from .outcome import EXPIRED, Outcome, error_class_name, invalid
@@ -123,8 +123,6 @@ class Processor:
         self.unit: UnitOfWork | None = None  # the job in hand, for hard shutdown
         self._tid: str | None = None
         self._backoff = Backoff()  # between failed fetches (the asyncio runner's fetch has one too)
-        # a suspect: in flight at two crashes, or at its last chance before `max_recoveries`
-        self._suspect_after = max(1, min(SUSPECT_AFTER, runtime.config.max_recoveries))
         self.thread = threading.Thread(target=self.run, name=f"sidequest-processor-{index}", daemon=True)
 
     def start(self) -> None:
@@ -204,8 +202,8 @@ class Processor:
 
     def _isolate(self, unit: UnitOfWork, payload: dict[str, Any]) -> bool:
         """True when the job may run now: at once, or (a suspect, see `gate`) once it is alone."""
-        recovered = payload.get("recovery_count")
-        if not isinstance(recovered, int) or isinstance(recovered, bool) or recovered < self._suspect_after:
+        recovered = suspect(payload, self.rt.config.max_recoveries)
+        if recovered is None:
             return True
         if self.rt.gate.isolate(self.index, give_up=self.pool.quieting.is_set):
             log.warning("%s %s: processes died %d times while running it; running it alone",
