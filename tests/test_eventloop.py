@@ -390,4 +390,4 @@ def test_async_jobs_with_a_feature_at_taken_run_async_jobs_at_once(start, client
     wait_until(lambda: len(ran(r, "held-done")) == 60, 30, 0.02, "every job to end")
     wait_until(lambda: not reserved(r), 10, 0.02, "acknowledged")
     if "result_ttl" in option:
-        assert {sidequest.status(jid, client=client) for jid in jids} == {"complete"}
+        assert {sidequest.status(jid, client=client) for jid in jids} == {"done"}

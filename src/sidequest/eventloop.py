@@ -11,7 +11,9 @@ shared connection (`mux`), with the jobs' own commands, but for the blocking BLM
   when no queue has work, a BLMOVE per queue, so a job pushed to an idle worker starts about
   one round trip later.
 - **Run.** The common path (a job that decodes, is registered, is `async def`, with no server
-  middleware and no feature operation at `taken`) runs on the loop. Everything else goes through
+  middleware) runs on the loop, with its features' operations when taken (`result_ttl`,
+  `expires_in`, a unique claim until start: one SETTLE call on the loop's lane) and when it
+  succeeds (with its acknowledgement), so such jobs too run `async_jobs` at once. Everything else goes through
   the very code a processor thread runs (`processor.Processor`), on a thread pool of
   `concurrency` threads: a sync job, a payload that does not decode, a job past its deadline, an
   unknown name, server middleware (its links are sync), every outcome but success (retry, dead,
@@ -49,8 +51,9 @@ from .hub import ACK_WINDOW
 from .lifecycle import has_ops
 from .loophub import LoopHub
 from .manager import put_back
+from .outage import REDIS_ERRORS
 from .outcome import Outcome, error_class_name, invalid
-from .payload import decode
+from .payload import decode, overdue
 from .processor import Processor, Runtime, enter_job, job_context, quieting_context, time_limit
 from .queue_order import PausedQueues
 from .scripts import Scripts
@@ -341,8 +344,8 @@ class LoopCapsule:
 
     def _on_the_loop(self, payload: dict[str, Any]) -> type[Any] | None:
         """The job's class when it takes the common path (see the module), else None."""
-        if "expires_at" in payload:
-            return None
+        if "expires_at" in payload and overdue(payload, self.rt.retrier.clock()) is not None:
+            return None  # dropped unstarted, by the threads' code
         if len(self.rt.config.server_middleware):  # its links are sync calls around the job
             if not self._told_middleware:
                 self._told_middleware = True
@@ -357,12 +360,16 @@ class LoopCapsule:
         is_async = self._async_kind.get(job_class)
         if is_async is None:
             is_async = self._async_kind[job_class] = inspect.iscoroutinefunction(getattr(job_class, "perform", None))
-        if not is_async or has_ops(self.rt.lifecycle.ops("taken", payload)):
-            return None
-        return job_class
+        return job_class if is_async else None
 
     async def _perform(self, unit: UnitOfWork, payload: dict[str, Any], job_class: type[Any]) -> None:
         """`Processor.perform` for an `async def` job, on the loop."""
+        ops = self.rt.lifecycle.ops("taken", payload)
+        if has_ops(ops):  # result_ttl, expires_in, unique_until start...: one call, on the loop
+            taken = await self._taken(unit, ops)
+            if not taken:
+                self.side.skip(unit, payload, taken)
+                return
         token = enter_job(unit, payload)
         started = time.monotonic()
         log.info("start")
@@ -387,6 +394,17 @@ class LoopCapsule:
             self.side.finish(unit, payload, job, outcome)
         else:
             await self._in_thread(self.side.finish, unit, outcome.payload or payload, job, outcome)
+
+    async def _taken(self, unit: UnitOfWork, ops: list[Any]) -> bool | None:
+        """The features' `taken` operations: the SETTLE call a processor sends (`Settler.mark`),
+        on the loop's lane, so such jobs keep `async_jobs` in flight. A Redis error (an outage,
+        an error reply) hands the job's call to the threads' own code (`Processor.taken`: again
+        through the outage, or its fate decided there)."""
+        assert self._lane is not None
+        try:
+            return bool(await self._lane.evalsha(self.settler.scripts.settle, *self.settler.mark_call(unit, ops)))
+        except REDIS_ERRORS:
+            return await self._in_thread(self.side.taken, unit, ops)
 
     @staticmethod
     async def _timed(job: Any, payload: dict[str, Any], limit: float) -> Any:

@@ -226,12 +226,9 @@ class Processor:
             self._unknown(unit, payload, exc)
             return
         ops = self.rt.lifecycle.ops("taken", payload)
-        taken = True if not has_ops(ops) else self._settle(lambda: unit.taken(ops))  # most jobs: no call
-        if not taken:  # None: Redis stayed down past the hard deadline; shutdown puts it back
-            if taken is False:
-                log.warning("%s %s was recovered by another process before it started here; skipped",
-                            payload["class"], payload.get("jid"))
-                unit.done = True
+        taken = True if not has_ops(ops) else self.taken(unit, ops)  # most jobs: no call
+        if not taken:
+            self.skip(unit, payload, taken)
             return
         token = enter_job(unit, payload)
         started = time.monotonic()
@@ -255,6 +252,19 @@ class Processor:
         finally:
             job_context.reset(token)
         self.finish(unit, outcome.payload or payload, job, outcome)
+
+    def taken(self, unit: UnitOfWork, ops: list[Any]) -> bool | None:
+        """Write the features' `taken` operations through any outage (see `_settle`)."""
+        return self._settle(lambda: unit.taken(ops))
+
+    @staticmethod
+    def skip(unit: UnitOfWork, payload: dict[str, Any], taken: bool | None) -> None:
+        """A job not run because its `taken` operations were not written: False, it is no longer
+        ours; None, Redis stayed down past the hard deadline (shutdown puts it back)."""
+        if taken is False:
+            log.warning("%s %s was recovered by another process before it started here; skipped",
+                        payload["class"], payload.get("jid"))
+            unit.done = True
 
     def failed(self, unit: UnitOfWork, payload: dict[str, Any], job: Any, exc: BaseException,
                started: float) -> Outcome:
