@@ -44,6 +44,7 @@ from typing import Any, TypeVar
 
 import redis
 
+from . import aio
 from .config import Config
 from .errors import JobTimeoutError, PayloadError, UnknownJobError
 from .gate import suspect
@@ -64,6 +65,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 LOOP = -1  # the event loop, at the gate (processors are numbered from 0)
+_END = object()  # tells a thread of `DaemonPool` to end
 
 
 def runs_on_the_loop(job_classes: list[type[Any]]) -> bool:
@@ -173,6 +175,8 @@ class LoopCapsule:
                 asyncio.run_coroutine_threadsafe(self._end(), self.loop).result(5.0)
             except (concurrent.futures.TimeoutError, RuntimeError) as exc:
                 log.warning("the asyncio runner did not end cleanly (%s)", exc)
+        self.pool.shutdown()
+        self.settler.lane.close()
         return leftovers
 
     async def _end(self) -> None:
@@ -184,6 +188,7 @@ class LoopCapsule:
         await self.hub.flush()
         if self._lane is not None:
             await self._lane.close()
+        await aio.close_loop_clients()  # the jobs' own (`sidequest.aio.redis()`), made on this loop
 
     def close(self, lane: Any = None) -> None:
         """Send the successes not acknowledged yet (on `lane`, a sync `wire.Lane`)."""
@@ -431,7 +436,7 @@ class DaemonPool(concurrent.futures.Executor):
 
     def __init__(self, size: int) -> None:
         self.size = size
-        self._work: queue.SimpleQueue[tuple[concurrent.futures.Future[Any], Callable[[], Any]]] = queue.SimpleQueue()
+        self._work: queue.SimpleQueue[Any] = queue.SimpleQueue()  # (future, call), or _END
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
 
@@ -446,9 +451,22 @@ class DaemonPool(concurrent.futures.Executor):
                 thread.start()
         return future
 
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """End the idle threads (one still running a sync job ends with it, or with the process)."""
+        with self._lock:
+            threads, self._threads = self._threads, []
+        for _ in threads:
+            self._work.put(_END)
+        if wait:
+            for thread in threads:
+                thread.join(1.0)
+
     def _serve(self) -> None:
         while True:
-            future, call = self._work.get()
+            work = self._work.get()
+            if work is _END:
+                return
+            future, call = work
             if future.set_running_or_notify_cancel():
                 try:
                     future.set_result(call())

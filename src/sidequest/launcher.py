@@ -317,6 +317,8 @@ class Launcher:
             self.executor.close()
             for client in self._processor_clients:
                 client.close()
+            if not self._given_redis:
+                self.redis.close()
             self.runtime.outage.settle()  # an outage Redis answered since ends here, not unlogged
             log.info("stopped")
             self.stopped.set()
