@@ -39,12 +39,11 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import redis
 
-from . import aio
 from .config import Config
 from .errors import JobTimeoutError, PayloadError, UnknownJobError
 from .gate import suspect
@@ -82,7 +81,7 @@ class LoopCapsule:
 
     def __init__(self, runtime: Runtime, config: Config, identity: str, scripts: Scripts,
                  loop: Callable[[], asyncio.AbstractEventLoop], *, client: redis.Redis,
-                 connect: Callable[[], Any],
+                 connect: Callable[[], Any], close_clients: Callable[[], Awaitable[None]] | None = None,
                  paused: PausedQueues | None = None, clock: Callable[[], float] = time.time,
                  ack_window: float = ACK_WINDOW) -> None:
         if scripts.keys.cluster:
@@ -99,6 +98,7 @@ class LoopCapsule:
         self._loop_of = loop
         self.loop: asyncio.AbstractEventLoop | None = None
         self._connect = connect  # a redis.asyncio client of the worker's Redis, made on the loop
+        self._close_clients = close_clients  # at the end, on the loop: the clients its jobs made there
         self.settler = Settler(config, client, scripts, clock)  # the thread pool's SETTLE calls
         self.pool = DaemonPool(config.concurrency)
         self.side = Processor(runtime, self, self, 0)  # the threads' code, for all but the common path
@@ -188,7 +188,8 @@ class LoopCapsule:
         await self.hub.flush()
         if self._lane is not None:
             await self._lane.close()
-        await aio.close_loop_clients()  # the jobs' own (`sidequest.aio.redis()`), made on this loop
+        if self._close_clients is not None:  # the jobs' own (`sidequest.aio.redis()`), made on this loop
+            await self._close_clients()
 
     def close(self, lane: Any = None) -> None:
         """Send the successes not acknowledged yet (on `lane`, a sync `wire.Lane`)."""
