@@ -13,12 +13,12 @@ shared connection (`mux`), with the jobs' own commands, but for the blocking BLM
 - **Run.** The common path (a job that decodes, is registered, is `async def`, with no server
   middleware) runs on the loop, with its features' operations when taken (`result_ttl`,
   `expires_in`, a unique claim until start: one SETTLE call on the loop's lane) and when it
-  succeeds (with its acknowledgement), so such jobs too run `async_jobs` at once. Everything else goes through
-  the very code a processor thread runs (`processor.Processor`), on a thread pool of
-  `concurrency` threads: a sync job, a payload that does not decode, a job past its deadline, an
-  unknown name, server middleware (its links are sync), every outcome but success (retry, dead,
-  snooze: their SETTLE call and the retrier's hooks). So the two runners cannot disagree on a
-  job's fate.
+  succeeds (with its acknowledgement), so such jobs too run `async_jobs` at once. Everything
+  else goes through the very code a processor thread runs (`processor.Processor`), on a thread
+  pool of `concurrency` threads: a sync job, a payload that does not decode, a job past its
+  deadline, an unknown name, server middleware (its links are sync), every outcome but success
+  (retry, dead, snooze: their SETTLE call and the retrier's hooks). So the two runners cannot
+  disagree on a job's fate.
 - **Time limits** cancel the job's task for real (`JobTimeoutError`, the retry path).
 - **Suspects** (a job in flight at two crashes, see `gate`) run alone, through the process's
   gate as on the threads: fetching pauses until the other jobs of the loop have ended, its
@@ -329,7 +329,7 @@ class LoopCapsule:
         it runs alone. While another suspect isolates, it goes back to its queue, unchanged."""
         gate = self.rt.gate
         if self._alone or not gate.claim(LOOP):
-            await self._in_thread(unit.put_back, [0])
+            await self._in_thread(self.side.wait_turn, unit)
             return
         self._alone = True
         try:

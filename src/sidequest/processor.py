@@ -210,8 +210,13 @@ class Processor:
                         payload["class"], payload.get("jid"), recovered)
             self._settle(self.fetch.hand_back)  # alone: nothing else held, so nothing else counted if it kills us
             return True
-        self._settle(lambda: unit.put_back([0]))  # another job runs alone now; this one waits its turn
+        self.wait_turn(unit)
         return False
+
+    def wait_turn(self, unit: UnitOfWork) -> None:
+        """Another job runs alone now (see `gate`): this one goes back to its queue, unchanged,
+        through any outage, and is fetched again once the gate opens."""
+        self._settle(lambda: unit.put_back([0]))
 
     def perform(self, unit: UnitOfWork, payload: dict[str, Any]) -> None:
         """Run a decoded job to its outcome and apply it (the asyncio runner's path for every job
