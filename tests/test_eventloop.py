@@ -30,7 +30,7 @@ def config(config):
 def only(*jobs) -> Registry:
     registry = Registry()
     for job in jobs:
-        registry.register(job.job_class)
+        registry.register(getattr(job, "job_class", job))
     return registry
 
 
@@ -192,3 +192,247 @@ def test_sidequest_aio_redis_outside_a_worker_is_the_default_clients(client, mon
         return [counted, await own.get("test:n"), await own.exists("nope"), await own.lpush("test:l", "a", "b")]
 
     assert asyncio.run(use()) == [[1, 2], b"2", 0, 2]
+
+
+# -- issue 28 ---------------------------------------------------------------------------------------
+import asyncio  # noqa: E402
+import os  # noqa: E402
+import threading  # noqa: E402
+
+import redis  # noqa: E402
+from conftest import RedisServer  # noqa: E402
+from jobs_for_tests import record  # noqa: E402
+
+from sidequest import aio  # noqa: E402
+from sidequest.launcher import Launcher  # noqa: E402
+from sidequest.wire import AsyncLane  # noqa: E402
+
+
+class QueueSeen(sidequest.Job, name="QueueSeen"):
+    """Records the queue the worker says it took the job from (its log context)."""
+
+    async def perform(self, label):
+        from sidequest.processor import job_context
+
+        record("seen", label, job_context.get()[2])
+
+
+class Span(sidequest.Job, name="Span"):
+    """Records its start and end (epoch seconds), `seconds` apart."""
+
+    async def perform(self, label, seconds):
+        record("span", label, "start", time.time())
+        await asyncio.sleep(seconds)
+        record("span", label, "end", time.time())
+
+
+# Keeps Redis busy for ARGV[1] seconds: every client waits, and replies already made are sent after it.
+STALL = ("local t = redis.call('TIME') local stop = t[1] * 1000000 + t[2] + ARGV[1] * 1000000 "
+         "repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] >= stop return 1")
+
+
+def blocked_on(r, count: int = 1) -> bool:
+    return sum(1 for c in r.client_list() if c.get("cmd") == "blmove") >= count
+
+
+def test_a_blocking_call_whose_reply_comes_late_drops_its_connection(r, redis_url):
+    """Issue 28 item 7: a BLMOVE still blocked in Redis when its caller stops reading (its reading
+    bound passed) must never leave its reply for the next call on that connection: the late call
+    raises a timeout, and the next BLMOVE (another queue) reads its own reply, not the job."""
+    async def scenario() -> list:
+        lane = AsyncLane(aio.connect(redis_url))
+        try:
+            late = asyncio.create_task(lane.exchange([("BLMOVE", "queue:a", "test:got", "RIGHT", "LEFT", 10)],
+                                                     timeout=0.3))
+            with pytest.raises(redis.TimeoutError):
+                await late
+            r.lpush("queue:a", "job-of-a")  # the first BLMOVE, if still waiting in Redis, takes it now
+            return await lane.exchange([("BLMOVE", "queue:b", "test:got", "RIGHT", "LEFT", 0.2)], timeout=2)
+        finally:
+            await lane.close()
+
+    assert asyncio.run(scenario()) == [None]
+    assert r.lrange("queue:a", 0, -1) == [b"job-of-a"]  # its BLMOVE ended with its connection
+
+
+def test_a_job_moved_by_a_blmove_whose_reply_came_late_runs_once_as_its_own_queues(start, client, r):
+    """Issue 28 item 7: Redis stalls just after a BLMOVE moved a job of queue a into the batch
+    list, so the reply comes after the runner stopped waiting for it. The job must run once, as
+    queue a's (not read by the next BLMOVE, on queue b), and nothing stays reserved."""
+    launcher = start(runner="asyncio", registry=only(QueueSeen), queues=["a", "b"], fetch_timeout=1)
+    capsule_of(launcher).hub.grace = 0.2  # the reading bound past the blocking timeout (5 s by default)
+    for n in range(3):
+        wait_until(lambda: blocked_on(r, 2), 10, 0.005, "both queues waited on")
+        payload = client.build(QueueSeen, [[f"a{n}"]], [None], time.time(), {"queue": "a"})[0][0][0]
+        pipe = r.pipeline(transaction=False)
+        pipe.lpush("queue:a", json.dumps(payload))
+        pipe.eval(STALL, 0, 1.5)
+        pipe.execute()
+        client.push(QueueSeen, [f"b{n}"], queue="b")
+        wait_until(lambda n=n: len(ran(r, "seen")) == 2 * (n + 1), 20, 0.02, "both jobs to run")
+    assert sorted(map(tuple, ran(r, "seen"))) == sorted(
+        (f"{q}{n}", q) for n in range(3) for q in "ab")
+    wait_until(lambda: not reserved(r), 10, 0.02, "nothing left reserved")
+
+
+@pytest.fixture
+def denied_blmove(private_redis: RedisServer) -> str:
+    """A user of `private_redis` that may run everything but BLMOVE: every blocking fetch fails."""
+    admin = redis.Redis.from_url(private_redis.url())
+    admin.execute_command("ACL", "SETUSER", "noblock", "on", ">pw", "~*", "&*", "+@all", "-blmove")
+    admin.close()
+    return f"redis://noblock:pw@127.0.0.1:{private_redis.port}/0"
+
+
+def blmove_denials(url: str) -> int:
+    admin = redis.Redis.from_url(url.replace("noblock:pw@", ""))
+    try:
+        return sum(int(e["count"]) for e in admin.acl_log() if e.get("object") == "blmove")
+    finally:
+        admin.close()
+
+
+@pytest.mark.parametrize("runner", ["threads", "asyncio"])
+def test_a_failing_blocking_fetch_backs_off(start, denied_blmove, runner, monkeypatch):
+    """Issue 28 item 7: a blocking fetch that fails (here BLMOVE refused by ACL, every other call
+    answered) is an outage with back-off on both runners: a few tries in three seconds, not a
+    tight loop (the asyncio runner tried thousands of times)."""
+    monkeypatch.setenv("SQ_TEST_REDIS_URL", denied_blmove)
+    start(redis_url=denied_blmove, runner=runner, registry=only(async_echo), concurrency=2)
+    wait_until(lambda: blmove_denials(denied_blmove), 20, 0.02, "a BLMOVE refused")
+    began = blmove_denials(denied_blmove)
+    time.sleep(3)  # a rate: tries over a span of time
+    assert blmove_denials(denied_blmove) - began <= 12
+
+
+@pytest.mark.parametrize("arrival", ["with-others", "while-idle", "two-suspects"])
+def test_a_suspect_runs_alone_on_the_asyncio_runner(start, client, r, arrival):
+    """Issue 28 item 7: a job in flight at two crashes (`recovery_count` 2, see `gate`) runs alone
+    on the asyncio runner as on the threads: no other job's start-end span overlaps its own,
+    whether it came with others in one fetch, to an idle worker whose other queues then get
+    jobs, or with another suspect."""
+    def push(label: str, seconds: float, queue: str, suspect: bool = False) -> None:
+        payload = client.build(Span, [[label, seconds]], [None], time.time(), {"queue": queue})[0][0][0]
+        if suspect:
+            payload["recovery_count"] = 2
+        r.lpush(f"queue:{queue}", json.dumps(payload))
+
+    suspects = ["S1", "S2"] if arrival == "two-suspects" else ["S1"]
+    others = [f"n{i}" for i in range(6)]
+    if arrival != "while-idle":
+        for i, label in enumerate(others):
+            push(label, 0.3, "a")
+            if i == 2:
+                for s in suspects:
+                    push(s, 0.5, "a", suspect=True)
+        start(runner="asyncio", registry=only(Span), queues=["a", "b"])
+    else:
+        start(runner="asyncio", registry=only(Span), queues=["a", "b"], fetch_timeout=1)
+        wait_until(lambda: blocked_on(r, 2), 10, 0.005, "both queues waited on")
+        push("S1", 1.0, "a", suspect=True)
+        wait_until(lambda: ran(r, "span"), 10, 0.005, "the suspect to start")
+        for label in others:
+            push(label, 0.1, "b")
+    labels = suspects + others
+    wait_until(lambda: len(ran(r, "span")) == 2 * len(labels), 30, 0.02, "every job to run")
+    spans: dict[str, list[float]] = {}
+    for label, _, at in ran(r, "span"):
+        spans.setdefault(label, []).append(at)
+    for s in suspects:
+        s_start, s_end = spans[s]
+        beside = [label for label, (a, b) in spans.items() if label != s and a < s_end and b > s_start]
+        assert not beside, f"{s} ran beside {beside}"
+
+
+@pytest.mark.parametrize("runner", ["threads", "asyncio"])
+def test_starting_and_stopping_a_launcher_leaves_no_thread_or_file_open(config, client, r, redis_url, monkeypatch,
+                                                                       runner):
+    """Issue 28 item 7: each start and stop of an asyncio-runner Launcher in one process left 4
+    threads and about 11 file descriptors behind. Three cycles (each running an async job, a sync
+    job and a job with a `result_ttl`) leave as many threads and open files as before them, with
+    no garbage collection to close what a stop left open."""
+    from jobs_for_tests import compute_async
+
+    monkeypatch.setattr(sidequest.client, "_default", client)
+    monkeypatch.setenv("SQ_TEST_REDIS_URL", redis_url)
+    registry = only(async_echo, echo, compute_async)
+
+    def cycle(n: int) -> None:
+        launcher = Launcher(config.replace(runner=runner), registry=registry)
+        launcher.run()
+        client.push(async_echo, [n])
+        client.push(echo, [n])
+        jid = client.push(compute_async, [n])
+        # done first: a result still awaited would open this test's client a connection of its own
+        wait_until(lambda: sidequest.status(jid, client=client) == "done", 20, 0.02, "the result")
+        assert sidequest.result(jid, client=client) == n * 10
+        wait_until(lambda: len(ran(r)) == 2 * (n + 1), 20, 0.02, "the jobs")
+        wait_until(lambda: not reserved(r), 10, 0.02, "acknowledged")
+        launcher.stop()
+
+    def counts() -> tuple[int, int]:
+        return threading.active_count(), len(os.listdir("/proc/self/fd"))
+
+    cycle(0)  # what a first use makes once per process (a test job's own client) is made here
+    # the test jobs' own client (`record`) grows its pool when two jobs record at once (one on the
+    # loop, one on a pool thread): grown now, it keeps what it has
+    from jobs_for_tests import _r
+
+    pool = _r().connection_pool
+    for conn in [pool.get_connection() for _ in range(4)]:
+        pool.release(conn)
+    before = counts()
+    for n in range(1, 4):
+        cycle(n)
+    try:
+        wait_until(lambda: counts() <= before, 10, 0.05, f"threads and files back to {before}")
+    except AssertionError:
+        raise AssertionError(f"{counts()} > {before}: {sorted(t.name for t in threading.enumerate())}") from None
+
+
+
+@pytest.mark.parametrize("option", [{"result_ttl": 60}, {"expires_in": 600}])
+def test_async_jobs_with_a_feature_at_taken_run_async_jobs_at_once(start, client, r, option):
+    """Issue 28 item 8: async jobs with `result_ttl` or `expires_in` (feature operations when taken)
+    ran `concurrency` (4 here) at a time, through the thread pool. They run on the loop: all 60
+    start before any ends (peak from start/end records), and their results are kept."""
+    start(runner="asyncio", async_jobs=100, registry=only(async_held))
+    jids = [client.push(async_held, [n, "test:gate"], **option) for n in range(60)]
+    wait_until(lambda: len(ran(r, "held-start")) == 60, 30, 0.02, "sixty jobs running at once")
+    assert not ran(r, "held-done")
+    r.set("test:gate", 1)
+    wait_until(lambda: len(ran(r, "held-done")) == 60, 30, 0.02, "every job to end")
+    wait_until(lambda: not reserved(r), 10, 0.02, "acknowledged")
+    if "result_ttl" in option:
+        assert {sidequest.status(jid, client=client) for jid in jids} == {"done"}
+
+
+@pytest.mark.parametrize("suspect_on", ["loop", "threads"])
+def test_a_suspect_runs_alone_across_the_loop_and_a_capsule_on_threads(start, client, r, suspect_on):
+    """Issue 28 item 7: the loop and a capsule's processor threads in one process pass one gate:
+    a suspect on either runs with nothing running on the other."""
+    from sidequest.config import Capsule
+
+    def push(label: str, seconds: float, queue: str, suspect: bool = False) -> None:
+        payload = client.build(Span, [[label, seconds]], [None], time.time(), {"queue": queue})[0][0][0]
+        if suspect:
+            payload["recovery_count"] = 2
+        r.lpush(f"queue:{queue}", json.dumps(payload))
+
+    # the other side's jobs still run when the suspect is taken: the loop's all at once, the
+    # capsule's two at a time
+    home, other, seconds = ("a", "c", 0.8) if suspect_on == "loop" else ("c", "a", 2.0)
+    for i in range(4):
+        push(f"{home}{i}", 0.3, home)
+        push(f"{other}{i}", seconds, other)
+    push("S", 0.5, home, suspect=True)
+    for i in range(4, 8):
+        push(f"{other}{i}", seconds, other)
+    start(runner="asyncio", registry=only(Span), queues=["a"], capsules=[Capsule("side", ["c"], 2)])
+    wait_until(lambda: len(ran(r, "span")) == 2 * 13, 30, 0.02, "every job to run")
+    spans: dict[str, list[float]] = {}
+    for label, _, at in ran(r, "span"):
+        spans.setdefault(label, []).append(at)
+    s_start, s_end = spans["S"]
+    beside = [label for label, (a, b) in spans.items() if label != "S" and a < s_end and b > s_start]
+    assert not beside, f"the suspect ran beside {beside}"

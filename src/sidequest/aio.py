@@ -348,6 +348,13 @@ def default_client(sync: Client | None = None) -> AsyncClient:
     return clients[chosen]
 
 
+async def close_loop_clients() -> None:
+    """Close the running loop's default clients (those `redis()` and the module's functions
+    made on it): a worker's event loop ends with its worker."""
+    for client in _defaults.pop(asyncio.get_running_loop(), {}).values():
+        await client.aclose()
+
+
 class AsyncSetOptions(JobOptions, total=False):
     """What `job.aio.set(...)` takes: the job options, and a client to push through."""
 

@@ -11,15 +11,18 @@ shared connection (`mux`), with the jobs' own commands, but for the blocking BLM
   when no queue has work, a BLMOVE per queue, so a job pushed to an idle worker starts about
   one round trip later.
 - **Run.** The common path (a job that decodes, is registered, is `async def`, with no server
-  middleware and no feature operation at `taken`) runs on the loop. Everything else goes through
-  the very code a processor thread runs (`processor.Processor`), on a thread pool of
-  `concurrency` threads: a sync job, a payload that does not decode, a job past its deadline, an
-  unknown name, server middleware (its links are sync), every outcome but success (retry, dead,
-  snooze: their SETTLE call and the retrier's hooks). So the two runners cannot disagree on a
-  job's fate.
+  middleware) runs on the loop, with its features' operations when taken (`result_ttl`,
+  `expires_in`, a unique claim until start: one SETTLE call on the loop's lane) and when it
+  succeeds (with its acknowledgement), so such jobs too run `async_jobs` at once. Everything
+  else goes through the very code a processor thread runs (`processor.Processor`), on a thread
+  pool of `concurrency` threads: a sync job, a payload that does not decode, a job past its
+  deadline, an unknown name, server middleware (its links are sync), every outcome but success
+  (retry, dead, snooze: their SETTLE call and the retrier's hooks). So the two runners cannot
+  disagree on a job's fate.
 - **Time limits** cancel the job's task for real (`JobTimeoutError`, the retry path).
-- **Suspects** (a job in flight at two crashes, see `gate`) run alone: fetching pauses until the
-  other jobs of the loop have ended.
+- **Suspects** (a job in flight at two crashes, see `gate`) run alone, through the process's
+  gate as on the threads: fetching pauses until the other jobs of the loop have ended, its
+  BLMOVEs have answered and no processor thread (another capsule's) is past the gate.
 - **Stop.** Quiet ends fetching; running jobs get until the deadline; then each job still
   running is put back at the head of its queue and its task is cancelled.
 
@@ -36,20 +39,21 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import redis
 
 from .config import Config
 from .errors import JobTimeoutError, PayloadError, UnknownJobError
-from .gate import SUSPECT_AFTER
+from .gate import suspect
 from .hub import ACK_WINDOW
 from .lifecycle import has_ops
 from .loophub import LoopHub
 from .manager import put_back
+from .outage import REDIS_ERRORS
 from .outcome import Outcome, error_class_name, invalid
-from .payload import decode
+from .payload import decode, overdue
 from .processor import Processor, Runtime, enter_job, job_context, quieting_context, time_limit
 from .queue_order import PausedQueues
 from .scripts import Scripts
@@ -59,6 +63,8 @@ from .work import Settler, UnitOfWork
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+LOOP = -1  # the event loop, at the gate (processors are numbered from 0)
+_END = object()  # tells a thread of `DaemonPool` to end
 
 
 def runs_on_the_loop(job_classes: list[type[Any]]) -> bool:
@@ -75,7 +81,7 @@ class LoopCapsule:
 
     def __init__(self, runtime: Runtime, config: Config, identity: str, scripts: Scripts,
                  loop: Callable[[], asyncio.AbstractEventLoop], *, client: redis.Redis,
-                 connect: Callable[[], Any],
+                 connect: Callable[[], Any], close_clients: Callable[[], Awaitable[None]] | None = None,
                  paused: PausedQueues | None = None, clock: Callable[[], float] = time.time,
                  ack_window: float = ACK_WINDOW) -> None:
         if scripts.keys.cluster:
@@ -92,6 +98,7 @@ class LoopCapsule:
         self._loop_of = loop
         self.loop: asyncio.AbstractEventLoop | None = None
         self._connect = connect  # a redis.asyncio client of the worker's Redis, made on the loop
+        self._close_clients = close_clients  # at the end, on the loop: the clients its jobs made there
         self.settler = Settler(config, client, scripts, clock)  # the thread pool's SETTLE calls
         self.pool = DaemonPool(config.concurrency)
         self.side = Processor(runtime, self, self, 0)  # the threads' code, for all but the common path
@@ -101,6 +108,7 @@ class LoopCapsule:
         self._tids: list[str] = []  # thread ids of ended tasks, for the next ones
         self._next_tid = 0
         self._alone = False  # a suspect waits to run alone: take no job meanwhile
+        self._in_gate = False  # the loop is past the process's gate (see `room`)
         self._main: concurrent.futures.Future[None] | None = None
         self._async_kind: dict[type, bool] = {}
         self._told_middleware = False
@@ -167,6 +175,8 @@ class LoopCapsule:
                 asyncio.run_coroutine_threadsafe(self._end(), self.loop).result(5.0)
             except (concurrent.futures.TimeoutError, RuntimeError) as exc:
                 log.warning("the asyncio runner did not end cleanly (%s)", exc)
+        self.pool.shutdown()
+        self.settler.lane.close()
         return leftovers
 
     async def _end(self) -> None:
@@ -174,9 +184,12 @@ class LoopCapsule:
         close the connections."""
         for task in list(self._running.values()):
             task.cancel()
+        self._leave_gate()
         await self.hub.flush()
         if self._lane is not None:
             await self._lane.close()
+        if self._close_clients is not None:  # the jobs' own (`sidequest.aio.redis()`), made on this loop
+            await self._close_clients()
 
     def close(self, lane: Any = None) -> None:
         """Send the successes not acknowledged yet (on `lane`, a sync `wire.Lane`)."""
@@ -225,8 +238,26 @@ class LoopCapsule:
 
     # -- running ---------------------------------------------------------------------------------
     def room(self) -> int:
-        """(`loophub.Runs`.) Jobs that may start now."""
-        return 0 if self._alone else self.limit - len(self._running)
+        """(`loophub.Runs`.) Jobs that may start now: none while a suspect isolates (see `gate`;
+        the loop passes the process's gate before it fetches, and leaves it while another
+        isolates, once it holds nothing)."""
+        if self._alone:
+            return 0
+        gate = self.rt.gate
+        if not self._in_gate:
+            if not gate.try_enter():
+                return 0
+            self._in_gate = True
+        elif gate.closed and gate.owner() != LOOP:
+            if not self._running and not self.hub.waiting():
+                self._leave_gate()
+            return 0
+        return self.limit - len(self._running)
+
+    def _leave_gate(self) -> None:
+        if self._in_gate:
+            self._in_gate = False
+            self.rt.gate.leave()
 
     def running(self) -> int:
         return len(self._running)
@@ -282,8 +313,8 @@ class LoopCapsule:
             await self._in_thread(side.finish, unit, None, None, invalid(unit.raw, unit.queue, error_class_name(exc),
                                                                          str(exc)))
             return
-        recovered = payload.get("recovery_count")
-        if isinstance(recovered, int) and not isinstance(recovered, bool) and recovered >= self._suspect_after():
+        recovered = suspect(payload, self.config.max_recoveries)
+        if recovered is not None:
             await self._run_alone(unit, payload, recovered)
             return
         job_class = self._on_the_loop(payload)
@@ -292,15 +323,19 @@ class LoopCapsule:
             return
         await self._perform(unit, payload, job_class)
 
-    def _suspect_after(self) -> int:
-        return max(1, min(SUSPECT_AFTER, self.config.max_recoveries))
-
     async def _run_alone(self, unit: UnitOfWork, payload: dict[str, Any], recovered: int) -> None:
-        """A suspect (see `gate`): no job is taken until the others have ended, then it runs alone."""
+        """A suspect (see `gate`): the gate closes, no job is taken until every other job of the
+        loop has ended, its BLMOVEs have answered and no processor thread is past the gate, then
+        it runs alone. While another suspect isolates, it goes back to its queue, unchanged."""
+        gate = self.rt.gate
+        if self._alone or not gate.claim(LOOP):
+            await self._in_thread(self.side.wait_turn, unit)
+            return
         self._alone = True
         try:
-            while len(self._running) > 1 and not self.hard_stop.is_set():
-                await self.hub.wait_change(0.5)
+            while ((len(self._running) > 1 or self.hub.waiting() or not gate.alone(LOOP))
+                   and not self.hard_stop.is_set()):
+                await self.hub.wait_change(0.5)  # a job's end or a BLMOVE's pokes; threads leave unseen
             log.warning("%s %s: processes died %d times while running it; running it alone",
                         payload["class"], payload.get("jid"), recovered)
             job_class = self._on_the_loop(payload)
@@ -310,12 +345,13 @@ class LoopCapsule:
                 await self._perform(unit, payload, job_class)
         finally:
             self._alone = False
+            gate.release(LOOP)
             self.hub.poke()
 
     def _on_the_loop(self, payload: dict[str, Any]) -> type[Any] | None:
         """The job's class when it takes the common path (see the module), else None."""
-        if "expires_at" in payload:
-            return None
+        if "expires_at" in payload and overdue(payload, self.rt.retrier.clock()) is not None:
+            return None  # dropped unstarted, by the threads' code
         if len(self.rt.config.server_middleware):  # its links are sync calls around the job
             if not self._told_middleware:
                 self._told_middleware = True
@@ -330,12 +366,16 @@ class LoopCapsule:
         is_async = self._async_kind.get(job_class)
         if is_async is None:
             is_async = self._async_kind[job_class] = inspect.iscoroutinefunction(getattr(job_class, "perform", None))
-        if not is_async or has_ops(self.rt.lifecycle.ops("taken", payload)):
-            return None
-        return job_class
+        return job_class if is_async else None
 
     async def _perform(self, unit: UnitOfWork, payload: dict[str, Any], job_class: type[Any]) -> None:
         """`Processor.perform` for an `async def` job, on the loop."""
+        ops = self.rt.lifecycle.ops("taken", payload)
+        if has_ops(ops):  # result_ttl, expires_in, unique_until start...: one call, on the loop
+            taken = await self._taken(unit, ops)
+            if not taken:
+                self.side.skip(unit, payload, taken)
+                return
         token = enter_job(unit, payload)
         started = time.monotonic()
         log.info("start")
@@ -360,6 +400,17 @@ class LoopCapsule:
             self.side.finish(unit, payload, job, outcome)
         else:
             await self._in_thread(self.side.finish, unit, outcome.payload or payload, job, outcome)
+
+    async def _taken(self, unit: UnitOfWork, ops: list[Any]) -> bool | None:
+        """The features' `taken` operations: the SETTLE call a processor sends (`Settler.mark`),
+        on the loop's lane, so such jobs keep `async_jobs` in flight. A Redis error (an outage,
+        an error reply) hands the job's call to the threads' own code (`Processor.taken`: again
+        through the outage, or its fate decided there)."""
+        assert self._lane is not None
+        try:
+            return bool(await self._lane.evalsha(self.settler.scripts.settle, *self.settler.mark_call(unit, ops)))
+        except REDIS_ERRORS:
+            return await self._in_thread(self.side.taken, unit, ops)
 
     @staticmethod
     async def _timed(job: Any, payload: dict[str, Any], limit: float) -> Any:
@@ -386,7 +437,7 @@ class DaemonPool(concurrent.futures.Executor):
 
     def __init__(self, size: int) -> None:
         self.size = size
-        self._work: queue.SimpleQueue[tuple[concurrent.futures.Future[Any], Callable[[], Any]]] = queue.SimpleQueue()
+        self._work: queue.SimpleQueue[Any] = queue.SimpleQueue()  # (future, call), or _END
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
 
@@ -401,9 +452,22 @@ class DaemonPool(concurrent.futures.Executor):
                 thread.start()
         return future
 
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """End the idle threads (one still running a sync job ends with it, or with the process)."""
+        with self._lock:
+            threads, self._threads = self._threads, []
+        for _ in threads:
+            self._work.put(_END)
+        if wait:
+            for thread in threads:
+                thread.join(1.0)
+
     def _serve(self) -> None:
         while True:
-            future, call = self._work.get()
+            work = self._work.get()
+            if work is _END:
+                return
+            future, call = work
             if future.set_running_or_notify_cancel():
                 try:
                     future.set_result(call())

@@ -97,9 +97,16 @@ class ThreadExecutor:
         return outcome.get("value")
 
     def close(self) -> None:
+        """Stop the event loop and, once its thread has ended, close it (its selector and its
+        default executor's threads go with it)."""
         with self._lock:
-            if self._loop is not None:
-                self._loop.call_soon_threadsafe(self._loop.stop)
-                if self._thread is not None:
-                    self._thread.join(5)
-                self._loop = None
+            loop, thread, self._loop, self._thread = self._loop, self._thread, None, None
+        if loop is None:
+            return
+        loop.call_soon_threadsafe(loop.stop)
+        if thread is not None:
+            thread.join(5)
+            if thread.is_alive():  # a job blocks the loop: it ends with the process
+                return
+        loop.run_until_complete(loop.shutdown_default_executor())
+        loop.close()

@@ -15,14 +15,30 @@ pill only while both are below the threshold, so it never passes `max_recoveries
 
 At most one processor isolates at a time; another that fetches a suspect meanwhile puts it back
 and waits at the gate (the job is fetched again once the gate opens).
+
+The asyncio runner (`eventloop`) passes the same gate as one more processor: its event loop
+enters before it fetches, takes nothing while another isolates and leaves once it holds
+nothing; its suspect closes the gate (`claim`), waits until the loop runs nothing else and no
+thread is past the gate (`alone`), and runs alone. Capsules on threads and the loop of one
+process so never run a suspect beside each other's jobs.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import Any
 
 SUSPECT_AFTER = 2  # recoveries after which a job runs alone
+
+
+def suspect(payload: dict[str, Any], max_recoveries: int) -> int | None:
+    """The job's recoveries if it must run alone (see module), else None: in flight at
+    SUSPECT_AFTER crashes, or at its last chance before `max_recoveries`."""
+    recovered = payload.get("recovery_count")
+    if not isinstance(recovered, int) or isinstance(recovered, bool):
+        return None
+    return recovered if recovered >= max(1, min(SUSPECT_AFTER, max_recoveries)) else None
 
 
 class Gate:
@@ -30,6 +46,14 @@ class Gate:
         self._cond = threading.Condition()
         self._active = 0  # processors past the gate (fetching or holding a job)
         self._owner: int | None = None  # the processor that isolates, while it does
+
+    def try_enter(self) -> bool:
+        """Pass the gate if it is open (never waits: the event loop's way)."""
+        with self._cond:
+            if self._owner is None:
+                self._active += 1
+                return True
+            return False
 
     def enter(self, before_waiting: Callable[[], None], timeout: float) -> bool:
         """Pass the gate before a fetch. When it is closed, call `before_waiting` (settle what
@@ -58,10 +82,9 @@ class Gate:
     def isolate(self, who: int, give_up: Callable[[], bool], poll: float = 0.2) -> bool:
         """Close the gate and wait until `who` is the only processor past it. False (gate left
         as it was) if another processor isolates already, or `give_up()` turns true first."""
+        if not self.claim(who):
+            return False
         with self._cond:
-            if self._owner is not None and self._owner != who:
-                return False
-            self._owner = who
             while self._active > 1:
                 if give_up():
                     self._owner = None
@@ -69,6 +92,22 @@ class Gate:
                     return False
                 self._cond.wait(poll)
             return True
+
+    def claim(self, who: int) -> bool:
+        """Close the gate for `who` (never waits); False if another isolates already."""
+        with self._cond:
+            if self._owner is not None and self._owner != who:
+                return False
+            self._owner = who
+            return True
+
+    def alone(self, who: int) -> bool:
+        """`who` closed the gate and is the only one past it."""
+        with self._cond:
+            return self._owner == who and self._active <= 1
+
+    def owner(self) -> int | None:
+        return self._owner
 
     def release(self, who: int) -> None:
         if self._owner != who:  # every job's path: only `who` itself makes the owner `who`

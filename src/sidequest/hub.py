@@ -52,7 +52,7 @@ from . import faults, keys
 from .config import Config
 from .gate import SUSPECT_AFTER
 from .heartbeat import Lease
-from .outage import LOST, REDIS_ERRORS
+from .outage import LOST, REDIS_ERRORS, Backoff
 from .payload import decode, queue_of
 from .queue_order import PausedQueues, QueueOrder, blocking_timeout
 from .scripts import Scripts
@@ -541,8 +541,7 @@ class AckBackoff:
     and one line once sending works again."""
 
     def __init__(self, start: float, most: float) -> None:
-        self.start, self.most = start, most
-        self.delay = start
+        self.wait = Backoff(start, most)  # the doubling rule a failing fetch follows too
         self.failing = False
 
     def failed(self, exc: BaseException, waiting: int) -> float:
@@ -556,13 +555,13 @@ class AckBackoff:
                           "reserved and are sent again with back-off", type(exc).__name__, exc, waiting,
                           exc_info=exc)
         self.failing = True
-        delay, self.delay = self.delay, min(self.delay * 2, self.most)
-        return delay
+        return self.wait.failed()
 
     def succeeded(self) -> None:
         if self.failing:
             log.warning("finished jobs are acknowledged again")
-        self.delay, self.failing = self.start, False
+        self.wait.reset()
+        self.failing = False
 
 
 def default_prefetch(config: Config) -> int:

@@ -163,7 +163,8 @@ class Launcher:
         numbers = itertools.count()  # processor numbers, unique over the capsules (each names a reserved list)
         if self.runner == "asyncio":  # the process's own queues on the event loop (see `eventloop`)
             on_loop = LoopCapsule(self.runtime, config, self.identity, scripts, self.executor.loop,
-                                  client=self.redis, connect=lambda: aio.connect(config.url), paused=self.paused,
+                                  client=self.redis, connect=lambda: aio.connect(config.url),
+                                  close_clients=aio.close_loop_clients, paused=self.paused,
                                   clock=clock)
             self.hubs.append(on_loop)
             self.managers.append(on_loop)
@@ -334,6 +335,8 @@ class Launcher:
             self.executor.close()
             for client in self._processor_clients:
                 client.close()
+            if not self._given_redis:
+                self.redis.close()
             self.runtime.outage.settle(answered=cleared)  # an outage ends here in the log, as it stands
             log.info("stopped")
             self.stopped.set()

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 from . import faults, keys
 from .config import Config
 from .hub import ACK_BATCH, ACK_WINDOW, AckBackoff, drain, forget_one, queue_of_raw
-from .outage import BACKOFF_MAX, BACKOFF_START, LOST, REDIS_ERRORS, RedisOutage
+from .outage import BACKOFF_MAX, BACKOFF_START, LOST, REDIS_ERRORS, Backoff, RedisOutage
 from .queue_order import PausedQueues, QueueOrder, blocking_timeout
 from .scripts import Scripts
 from .wire import AsyncLane
@@ -31,6 +31,9 @@ from .wire import AsyncLane
 log = logging.getLogger(__name__)
 
 Ack = tuple[bytes, list[Any]]  # a success: the job's bytes and its 'finished' operations
+# A blocking call's reply is awaited this long (seconds) past its own timeout before its
+# connection is given up (a stalled Redis, a lost network).
+BLOCKING_GRACE = 5.0
 
 
 class Runs(Protocol):
@@ -62,11 +65,14 @@ class LoopHub:
         self.batch = keys.reserved(identity, keys.BATCH_SLOT)
         self.order = QueueOrder(config, None, paused, self.keys)
         self.timeout = blocking_timeout(config)
+        self.grace = BLOCKING_GRACE
         self.waiters_max = config.async_jobs
         self.loop: asyncio.AbstractEventLoop | None = None
         self.loop_thread = 0
         self.lane: AsyncLane | None = None
         self._blocking: dict[int, asyncio.Task[None]] = {}
+        self._block_failed: BaseException | None = None  # a BLMOVE's failure, for `fetching` to back off
+        self.backoff = Backoff()  # the fetch's, as a processor's (`outage.Backoff`)
         self._turn = 0
         self._calls = 0  # flushes in flight: no read-back (adoption) meanwhile
         self._acks: deque[Ack] = deque()
@@ -85,29 +91,37 @@ class LoopHub:
         self.loop_thread = threading.get_ident()
         self._changed = asyncio.Event()
         self.lane = lane
-        delay = BACKOFF_START
         try:
             while not self.quieting.is_set():
                 try:
                     await self._fetch_once()
-                    delay = BACKOFF_START
                 except REDIS_ERRORS as exc:
                     self.outage.down(exc)
-                    await self.pause(delay)
-                    delay = min(delay * 2, BACKOFF_MAX)
+                    await self.pause(self.backoff.failed())
                 except Exception as exc:  # a fault outside any job: never a tight loop
+                    delay = self.backoff.failed()
                     log.exception("the asyncio runner's fetch failed (%s); again in %.1f s", exc, delay)
                     await self.pause(delay)
-                    delay = min(delay * 2, BACKOFF_MAX)
             if self._blocking:
                 await asyncio.wait(list(self._blocking.values()))
         finally:
             await self.flush()
 
+    def waiting(self) -> int:
+        """BLMOVEs in flight (each may still bring a job)."""
+        return len(self._blocking)
+
     def free(self) -> int:
         return self.runs.room() - len(self._blocking)
 
     async def _fetch_once(self) -> None:
+        """One round: jobs taken, or nothing anywhere (then BLMOVEs wait). The back-off starts
+        again only once a round took jobs or a BLMOVE answered, as a processor's does once its
+        whole fetch (RESERVE, then BLMOVE) succeeds: a BLMOVE that keeps failing while RESERVE
+        answers backs off too."""
+        if self._block_failed is not None:
+            failed, self._block_failed = self._block_failed, None
+            raise failed
         if self.free() <= 0:  # a job's end pokes
             await self.wait_change(None if self.runs.running() else 0.5)
             return
@@ -121,6 +135,7 @@ class LoopHub:
             for raw in adopted:
                 self.runs.take(queue_of_raw(raw), raw)
             if adopted:
+                self.backoff.reset()
                 return
         order = self.order()
         want = self.free() if order else 0
@@ -131,6 +146,7 @@ class LoopHub:
         for key, raw in got:
             self.runs.take(self.keys.queue_name(key), raw)
         if got:
+            self.backoff.reset()
             return
         if not order:  # every queue is paused
             await self.pause(self.timeout)
@@ -169,17 +185,23 @@ class LoopHub:
         await self.wait_change(self.timeout)
 
     async def _block(self, i: int, key: str) -> None:
+        """One BLMOVE. A reply that never came (lost, late, or its wait cancelled) may be a job
+        moved into the batch list: it is read back (`_adopt`) before the next fetch. A failure
+        is the fetch's: `fetching` backs off before the next try."""
         assert self.lane is not None
         try:
             reply = await self.lane.exchange([("BLMOVE", key, self.batch, "RIGHT", "LEFT", self.timeout)],
-                                             timeout=self.timeout + 5.0)
-        except REDIS_ERRORS as exc:
-            self._suspect = self._suspect or isinstance(exc, LOST)
-            self.outage.down(exc)
-            return
+                                             timeout=self.timeout + self.grace)
+        except BaseException as exc:
+            self._suspect = self._suspect or isinstance(exc, (*LOST, asyncio.CancelledError))
+            if isinstance(exc, REDIS_ERRORS):
+                self._block_failed = exc
+                return
+            raise
         finally:
             del self._blocking[i]
             self.poke()
+        self.backoff.reset()
         raw = reply[0]
         if raw is not None:
             with self._known_lock:

@@ -105,3 +105,22 @@ class RedisOutage:
                     "accepts the calls" if self._refused else "answers", self._answered - self._since, self._failures)
         self._since = self._answered = None
         self._failures = 0
+
+
+class Backoff:
+    """The wait between tries of a failing fetch: BACKOFF_START, doubled at each failure up to
+    BACKOFF_MAX, from the start again after a success. A processor thread's (`processor`) and
+    the asyncio runner's (`loophub`): so neither runner tries again at once."""
+
+    def __init__(self, start: float = BACKOFF_START, most: float = BACKOFF_MAX) -> None:
+        self.start = self.delay = start
+        self.most = most
+
+    def failed(self) -> float:
+        """A try failed: how long to wait before the next."""
+        delay = self.delay
+        self.delay = min(delay * 2, self.most)
+        return delay
+
+    def reset(self) -> None:
+        self.delay = self.start

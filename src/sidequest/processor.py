@@ -32,9 +32,9 @@ from .counters import ProcessCounters
 from .errors import Cancelled, OverLimit, PayloadError, UnknownJobError
 from .executor import Executor
 from .fetch import Fetch, UnitOfWork
-from .gate import SUSPECT_AFTER, Gate
+from .gate import Gate, suspect
 from .lifecycle import Lifecycle, has_ops
-from .outage import BACKOFF_MAX, BACKOFF_START, LOST, REDIS_ERRORS, RedisOutage
+from .outage import LOST, REDIS_ERRORS, Backoff, RedisOutage
 from .outcome import EXPIRED, Outcome, error_class_name, invalid
 from .payload import decode, overdue, trace_id
 from .registry import Registry
@@ -122,9 +122,7 @@ class Processor:
         self.start_delay = start_delay  # a replacement for a processor that died waits this long
         self.unit: UnitOfWork | None = None  # the job in hand, for hard shutdown
         self._tid: str | None = None
-        self._delay = BACKOFF_START
-        # a suspect: in flight at two crashes, or at its last chance before `max_recoveries`
-        self._suspect_after = max(1, min(SUSPECT_AFTER, runtime.config.max_recoveries))
+        self._backoff = Backoff()  # between failed fetches (the asyncio runner's fetch has one too)
         self.thread = threading.Thread(target=self.run, name=f"sidequest-processor-{index}", daemon=True)
 
     def start(self) -> None:
@@ -173,11 +171,10 @@ class Processor:
             if isinstance(exc, LOST):
                 self.fetch.lost_reply()  # it may have taken a job whose reply never came
             self.rt.outage.down(exc)
-            self.pool.quieting.wait(self._delay)
-            self._delay = min(self._delay * 2, BACKOFF_MAX)
+            self.pool.quieting.wait(self._backoff.failed())
             return None
         if self.fetch.answered:  # it may have waited on another processor's call instead
-            self._delay = BACKOFF_START
+            self._backoff.reset()
             self.rt.outage.up(began)
         return unit
 
@@ -205,16 +202,21 @@ class Processor:
 
     def _isolate(self, unit: UnitOfWork, payload: dict[str, Any]) -> bool:
         """True when the job may run now: at once, or (a suspect, see `gate`) once it is alone."""
-        recovered = payload.get("recovery_count")
-        if not isinstance(recovered, int) or isinstance(recovered, bool) or recovered < self._suspect_after:
+        recovered = suspect(payload, self.rt.config.max_recoveries)
+        if recovered is None:
             return True
         if self.rt.gate.isolate(self.index, give_up=self.pool.quieting.is_set):
             log.warning("%s %s: processes died %d times while running it; running it alone",
                         payload["class"], payload.get("jid"), recovered)
             self._settle(self.fetch.hand_back)  # alone: nothing else held, so nothing else counted if it kills us
             return True
-        self._settle(lambda: unit.put_back([0]))  # another job runs alone now; this one waits its turn
+        self.wait_turn(unit)
         return False
+
+    def wait_turn(self, unit: UnitOfWork) -> None:
+        """Another job runs alone now (see `gate`): this one goes back to its queue, unchanged,
+        through any outage, and is fetched again once the gate opens."""
+        self._settle(lambda: unit.put_back([0]))
 
     def perform(self, unit: UnitOfWork, payload: dict[str, Any]) -> None:
         """Run a decoded job to its outcome and apply it (the asyncio runner's path for every job
@@ -229,12 +231,9 @@ class Processor:
             self._unknown(unit, payload, exc)
             return
         ops = self.rt.lifecycle.ops("taken", payload)
-        taken = True if not has_ops(ops) else self._settle(lambda: unit.taken(ops))  # most jobs: no call
-        if not taken:  # None: Redis stayed down past the hard deadline; shutdown puts it back
-            if taken is False:
-                log.warning("%s %s was recovered by another process before it started here; skipped",
-                            payload["class"], payload.get("jid"))
-                unit.done = True
+        taken = True if not has_ops(ops) else self.taken(unit, ops)  # most jobs: no call
+        if not taken:
+            self.skip(unit, payload, taken)
             return
         token = enter_job(unit, payload)
         started = time.monotonic()
@@ -258,6 +257,19 @@ class Processor:
         finally:
             job_context.reset(token)
         self.finish(unit, outcome.payload or payload, job, outcome)
+
+    def taken(self, unit: UnitOfWork, ops: list[Any]) -> bool | None:
+        """Write the features' `taken` operations through any outage (see `_settle`)."""
+        return self._settle(lambda: unit.taken(ops))
+
+    @staticmethod
+    def skip(unit: UnitOfWork, payload: dict[str, Any], taken: bool | None) -> None:
+        """A job not run because its `taken` operations were not written: False, it is no longer
+        ours; None, Redis stayed down past the hard deadline (shutdown puts it back)."""
+        if taken is False:
+            log.warning("%s %s was recovered by another process before it started here; skipped",
+                        payload["class"], payload.get("jid"))
+            unit.done = True
 
     def failed(self, unit: UnitOfWork, payload: dict[str, Any], job: Any, exc: BaseException,
                started: float) -> Outcome:
@@ -332,13 +344,12 @@ class Processor:
         It gives up (None) only when the pool's hard deadline has passed; under reliable fetch
         the job then stays reserved and is recovered, so it runs again rather than being lost.
         """
-        delay = BACKOFF_START
+        backoff = Backoff()
         while True:
             try:
                 return action()
             except REDIS_ERRORS as exc:
                 self.rt.outage.down(exc)
-                if self.pool.hard_stop.wait(delay):
+                if self.pool.hard_stop.wait(backoff.failed()):
                     log.error("gave up finishing a job while Redis was unavailable; it stays reserved")
                     return None
-                delay = min(delay * 2, BACKOFF_MAX)

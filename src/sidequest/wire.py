@@ -17,7 +17,9 @@ have run and is raised (see `idle` and `connection`).
 
 from __future__ import annotations
 
+import asyncio
 import errno
+import math
 import os
 import socket
 import struct
@@ -221,7 +223,9 @@ class AsyncLane:
     async def exchange(self, commands: Sequence[Command], timeout: float | None = None) -> list[Any]:
         """Send `commands` in one write and read one reply each (`timeout`: the reading's bound,
         for a blocking command; else the client's socket timeout). Commands that may share a
-        connection go on the loop's shared one (`mux`)."""
+        connection go on the loop's shared one (`mux`). A reply later than `timeout` raises
+        `redis.TimeoutError` and its connection is dropped, so it is never read for the next
+        call (the command may have run: a BLMOVE may have moved its job)."""
         if timeout is None and self.shared.usable and shareable(commands):
             try:
                 return await self.shared.exchange(commands)
@@ -230,9 +234,15 @@ class AsyncLane:
         conn = await self._take()
         try:
             await conn.send_packed_command(b"".join([hiredis.pack_command(c) for c in commands]), check_health=False)
-            replies = [await conn.read_response(timeout=timeout) for _ in commands]
-        except BaseException:  # a cancellation too: a reply may be unread, so the connection goes
+            if timeout is None:
+                replies = [await conn.read_response() for _ in commands]
+            else:  # bounded here: redis-py's own bound returns None for a late reply, left unread
+                async with asyncio.timeout(timeout):
+                    replies = [await conn.read_response(timeout=math.inf) for _ in commands]
+        except BaseException as exc:  # a cancellation too: a reply may be unread, so the connection goes
             await conn.disconnect(nowait=True)
+            if isinstance(exc, TimeoutError):
+                raise redis.TimeoutError("Timeout reading from socket") from None
             raise
         self._idle.append((conn, time.monotonic()))
         for reply in replies:

@@ -106,8 +106,12 @@ class Settler:
                          outcome.at or now, now, point, ops)
 
     def mark(self, unit: UnitOfWork, ops: list[Any]) -> bool:
+        return bool(self.lane.evalsha(self.scripts.settle, *self.mark_call(unit, ops)))
+
+    def mark_call(self, unit: UnitOfWork, ops: list[Any]) -> tuple[list[str], list[Any]]:
+        """The KEYS and ARGV of `mark`'s SETTLE call (the asyncio runner sends it on its loop)."""
         now = self.clock()
-        return self._run(unit.home, unit.queue, unit.raw, "taken", "", b"", now, now, "taken", ops)
+        return self._call(unit.home, unit.queue, unit.raw, "taken", "", b"", now, now, "taken", ops)
 
     def requeue(self, jobs: Sequence[tuple[str, bytes, str]]) -> None:
         """Put jobs that never ran (queue, payload, the reserved list holding it) back at the
