@@ -408,7 +408,8 @@ class LoopCapsule:
         through the outage, or its fate decided there)."""
         assert self._lane is not None
         try:
-            return bool(await self._lane.evalsha(self.settler.scripts.settle, *self.settler.mark_call(unit, ops)))
+            reply = await self._lane.evalsha(self.settler.scripts.settle, *self.settler.mark_call(unit, ops))
+            return self.settler.written(reply, unit.raw)
         except REDIS_ERRORS:
             return await self._in_thread(self.side.taken, unit, ops)
 

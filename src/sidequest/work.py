@@ -106,7 +106,13 @@ class Settler:
                          outcome.at or now, now, point, ops)
 
     def mark(self, unit: UnitOfWork, ops: list[Any]) -> bool:
-        return bool(self.lane.evalsha(self.scripts.settle, *self.mark_call(unit, ops)))
+        return self.written(self.lane.evalsha(self.scripts.settle, *self.mark_call(unit, ops)), unit.raw)
+
+    @staticmethod
+    def written(reply: Any, raw: bytes) -> bool:
+        """What a SETTLE reply about the job `raw` says (written or not), the faults of its
+        features' operations logged (`faults`); both runners read their replies here."""
+        return bool(reply if isinstance(reply, int) else faults.settled(reply, raw))
 
     def mark_call(self, unit: UnitOfWork, ops: list[Any]) -> tuple[list[str], list[Any]]:
         """The KEYS and ARGV of `mark`'s SETTLE call (the asyncio runner sends it on its loop)."""
@@ -128,7 +134,7 @@ class Settler:
         """True when the outcome is written (now, or by an earlier attempt whose reply was lost)."""
         reply = self.lane.evalsha(self.scripts.settle, *self._call(home, queue, raw, mode, dest, blob,
                                                                     score, now, point, ops))
-        return bool(reply if isinstance(reply, int) else faults.settled(reply, raw))
+        return self.written(reply, raw)
 
     def _call(self, home: str | None, queue: str, raw: bytes, mode: str, dest: str, blob: bytes | str,
               score: float, now: float, point: str, ops: list[Any]) -> tuple[list[str], list[Any]]:
