@@ -37,14 +37,38 @@ TIMEOUT_ERROR = "sidequest.errors.JobTimeoutError"
 
 # -- processes -------------------------------------------------------------------------------
 
-def alive(pid: int) -> bool:
-    """True while `pid` runs (a zombie waiting to be reaped counts as gone)."""
+def process_state(pid: int) -> str | None:
+    """`pid`'s state letter in /proc (R, S, T for stopped, Z...), None once it is gone."""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
+            return f.read().rsplit(")", 1)[1].split()[0]
     except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
-    return state not in ("Z", "X")
+        return None
+
+
+def alive(pid: int) -> bool:
+    """True while `pid` runs (a zombie waiting to be reaped counts as gone)."""
+    return process_state(pid) not in (None, "Z", "X")
+
+
+def tcp_ports(pid: int) -> set[int]:
+    """The local ports of `pid`'s TCP sockets: its fds' socket inodes, found in /proc/net/tcp*."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:["):-1])
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table, encoding="ascii") as f:
+            for line in list(f)[1:]:
+                fields = line.split()
+                if fields[9] in inodes:
+                    ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
 
 
 def children(pid: int) -> list[int]:
@@ -98,6 +122,21 @@ class Worker:
     def sigkill(self) -> None:
         self.proc.kill()
         self.proc.wait(10)
+
+    def sigkill_settled(self, r) -> None:
+        """kill -9, then wait until Redis has run every command the process sent before it died,
+        so what a test reads next is final. A dead process's last commands (an item's write, a
+        checkpoint) can still be in the loopback or Redis's input when `wait` returns; Redis
+        frees a connection only after reading all it carried, so once the process's connections
+        are gone from CLIENT LIST, nothing of it is in flight. The process is stopped (and the
+        stop seen in /proc) first, so its set of connections is final when it is read."""
+        self.proc.send_signal(signal.SIGSTOP)
+        wait_until(lambda: process_state(self.pid) in ("T", "t"), 10, 0.005, f"worker {self.pid} to stop")
+        ports = tcp_ports(self.pid)
+        mine = {c["id"] for c in r.client_list() if int(c["addr"].rsplit(":", 1)[1]) in ports}
+        self.sigkill()
+        wait_until(lambda: not mine & {c["id"] for c in r.client_list()}, STARTUP, 0.01,
+                   f"Redis to close the connections of killed worker {self.pid}")
 
     def stop(self, timeout: float = 20.0) -> int:
         """TERM (once) and wait; the exit code (a worker that hangs fails the test)."""
