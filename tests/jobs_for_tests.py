@@ -192,10 +192,13 @@ def work(n, seconds=0.0, gate=None):
 
 
 @sidequest.job(name="Timed")
-def timed(n, seconds):
-    """Records ("timed-start"|"timed-done", n, pid, epoch seconds): which runs ended before a kill."""
+def timed(n, seconds, gate=None):
+    """Records ("timed-start"|"timed-done", n, pid, epoch seconds): which runs ended before a kill.
+    With `gate`, it ends only once the test has set that key too (after `seconds`)."""
     record("timed-start", n, os.getpid(), time.time())
     time.sleep(seconds)
+    while gate and not _r().exists(gate):
+        time.sleep(0.02)
     record("timed-done", n, os.getpid(), time.time())
 
 
@@ -576,10 +579,12 @@ def wf_until_cancelled(tag):
 
 # -- jobs for the asyncio runner (test_eventloop; test_reliability's kill test) -------------------
 @sidequest.job(name="AsyncTimed")
-async def async_timed(n, seconds):
-    """`Timed` as a coroutine: ("timed-start"|"timed-done", n, pid, epoch seconds)."""
+async def async_timed(n, seconds, gate=None):
+    """`Timed` as a coroutine: ("timed-start"|"timed-done", n, pid, epoch seconds), `gate` too."""
     record("timed-start", n, os.getpid(), time.time())
     await asyncio.sleep(seconds)
+    while gate and not await _ar().exists(gate):
+        await asyncio.sleep(0.02)
     record("timed-done", n, os.getpid(), time.time())
 
 
