@@ -132,11 +132,10 @@ class Worker:
         stop seen in /proc) first, so its set of connections is final when it is read."""
         self.proc.send_signal(signal.SIGSTOP)
         wait_until(lambda: process_state(self.pid) in ("T", "t"), 10, 0.005, f"worker {self.pid} to stop")
-        ports = tcp_ports(self.pid)
-        mine = {c["id"] for c in r.client_list() if int(c["addr"].rsplit(":", 1)[1]) in ports}
+        ports = tcp_ports(self.pid)  # a port is not reused while the dead side's TIME_WAIT lasts
         self.sigkill()
-        wait_until(lambda: not mine & {c["id"] for c in r.client_list()}, STARTUP, 0.01,
-                   f"Redis to close the connections of killed worker {self.pid}")
+        wait_until(lambda: not any(int(c["addr"].rsplit(":", 1)[1]) in ports for c in r.client_list()),
+                   STARTUP, 0.01, f"Redis to close the connections of killed worker {self.pid}")
 
     def stop(self, timeout: float = 20.0) -> int:
         """TERM (once) and wait; the exit code (a worker that hangs fails the test)."""
@@ -409,7 +408,7 @@ def test_random_sigkills_in_a_loop_lose_nothing(procs, r, client):
         time.sleep(rng.uniform(0.6, 1.0))  # the pause between kills is the scenario
         index = rng.randrange(len(workers))
         victim = workers[index]
-        victim.sigkill()
+        victim.sigkill_settled(r)  # what it sent before it died has run: nothing is in flight
         kills += 1
         # a dead process's reserved lists are frozen until recovery (at least a TTL away), and so
         # are its records: read both, and sort what it held by what it had done with each job
