@@ -597,7 +597,7 @@ async def _arecord(kind: str, *values) -> None:
     await _ar().rpush("test:ran", json.dumps([kind, *values]))
 
 
-_gates: dict = {}  # (loop, gate key) -> the task polling that key for every job of the loop
+_gates: dict = {}  # (loop, gate key) -> [the task polling that key for the loop's jobs, how many wait]
 
 
 async def _gate_opened(gate: str) -> None:
@@ -609,9 +609,15 @@ async def _gate_opened(gate: str) -> None:
 
     loop = asyncio.get_running_loop()
     watch = _gates.get((loop, gate))
-    if watch is None or watch.done():
-        watch = _gates[(loop, gate)] = loop.create_task(poll())
-    await asyncio.shield(watch)  # a job cancelled leaves the poll to the others
+    if watch is None or watch[0].done():
+        watch = _gates[(loop, gate)] = [loop.create_task(poll()), 0]
+    watch[1] += 1
+    try:
+        await asyncio.shield(watch[0])  # a job cancelled leaves the poll to the others
+    finally:
+        watch[1] -= 1
+        if not watch[1] and not watch[0].done():  # the last waiter was cancelled
+            watch[0].cancel()
 
 
 @sidequest.job(name="AsyncHeld")
