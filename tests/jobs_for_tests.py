@@ -192,10 +192,13 @@ def work(n, seconds=0.0, gate=None):
 
 
 @sidequest.job(name="Timed")
-def timed(n, seconds):
-    """Records ("timed-start"|"timed-done", n, pid, epoch seconds): which runs ended before a kill."""
+def timed(n, seconds, gate=None):
+    """Records ("timed-start"|"timed-done", n, pid, epoch seconds): which runs ended before a kill.
+    With `gate`, it ends only once the test has set that key too (after `seconds`)."""
     record("timed-start", n, os.getpid(), time.time())
     time.sleep(seconds)
+    while gate and not _r().exists(gate):
+        time.sleep(0.02)
     record("timed-done", n, os.getpid(), time.time())
 
 
@@ -576,25 +579,58 @@ def wf_until_cancelled(tag):
 
 # -- jobs for the asyncio runner (test_eventloop; test_reliability's kill test) -------------------
 @sidequest.job(name="AsyncTimed")
-async def async_timed(n, seconds):
-    """`Timed` as a coroutine: ("timed-start"|"timed-done", n, pid, epoch seconds)."""
+async def async_timed(n, seconds, gate=None):
+    """`Timed` as a coroutine: ("timed-start"|"timed-done", n, pid, epoch seconds), `gate` too."""
     record("timed-start", n, os.getpid(), time.time())
     await asyncio.sleep(seconds)
+    while gate and not await _ar().exists(gate):
+        await asyncio.sleep(0.02)
     record("timed-done", n, os.getpid(), time.time())
+
+
+async def _arecord(kind: str, *values) -> None:
+    """`record` without blocking the loop: hundreds of jobs that each made a blocking round trip
+    held the loop for seconds on a loaded machine, long enough for the runner's own connect to
+    time out on it (issue 28 item 17)."""
+    import json
+
+    await _ar().rpush("test:ran", json.dumps([kind, *values]))
+
+
+_gates: dict = {}  # (loop, gate key) -> [the task polling that key for the loop's jobs, how many wait]
+
+
+async def _gate_opened(gate: str) -> None:
+    """Until the test sets `gate`: one poll per loop and gate, however many jobs await it (one
+    per job was 6,000 commands a second for 300 jobs, a load of its own)."""
+    async def poll() -> None:
+        while not await _ar().exists(gate):
+            await asyncio.sleep(0.05)
+
+    loop = asyncio.get_running_loop()
+    watch = _gates.get((loop, gate))
+    if watch is None or watch[0].done():
+        watch = _gates[(loop, gate)] = [loop.create_task(poll()), 0]
+    watch[1] += 1
+    try:
+        await asyncio.shield(watch[0])  # a job cancelled leaves the poll to the others
+    finally:
+        watch[1] -= 1
+        if not watch[1] and not watch[0].done():  # the last waiter was cancelled
+            watch[0].cancel()
 
 
 @sidequest.job(name="AsyncHeld")
 async def async_held(n, gate):
     """Records its start and the thread it runs on, then awaits until the test sets `gate`;
     a cancellation (a hard stop) is recorded too."""
-    record("held-start", n, threading.get_ident())
+    await _arecord("held-start", n, threading.get_ident())
     try:
-        while not await _ar().exists(gate):  # never a blocking call per poll: hundreds of these share the loop
-            await asyncio.sleep(0.05)
+        await _gate_opened(gate)
     except asyncio.CancelledError:
-        record("held-cancelled", n)
+        record("held-cancelled", n)  # blocking: an await here could be cancelled in its turn
         raise
-    record("held-done", n)
+    await _arecord("held-done", n)
 
 
 @sidequest.job(name="AsyncBoom", retry=2)

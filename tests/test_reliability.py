@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 from conftest import PYTHON, STARTUP, RedisServer, python_env, wait_until
-from helpers import ran, reserved, zset_items
+from helpers import fetches_blocked, ran, reserved, zset_items
 from jobs_for_tests import async_timed, exit_hard, spin, timed, work
 
 from sidequest import Client, Config
@@ -37,14 +37,38 @@ TIMEOUT_ERROR = "sidequest.errors.JobTimeoutError"
 
 # -- processes -------------------------------------------------------------------------------
 
-def alive(pid: int) -> bool:
-    """True while `pid` runs (a zombie waiting to be reaped counts as gone)."""
+def process_state(pid: int) -> str | None:
+    """`pid`'s state letter in /proc (R, S, T for stopped, Z...), None once it is gone."""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
+            return f.read().rsplit(")", 1)[1].split()[0]
     except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
-    return state not in ("Z", "X")
+        return None
+
+
+def alive(pid: int) -> bool:
+    """True while `pid` runs (a zombie waiting to be reaped counts as gone)."""
+    return process_state(pid) not in (None, "Z", "X")
+
+
+def tcp_ports(pid: int) -> set[int]:
+    """The local ports of `pid`'s TCP sockets: its fds' socket inodes, found in /proc/net/tcp*."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:["):-1])
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table, encoding="ascii") as f:
+            for line in list(f)[1:]:
+                fields = line.split()
+                if fields[9] in inodes:
+                    ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
 
 
 def children(pid: int) -> list[int]:
@@ -98,6 +122,20 @@ class Worker:
     def sigkill(self) -> None:
         self.proc.kill()
         self.proc.wait(10)
+
+    def sigkill_settled(self, r) -> None:
+        """kill -9, then wait until Redis has run every command the process sent before it died,
+        so what a test reads next is final. A dead process's last commands (an item's write, a
+        checkpoint) can still be in the loopback or Redis's input when `wait` returns; Redis
+        frees a connection only after reading all it carried, so once the process's connections
+        are gone from CLIENT LIST, nothing of it is in flight. The process is stopped (and the
+        stop seen in /proc) first, so its set of connections is final when it is read."""
+        self.proc.send_signal(signal.SIGSTOP)
+        wait_until(lambda: process_state(self.pid) in ("T", "t"), 10, 0.005, f"worker {self.pid} to stop")
+        ports = tcp_ports(self.pid)  # a port is not reused while the dead side's TIME_WAIT lasts
+        self.sigkill()
+        wait_until(lambda: not any(int(c["addr"].rsplit(":", 1)[1]) in ports for c in r.client_list()),
+                   STARTUP, 0.01, f"Redis to close the connections of killed worker {self.pid}")
 
     def stop(self, timeout: float = 20.0) -> int:
         """TERM (once) and wait; the exit code (a worker that hangs fails the test)."""
@@ -262,16 +300,23 @@ def test_after_a_sigkill_only_running_jobs_run_again_and_recovery_is_not_seriali
     """Two workers of ten processors (or ten jobs in flight on the asyncio runner's loop); one is
     killed in its second wave of jobs, with some jobs finished and ten running. Only the jobs it
     was running may run again (a job that ended a few milliseconds before the kill may too: its
-    acknowledgement can be in flight), and the recovered ones run side by side on the survivor,
-    so all is done within heartbeat TTL + recovery interval + one job time + 2 s (recovered one
-    at a time, they would take ten job times). The survivor starts once a has taken every job,
-    so it is idle when they come back."""
-    ttl, interval, job_time = 2.0, 0.5, 8.0
+    acknowledgement can be in flight), and the recovered ones run side by side on the survivor:
+    each rerun starts before the first of them ends, all within about heartbeat TTL + recovery
+    interval of the kill (recovered one at a time, they would take ten job times). The survivor
+    starts once a runs every job, and is idle, fetching, when they come back.
+
+    Issue 28 item 17: under load this flaked two ways. The survivor had to register within 7 s
+    (before a's second wave ended): a's second wave now lasts until the test releases it (`gate`),
+    after the kill, so a start-up of any length is waited for (a start-up wait is no contract).
+    And a wall-clock bound (TTL + interval + job time + 2 s) missed by a second: the delay until
+    the reruns start is now counted on the survivor's own clock, its heartbeats (see below)."""
+    ttl, interval, job_time, beat = 2.0, 0.5, 8.0, 0.5
+    gate = "test:gate:second-wave"
     job, flags = (timed, ("-c", "10")) if runner == "threads" else (
         async_timed, ("--runner", "asyncio", "--async-jobs", "10"))
     a = procs(*flags)
     a.wait_registered(r)
-    client.push_bulk(job, [[n, 1.0] for n in range(10)] + [[n, job_time] for n in range(10, 20)])
+    client.push_bulk(job, [[n, 1.0] for n in range(10)] + [[n, job_time, gate] for n in range(10, 20)])
     def records(kind):  # n -> [(pid, at), ...]
         out = defaultdict(list)
         for n, pid, at in ran(r, kind):
@@ -279,24 +324,35 @@ def test_after_a_sigkill_only_running_jobs_run_again_and_recovery_is_not_seriali
         return out
 
     def a_in_second_wave():
-        # the first wave's ten 1 s jobs done, and at least five of the second wave's 8 s jobs
-        # under way: counted by job number, since a first-wave job still running is no second wave
+        # the first wave's ten 1 s jobs done and the second wave's ten jobs under way on a (they
+        # end only once `gate` is set): counted by job number, a first-wave job is no second wave
         done_on_a = {n for n, v in records("timed-done").items() if any(pid == a.pid for pid, _ in v)}
         started_on_a = {n for n, v in records("timed-start").items() if any(pid == a.pid for pid, _ in v)}
-        return set(range(10)) <= done_on_a and len(started_on_a - set(range(10))) >= 5
-    wait_until(a_in_second_wave, 30, 0.02, "a to finish jobs and run a second wave")
+        return set(range(10)) <= done_on_a and started_on_a >= set(range(10, 20))
+    wait_until(a_in_second_wave, 2 * STARTUP, 0.02, "a to finish jobs and run a second wave")
     b = procs(*flags)
-    b.wait_registered(r, timeout=job_time - 1)  # before a's second wave ends
-    a.signal(signal.SIGSTOP)  # frozen: what it ran and finished is final from here on
+    b_identity = b.wait_registered(r)
+    # a's ten processors are all busy: a fetch blocked in Redis is b's, ready for the reruns
+    wait_until(lambda: fetches_blocked(r) > 0, STARTUP, 0.02, "b to wait for jobs")
     killed_at = time.time()
+    a.signal(signal.SIGSTOP)  # frozen: what it ran and finished is final from here on
+    wait_until(lambda: process_state(a.pid) in ("T", "t"), 10, 0.005, "a to stop")
     started, ended = records("timed-start"), records("timed-done")
     a.sigkill()
+    r.set(gate, 1)  # the reruns end after their job time
     on_a = {n for n, v in started.items() if any(pid == a.pid for pid, _ in v)}
     finished_on_a = {n: at for n, v in ended.items() for pid, at in v if pid == a.pid}
     running = on_a - set(finished_on_a)
     assert len(running) >= 5
 
-    wait_until(lambda: set(records("timed-done")) == set(range(20)), 30, 0.05, "every job to complete")
+    b_beats: set[float] = set()  # the survivor's heartbeats (its own clock's time of each)
+
+    def every_job_done() -> bool:
+        seen = r.hget(b_identity, "beat")
+        if seen is not None:
+            b_beats.add(float(seen))
+        return set(records("timed-done")) == set(range(20))
+    wait_until(every_job_done, 2 * STARTUP, 0.02, "every job to complete")
     wait_until(lambda: no_reserved_left(r), 10, 0.05, "no job left reserved")
     started, ended = records("timed-start"), records("timed-done")
     assert set(ended) == set(range(20))  # lost: none
@@ -305,15 +361,29 @@ def test_after_a_sigkill_only_running_jobs_run_again_and_recovery_is_not_seriali
     for n in again - running:  # any other rerun ended on a only a moment before the kill
         assert killed_at - finished_on_a[n] < 0.25, (n, killed_at - finished_on_a[n])
     assert all(len(v) <= 2 for v in started.values())
-    last = max(at for n in running for pid, at in ended[n] if pid == b.pid)
+    rerun_starts = [at for n in running for pid, at in started[n] if pid == b.pid]
+    rerun_ends = [at for n in running for pid, at in ended[n] if pid == b.pid]
+    assert len(rerun_starts) == len(rerun_ends) == len(running)
+    # How long after the kill the reruns started, counted in the survivor's heartbeats: a's
+    # heartbeat expires within TTL of the kill, b's recovery looks every `interval`, so about
+    # (TTL + interval) / beat beats, and two beats more for the moves and the fetch. A wall-clock
+    # bound cannot tell a survivor that recovers late from one the machine starves (its threads
+    # then wait for a CPU, its heartbeat as much as its recovery): the bound in beats is what the
+    # survivor could do with the time it got. Beats missed by a starved test make it laxer, never
+    # stricter; a survivor that beats on time and recovers late still fails it.
+    first_start = min(rerun_starts)
+    beats_before = sorted(at - killed_at for at in b_beats if killed_at < at < first_start)
+    allowed = round((ttl + interval) / beat) + 2
     with capsys.disabled():  # the figures a reader of the delivery contract wants (see docs/reliability.md)
         print(f"\nkill -9 of 1 of 2 workers ({runner}, 10 at once, {job_time:g} s jobs, TTL {ttl:g} s): "
               f"{len(running)} running, "
               f"{len(finished_on_a)} finished before it; ran again: {len(again & running)} of the running, "
-              f"{len(again - running)} others; all recovered work done {last - killed_at:.1f} s after the kill "
-              f"(bound {ttl + interval + job_time + 2.0:g} s)")
-    reruns = sorted((at - killed_at, n) for n in running for pid, at in started[n] if pid == b.pid)
-    assert last - killed_at <= ttl + interval + job_time + 2.0, (last - killed_at, reruns, b.output()[-3000:])
+              f"{len(again - running)} others; reruns started {first_start - killed_at:.1f} s after the kill "
+              f"({len(beats_before)} beats of the survivor, at most {allowed}), all recovered work done "
+              f"{max(rerun_ends) - killed_at:.1f} s after it")
+    details = ([f"{at - killed_at:.2f}" for at in sorted(rerun_starts)], beats_before, b.output()[-3000:])
+    assert max(rerun_starts) < min(rerun_ends), details  # side by side, not one at a time
+    assert len(beats_before) <= allowed, details
     assert r.llen("queue:default") == 0 and r.zcard("retry") == 0 and r.zcard("dead") == 0
     assert b.stop() == 0
     assert "running it alone" not in b.output()
@@ -338,7 +408,7 @@ def test_random_sigkills_in_a_loop_lose_nothing(procs, r, client):
         time.sleep(rng.uniform(0.6, 1.0))  # the pause between kills is the scenario
         index = rng.randrange(len(workers))
         victim = workers[index]
-        victim.sigkill()
+        victim.sigkill_settled(r)  # what it sent before it died has run: nothing is in flight
         kills += 1
         # a dead process's reserved lists are frozen until recovery (at least a TTL away), and so
         # are its records: read both, and sort what it held by what it had done with each job
