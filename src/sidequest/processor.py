@@ -344,12 +344,16 @@ class Processor:
         It gives up (None) only when the pool's hard deadline has passed; under reliable fetch
         the job then stays reserved and is recovered, so it runs again rather than being lost.
         """
+        try:
+            return action()  # most calls: no back-off to keep
+        except REDIS_ERRORS as exc:
+            self.rt.outage.down(exc)
         backoff = Backoff()
         while True:
+            if self.pool.hard_stop.wait(backoff.failed()):
+                log.error("gave up finishing a job while Redis was unavailable; it stays reserved")
+                return None
             try:
                 return action()
             except REDIS_ERRORS as exc:
                 self.rt.outage.down(exc)
-                if self.pool.hard_stop.wait(backoff.failed()):
-                    log.error("gave up finishing a job while Redis was unavailable; it stays reserved")
-                    return None
