@@ -333,9 +333,11 @@ class LoopCapsule:
             return
         self._alone = True
         try:
-            while ((len(self._running) > 1 or self.hub.waiting() or not gate.alone(LOOP))
-                   and not self.hard_stop.is_set()):
-                await self.hub.wait_change(0.5)  # a job's end or a BLMOVE's pokes; threads leave unseen
+            while len(self._running) > 1 or self.hub.waiting() or not gate.alone(LOOP):
+                if self.quieting.is_set():  # as a processor's `gate.isolate` gives up: put back, never run
+                    await self._in_thread(self.side.wait_turn, unit)  # at a stop; nothing if stop did it
+                    return
+                await self.hub.wait_change(0.5)  # a job's end or a fetch's pokes; threads leave unseen
             log.warning("%s %s: processes died %d times while running it; running it alone",
                         payload["class"], payload.get("jid"), recovered)
             job_class = self._on_the_loop(payload)

@@ -72,7 +72,7 @@ class Lease:
         """A beat sent at `sent` reached Redis by `answered` (monotonic)."""
         with self._lock:
             since, until = self.span
-            if sent >= until:  # the hash may have expired before this beat wrote it again
+            if answered >= until:  # it may have written the hash after it expired (any time up to `answered`)
                 since = answered
             self.span = (since, max(until, sent + self.ttl))
 

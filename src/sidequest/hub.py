@@ -150,7 +150,8 @@ class Hub:
         self._ack_opened = 0.0  # when it opened (monotonic)
         self._ack_idle = True  # the acknowledger sleeps on `_ack_wake` (nothing waits)
         self._closed = threading.Event()
-        self._requeue_after, self._requeue_delay = 0.0, ACK_BACKOFF_START  # put-backs of jobs in hand: their back-off
+        self._requeue_after = 0.0  # put-backs of jobs in hand wait until then after a failure
+        self._requeue_backoff = Backoff(ACK_BACKOFF_START, ACK_BACKOFF_MAX)
         self._quiet_since: float | None = None  # when the acknowledger last found nothing waiting
         lane = lane_for(client)  # the acknowledger's, also for the jobs it puts back (`_put_back_stale`)
         self._ack_thread = threading.Thread(target=self._acknowledger,
@@ -345,10 +346,10 @@ class Hub:
         after a lost reply). Else the jobs taken run: the failed calls' successes wait for the
         next call, a lost reply has the next fetch read the lists back, and each queue's failure
         is logged (once a minute at most)."""
+        with self._lock:  # first: a lost reply must be read back even when an error is raised
+            self._suspect = self._suspect or any(isinstance(exc, LOST) for _, exc, _ in failed)
         if not got:
             raise failed[0][1]
-        with self._lock:
-            self._suspect = self._suspect or any(isinstance(exc, LOST) for _, exc, _ in failed)
         for queue, exc, mine in failed:
             self._acks.extendleft(reversed(mine))
             self.queue_faults.call_failed(queue, exc)
@@ -454,10 +455,9 @@ class Hub:
         if not stale:
             return
         if self._requeue(settler, stale):
-            self._requeue_delay = ACK_BACKOFF_START
+            self._requeue_backoff.reset()
         else:
-            self._requeue_after = time.monotonic() + self._requeue_delay
-            self._requeue_delay = min(self._requeue_delay * 2, ACK_BACKOFF_MAX)
+            self._requeue_after = time.monotonic() + self._requeue_backoff.failed()
 
     def hand_back(self, settler: Settler) -> bool:
         """Put back, unchanged, every job held that no processor runs: those kept in hand, or

@@ -22,8 +22,8 @@ from typing import Any, Protocol
 
 from . import faults, keys
 from .config import Config
-from .hub import ACK_BATCH, ACK_WINDOW, AckBackoff, drain, forget_one, queue_of_raw
-from .outage import BACKOFF_MAX, BACKOFF_START, LOST, REDIS_ERRORS, Backoff, RedisOutage
+from .hub import ACK_BACKOFF_MAX, ACK_BACKOFF_START, ACK_BATCH, ACK_WINDOW, AckBackoff, drain, forget_one, queue_of_raw
+from .outage import LOST, REDIS_ERRORS, Backoff, RedisOutage
 from .queue_order import PausedQueues, QueueOrder, blocking_timeout
 from .scripts import Scripts
 from .wire import AsyncLane
@@ -75,9 +75,10 @@ class LoopHub:
         self.backoff = Backoff()  # the fetch's, as a processor's (`outage.Backoff`)
         self._turn = 0
         self._calls = 0  # flushes in flight: no read-back (adoption) meanwhile
+        self._taking = 0  # the fetch's own RESERVE or read-back, while under way (see `waiting`)
         self._acks: deque[Ack] = deque()
         self._ack_pending = False
-        self._sends = AckBackoff(BACKOFF_START, BACKOFF_MAX)  # the threads' rule for a failed send
+        self._sends = AckBackoff(ACK_BACKOFF_START, ACK_BACKOFF_MAX)  # the threads' rule for a failed send
         self._known: Counter[bytes] = Counter()  # jobs in the batch list this process knows of
         self._known_lock = threading.Lock()  # the thread pool settles too
         self._suspect = False  # a reply was lost: the batch list may hold a job no one knows of
@@ -108,8 +109,9 @@ class LoopHub:
             await self.flush()
 
     def waiting(self) -> int:
-        """BLMOVEs in flight (each may still bring a job)."""
-        return len(self._blocking)
+        """Fetches in flight, each of which may still bring jobs: BLMOVEs, and a RESERVE or a
+        read-back under way (a suspect waits for them all, as for a processor past the gate)."""
+        return len(self._blocking) + self._taking
 
     def free(self) -> int:
         return self.runs.room() - len(self._blocking)
@@ -130,7 +132,12 @@ class LoopHub:
                 await self.wait_change(0.05)
                 return
             began = time.monotonic()
-            adopted = await self._adopt()
+            self._taking += 1
+            try:
+                adopted = await self._adopt()
+            finally:
+                self._taking -= 1
+                self.poke()
             self.outage.up(began)
             for raw in adopted:
                 self.runs.take(queue_of_raw(raw), raw)
@@ -141,7 +148,14 @@ class LoopHub:
         want = self.free() if order else 0
         acks = self._drain()
         began = time.monotonic()
-        got = await self._reserve(order, want, acks) if want or acks else []
+        got: list[tuple[str, bytes]] = []
+        if want or acks:
+            self._taking += 1
+            try:
+                got = await self._reserve(order, want, acks)
+            finally:
+                self._taking -= 1
+                self.poke()
         self.outage.up(began)
         for key, raw in got:
             self.runs.take(self.keys.queue_name(key), raw)
