@@ -348,6 +348,30 @@ def test_a_suspect_runs_alone_on_the_asyncio_runner(start, client, r, arrival):
         assert not beside, f"{s} ran beside {beside}"
 
 
+def test_a_suspect_still_waiting_at_a_stop_goes_back_and_never_runs(start, client, r):
+    """Issue 28 item 7 (found in review of the merged runners): a suspect waiting for a long job to
+    end is put back at a stop, never started beside it, as a processor's `gate.isolate` gives up
+    at quiet; before, the loop's suspect started once the stop's hard deadline passed, while the
+    stop put it back: two runs, no crash."""
+    def push(label: str, seconds: float, suspect: bool = False) -> bytes:
+        payload = client.build(Span, [[label, seconds]], [None], time.time(), {"queue": "a"})[0][0][0]
+        if suspect:
+            payload["recovery_count"] = 2
+        raw = json.dumps(payload).encode()
+        r.lpush("queue:a", raw)
+        return raw
+
+    launcher = start(runner="asyncio", registry=only(Span), queues=["a"], timeout=0.5)
+    push("long", 5.0)
+    wait_until(lambda: ran(r, "span"), 10, 0.005, "the long job to start")
+    suspect = push("S", 0.1, suspect=True)
+    wait_until(lambda: r.llen("queue:a") == 0, 10, 0.005, "the suspect to be taken")
+    launcher.stop()
+    assert [label for label, *_ in ran(r, "span")] == ["long"]  # the suspect never started
+    assert suspect in r.lrange("queue:a", 0, -1)
+    assert not reserved(r)
+
+
 @pytest.mark.parametrize("runner", ["threads", "asyncio"])
 def test_starting_and_stopping_a_launcher_leaves_no_thread_or_file_open(config, client, r, redis_url, monkeypatch,
                                                                        runner):
