@@ -113,8 +113,15 @@ def test_a_queue_key_of_the_wrong_type_does_not_stop_the_other_queues(start, cli
     start(runner=runner, queues=["first", "second"], concurrency=1)
     jids = [client.push(compute, [n], queue="first") for n in range(3)]
     wait_until(lambda: all(state(r, jid) == "done" for jid in jids), 15, 0.02, "the good queue's jobs to run")
+    # idle, the blocking fetch meets the bad key too: that queue's fault, said once, never a refusal
+    def blmoves() -> int:  # calls that answered or failed, on every queue
+        return int(r.info("commandstats").get("cmdstat_blmove", {}).get("calls", 0))
+    before = blmoves()
+    wait_until(lambda: blmoves() >= before + 3, 30, 0.02, "blocking fetches on both queues")
+    jid = client.push(compute, [9], queue="first")
+    wait_until(lambda: state(r, jid) == "done", 15, 0.02, "a job pushed to the idle good queue to run")
     assert sum("queue:second" in m and "WRONGTYPE" in m for m in caplog.messages) == 1, caplog.text
-    assert OUTAGE not in caplog.text
+    assert OUTAGE not in caplog.text and "refuses" not in caplog.text, caplog.text
 
 
 def test_recovery_moves_a_dead_processs_job_whose_workflow_state_has_the_wrong_type(start, client, r, caplog):

@@ -21,6 +21,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import redis
+
 from .payload import decode
 
 log = logging.getLogger(__name__)
@@ -84,6 +86,12 @@ def report_reserve(faults: Sequence[Fault], acks: Sequence[tuple[Any, ...]], que
             report(acks[tag - 1][0], [fault])
         else:
             queues.report(fault[4], fault[3])
+
+
+def wrong_type(exc: BaseException) -> bool:
+    """Whether a blocking fetch's error is its queue's key holding another type (that queue's
+    fault, as RESERVE reports it), not Redis refusing calls."""
+    return isinstance(exc, redis.ResponseError) and str(exc).startswith("WRONGTYPE")
 
 
 class QueueFaults:

@@ -16,7 +16,7 @@ from typing import Any, cast
 
 import redis
 
-from . import keys
+from . import faults, keys
 from .config import Config
 from .hub import Hub, Waiter, queue_of_raw
 from .lifecycle import has_ops
@@ -127,7 +127,15 @@ class ReliableFetch:
         if self.keys.cluster:  # our own list in that queue's slot (RESERVE registered it)
             self.own = self.keys.reserved(self.identity, self.slot, queue)
         # redis-py types the timeout as int; BLMOVE takes fractional seconds
-        raw = cast("bytes | None", self.redis.blmove(key, self.own, self.timeout, "RIGHT", "LEFT"))  # type: ignore[arg-type]
+        try:
+            raw = cast("bytes | None", self.redis.blmove(key, self.own, self.timeout, "RIGHT", "LEFT"))  # type: ignore[arg-type]
+        except redis.ResponseError as exc:
+            if not faults.wrong_type(exc):
+                raise
+            self.hub.queue_faults.report(key, str(exc))  # that queue's fault, not an outage
+            self._turn += self._rotates  # as after a timeout
+            wait_paused(self.timeout)  # as long as a wait on it would take: no spin if it is the only queue
+            return None
         if raw is None:
             self._turn += self._rotates
             return None

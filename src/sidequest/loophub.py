@@ -208,6 +208,10 @@ class LoopHub:
                                              timeout=self.timeout + self.grace)
         except BaseException as exc:
             self._suspect = self._suspect or isinstance(exc, (*LOST, asyncio.CancelledError))
+            if faults.wrong_type(exc):  # that queue's fault, not an outage: its place waits as on an empty queue
+                self.queue_faults.report(key, str(exc))
+                await asyncio.sleep(self.timeout)
+                return
             if isinstance(exc, REDIS_ERRORS):
                 self._block_failed = exc
                 return
