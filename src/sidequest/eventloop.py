@@ -185,6 +185,7 @@ class LoopCapsule:
         for task in list(self._running.values()):
             task.cancel()
         self._leave_gate()
+        await self.hub.settle_background()
         await self.hub.flush()
         if self._lane is not None:
             await self._lane.close()

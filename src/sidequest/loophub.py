@@ -296,6 +296,12 @@ class LoopHub:
             self.poke()
         self._sends.succeeded()
 
+    async def settle_background(self) -> None:
+        """Until the window's flushes under way have ended (at the end, before the lane closes:
+        one cut off would log a failed acknowledgement that `flush_sync` then sends anyway)."""
+        if self._background:
+            await asyncio.wait(list(self._background), timeout=BLOCKING_GRACE)  # each call is bounded anyway
+
     def flush_sync(self, lane: Any) -> None:
         """Send the successes left at the end on `lane`, a sync `wire.Lane` (the stopping thread)."""
         acks = self._drain()
