@@ -182,8 +182,11 @@ def test_a_poison_pill_reaches_dead_alone_and_its_neighbours_all_complete(procs,
     [(entry, _)] = zset_items(r, "dead")
     assert entry["jid"] == pill and entry["error_class"] == "sidequest.RecoveryLimitExceeded"
     assert entry["recovery_count"] == limit + 1
-    wait_until(lambda: no_reserved_left(r), 30, 0.1, "no job left reserved")
-    assert r.llen("queue:default") == 0 and r.zcard("retry") == 0
+    # a job that ended a few milliseconds before a crash may run again (its acknowledgement was
+    # in flight): the supervisor puts it back at once (issue 28 item 13), so it can still be in
+    # the queue here, for the next child to run; wait for that rather than read it once
+    wait_until(lambda: no_reserved_left(r) and r.llen("queue:default") == 0, 30, 0.1, "every job to be run")
+    assert r.zcard("retry") == 0
     assert sup.stop() == 0
     out = sup.output()
     assert out.count("exited with code 3") == limit + 1, out
