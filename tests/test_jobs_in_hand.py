@@ -51,7 +51,10 @@ def test_a_job_in_hand_that_another_process_recovered_is_not_handed_out(config, 
     unit, held = running_and_one_in_hand(hub, first, r, client)
     unit.apply(Outcome.done(), [0])  # a success waits in its window
     # this process never beat: another one's recovery takes what its batch list holds
-    assert Recovery(config, r, "host:3:other", scripts).run() == 2
+    # the other process recovers both, or only the running one when this hub's acknowledger,
+    # seeing no lease, already put the one in hand back (seen on a loaded machine): either way
+    # the job in hand is in its queue, not ours to hand out
+    assert Recovery(config, r, "host:3:other", scripts).run() in (1, 2)
     assert r.llen(hub.reserved) == 0 and r.llen("queue:default") == 2
     nxt = second.retrieve_work()
     assert nxt is None or nxt.raw != held, "a job another process recovered was handed out"
