@@ -10,7 +10,7 @@ import time
 
 import redis
 
-from sidequest.embedded import server_binary
+from sidequest.store.dev_server import server_binary
 
 
 class PrivateRedis:

@@ -43,7 +43,7 @@ def start(topology: str, binary: str) -> tuple[AbstractContextManager[Any], Any]
     """(the topology to close, what `failover_under_load` drives) of one round."""
     from topology import ClusterPrimaryOf, ClusterSet, SentinelSet
 
-    from sidequest.keys import CLUSTER
+    from sidequest.store.keys import CLUSTER
 
     if topology == "sentinel":
         sentinels = SentinelSet(binary)

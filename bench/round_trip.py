@@ -80,8 +80,8 @@ def main() -> None:
     parser.add_argument("commands", nargs="?", type=int, default=30_000)
     parser.add_argument("--pin-cpu", action="store_true", help="this process on one CPU, Redis on another")
     args = parser.parse_args()
-    from sidequest.aio import AsyncDirectRedis
-    from sidequest.wire import DirectRedis
+    from sidequest.client.async_client import AsyncDirectRedis
+    from sidequest.store.direct import DirectRedis
 
     with PrivateRedis() as server:
         cpus = sorted(os.sched_getaffinity(0))

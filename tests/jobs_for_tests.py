@@ -651,8 +651,8 @@ async def async_slow():
 
 @sidequest.job(name="AsyncCount")
 async def async_count(key):
-    """Counts through the worker's own Redis on the loop (`sidequest.aio.redis()`)."""
-    r = sidequest.aio.redis()
+    """Counts through the worker's own Redis on the loop (`sidequest.client.async_client.redis()`)."""
+    r = sidequest.client.async_client.redis()
     await r.hset(key, mapping={"seen": 1})
     seen = {str(k): str(v) for k, v in (await r.hgetall(key)).items()}
     record("counted", await r.incr(f"{key}:n"), seen, await r.set(f"{key}:s", "x"))

@@ -11,15 +11,16 @@ import time
 from conftest import wait_until
 from jobs_for_tests import echo
 
-from sidequest import aio, keys
-from sidequest.fetch import ReliableFetch
-from sidequest.hub import Hub
-from sidequest.loophub import LoopHub
-from sidequest.outage import RedisOutage
-from sidequest.outcome import Outcome
-from sidequest.recovery import Recovery
-from sidequest.scripts import Scripts
-from sidequest.wire import AsyncLane
+from sidequest.client import async_client as aio
+from sidequest.store import keys
+from sidequest.store.direct import AsyncLane
+from sidequest.store.outage import RedisOutage
+from sidequest.store.scripts import Scripts
+from sidequest.worker.fetch.batch import Hub
+from sidequest.worker.fetch.fetchers import ReliableFetch
+from sidequest.worker.fetch.loop_batch import LoopHub
+from sidequest.worker.outcome import Outcome
+from sidequest.worker.recovery import Recovery
 
 IDENTITY = "host:2:ack"
 
@@ -55,7 +56,7 @@ def test_the_acknowledger_thread_survives_an_unexpected_exception(config, r, cli
     units = [fetch.retrieve_work(), fetch.retrieve_work()]
     assert all(units) and r.llen(hub.reserved) == 2
     clock.arm()
-    with caplog.at_level(logging.WARNING, logger="sidequest.hub"):
+    with caplog.at_level(logging.WARNING, logger="sidequest.worker.fetch.batch"):
         units[0].apply(Outcome.done(), [0])  # no processor fetches again: the acknowledger sends it
         assert clock.raised.wait(5)
         wait_until(lambda: r.llen(hub.reserved) == 1, 5, 0.01, "the success to be sent again")

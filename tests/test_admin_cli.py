@@ -13,7 +13,7 @@ from jobs_for_tests import FastBoom, boom, echo, sleepy
 from sidequest import Task
 from sidequest.api import DeadSet, ProcessSet, Queue, RetrySet, ScheduledSet, Workers
 from sidequest.cli import main
-from sidequest.connection import answers
+from sidequest.store.connection import answers
 
 
 @pytest.fixture

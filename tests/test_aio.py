@@ -20,10 +20,10 @@ def test_an_async_producer_pushes_a_job_a_worker_runs(config, r, start):
 
     async def produce():
         jid = await compute.aio.perform_async(3)
-        assert await sidequest.aio.status(jid) in ("queued", "running", "done")
-        value = await sidequest.aio.result(jid, timeout=10)
-        assert await sidequest.aio.status(jid) == "done"
-        await sidequest.aio.default_client().aclose()
+        assert await sidequest.client.async_client.status(jid) in ("queued", "running", "done")
+        value = await sidequest.client.async_client.result(jid, timeout=10)
+        assert await sidequest.client.async_client.status(jid) == "done"
+        await sidequest.client.async_client.default_client().aclose()
         return jid, value
 
     jid, value = asyncio.run(produce())
@@ -139,7 +139,7 @@ def test_each_event_loop_gets_its_own_default_client(config, r):
 
     async def produce(n):
         jid = await echo.aio.perform_async(n)
-        client = sidequest.aio.default_client()
+        client = sidequest.client.async_client.default_client()
         await client.aclose()
         return jid, client
 

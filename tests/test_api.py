@@ -438,7 +438,7 @@ def admin_api_snippets() -> list[str]:
 
 
 def test_the_operations_guide_snippets_run_as_written(config, r, monkeypatch, capsys):  # capsys: quiet prints
-    monkeypatch.setattr("sidequest.client._default", None)
+    monkeypatch.setattr("sidequest.client.sync_client._default", None)
     sidequest.configure(config)
     snippets = admin_api_snippets()
     assert len(snippets) >= 6

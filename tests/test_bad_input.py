@@ -8,7 +8,7 @@ from conftest import wait_until
 from helpers import ran, reserved, zset_items
 from jobs_for_tests import echo
 
-from sidequest.launcher import Launcher
+from sidequest.worker.launcher import Launcher
 
 
 @pytest.fixture

@@ -12,15 +12,15 @@ from conftest import wait_until
 from helpers import ran
 from jobs_for_tests import echo
 
-from sidequest import keys
-from sidequest.counters import ProcessCounters
-from sidequest.fetch import ReliableFetch
-from sidequest.heartbeat import Heartbeat, Lease
-from sidequest.hub import Hub, Waiter
-from sidequest.outcome import Outcome
-from sidequest.scripts import Scripts
-from sidequest.wire import Lane
-from sidequest.work import UnitOfWork
+from sidequest.store import keys
+from sidequest.store.direct import Lane
+from sidequest.store.scripts import Scripts
+from sidequest.worker.counters import ProcessCounters
+from sidequest.worker.fetch.batch import Hub, Waiter
+from sidequest.worker.fetch.fetchers import ReliableFetch
+from sidequest.worker.fetch.unit import UnitOfWork
+from sidequest.worker.heartbeat import Heartbeat, Lease
+from sidequest.worker.outcome import Outcome
 
 IDENTITY = "host:2:batch"
 

@@ -12,7 +12,7 @@ from jobs_for_tests import cooperative, echo
 
 import sidequest
 from sidequest import Task, cancel, cancelled
-from sidequest.cancellation import CHECK_EVERY, FLAG_TTL
+from sidequest.features.cancellation import CHECK_EVERY, FLAG_TTL
 
 
 def marker_runs(client, r, tag: str, in_: float | None = None) -> None:

@@ -7,7 +7,7 @@ from jobs_for_tests import Resize, plain
 
 import sidequest
 from sidequest import Client, Config, JobArgumentError, JobDefinitionError
-from sidequest.registry import Registry
+from sidequest.jobs.registry import Registry
 
 
 def queued(r, queue="default"):
@@ -170,8 +170,8 @@ def test_the_argument_count_check_agrees_with_signature_bind_for_every_shape():
     """`arguments.bind` checks a push by count where that is all Signature.bind would check."""
     import inspect
 
-    from sidequest.arguments import bind
     from sidequest.errors import JobArgumentError
+    from sidequest.jobs.arguments import bind
 
     def shapes():
         def a(): ...

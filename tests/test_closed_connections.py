@@ -16,11 +16,11 @@ import redis
 from conftest import RedisServer, redis_server_binary, wait_until
 
 import sidequest
-import sidequest.aio
-import sidequest.client
+import sidequest.client.async_client
+import sidequest.client.sync_client
 from sidequest import Client, Config
-from sidequest.registry import Registry
-from sidequest.wire import DirectRedis
+from sidequest.jobs.registry import Registry
+from sidequest.store.direct import DirectRedis
 
 
 @sidequest.job(name="ClosedConnCount", retry=0)
@@ -32,8 +32,8 @@ def closed_conn_count(n):
 @sidequest.job(name="ClosedConnAsyncCount", retry=0)
 async def closed_conn_async_count(n):
     """A blocking command (a connection of its own), then counts its runs through
-    `sidequest.aio.redis()` (the loop's shared connection); no retries."""
-    r = sidequest.aio.redis()
+    `sidequest.client.async_client.redis()` (the loop's shared connection); no retries."""
+    r = sidequest.client.async_client.redis()
     await r.blpop(["nothing-here"], 0.01)
     await r.incr("visits")
 
@@ -68,9 +68,9 @@ def config(server: RedisServer) -> Config:
 @pytest.fixture
 def worker(config: Config, monkeypatch: pytest.MonkeyPatch):
     """Start in-process workers on this test's Redis; the jobs' `sidequest.redis()` is theirs."""
-    from sidequest.launcher import Launcher
+    from sidequest.worker.launcher import Launcher
 
-    monkeypatch.setattr(sidequest.client, "_default", Client(config))  # what `sidequest worker` sets up
+    monkeypatch.setattr(sidequest.client.sync_client, "_default", Client(config))  # what `sidequest worker` sets up
 
     launchers = []
 
@@ -141,7 +141,7 @@ def test_an_asyncio_push_after_redis_closed_the_idle_connection_succeeds(config,
     """Issue 28 item 1: the asyncio client's push after Redis closed its idle connection."""
 
     async def main() -> None:
-        async with sidequest.aio.AsyncClient(config) as client:
+        async with sidequest.client.async_client.AsyncClient(config) as client:
             await client.push(closed_conn_count, [1])
             # from another thread, as a restart comes: the loop runs meanwhile (redis-py's pool
             # sees the close the loop has read; for one it has not, see the next test)
@@ -158,7 +158,7 @@ def test_an_asyncio_push_after_redis_closed_the_connection_while_the_loop_was_bu
     say), so the loop has not read it when the next push takes the connection."""
 
     async def main() -> None:
-        async with sidequest.aio.AsyncClient(config) as client:
+        async with sidequest.client.async_client.AsyncClient(config) as client:
             await client.push(closed_conn_count, [1])
             kill_all(admin)  # synchronous: the loop is blocked until Redis has closed them
             await client.push(closed_conn_count, [2])
@@ -191,7 +191,7 @@ def test_the_loops_shared_connection_is_replaced_when_the_loop_was_busy_as_redis
     reads nothing meanwhile): the next commands, shared and blocking, go on fresh connections."""
 
     async def main() -> list[int]:
-        direct = sidequest.aio.connect(server.url(1), direct=True)
+        direct = sidequest.client.async_client.connect(server.url(1), direct=True)
         try:
             counts = [await direct.incr("n")]
             await direct.blpop(["nothing-here"], 0.01)
@@ -228,7 +228,7 @@ def test_jobs_commands_after_redis_closed_the_workers_idle_connections_run_once(
 
 @pytest.mark.parametrize("close", ["timeout", "client kill"])
 def test_async_jobs_commands_after_redis_closed_the_workers_idle_connections_run_once(config, admin, worker, close):
-    """Issue 28 item 1, on the asyncio runner: `sidequest.aio.redis()` after Redis closed the
+    """Issue 28 item 1, on the asyncio runner: `sidequest.client.async_client.redis()` after Redis closed the
     worker's idle connections."""
     worker(registry=only(closed_conn_async_count), runner="asyncio")
     client = Client(config)

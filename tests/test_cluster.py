@@ -21,13 +21,13 @@ from topology import ClusterSet, runs_in
 
 import sidequest
 from sidequest import Config
-from sidequest.client import Client
-from sidequest.connection import connect
+from sidequest.client.sync_client import Client
 from sidequest.errors import ConfigError, JobArgumentError
-from sidequest.keys import CLUSTER, DEFAULT, space
-from sidequest.launcher import Launcher
-from sidequest.periodic.entries import make_entry
-from sidequest.periodic.scheduler import PeriodicScheduler
+from sidequest.features.periodic.entries import make_entry
+from sidequest.features.periodic.scheduler import PeriodicScheduler
+from sidequest.store.connection import connect
+from sidequest.store.keys import CLUSTER, DEFAULT, space
+from sidequest.worker.launcher import Launcher
 
 QUEUES = [f"q{i:02d}" for i in range(50)]
 FAST = {"heartbeat_interval": 0.5, "heartbeat_ttl": 2.0, "recovery_interval": 0.5, "poll_interval": 0.2,
@@ -266,7 +266,7 @@ def cluster_task_done(task_id: str) -> None:
 
 
 def test_a_task_lives_beside_its_jobs_and_completes_with_its_callback(url, rc):
-    from sidequest.tasks import Task
+    from sidequest.features.tasks import Task
 
     config = Config(redis_url=url, queues=["q20", "q21"], concurrency=4, **FAST)
     sidequest.configure(config)
@@ -313,7 +313,7 @@ def test_a_result_ttl_job_keeps_its_record_beside_it_and_its_result_is_read(url,
 def test_the_asyncio_client_pushes_every_kind_of_job_to_its_queues_slot(url, rc):
     import asyncio
 
-    from sidequest.aio import AsyncClient
+    from sidequest.client.async_client import AsyncClient
 
     async def push() -> list[str | None]:
         async with AsyncClient(Config(redis_url=url, wait_replicas=1, wait_timeout=5)) as client:
@@ -395,7 +395,7 @@ def test_async_limited_iterable_expiring_and_cancelled_jobs_on_50_queues(url, rc
 
 
 def test_a_task_spans_the_queues_of_a_group_which_share_one_slot(url, rc):
-    from sidequest.tasks import Task
+    from sidequest.features.tasks import Task
 
     resize, thumbs, done = "{media}resize", "{media}thumbs", "{media}done"
     assert len({rc.keyslot(CLUSTER.queue(q)) for q in (resize, thumbs, done)}) == 1
@@ -502,9 +502,9 @@ def test_jobs_moved_before_another_queues_call_fails_are_handed_to_the_process(u
     first queue's batch list are still handed out, not left there unknown until the process exits."""
     import json
 
-    from sidequest.hub import Hub, Waiter
-    from sidequest.scripts import Scripts
-    from sidequest.wire import lane_for
+    from sidequest.store.direct import lane_for
+    from sidequest.store.scripts import Scripts
+    from sidequest.worker.fetch.batch import Hub, Waiter
 
     caplog.set_level(logging.WARNING)
     config = Config(redis_url=url, queues=["first", "second"], concurrency=1, **FAST)
@@ -529,7 +529,7 @@ def test_a_supervisor_recovers_exactly_one_dead_identitys_lists_at_once(mode, re
     """Issue 28 item 13: `Recovery.recover_process` (what the supervisor calls for a child it
     reaped) puts back that identity's jobs although its heartbeat has not expired, and leaves
     a live process's reserved jobs where they are; on one Redis and on a Cluster."""
-    from sidequest.launcher import orphan_recovery
+    from sidequest.worker.launcher import orphan_recovery
 
     url = request.getfixturevalue("url" if mode == "Cluster" else "redis_url")
     client = connect(url)
@@ -564,9 +564,9 @@ def test_a_push_no_replica_of_its_slot_confirms_raises_not_replicated_on_every_p
     from jobs_for_tests import logged
     from test_wait_replicas import warm_up
 
-    from sidequest.aio import AsyncClient
+    from sidequest.client.async_client import AsyncClient
     from sidequest.errors import NotReplicatedError
-    from sidequest.tasks import Task
+    from sidequest.features.tasks import Task
 
     wait = 0.3  # each push frozen alone: well inside the node timeout, so no node is marked failing
     client = Client(Config(redis_url=url, wait_replicas=1, wait_timeout=wait))

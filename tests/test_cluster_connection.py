@@ -18,11 +18,11 @@ from conftest import STARTUP, redis_server_binary, wait_until
 from redis.crc import key_slot
 from topology import ClusterSet
 
-from sidequest import aio
-from sidequest.aio import AsyncClient
+from sidequest.client import async_client as aio
+from sidequest.client.async_client import AsyncClient
 from sidequest.config import Config
-from sidequest.connection import connect, connect_cluster, is_cluster, mask_url, parse_cluster_url
 from sidequest.errors import RedisUnavailableError, RedisURLError
+from sidequest.store.connection import connect, connect_cluster, is_cluster, mask_url, parse_cluster_url
 
 # what a call may raise while a shard has no primary; the next call after it asks again
 DURING_FAILOVER = (redis.ConnectionError, redis.TimeoutError, redis.exceptions.ClusterError,

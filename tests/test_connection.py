@@ -5,10 +5,10 @@ import time
 import pytest
 from conftest import RedisServer, free_port
 
-import sidequest.aio
-from sidequest.connection import connect, mask_url
-from sidequest.embedded import server_binary
+import sidequest.client.async_client
 from sidequest.errors import RedisUnavailableError, RedisURLError
+from sidequest.store.connection import connect, mask_url
+from sidequest.store.dev_server import server_binary
 
 
 def test_mask_url_hides_only_the_password():
@@ -39,7 +39,7 @@ def test_a_database_that_is_not_a_whole_number_is_refused(redis_url):
         with pytest.raises(RedisURLError, match=f"the database '{db}' is not a whole number"):
             connect(f"{base}/{db}")
     with pytest.raises(RedisURLError, match="the database 'x'"):
-        sidequest.aio.connect(f"{base}/x")
+        sidequest.client.async_client.connect(f"{base}/x")
     assert connect(f"{base}/3").connection_pool.connection_kwargs["db"] == 3
     assert connect(f"{base}/").ping() and connect(base).ping()  # no database: 0
 

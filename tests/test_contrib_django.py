@@ -38,7 +38,8 @@ except ImportError:
 from asgiref.sync import sync_to_async  # noqa: E402  (Django's dependency)
 
 import sidequest  # noqa: E402
-from sidequest import Config, keys  # noqa: E402
+from sidequest import Config  # noqa: E402
+from sidequest.store import keys  # noqa: E402
 
 PROJECT = Path(__file__).resolve().parent / "django_project"
 NOWHERE = "redis://127.0.0.1:1/0"  # REDIS_URL in workers: only SIDEQUEST's redis_url leads to the test's Redis
@@ -425,7 +426,7 @@ def test_a_task_payload_naming_a_module_the_worker_did_not_import_never_imports_
     a task of a module the worker imported at start runs; the others go to dead saying why."""
     from orders.tasks import add
 
-    from sidequest import keys
+    from sidequest.store import keys
 
     marker = tmp_path / "imported"
     (tmp_path / "planted.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n\ndef run():\n    return 1\n")

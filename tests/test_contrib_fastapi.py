@@ -27,7 +27,7 @@ from starlette.routing import Route
 from starlette.testclient import TestClient
 
 import sidequest
-import sidequest.client
+import sidequest.client.sync_client
 from sidequest.contrib.fastapi import lifespan
 
 DOC = ROOT / "docs" / "integrations-web.md"
@@ -130,7 +130,7 @@ def test_a_job_still_running_at_shutdown_goes_back_to_its_queue(uvicorn, r, redi
 @pytest.fixture
 def own_default(monkeypatch):
     """Whatever a test configures as the default client is undone after it."""
-    monkeypatch.setattr(sidequest.client, "_default", None)
+    monkeypatch.setattr(sidequest.client.sync_client, "_default", None)
 
 
 @sidequest.job(name="tests.contrib.remember")
@@ -139,7 +139,7 @@ def remember(word: str) -> None: ...
 
 async def push(request: Request) -> JSONResponse:
     jid = await remember.aio.perform_async(request.path_params["word"])
-    same = sidequest.aio.default_client() is request.app.state.sidequest
+    same = sidequest.client.async_client.default_client() is request.app.state.sidequest
     return JSONResponse({"jid": jid, "default": same, "state": request.state.greeting})
 
 

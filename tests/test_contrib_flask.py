@@ -19,8 +19,8 @@ from helpers import queue_items
 from test_reliability import Worker
 
 import sidequest
-import sidequest.client
-import sidequest.launcher
+import sidequest.client.sync_client
+import sidequest.worker.launcher
 from sidequest import ConfigError
 from sidequest.contrib.flask import AppContext, Sidequest, State
 
@@ -31,8 +31,8 @@ EXAMPLE = ROOT / "examples" / "flask_app.py"
 @pytest.fixture
 def isolated(monkeypatch):
     """The default client and the worker hooks a test sets up are undone after it."""
-    monkeypatch.setattr(sidequest.client, "_default", None)
-    monkeypatch.setattr(sidequest.launcher, "_worker_hooks", [])
+    monkeypatch.setattr(sidequest.client.sync_client, "_default", None)
+    monkeypatch.setattr(sidequest.worker.launcher, "_worker_hooks", [])
 
 
 @pytest.fixture
@@ -117,7 +117,7 @@ def test_a_worker_hook_puts_the_app_context_first_in_the_chain(isolated, redis_u
     config = sidequest.Config(redis_url=redis_url)
     config.server_middleware.add(timing)
 
-    sidequest.launcher.run_worker_hooks(config)
+    sidequest.worker.launcher.run_worker_hooks(config)
 
     # (process-wide links, if any, run outside both: `middleware.PROCESS_SERVER`)
     assert [link for link in config.server_middleware if link in (AppContext, timing)] == [AppContext, timing]
@@ -129,7 +129,7 @@ def test_a_worker_on_another_redis_than_the_app_says_so(isolated, redis_url, cap
     app.config["SIDEQUEST_REDIS_URL"] = redis_url
     Sidequest(app)
 
-    sidequest.launcher.run_worker_hooks(sidequest.Config(redis_url="redis://elsewhere:6379/0"))
+    sidequest.worker.launcher.run_worker_hooks(sidequest.Config(redis_url="redis://elsewhere:6379/0"))
 
     assert [r.getMessage() for r in caplog.records] == [
         f"this worker takes jobs from redis://elsewhere:6379/0, but the Flask app 'shop' pushes them to {redis_url}: "

@@ -24,7 +24,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 import sidequest
 from sidequest.contrib.opentelemetry import ConsumerHook, ProducerHook, SidequestInstrumentor
-from sidequest.middleware import PROCESS_CLIENT, PROCESS_SERVER
+from sidequest.jobs.middleware import PROCESS_CLIENT, PROCESS_SERVER
 
 
 @sidequest.job(name="OtelOk")

@@ -27,14 +27,15 @@ from jobs_for_tests import echo, fn_with_hooks, hooked_echo, record
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from sidequest import Client, JobArgumentError, Task, keys
-from sidequest.connection import check_server, connect, version_problem
-from sidequest.fetch import ReliableFetch, UnitOfWork
-from sidequest.lifecycle import Lifecycle
-from sidequest.outcome import Outcome
-from sidequest.payload import decode, encode
-from sidequest.recovery import Recovery
-from sidequest.scripts import Scripts
+from sidequest import Client, JobArgumentError, Task
+from sidequest.jobs.payload import decode, encode
+from sidequest.store import keys
+from sidequest.store.connection import check_server, connect, version_problem
+from sidequest.store.scripts import Scripts
+from sidequest.worker.fetch.fetchers import ReliableFetch, UnitOfWork
+from sidequest.worker.lifecycle import Lifecycle
+from sidequest.worker.outcome import Outcome
+from sidequest.worker.recovery import Recovery
 
 IDENTITY = "host:1:abc"  # the fetching processor's process; no heartbeat hash: it counts as dead
 ME = "me:1:aaa"  # the recovering process
@@ -317,7 +318,7 @@ def test_recovery_never_releases_a_lock_it_no_longer_owns(config, r, client):
 
 def test_a_push_whose_reply_is_lost_raises_and_is_written_once(config, r, proxy, redis_url):
     client = Client(config.replace(redis_url=proxy.url(db_of(redis_url))))
-    assert client.redis.ping()  # connected through the relay (sidequest.connection.connect)
+    assert client.redis.ping()  # connected through the relay (sidequest.store.connection.connect)
     proxy.arm(b"EXEC", written=lambda: r.llen("queue:default") >= 1)
     with pytest.raises(redis.ConnectionError):
         client.push(echo, ["once"])

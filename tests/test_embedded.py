@@ -20,9 +20,10 @@ import pytest
 import redis
 from conftest import PYTHON, STARTUP, free_port, python_env, redis_server_binary, wait_until
 
-from sidequest import Config, embedded
-from sidequest.connection import answers
+from sidequest import Config
 from sidequest.errors import RedisUnavailableError
+from sidequest.store import dev_server as embedded
+from sidequest.store.connection import answers
 
 
 def alive(pid: int) -> bool:
@@ -100,7 +101,8 @@ def resolve_in_subprocess(config: Config, start_at: float | None = None) -> subp
     """A separate Python process that resolves the URL and prints it and the server's pid."""
     code = textwrap.dedent(f"""
         import time
-        from sidequest import Config, embedded
+        from sidequest import Config
+        from sidequest.store import dev_server as embedded
         config = Config(embedded_dir={config.embedded_dir!r}, embedded_port={config.embedded_port})
         start_at = {start_at!r}
         if start_at is not None:

@@ -15,9 +15,9 @@ from jobs_for_tests import async_boom, async_echo, async_held, async_slow, echo,
 
 import sidequest
 from sidequest import Config
-from sidequest.eventloop import LoopCapsule
-from sidequest.middleware import Chain
-from sidequest.registry import Registry
+from sidequest.jobs.middleware import Chain
+from sidequest.jobs.registry import Registry
+from sidequest.worker.asyncio_runner import LoopCapsule
 
 
 @pytest.fixture
@@ -52,7 +52,7 @@ def test_auto_runs_an_all_async_worker_on_the_loop_and_any_other_on_threads(star
 
 
 def test_asyncio_is_refused_with_basic_fetch(config):
-    from sidequest.launcher import Launcher
+    from sidequest.worker.launcher import Launcher
 
     with pytest.raises(sidequest.ConfigError, match="runner asyncio needs reliable fetch"):
         Launcher(config.replace(runner="asyncio", fetch="basic"))
@@ -168,11 +168,11 @@ def test_server_middleware_wraps_async_jobs_through_the_thread_path(start, clien
 
 
 def test_an_async_job_uses_the_workers_redis_through_sidequest_aio_redis(start, client, r, monkeypatch):
-    """`sidequest.aio.redis()`: redis.asyncio's methods and replies (reply callbacks included),
+    """`sidequest.client.async_client.redis()`: redis.asyncio's methods and replies (reply callbacks included),
     on the worker's Redis, from a hundred jobs at once (no pool cap)."""
     from jobs_for_tests import async_count
 
-    monkeypatch.setattr(sidequest.client, "_default", client)  # what `sidequest worker` sets up
+    monkeypatch.setattr(sidequest.client.sync_client, "_default", client)  # what `sidequest worker` sets up
     start(runner="asyncio")
     client.push_bulk(async_count, [["test:count"]] * 150)
     wait_until(lambda: len(ran(r, "counted")) == 150, 10, 0.02, "every job to count")
@@ -184,11 +184,11 @@ def test_an_async_job_uses_the_workers_redis_through_sidequest_aio_redis(start, 
 def test_sidequest_aio_redis_outside_a_worker_is_the_default_clients(client, monkeypatch):
     import asyncio
 
-    monkeypatch.setattr(sidequest.client, "_default", client)
+    monkeypatch.setattr(sidequest.client.sync_client, "_default", client)
 
     async def use() -> list:
-        own = sidequest.aio.redis()
-        assert own is sidequest.aio.redis()  # one per loop
+        own = sidequest.client.async_client.redis()
+        assert own is sidequest.client.async_client.redis()  # one per loop
         async with own.pipeline(transaction=True) as pipe:  # redis-py's own pipeline
             pipe.incr("test:n")
             pipe.incr("test:n")
@@ -207,16 +207,16 @@ import redis  # noqa: E402
 from conftest import RedisServer  # noqa: E402
 from jobs_for_tests import record  # noqa: E402
 
-from sidequest import aio  # noqa: E402
-from sidequest.launcher import Launcher  # noqa: E402
-from sidequest.wire import AsyncLane  # noqa: E402
+from sidequest.client import async_client as aio  # noqa: E402
+from sidequest.store.direct import AsyncLane  # noqa: E402
+from sidequest.worker.launcher import Launcher  # noqa: E402
 
 
 class QueueSeen(sidequest.Job, name="QueueSeen"):
     """Records the queue the worker says it took the job from (its log context)."""
 
     async def perform(self, label):
-        from sidequest.processor import job_context
+        from sidequest.worker.processor import job_context
 
         record("seen", label, job_context.get()[2])
 
@@ -381,7 +381,7 @@ def test_starting_and_stopping_a_launcher_leaves_no_thread_or_file_open(config, 
     no garbage collection to close what a stop left open."""
     from jobs_for_tests import compute_async
 
-    monkeypatch.setattr(sidequest.client, "_default", client)
+    monkeypatch.setattr(sidequest.client.sync_client, "_default", client)
     monkeypatch.setenv("SQ_TEST_REDIS_URL", redis_url)
     registry = only(async_echo, echo, compute_async)
 

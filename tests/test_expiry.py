@@ -17,8 +17,8 @@ from starlette.testclient import TestClient
 
 from sidequest import Client, JobArgumentError
 from sidequest.api import MetricsQuery
-from sidequest.job_metrics import read
-from sidequest.payload import overdue
+from sidequest.features.job_metrics import read
+from sidequest.jobs.payload import overdue
 from sidequest.web import create_app
 
 

@@ -19,7 +19,7 @@ from jobs_for_tests import blocker, exit_hard, fails_in_pid, work
 from test_reliability import done_set, no_reserved_left, procs, wait_children  # noqa: F401 (fixture)
 
 from sidequest import Client, Config
-from sidequest.embedded import server_binary
+from sidequest.store.dev_server import server_binary
 
 
 def log_lines(text: str) -> list[str]:
@@ -109,9 +109,9 @@ def test_a_redis_without_a_command_we_need_is_a_refusal_logged_once_not_a_loop(p
 
 def test_a_processor_that_keeps_dying_is_replaced_only_after_a_growing_back_off(config, monkeypatch,
                                                                                  redis_url, caplog):
-    from sidequest.fetch import BasicFetch
-    from sidequest.launcher import Launcher
-    from sidequest.scripts import Scripts
+    from sidequest.store.scripts import Scripts
+    from sidequest.worker.fetch.fetchers import BasicFetch
+    from sidequest.worker.launcher import Launcher
 
     monkeypatch.setenv("SQ_TEST_REDIS_URL", redis_url)
 

@@ -12,7 +12,8 @@ from conftest import wait_until
 from helpers import queue_items, ran, reserved
 from jobs_for_tests import compute, echo, unique_at_start, wf_gate, wf_step
 
-from sidequest import chain, keys
+from sidequest import chain
+from sidequest.store import keys
 
 RUNNERS = ["threads", "asyncio"]
 OUTAGE = "Redis is unavailable"

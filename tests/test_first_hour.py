@@ -13,10 +13,10 @@ from jobs_for_tests import echo
 
 from sidequest import Client, Config, Task
 from sidequest.config import Config as ConfigClass
-from sidequest.connection import connect
-from sidequest.embedded import server_binary
 from sidequest.errors import RedisURLError, UnknownJobError
-from sidequest.registry import Registry
+from sidequest.jobs.registry import Registry
+from sidequest.store.connection import connect
+from sidequest.store.dev_server import server_binary
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None, cwd: str | None = None, timeout: float = STARTUP):
@@ -143,7 +143,7 @@ def test_list_settings_in_the_environment_share_one_rule():
 def test_tasks_api_refuses_a_bad_limit_clearly_and_an_empty_sealed_task_is_done(client):
     from starlette.testclient import TestClient
 
-    from sidequest.tasks.http import tasks_app
+    from sidequest.features.tasks.http import tasks_app
 
     task = Task.create("nothing to do", client=client)
     assert task.status()["percent"] == 0.0
@@ -226,7 +226,7 @@ def test_the_docs_examples_do_not_take_each_others_jobs_on_a_shared_redis():
             for queue in set(queues):
                 assert seen.setdefault(queue, where) == where, f"{where} shares queue {queue!r} with {seen[queue]}"
     assert modules >= 5  # hello, pricing, geo, reports, hourly
-    from sidequest import demo  # `make demo` leaves its Redis running for your own workers
+    from sidequest.cli import demo_run as demo  # `make demo` leaves its Redis running for your own workers
 
     demo_jobs = (demo.greet, demo.crunch, demo.fetch_page, demo.flaky)
     assert {job.payload_options()["queue"] for job in demo_jobs} == {demo.QUEUE} != {"default"}

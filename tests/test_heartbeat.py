@@ -14,12 +14,12 @@ from jobs_for_tests import blocker, echo
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from sidequest.counters import ProcessCounters
-from sidequest.heartbeat import Heartbeat
-from sidequest.job_metrics import JobMetricsFeature, read
-from sidequest.launcher import Launcher
-from sidequest.outage import RedisOutage
-from sidequest.outcome import Outcome
+from sidequest.features.job_metrics import JobMetricsFeature, read
+from sidequest.store.outage import RedisOutage
+from sidequest.worker.counters import ProcessCounters
+from sidequest.worker.heartbeat import Heartbeat
+from sidequest.worker.launcher import Launcher
+from sidequest.worker.outcome import Outcome
 
 
 @pytest.fixture
@@ -194,11 +194,11 @@ def test_a_beat_that_reaches_redis_reports_it_so_an_outage_ends_while_every_slot
     """With every processor on a long job no fetch says Redis answers: the heartbeat does, so the
     outage's end is logged within a beat, not only when the worker stops."""
     outage = RedisOutage(settle=0.0)
-    caplog.set_level(logging.WARNING, logger="sidequest.outage")
+    caplog.set_level(logging.WARNING, logger="sidequest.store.outage")
     outage.down(redis.ConnectionError("Connection closed by server."))
     down = redis.Redis(port=free_port(), retry=Retry(NoBackoff(), 0))
     Heartbeat(config, down, "host:1:down", ProcessCounters(), "0", outage=outage).beat()
     assert not any("answers again" in rec.getMessage() for rec in caplog.records)  # a failed beat proves nothing
     Heartbeat(config, r, "host:1:up", ProcessCounters(), "0", outage=outage).beat()
-    ours = [rec.getMessage()[:20] for rec in caplog.records if rec.name == "sidequest.outage"]
+    ours = [rec.getMessage()[:20] for rec in caplog.records if rec.name == "sidequest.store.outage"]
     assert ours == ["Redis is unavailable", "Redis answers again "]

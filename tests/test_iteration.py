@@ -20,9 +20,9 @@ from jobs_for_tests import IterCount, IterEveryItem, IterSliced
 from test_reliability import KNOBS, worker_factory
 
 import sidequest
-from sidequest import keys
 from sidequest.api import Iteration
-from sidequest.iteration import csv_rows, keyset_items, list_items, range_items
+from sidequest.features.iteration import csv_rows, keyset_items, list_items, range_items
+from sidequest.store import keys
 
 HANDLED = "test:handled"
 

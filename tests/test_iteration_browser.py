@@ -12,8 +12,8 @@ from test_reliability import worker_factory
 from test_web_browser import SHOTS, browser, page, web  # noqa: F401  (fixtures)
 
 import sidequest
-from sidequest import keys
 from sidequest.api import Iteration, Stats
+from sidequest.store import keys
 
 HANDLED = "test:handled"
 

@@ -5,8 +5,8 @@ from conftest import wait_until
 from helpers import ran
 from jobs_for_tests import FastBoom, work
 
-from sidequest import job_metrics
-from sidequest.job_metrics import BUCKETS, JobMetricsFeature, read
+from sidequest.features import job_metrics
+from sidequest.features.job_metrics import BUCKETS, JobMetricsFeature, read
 
 
 def test_runs_failures_and_run_times_per_job_name(start, client, r):
@@ -30,7 +30,7 @@ def test_runs_failures_and_run_times_per_job_name(start, client, r):
 
 def test_a_window_reads_only_its_minutes(r):
     feature = JobMetricsFeature(clock=lambda: 1_800_000_000.0)
-    from sidequest.outcome import Outcome
+    from sidequest.worker.outcome import Outcome
     for elapsed in (0.001, 0.004, 0.2, 3.0):
         feature.observe("finished", {"class": "J"}, Outcome.done(elapsed))
     feature.observe("retried", {"class": "J"}, Outcome("retry", elapsed=0.01))

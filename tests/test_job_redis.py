@@ -14,7 +14,7 @@ from conftest import wait_until
 from jobs_for_tests import count_with_sidequest_redis
 
 import sidequest
-from sidequest.wire import DirectRedis
+from sidequest.store.direct import DirectRedis
 
 
 @pytest.fixture(params=[False, True], ids=["bytes", "decoded"])
@@ -100,7 +100,7 @@ def test_a_forked_child_connects_afresh_and_never_writes_on_the_parents_connecti
 
 
 def test_a_job_gets_the_default_clients_redis(start, client, r, monkeypatch):
-    monkeypatch.setattr(sidequest.client, "_default", client)  # what `sidequest worker` sets up
+    monkeypatch.setattr(sidequest.client.sync_client, "_default", client)  # what `sidequest worker` sets up
     client.push_bulk(count_with_sidequest_redis, [[n] for n in range(20)])
     start()
     wait_until(lambda: r.get("visits") == b"20", 30, 0.05, "20 visits counted")
@@ -109,13 +109,13 @@ def test_a_job_gets_the_default_clients_redis(start, client, r, monkeypatch):
 
 @pytest.mark.parametrize("decoded", [False, True], ids=["bytes", "decoded"])
 def test_the_async_direct_client_answers_as_redis_asyncio_does(redis_url, decoded):
-    """`sidequest.aio.redis()`'s client (`aio.AsyncDirectRedis`): the same replies and errors as
+    """`sidequest.client.async_client.redis()`'s client (`aio.AsyncDirectRedis`): the same replies and errors as
     redis.asyncio's own client, for the calls above."""
     import asyncio
 
     import redis.asyncio
 
-    from sidequest.aio import AsyncDirectRedis
+    from sidequest.client.async_client import AsyncDirectRedis
 
     async def run(c):
         out = []

@@ -13,13 +13,13 @@ from conftest import wait_until
 from jobs_for_tests import echo
 from test_batch_fetch import lease
 
-from sidequest.counters import ProcessCounters
-from sidequest.fetch import ReliableFetch
-from sidequest.heartbeat import Heartbeat
-from sidequest.hub import Hub
-from sidequest.outcome import Outcome
-from sidequest.recovery import Recovery
-from sidequest.scripts import Scripts
+from sidequest.store.scripts import Scripts
+from sidequest.worker.counters import ProcessCounters
+from sidequest.worker.fetch.batch import Hub
+from sidequest.worker.fetch.fetchers import ReliableFetch
+from sidequest.worker.heartbeat import Heartbeat
+from sidequest.worker.outcome import Outcome
+from sidequest.worker.recovery import Recovery
 
 IDENTITY = "host:2:hand"
 WIDE = 30.0  # an acknowledgement window no test waits for

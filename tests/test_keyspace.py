@@ -14,11 +14,12 @@ from helpers import ran, reserved
 from jobs_for_tests import FastBoom, Tick, boom, compute, cooperative, echo, noop, unique_work
 
 import sidequest
-from sidequest import Task, keys
+from sidequest import Task
 from sidequest.api import DeadSet, Queue
-from sidequest.heartbeat import STATS_TTL
-from sidequest.limiter import concurrent, window
-from sidequest.periodic import PeriodicRegistry, PeriodicScheduler, status
+from sidequest.features.limiter import concurrent, window
+from sidequest.features.periodic import PeriodicRegistry, PeriodicScheduler, status
+from sidequest.store import keys
+from sidequest.worker.heartbeat import STATS_TTL
 
 # keys the tests themselves write (not sidequest's): jobs_for_tests.record's lists, gates
 TEST_KEYS = {"test:*": "the tests' own records and gates"}

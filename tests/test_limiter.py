@@ -15,9 +15,9 @@ from test_reliability import worker_factory
 
 import sidequest
 from sidequest import OverLimit, Task
-from sidequest.limiter import concurrent, window
-from sidequest.payload import decode
-from sidequest.retry import MAX_SNOOZE, Retrier
+from sidequest.features.limiter import concurrent, window
+from sidequest.jobs.payload import decode
+from sidequest.worker.retry import MAX_SNOOZE, Retrier
 
 
 @pytest.fixture

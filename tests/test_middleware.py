@@ -1,6 +1,6 @@
 import pytest
 
-from sidequest.middleware import Chain
+from sidequest.jobs.middleware import Chain
 
 
 def recorder(name, log):

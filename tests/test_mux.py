@@ -1,4 +1,4 @@
-"""The shared connection of an event loop (`mux.Multiplexed`), as `sidequest.aio.redis()` and the
+"""The shared connection of an event loop (`mux.Multiplexed`), as `sidequest.client.async_client.redis()` and the
 asyncio runner use it: the plain commands of many tasks on one connection, each reply to its
 own caller; what may not share a connection (a blocking command) on one of its own; a
 cancelled caller, a late reply, a killed connection and a demoted primary each leave the next
@@ -12,8 +12,8 @@ import pytest
 import redis
 from conftest import RedisServer, redis_server_binary, wait_until
 
-from sidequest.aio import AsyncDirectRedis
-from sidequest.mux import shareable
+from sidequest.client.async_client import AsyncDirectRedis
+from sidequest.store.shared_connection import shareable
 
 
 async def until(predicate, timeout: float = 10.0) -> None:

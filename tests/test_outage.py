@@ -10,8 +10,8 @@ from helpers import WorkerProcess, ran
 from jobs_for_tests import echo, waits_for_file
 
 from sidequest import Client, Config
-from sidequest.embedded import server_binary
-from sidequest.outage import RedisOutage
+from sidequest.store.dev_server import server_binary
+from sidequest.store.outage import RedisOutage
 
 
 @pytest.fixture
@@ -61,7 +61,7 @@ def test_a_stop_during_an_outage_never_says_redis_answers_again(caplog):
     process's last call (clearing its heartbeat) says whether Redis answers now."""
     now = [0.0]
     outage = RedisOutage(settle=5.0, clock=lambda: now[0])
-    caplog.set_level(logging.INFO, logger="sidequest.outage")
+    caplog.set_level(logging.INFO, logger="sidequest.store.outage")
     outage.down(redis.ConnectionError("Connection refused."))
     now[0] = 2.0
     outage.up(began=1.5)  # a job in hand, taken without a call: Redis may well still be down
@@ -89,7 +89,7 @@ def test_failures_just_after_redis_answers_again_are_the_same_outage(caplog):
     reached the new primary: one outage, two lines, and the failed calls counted in the second."""
     now = [100.0]
     outage = RedisOutage(settle=1.0, clock=lambda: now[0])
-    caplog.set_level(logging.WARNING, logger="sidequest.outage")
+    caplog.set_level(logging.WARNING, logger="sidequest.store.outage")
     failure = redis.ConnectionError("Connection closed by server.")
     outage.down(failure)
     now[0] = 103.5
@@ -122,7 +122,7 @@ def test_a_failure_long_after_redis_answered_is_a_new_outage_even_with_no_succes
     job): the next failure ends the settled outage before it starts its own."""
     now = [0.0]
     outage = RedisOutage(settle=1.0, clock=lambda: now[0])
-    caplog.set_level(logging.WARNING, logger="sidequest.outage")
+    caplog.set_level(logging.WARNING, logger="sidequest.store.outage")
     outage.down(redis.ConnectionError("first"))
     now[0] = 2.0
     outage.up(began=1.5)
@@ -139,7 +139,7 @@ def test_an_error_reply_is_a_refusal_not_an_outage(caplog):
     the same back-off and one line for the episode, but never "Redis is unavailable"."""
     now = [0.0]
     outage = RedisOutage(settle=1.0, clock=lambda: now[0])
-    caplog.set_level(logging.WARNING, logger="sidequest.outage")
+    caplog.set_level(logging.WARNING, logger="sidequest.store.outage")
     refused = redis.exceptions.OutOfMemoryError("command not allowed when used memory > 'maxmemory'.")
     outage.down(refused)
     outage.down(refused)

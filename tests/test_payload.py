@@ -4,9 +4,9 @@ import os
 
 import pytest
 
-from sidequest import payload as payload_module
 from sidequest.errors import JobArgumentError, PayloadError
-from sidequest.payload import check_args, decode, encode, epoch, new_jid
+from sidequest.jobs import payload as payload_module
+from sidequest.jobs.payload import check_args, decode, encode, epoch, new_jid
 
 
 def test_jid_is_24_lowercase_hex_and_unique():
@@ -74,7 +74,7 @@ def test_epoch_reads_float_seconds_and_integer_milliseconds():
 
 
 def test_the_trace_id_of_a_job_comes_from_a_well_formed_traceparent_only():
-    from sidequest.payload import trace_id
+    from sidequest.jobs.payload import trace_id
 
     good = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
     assert trace_id({"traceparent": good}) == "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -86,7 +86,7 @@ def test_the_trace_id_of_a_job_comes_from_a_well_formed_traceparent_only():
 def test_a_push_written_by_the_fast_encoder_has_the_standard_encoders_bytes():
     """`encode_fast` (orjson, a push's path) writes what `encode` writes for checked payloads, and
     hands what orjson refuses to `encode`."""
-    from sidequest.payload import encode, encode_fast
+    from sidequest.jobs.payload import encode, encode_fast
 
     payloads = [
         {"retry": True, "queue": "default", "args": [1, "a", None, False, 2.5, {"k": [1, {"x": "y"}]}],
@@ -107,8 +107,8 @@ def test_a_bulk_push_writes_each_payload_as_if_encoded_alone(config, r):
     still exactly what encoding its payload alone gives (the payload read back, keys in order),
     whatever its args hold, and a payload that differs in any other value is encoded whole."""
     from sidequest import Client
-    from sidequest.middleware import Chain
-    from sidequest.payload import Shapes, encode_fast
+    from sidequest.jobs.middleware import Chain
+    from sidequest.jobs.payload import Shapes, encode_fast
 
     client = Client(config.replace(client_middleware=Chain()))  # no process-wide links another test added
     args = [[1], ["a\"b\\c", "漢😀\u2028"], [2 ** 70], [{"k": [1.5e-7, None, True]}], [], [-(2 ** 63)]]

@@ -23,10 +23,9 @@ from jobs_for_tests import Tick, echo
 from test_reliability import procs, stop_all  # noqa: F401  (procs is a fixture)
 
 import sidequest
-from sidequest import Client, Config, ConfigError, JobDefinitionError, keys
+from sidequest import Client, Config, ConfigError, JobDefinitionError
 from sidequest.cli import main
-from sidequest.launcher import Launcher
-from sidequest.periodic import (
+from sidequest.features.periodic import (
     PeriodicRegistry,
     PeriodicScheduler,
     Schedule,
@@ -35,8 +34,10 @@ from sidequest.periodic import (
     forget,
     status,
 )
-from sidequest.periodic.scheduler import MISSED_AFTER, plan
-from sidequest.registry import default_registry
+from sidequest.features.periodic.scheduler import MISSED_AFTER, plan
+from sidequest.jobs.registry import default_registry
+from sidequest.store import keys
+from sidequest.worker.launcher import Launcher
 
 PARIS = ZoneInfo("Europe/Paris")
 
@@ -466,7 +467,7 @@ def test_the_scheduling_docs_examples_run(tmp_path, redis_url, r):
     # the modules register their entries; a scheduler pass describes them in Redis
     out = run("-c", "import reports, hourly, sidequest\n"
                     "from sidequest.periodic import PeriodicScheduler, default_periodic, entries_from_config\n"
-                    "from sidequest.registry import default_registry\n"
+                    "from sidequest.jobs.registry import default_registry\n"
                     "PeriodicScheduler(sidequest.default_client(), default_periodic.entries).run_due()\n"
                     "config = sidequest.Config.from_file('sidequest.yml')\n"
                     "from_file = entries_from_config(config.periodic, default_registry)\n"

@@ -26,7 +26,7 @@ from helpers import fetches_blocked, ran, reserved, zset_items
 from jobs_for_tests import async_timed, exit_hard, spin, timed, work
 
 from sidequest import Client, Config
-from sidequest.embedded import server_binary
+from sidequest.store.dev_server import server_binary
 
 KNOBS = ["--heartbeat-interval", "0.5", "--heartbeat-ttl", "2", "--recovery-interval", "0.5",
          "--poll-interval", "0.2"]

@@ -11,10 +11,10 @@ from jobs_for_tests import CustomDelay, FastBoom, boom, no_dead, no_retry
 
 from sidequest.config import Config
 from sidequest.errors import JobFailed
-from sidequest.fetch import BasicFetch, UnitOfWork
-from sidequest.outcome import Outcome
-from sidequest.retry import Retrier, decompress_backtrace
-from sidequest.scripts import Scripts
+from sidequest.store.scripts import Scripts
+from sidequest.worker.fetch.fetchers import BasicFetch, UnitOfWork
+from sidequest.worker.outcome import Outcome
+from sidequest.worker.retry import Retrier, decompress_backtrace
 
 
 def test_first_failure_goes_to_retry_with_sidekiqs_fields(start, client, r):
@@ -94,7 +94,7 @@ def test_an_unknown_job_is_one_log_line_naming_it_and_the_workers_jobs(start, cl
     """Another project's job on a shared Redis: no traceback of sidequest's own code, one line
     with the name, what this worker runs, and the job's fate (retried with back-off, as Sidekiq
     retries a class it cannot find)."""
-    from sidequest.registry import default_registry
+    from sidequest.jobs.registry import default_registry
 
     caplog.set_level(logging.INFO, logger="sidequest")
     start()
@@ -104,7 +104,7 @@ def test_an_unknown_job_is_one_log_line_naming_it_and_the_workers_jobs(start, cl
     [(p, score)] = zset_items(r, "retry")
     assert p["jid"] == jid and p["retry_count"] == 0 and p["error_class"] == "sidequest.errors.UnknownJobError"
     assert before + 15 <= score <= time.time() + 25  # Sidekiq's first back-off: 15 s and up to 9 more
-    lines = [rec for rec in caplog.records if rec.name in ("sidequest.processor", "sidequest.retry")]
+    lines = [rec for rec in caplog.records if rec.name in ("sidequest.worker.processor", "sidequest.worker.retry")]
     assert len(lines) == 1, [rec.getMessage() for rec in lines]
     [line] = lines
     message = line.getMessage()

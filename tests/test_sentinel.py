@@ -22,10 +22,10 @@ from topology import SentinelSet, failover_under_load
 
 import sidequest
 from sidequest import Client, Config
-from sidequest.aio import AsyncClient
 from sidequest.api import Queue
-from sidequest.connection import connect, mask_url, parse_sentinel_url
+from sidequest.client.async_client import AsyncClient
 from sidequest.errors import JobArgumentError, NotReplicatedError, RedisURLError
+from sidequest.store.connection import connect, mask_url, parse_sentinel_url
 
 
 @pytest.fixture
@@ -200,10 +200,10 @@ def test_the_durability_snippet_of_the_deployment_docs_runs_as_written(sentinels
     start = section.index("```python") + len("```python")
     snippet = section[start:section.index("```", start)]
     monkeypatch.setenv("REDIS_URL", sentinels.url())
-    previous = sidequest.client._default
+    previous = sidequest.client.sync_client._default
     try:
         exec(compile(snippet, "deployment.md", "exec"), {"__name__": "deployment_docs"})
     finally:
-        sidequest.client._default = previous
+        sidequest.client.sync_client._default = previous
     replica = redis.Redis("127.0.0.1", sentinels.replica.port)
     assert replica.llen("queue:default") == 1  # WAIT returned: the replica holds it already

@@ -8,9 +8,9 @@ import re
 import pytest
 
 import sidequest
-import sidequest.aio
-from sidequest.connection import connect
+import sidequest.client.async_client
 from sidequest.errors import RedisURLError
+from sidequest.store.connection import connect
 
 
 def plain_as_sentinel(redis_server) -> str:
@@ -37,7 +37,7 @@ def test_the_asyncio_client_says_the_same(redis_server):
     url = plain_as_sentinel(redis_server)
 
     async def main() -> None:
-        async with sidequest.aio.AsyncClient(sidequest.Config(redis_url=url)) as client:
+        async with sidequest.client.async_client.AsyncClient(sidequest.Config(redis_url=url)) as client:
             await client.push("Anything", [])
 
     with pytest.raises(RedisURLError, match=expected(url)):

@@ -24,9 +24,9 @@ from jobs_for_tests import FastBoom, boom, echo  # importing registers Echo, Boo
 
 from sidequest import Client, Config
 from sidequest.errors import ConfigError
-from sidequest.payload import epoch, in_millis, stamp
-from sidequest.poller import Poller
-from sidequest.retry import Retrier
+from sidequest.jobs.payload import epoch, in_millis, stamp
+from sidequest.worker.poller import Poller
+from sidequest.worker.retry import Retrier
 
 JID = "0123456789abcdef01234567"
 

@@ -24,7 +24,7 @@ from jobs_for_tests import (
 import sidequest
 from sidequest import Cancelled, JobFailed, NoResultError
 from sidequest.api import DeadSet, Queue, RetrySet
-from sidequest.lookup import WAIT_STEP, run, status_query
+from sidequest.features.lookup import WAIT_STEP, run, status_query
 
 VALUE = {"n": 3, "double": 6, "items": [3, None, True]}
 

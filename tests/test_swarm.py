@@ -30,7 +30,7 @@ from test_reliability import (
     worker_factory,
 )
 
-from sidequest.swarm import capsule_share
+from sidequest.worker.supervisor import capsule_share
 
 
 @pytest.fixture

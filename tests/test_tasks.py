@@ -16,7 +16,8 @@ from jobs_for_tests import (
     signup,
 )
 
-from sidequest import Task, tasks
+from sidequest import Task
+from sidequest.features import tasks
 
 
 def test_create_add_and_read_before_any_worker(client, r):
@@ -216,7 +217,7 @@ def test_callbacks_fire_exactly_once_across_processes(redis_url, r, client):
 def test_http_api_serves_status_and_events(client, r):
     from starlette.testclient import TestClient
 
-    from sidequest.tasks.http import tasks_app
+    from sidequest.features.tasks.http import tasks_app
 
     task = Task.create("http", client=client, meta={"who": "<script>"})
     task.add_bulk(signup, [[1], [2], [3]])

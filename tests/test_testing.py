@@ -466,7 +466,7 @@ def test_private_redis_starts_and_stops() -> None:
         assert json.loads(raw)["jid"] == jid
         client.redis.close()
         url = server.url()
-    assert not sidequest.connection.answers(url)
+    assert not sidequest.store.connection.answers(url)
     with pytest.raises(RuntimeError, match="not running"):
         server.url()
 
@@ -541,11 +541,11 @@ def test_plugin_is_registered_by_entry_point() -> None:
     from importlib.metadata import entry_points
 
     [point] = [e for e in entry_points(group="pytest11") if e.name == "sidequest"]
-    assert point.value == "sidequest.pytest_plugin"
+    assert point.value == "sidequest.testing.pytest_plugin"
 
 
 def test_plugin_fixture_names_do_not_clash_with_this_suites() -> None:
-    import sidequest.pytest_plugin as plugin
+    import sidequest.testing.pytest_plugin as plugin
 
     ours = {name for name in vars(plugin) if name.startswith("sidequest_")}
     assert ours == {"sidequest_fake", "sidequest_inline", "sidequest_redis", "sidequest_redis_server"}

@@ -12,10 +12,10 @@ from jobs_for_tests import UniqueRetry, echo, unique_at_start, unique_boom, uniq
 import sidequest
 from sidequest import JobArgumentError, JobDefinitionError, Task
 from sidequest.api import Queue, RetrySet
-from sidequest.lifecycle import Lifecycle
-from sidequest.registry import Registry
-from sidequest.scripts import core_lib
-from sidequest.unique import UniqueFeature, digest
+from sidequest.features.unique import UniqueFeature, digest
+from sidequest.jobs.registry import Registry
+from sidequest.store.scripts import core_lib
+from sidequest.worker.lifecycle import Lifecycle
 
 
 def claim_of(r, name, args, queue="default"):

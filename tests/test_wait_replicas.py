@@ -22,8 +22,8 @@ from jobs_for_tests import logged
 
 import sidequest
 from sidequest import Config
-from sidequest.aio import AsyncClient
-from sidequest.client import Client
+from sidequest.client.async_client import AsyncClient
+from sidequest.client.sync_client import Client
 from sidequest.errors import NotReplicatedError
 
 TIMEOUT = 0.5  # wait_timeout of the frozen tests: each must raise after about this long

@@ -24,8 +24,8 @@ from starlette.testclient import TestClient
 import sidequest
 from sidequest import Client, Task
 from sidequest.api import DeadSet, ProcessSet, Queue, RetrySet, ScheduledSet, Stats
-from sidequest.periodic import PeriodicRegistry, PeriodicScheduler, forget
-from sidequest.periodic import status as periodic_status
+from sidequest.features.periodic import PeriodicRegistry, PeriodicScheduler, forget
+from sidequest.features.periodic import status as periodic_status
 from sidequest.web import create_app
 from sidequest.web.security import COOKIE
 

@@ -28,7 +28,7 @@ from jobs_for_tests import FastBoom, boom, echo, signup, work
 import sidequest
 from sidequest import Task
 from sidequest.api import DeadSet, Queue, RetrySet, ScheduledSet, Stats
-from sidequest.periodic import PeriodicRegistry, PeriodicScheduler
+from sidequest.features.periodic import PeriodicRegistry, PeriodicScheduler
 
 REQUIRE_BROWSER = os.environ.get("SIDEQUEST_REQUIRE_BROWSER") == "1"
 CHROMIUM = "/usr/bin/chromium"

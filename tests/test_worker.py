@@ -6,9 +6,9 @@ from conftest import wait_until
 from helpers import ran, reserved
 from jobs_for_tests import Resize, async_echo, async_wait, echo
 
-from sidequest.fetch import BasicFetch
-from sidequest.launcher import Launcher
-from sidequest.scripts import Scripts
+from sidequest.store.scripts import Scripts
+from sidequest.worker.fetch.fetchers import BasicFetch
+from sidequest.worker.launcher import Launcher
 
 
 @pytest.mark.parametrize("fetch", ["reliable", "basic"])

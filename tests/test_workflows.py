@@ -17,11 +17,12 @@ from helpers import WorkerProcess, queue_items, ran
 from jobs_for_tests import wf_add, wf_fail, wf_flaky, wf_gate, wf_step, wf_sum, wf_until_cancelled
 
 import sidequest
-from sidequest import Client, Config, Workflow, chain, chord, group, keys, workflow
+from sidequest import Client, Config, Workflow, chain, chord, group, workflow
 from sidequest.api import DeadSet
 from sidequest.api.workflows import workflow_detail
 from sidequest.cli import main
 from sidequest.errors import JobArgumentError
+from sidequest.store import keys
 
 DEADLINE = 90.0  # two worker processes on a shared two-core machine: generous, ends as soon as it holds
 

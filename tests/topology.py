@@ -519,8 +519,8 @@ def failover_under_load(topology: Any, replicas: int, log_dir: Path, *, before: 
     from test_reliability import Worker
 
     from sidequest import Client, Config
-    from sidequest.connection import connect
     from sidequest.errors import NotReplicatedError
+    from sidequest.store.connection import connect
 
     url = topology.url()
     log = log_dir / f"runs-{time.monotonic_ns()}.log"

@@ -28,7 +28,7 @@ from typing import Any
 
 import redis
 
-from sidequest.keys import DEFAULT, QUEUES, Keyspace
+from sidequest.store.keys import DEFAULT, QUEUES, Keyspace
 
 from .peers import PhaseError
 from .tree import Tree

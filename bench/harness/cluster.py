@@ -23,8 +23,8 @@ from typing import Any
 import redis
 from redis.cluster import ClusterNode, RedisCluster
 
-from sidequest.embedded import server_binary
-from sidequest.keys import CLUSTER
+from sidequest.store.dev_server import server_binary
+from sidequest.store.keys import CLUSTER
 
 from .peers import PhaseError
 from .redisops import ASIDE, Counted

@@ -15,7 +15,7 @@ from collections import Counter
 
 import redis
 
-from sidequest.keys import DEFAULT, Keyspace
+from sidequest.store.keys import DEFAULT, Keyspace
 
 from .peers import PhaseError
 from .tree import Tree

@@ -44,13 +44,12 @@ _import_redis()
 import importlib
 from typing import TYPE_CHECKING, Any, Unpack
 
-from . import aio
-from .aio import AsyncClient
-from .cancellation import cancel, cancelled
-from .client import Client, configure, default_client
-from .client import redis_for_jobs as redis
-from .config import Capsule, Config
-from .errors import (
+from sidequest import aio  # the documented path (a re-export of `sidequest.client.async_client`)
+from sidequest.client.async_client import AsyncClient
+from sidequest.client.sync_client import Client, configure, default_client
+from sidequest.client.sync_client import redis_for_jobs as redis
+from sidequest.config import Capsule, Config
+from sidequest.errors import (
     Cancelled,
     ConfigError,
     JobArgumentError,
@@ -64,30 +63,32 @@ from .errors import (
     SidequestError,
     UnknownJobError,
 )
-from .job import Job, JobFunction, job
-from .launcher import WorkerSetup, configure_worker
-from .lookup import result, status
-from .middleware import Chain
-from .options import JobOptions
-from .periodic import periodic
-from .registry import Registry, default_registry
-from .tasks import Task, task_message
-from .workflows import Signature, Workflow, chain, chord, group, workflow
+from sidequest.features.cancellation import cancel, cancelled
+from sidequest.features.lookup import result, status
+from sidequest.features.tasks import Task, task_message
+from sidequest.features.workflows import Signature, Workflow, chain, chord, group, workflow
+from sidequest.jobs.definition import Job, JobFunction, job
+from sidequest.jobs.middleware import Chain
+from sidequest.jobs.options import JobOptions
+from sidequest.jobs.registry import Registry, default_registry
+from sidequest.periodic import periodic  # after the module of that name, which it hides
+from sidequest.worker.launcher import WorkerSetup, configure_worker
 
 if TYPE_CHECKING:
-    from . import iteration, limiter
-    from .iteration import IterableJob
+    from sidequest.features import iteration, limiter
+    from sidequest.features.iteration import IterableJob
 
 # Imported on first use (`sidequest.limiter`, `sidequest.IterableJob`...): a worker none of whose
 # jobs iterates or limits never loads them. name -> the module holding it
-_LAZY = {"iteration": ".iteration", "limiter": ".limiter", "IterableJob": ".iteration"}
+_LAZY = {"iteration": "sidequest.features.iteration", "limiter": "sidequest.features.limiter",
+         "IterableJob": "sidequest.features.iteration"}
 
 
 def __getattr__(name: str) -> Any:
     if name not in _LAZY:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module = importlib.import_module(_LAZY[name], __name__)
-    value = module if _LAZY[name] == f".{name}" else getattr(module, name)
+    module = importlib.import_module(_LAZY[name])
+    value = module if _LAZY[name].endswith(f".{name}") else getattr(module, name)
     globals()[name] = value
     return value
 

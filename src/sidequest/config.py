@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-from .connection import check_url
-from .errors import ConfigError
-from .middleware import PROCESS_CLIENT, PROCESS_SERVER, Chain
+from sidequest.errors import ConfigError
+from sidequest.jobs.middleware import PROCESS_CLIENT, PROCESS_SERVER, Chain
+from sidequest.store.connection import check_url
 
 log = logging.getLogger(__name__)
 

@@ -54,14 +54,14 @@ whole cluster: a queue's list and its scheduled, retry and dead jobs live in its
 its actions stay in that slot), and `Stats` adds them up.
 """
 
-from .cluster import Cluster, Shard, ShardDict
-from .iteration import Iteration
-from .job_metrics import JobSummary, MetricsQuery, MinutePoint
-from .processes import Process, ProcessDict, ProcessSet, Work, Workers, WorkSet
-from .queues import Queue
-from .records import JobDict, JobRecord, SortedEntry
-from .sets import DeadSet, JobSet, RetrySet, ScheduledSet
-from .stats import History, QueueSummary, Stats, StatsDict
+from sidequest.api.cluster import Cluster, Shard, ShardDict
+from sidequest.api.iteration import Iteration
+from sidequest.api.job_metrics import JobSummary, MetricsQuery, MinutePoint
+from sidequest.api.processes import Process, ProcessDict, ProcessSet, Work, Workers, WorkSet
+from sidequest.api.queues import Queue
+from sidequest.api.records import JobDict, JobRecord, SortedEntry
+from sidequest.api.sets import DeadSet, JobSet, RetrySet, ScheduledSet
+from sidequest.api.stats import History, QueueSummary, Stats, StatsDict
 
 __all__ = [
     "Cluster",

@@ -23,12 +23,12 @@ from typing import Any, NamedTuple, cast
 from redis.commands.core import Script
 from redis.exceptions import AskError, ClusterDownError, TryAgainError
 
-from .. import faults, keys
-from ..admin_lifecycle import operator_lifecycle
-from ..client import Client
-from ..errors import PayloadError
-from ..payload import encode, in_millis, stamp
-from ..scripts import ADMIN_DELETE, ADMIN_FORGET_QUEUE, ADMIN_KILL, ADMIN_REQUEUE, core_lib
+from sidequest.client.sync_client import Client
+from sidequest.errors import PayloadError
+from sidequest.features.admin_lifecycle import operator_lifecycle
+from sidequest.jobs.payload import encode, in_millis, stamp
+from sidequest.store import faults, keys
+from sidequest.store.scripts import ADMIN_DELETE, ADMIN_FORGET_QUEUE, ADMIN_KILL, ADMIN_REQUEUE, core_lib
 
 # redis-py's answers when a slot moved (or is moving) between reading the slot map and the call:
 # a call that got one ran nowhere, so it is sent again through the cluster client, which follows

@@ -20,8 +20,8 @@ from typing import Any, TypedDict, cast
 
 import redis
 
-from .. import keys
-from ..client import Client, default_client
+from sidequest.client.sync_client import Client, default_client
+from sidequest.store import keys
 
 
 class ShardDict(TypedDict):

@@ -8,9 +8,9 @@
 
 from __future__ import annotations
 
-from ..client import Client, default_client
-from ..iteration.state import IterationState, read_state, read_states
-from .processes import Work, Workers
+from sidequest.api.processes import Work, Workers
+from sidequest.client.sync_client import Client, default_client
+from sidequest.features.iteration.state import IterationState, read_state, read_states
 
 
 class Iteration:

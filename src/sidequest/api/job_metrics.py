@@ -3,7 +3,7 @@ minutes, kept 72 hours, as typed summaries.
 
 Worker processes count every run that ended (done, retried, dead, dropped), and every job dropped
 unstarted past its deadline (`expires_in`), per job name and UTC minute and write the counts with
-their heartbeat (the feature, `sidequest.job_metrics`); this reads them back as summaries: runs,
+their heartbeat (the feature, `sidequest.features.job_metrics`); this reads them back as summaries: runs,
 failures, expired jobs, total and mean run time, p50/p95/p99 (upper bounds of the histogram
 bucket holding that share of runs), and a per-minute series for charts. Not `api.stats`, which
 reads the cluster-wide totals (processed, failed, queue sizes) that Sidekiq's `Stats` does.
@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from ..client import Client, default_client
-from ..job_metrics import RETENTION, JobMetrics, read, window
+from sidequest.client.sync_client import Client, default_client
+from sidequest.features.job_metrics import RETENTION, JobMetrics, read, window
 
 MAX_MINUTES = RETENTION // 60  # 72 h
 

@@ -17,10 +17,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypedDict, cast
 
-from .. import keys
-from ..client import Client, default_client
-from .actions import Actions
-from .records import JobRecord, epoch_of
+from sidequest.api.actions import Actions
+from sidequest.api.records import JobRecord, epoch_of
+from sidequest.client.sync_client import Client, default_client
+from sidequest.store import keys
 
 FIELDS = ("info", "busy", "beat", "quiet", "rss", "rtt_us", "concurrency")
 SIGNAL_TTL = 60  # seconds an unread signal waits (Sidekiq's)

@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import cast
 
-from .. import keys
-from ..client import Client, default_client
-from .actions import Actions
-from .records import JobRecord, epoch_of, parse
+from sidequest.api.actions import Actions
+from sidequest.api.records import JobRecord, epoch_of, parse
+from sidequest.client.sync_client import Client, default_client
+from sidequest.store import keys
 
 PAGE = 50  # entries per read while iterating, as Sidekiq's
 FIND_PAGE = 1000  # entries per read while looking for one jid

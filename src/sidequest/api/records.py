@@ -15,12 +15,12 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from ..errors import PayloadError
-from ..payload import decode, epoch
-from ..retry import decompress_backtrace
+from sidequest.errors import PayloadError
+from sidequest.jobs.payload import decode, epoch
+from sidequest.worker.retry import decompress_backtrace
 
 if TYPE_CHECKING:
-    from .actions import Actions
+    from sidequest.api.actions import Actions
 
 
 def epoch_of(value: Any) -> float | None:

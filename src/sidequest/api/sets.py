@@ -24,11 +24,11 @@ from collections.abc import Callable, Iterator
 from itertools import islice
 from typing import Any, cast
 
-from .. import keys
-from ..client import Client, default_client
-from ..errors import PayloadError
-from .actions import Actions, Call
-from .records import SortedEntry, glob_escape
+from sidequest.api.actions import Actions, Call
+from sidequest.api.records import SortedEntry, glob_escape
+from sidequest.client.sync_client import Client, default_client
+from sidequest.errors import PayloadError
+from sidequest.store import keys
 
 PAGE = 50  # entries per read while iterating, as Sidekiq's
 SCAN_COUNT = 5000  # ZSCAN COUNT: how much of the set the server walks per round trip

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any, TypedDict, cast
 
-from .. import keys
-from ..client import Client, default_client
-from .queues import latency_of
+from sidequest.api.queues import latency_of
+from sidequest.client.sync_client import Client, default_client
+from sidequest.store import keys
 
 STATS = ("processed", "failed")
 MAX_DAYS = 5 * 365  # daily counters are kept five years

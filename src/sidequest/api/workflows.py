@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..client import Client, default_client
-from ..workflows import Workflow
+from sidequest.client.sync_client import Client, default_client
+from sidequest.features.workflows import Workflow
 
 
 def recent_workflows(offset: int = 0, limit: int = 25,

@@ -21,9 +21,9 @@ only place that maps OS signals to a launcher's methods.
 
 from __future__ import annotations
 
-from .logs import JobContextFilter, JsonFormatter, configure_logging
-from .root import Unreachable, UserError, main
-from .worker import BANNER, build_config, check_folder, dotted_name, require, run_supervisor, run_worker
+from sidequest.cli.logs import JobContextFilter, JsonFormatter, configure_logging
+from sidequest.cli.root import Unreachable, UserError, main
+from sidequest.cli.worker import BANNER, build_config, check_folder, dotted_name, require, run_supervisor, run_worker
 
 __all__ = [
     "BANNER",

@@ -1,5 +1,5 @@
 """`python -m sidequest.cli`: the `sidequest` command."""
 
-from . import main
+from sidequest.cli import main
 
 main()

@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..errors import JobArgumentError, SidequestError
-from .connect import AdminCommand, admin_client, json_option, redis_errors, redis_url_option
-from .root import Unreachable, UserError, main
+from sidequest.cli.connect import AdminCommand, admin_client, json_option, redis_errors, redis_url_option
+from sidequest.cli.root import Unreachable, UserError, main
+from sidequest.errors import JobArgumentError, SidequestError
 
 if TYPE_CHECKING:
-    from ..api import Queue
-    from ..client import Client
+    from sidequest.api import Queue
+    from sidequest.client.sync_client import Client
 
 QUEUE_ACTIONS = ("list", "show", "pause", "unpause", "clear")
 
@@ -38,9 +38,9 @@ def stats(days: int, as_json: bool, redis_url: str | None) -> None:
       sidequest stats
       sidequest stats --json | jq .retry_size
     """
-    from ..api import Cluster, ProcessSet, Stats
-    from ..periodic import status as periodic_status
-    from . import render, views
+    from sidequest.api import Cluster, ProcessSet, Stats
+    from sidequest.cli import render, views
+    from sidequest.features.periodic import status as periodic_status
 
     client = admin_client(redis_url)
     snapshot = Stats(client)
@@ -101,8 +101,8 @@ def queues(action: str, name: str | None, limit: int, as_json: bool, redis_url: 
 
 
 def list_queues(client: Client, as_json: bool) -> None:
-    from ..api import Stats
-    from . import render, views
+    from sidequest.api import Stats
+    from sidequest.cli import render, views
 
     summaries = sorted(Stats(client).queue_summaries, key=lambda q: q.name)
     nodes = queue_nodes(client)
@@ -118,14 +118,14 @@ def queue_nodes(client: Client) -> dict[str, str] | None:
     """Cluster mode: each queue's primary (`host:port`); None on a single Redis or Sentinel."""
     if not client.keys.cluster:
         return None
-    from ..api import Cluster
+    from sidequest.api import Cluster
 
     return Cluster(client, usage=False).queues
 
 
 def known_queue(client: Client, name: str) -> Queue:
     """The queue of this name; a UserError if there is none (not in `queues`, and empty)."""
-    from ..api import Queue
+    from sidequest.api import Queue
 
     queue = Queue(name, client)
     if name not in {q.name for q in Queue.all(client)} and queue.size == 0:
@@ -134,7 +134,7 @@ def known_queue(client: Client, name: str) -> Queue:
 
 
 def show_queue(client: Client, name: str, limit: int, as_json: bool) -> None:
-    from . import render, views
+    from sidequest.cli import render, views
 
     queue = known_queue(client, name)
     found = queue.page(0, limit)
@@ -153,8 +153,8 @@ def show_queue(client: Client, name: str, limit: int, as_json: bool) -> None:
 
 
 def change_queue(client: Client, name: str, action: str, as_json: bool) -> None:
-    from ..api import Queue
-    from . import render
+    from sidequest.api import Queue
+    from sidequest.cli import render
 
     result: dict[str, Any] = {"queue": name, "action": action}
     if action == "clear":
@@ -197,8 +197,8 @@ def enqueue(job_name: str, args_json: str, queue: str | None, delay: float | Non
       sidequest enqueue Resize '["a.png", 200]' -q images --in 60
       sidequest enqueue -r myapp.jobs myapp.jobs.send_welcome '[42]'   # its own queue and retry
     """
-    from ..registry import default_registry
-    from .worker import require
+    from sidequest.cli.worker import require
+    from sidequest.jobs.registry import default_registry
 
     try:
         args = json.loads(args_json)
@@ -225,7 +225,7 @@ def enqueue(job_name: str, args_json: str, queue: str | None, delay: float | Non
         raise Unreachable("client middleware stopped the job; nothing was pushed")
     target = queue or (job.payload_options().get("queue") if not isinstance(job, str) else None) or "default"
     if as_json:
-        from . import render
+        from sidequest.cli import render
 
         render.emit_json({"jid": jid, "class_name": job_name, "args": args, "queue": target, "in": delay})
     else:
@@ -251,8 +251,8 @@ def tasks(action: str | None, task_id: str | None, only: str | None, limit: int,
       sidequest tasks show 5f2c0a9e...
       sidequest tasks show 5f2c0a9e... --status failed --json
     """
-    from ..tasks import Task
-    from . import render
+    from sidequest.cli import render
+    from sidequest.features.tasks import Task
 
     if action != "show":
         raise UserError(f"unknown tasks action {action!r}: use `sidequest tasks show ID`" if action
@@ -275,7 +275,7 @@ def tasks(action: str | None, task_id: str | None, only: str | None, limit: int,
 
 
 def print_task(status: dict[str, Any], events: list[dict[str, Any]]) -> None:
-    from . import render
+    from sidequest.cli import render
 
     counts = ", ".join(f"{n} {s}" for s, n in status["counts"].items() if n)
     out = render.console()

@@ -16,11 +16,11 @@ from typing import ParamSpec, TypeVar
 import click
 import redis
 
-from ..client import Client
-from ..config import Config
-from ..connection import mask_url
-from ..errors import ConfigError, RedisUnavailableError, RedisURLError
-from .root import Unreachable, UserError
+from sidequest.cli.root import Unreachable, UserError
+from sidequest.client.sync_client import Client
+from sidequest.config import Config
+from sidequest.errors import ConfigError, RedisUnavailableError, RedisURLError
+from sidequest.store.connection import mask_url
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -7,10 +7,10 @@ import sys
 
 import click
 
-from ..config import Config
-from ..errors import ConfigError, RedisUnavailableError
-from .logs import configure_logging
-from .root import UserError, main
+from sidequest.cli.logs import configure_logging
+from sidequest.cli.root import UserError, main
+from sidequest.config import Config
+from sidequest.errors import ConfigError, RedisUnavailableError
 
 
 @main.command()
@@ -18,7 +18,7 @@ from .root import UserError, main
               help="How many immediate demo jobs to enqueue.")
 def demo(jobs: int) -> None:
     """Start a worker on the embedded (or REDIS_URL) Redis and watch example jobs run."""
-    from ..demo import run_demo
+    from sidequest.cli.demo_run import run_demo
 
     configure_logging(False, None)
     logging.getLogger().setLevel(logging.ERROR)

@@ -1,14 +1,14 @@
 """`sidequest health`: a container's readiness or liveness, for exec probes: exit 0 healthy,
-1 not, with one line saying why (see `sidequest.health`)."""
+1 not, with one line saying why (see `sidequest.api.health`)."""
 
 from __future__ import annotations
 
 import click
 
-from ..config import Config
-from ..errors import ConfigError, RedisURLError
-from .connect import AdminCommand, redis_url_option
-from .root import UserError, main
+from sidequest.cli.connect import AdminCommand, redis_url_option
+from sidequest.cli.root import UserError, main
+from sidequest.config import Config
+from sidequest.errors import ConfigError, RedisURLError
 
 
 @main.command(cls=AdminCommand)
@@ -38,7 +38,7 @@ def health(readiness: bool, liveness: bool, pidfile: str | None, identity: str |
       sidequest health --liveness                           # a worker of this host beats
     Liveness reads the heartbeats from Redis, so it fails while Redis is down too.
     """
-    from .. import health as checks
+    from sidequest.api import health as checks
 
     chosen = [name for name, value in (("--pidfile", pidfile), ("--identity", identity),
                                        ("--hostname", hostname), ("--max-age", max_age)) if value is not None]

@@ -11,7 +11,7 @@ import sys
 import threading
 from typing import Any
 
-from ..processor import job_context
+from sidequest.worker.processor import job_context
 
 # the job's fields a record carries inside a job, as record attributes and in both formats
 JOB_FIELDS = ("class", "jid", "queue", "trace_id")

@@ -6,10 +6,10 @@ import json
 
 import click
 
-from ..config import Config
-from ..errors import ConfigError, RedisUnavailableError
-from .root import UserError, main
-from .worker import require
+from sidequest.cli.root import UserError, main
+from sidequest.cli.worker import require
+from sidequest.config import Config
+from sidequest.errors import ConfigError, RedisUnavailableError
 
 
 @main.command("periodic")
@@ -18,8 +18,8 @@ from .worker import require
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per entry instead of a table.")
 def periodic_command(requires: tuple[str, ...], as_json: bool) -> None:
     """List periodic entries with their next and last run (times in UTC)."""
-    from ..client import Client
-    from ..periodic import format_table, status
+    from sidequest.client.sync_client import Client
+    from sidequest.features.periodic import format_table, status
 
     try:
         for module in requires:

@@ -15,7 +15,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from .root import UserError
+from sidequest.cli.root import UserError
 
 CLAIM_ATTEMPTS = 3  # an owner that removes the file as we open it: open the new one
 

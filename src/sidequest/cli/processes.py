@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING
 
 import click
 
-from .connect import AdminCommand, admin_client, json_option, redis_errors, redis_url_option
-from .root import UserError, main
+from sidequest.cli.connect import AdminCommand, admin_client, json_option, redis_errors, redis_url_option
+from sidequest.cli.root import UserError, main
 
 if TYPE_CHECKING:
-    from ..api import Process
-    from ..client import Client
+    from sidequest.api import Process
+    from sidequest.client.sync_client import Client
 
 ACTIONS = ("list", "quiet", "stop")
 
@@ -38,8 +38,8 @@ def processes(action: str, identity: str | None, every: bool, as_json: bool, red
       sidequest processes quiet web-1:4242       # before a deploy: finish jobs, take no new ones
       sidequest processes stop --all
     """
-    from ..api import ProcessSet
-    from . import render
+    from sidequest.api import ProcessSet
+    from sidequest.cli import render
 
     if action not in ACTIONS:
         raise UserError(f"unknown processes action {action!r}: use list, quiet ID or stop ID")
@@ -71,8 +71,8 @@ def processes(action: str, identity: str | None, every: bool, as_json: bool, red
 
 
 def list_processes(client: Client, found: list[Process], as_json: bool) -> None:
-    from ..api import Workers
-    from . import render, views
+    from sidequest.api import Workers
+    from sidequest.cli import render, views
 
     works = list(Workers(client))
     if as_json:

@@ -13,7 +13,7 @@ import sys
 
 import click
 
-from .. import __version__
+from sidequest import __version__
 
 # subcommand -> the module of this package that defines it (registers it on `main` when imported)
 COMMANDS = {

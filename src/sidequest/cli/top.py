@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING
 import click
 import redis
 
-from .connect import AdminCommand, admin_client, describe, redis_url_option
-from .root import Unreachable, main
+from sidequest.cli.connect import AdminCommand, admin_client, describe, redis_url_option
+from sidequest.cli.root import Unreachable, main
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
-    from ..client import Client
-    from ..iteration.state import IterationState
+    from sidequest.client.sync_client import Client
+    from sidequest.features.iteration.state import IterationState
 
 QUEUES_SHOWN = 10
 PROCESSES_SHOWN = 10
@@ -56,9 +56,9 @@ class Top:
         from rich.console import Group
         from rich.text import Text
 
-        from ..api import Iteration, ProcessSet, Stats, Workers
-        from ..periodic import status as periodic_status
-        from . import views
+        from sidequest.api import Iteration, ProcessSet, Stats, Workers
+        from sidequest.cli import views
+        from sidequest.features.periodic import status as periodic_status
 
         stats = Stats(self.client)
         found = list(ProcessSet(self.client))
@@ -108,7 +108,7 @@ class Top:
 
 def iterations(progress: dict[str, IterationState]) -> RenderableType:
     """The running iterable jobs: where each is (its cursor), items done, time per item."""
-    from . import render
+    from sidequest.cli import render
 
     grid = render.table("JID", "CLASS", "CURSOR", "ITEMS", "PER ITEM", "SLICE", title="Iterations",
                         right=("ITEMS", "PER ITEM", "SLICE"))
@@ -143,7 +143,7 @@ def top(interval: float, once: bool, redis_url: str | None) -> None:
     """
     from rich.live import Live
 
-    from . import render
+    from sidequest.cli import render
 
     client = admin_client(redis_url)
     view = Top(client)

@@ -9,9 +9,9 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from ..api import History, JobRecord, Process, QueueSummary, Shard, SortedEntry, Stats, Work
-from ..periodic import PeriodicStatus
-from . import render
+from sidequest.api import History, JobRecord, Process, QueueSummary, Shard, SortedEntry, Stats, Work
+from sidequest.cli import render
+from sidequest.features.periodic import PeriodicStatus
 
 # per set: the title of its time column, and whether its entries carry an error worth a column
 SET_COLUMNS = {"schedule": ("RUNS", False), "retry": ("NEXT RETRY", True), "dead": ("DIED", True)}

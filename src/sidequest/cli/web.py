@@ -8,12 +8,12 @@ import socket
 
 import click
 
-from ..config import Config
-from ..connection import mask_url
-from ..errors import ConfigError, RedisUnavailableError
-from .connect import reach
-from .logs import configure_logging
-from .root import UserError, main
+from sidequest.cli.connect import reach
+from sidequest.cli.logs import configure_logging
+from sidequest.cli.root import UserError, main
+from sidequest.config import Config
+from sidequest.errors import ConfigError, RedisUnavailableError
+from sidequest.store.connection import mask_url
 
 log = logging.getLogger("sidequest")
 
@@ -46,9 +46,9 @@ def web(host: str, port: int, redis_url: str | None, read_only: bool, basic_auth
     """
     import uvicorn
 
-    from ..client import Client
-    from ..web import create_app
-    from ..web.hosts import default_hosts
+    from sidequest.client.sync_client import Client
+    from sidequest.web import create_app
+    from sidequest.web.hosts import default_hosts
 
     credentials: tuple[str, str] | None = None
     if basic_auth:

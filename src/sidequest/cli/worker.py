@@ -20,16 +20,16 @@ from typing import Any
 import click
 import redis
 
-from .. import __version__
-from ..client import configure_unless_set
-from ..config import Config
-from ..connection import check_server, check_url, connect, mask_url
-from ..errors import ConfigError, RedisUnavailableError, SidequestError
-from ..signals import SignalPipe
-from ..swarm import CONFIG_EXIT, shared_capsules
-from .logs import configure_logging
-from .pidfile import pidfile as held_pidfile
-from .root import UserError, main
+from sidequest import __version__
+from sidequest.cli.logs import configure_logging
+from sidequest.cli.pidfile import pidfile as held_pidfile
+from sidequest.cli.root import UserError, main
+from sidequest.client.sync_client import configure_unless_set
+from sidequest.config import Config
+from sidequest.errors import ConfigError, RedisUnavailableError, SidequestError
+from sidequest.store.connection import check_server, check_url, connect, mask_url
+from sidequest.worker.signals import SignalPipe
+from sidequest.worker.supervisor import CONFIG_EXIT, shared_capsules
 
 log = logging.getLogger("sidequest")
 
@@ -239,8 +239,8 @@ def worker(requires: tuple[str, ...], queues: tuple[str, ...], concurrency: int 
 def run_supervisor(config: Config, count: int) -> int:
     """Check the server once, as a worker process would, then start the children: a wrong
     REDIS_URL is one line and a fast exit, not a fleet of children failing and restarting."""
-    from ..embedded import resolve_url
-    from ..swarm import run_swarm
+    from sidequest.store.dev_server import resolve_url
+    from sidequest.worker.supervisor import run_swarm
 
     try:
         check_url(config.url)
@@ -280,9 +280,9 @@ def pin_to_cpu(setting: bool | None, slot: int | None) -> None:
 
 def run_worker(config: Config, swarm_child: bool = False, error_file: str | None = None,
                slot: int | None = None, lifeline_fd: int | None = None, nonce: str | None = None) -> int:
-    from ..embedded import resolve_url
-    from ..launcher import Launcher, run_worker_hooks
-    from ..swarm import Lifeline
+    from sidequest.store.dev_server import resolve_url
+    from sidequest.worker.launcher import Launcher, run_worker_hooks
+    from sidequest.worker.supervisor import Lifeline
 
     lifeline = Lifeline(lifeline_fd) if lifeline_fd is not None else None
     if lifeline is not None and lifeline.supervisor_gone():  # it died before we could ask to follow it

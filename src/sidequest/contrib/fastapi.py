@@ -10,7 +10,7 @@
     async def create_report(n: int) -> dict[str, str | None]:
         return {"jid": await build_report.aio.perform_async(n)}
 
-On startup the app's client becomes the default: `job.aio.*` and `sidequest.aio.*` calls in the
+On startup the app's client becomes the default: `job.aio.*` and `sidequest.client.async_client.*` calls in the
 app use it (and the blocking `job.perform_async` its sync twin), and it is `app.state.sidequest`
 (an `AsyncClient`). With `config=` that configuration is installed process-wide
 (`sidequest.configure`); without it, the default client is used as it is (`REDIS_URL`...).
@@ -40,10 +40,10 @@ try:
 except ImportError as exc:  # pragma: no cover - starlette is a core dependency today
     raise ImportError(f"sidequest.contrib.fastapi needs starlette: pip install 'sidequest[fastapi]' ({exc})") from None
 
-from .. import aio
-from ..client import configure, default_client
-from ..config import Config
-from ..launcher import Launcher, run_worker_hooks
+from sidequest.client import async_client as aio
+from sidequest.client.sync_client import configure, default_client
+from sidequest.config import Config
+from sidequest.worker.launcher import Launcher, run_worker_hooks
 
 __all__ = ["lifespan"]
 

@@ -32,11 +32,11 @@ try:
 except ImportError as exc:
     raise ImportError(f"sidequest.contrib.flask needs Flask: pip install 'sidequest[flask]' ({exc})") from None
 
-from ..client import Client, configure
-from ..config import Config, nearest_setting
-from ..connection import mask_url
-from ..errors import ConfigError
-from ..launcher import WorkerSetup, configure_worker
+from sidequest.client.sync_client import Client, configure
+from sidequest.config import Config, nearest_setting
+from sidequest.errors import ConfigError
+from sidequest.store.connection import mask_url
+from sidequest.worker.launcher import WorkerSetup, configure_worker
 
 __all__ = ["AppContext", "Sidequest", "State", "config_from_app"]
 

@@ -7,7 +7,7 @@ context carried in the job payload, and messaging metrics (extra `otel`).
     SidequestInstrumentor().instrument(propagation_style="child", tracer_provider=provider)
     SidequestInstrumentor().uninstrument()
 
-The hooks are links of the process-wide middleware chains (`sidequest.middleware.PROCESS_CLIENT`
+The hooks are links of the process-wide middleware chains (`sidequest.jobs.middleware.PROCESS_CLIENT`
 and `PROCESS_SERVER`), put first so they wrap every other link: every `Client` and every worker of
 the process uses them, `sidequest worker` included when a `-r` module calls `instrument()`.
 
@@ -39,8 +39,8 @@ from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from sidequest import __version__
 from sidequest.errors import Cancelled, OverLimit
-from sidequest.middleware import PROCESS_CLIENT, PROCESS_SERVER
-from sidequest.outcome import error_class_name
+from sidequest.jobs.middleware import PROCESS_CLIENT, PROCESS_SERVER
+from sidequest.worker.outcome import error_class_name
 
 STYLES = ("link", "child", "none")
 SYSTEM = "sidekiq"

@@ -7,7 +7,7 @@ and the trace carried from push to run (extra `sentry`).
     sentry_sdk.init(dsn=..., traces_sample_rate=1.0, integrations=[SidequestIntegration()])
 
 `setup_once` puts two links first in the process-wide middleware chains
-(`sidequest.middleware.PROCESS_CLIENT`/`PROCESS_SERVER`), so every `Client` and worker of the
+(`sidequest.jobs.middleware.PROCESS_CLIENT`/`PROCESS_SERVER`), so every `Client` and worker of the
 process uses them; they do nothing while no Sentry client with this integration is active.
 
 In the worker, each job runs in its own isolation scope and transaction (op
@@ -40,9 +40,9 @@ from sentry_sdk.tracing import Span
 from sentry_sdk.utils import capture_internal_exceptions, event_from_exception
 
 from sidequest.errors import Cancelled, JobFailed, OverLimit
-from sidequest.launcher import WorkerSetup, configure_worker
-from sidequest.middleware import PROCESS_CLIENT, PROCESS_SERVER
-from sidequest.payload import epoch
+from sidequest.jobs.middleware import PROCESS_CLIENT, PROCESS_SERVER
+from sidequest.jobs.payload import epoch
+from sidequest.worker.launcher import WorkerSetup, configure_worker
 
 HEADERS = "trace_propagation_headers"  # the payload key sentry-ruby's Sidekiq middleware writes
 SYSTEM = "sidekiq"  # the queues and wire format are Sidekiq's (as in `contrib.opentelemetry`)

@@ -31,10 +31,10 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Mount
 from starlette.staticfiles import StaticFiles
 
-from ..client import Client, default_client
-from ..connection import mask_url
-from ..errors import RedisUnavailableError
-from . import (
+from sidequest.client.sync_client import Client, default_client
+from sidequest.errors import RedisUnavailableError
+from sidequest.store.connection import mask_url
+from sidequest.web import (
     busy,
     cluster,
     dashboard,
@@ -47,10 +47,10 @@ from . import (
     tasks_pages,
     workflows_pages,
 )
-from .hosts import HostCheck
-from .render import Renderer
-from .security import AuthHook, Guard
-from .site import Site
+from sidequest.web.hosts import HostCheck
+from sidequest.web.render import Renderer
+from sidequest.web.security import AuthHook, Guard
+from sidequest.web.site import Site
 
 POLL_INTERVAL = 2.0
 

@@ -9,9 +9,9 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
-from ..api import Iteration, ProcessSet, Workers
-from .render import back
-from .site import Site, field
+from sidequest.api import Iteration, ProcessSet, Workers
+from sidequest.web.render import back
+from sidequest.web.site import Site, field
 
 
 def routes(site: Site) -> list[Route]:

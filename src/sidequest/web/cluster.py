@@ -7,8 +7,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..api import Cluster, Stats
-from .site import Site
+from sidequest.api import Cluster, Stats
+from sidequest.web.site import Site
 
 
 def routes(site: Site) -> list[Route]:

@@ -16,9 +16,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ..api import Cluster, Stats
-from ..client import Client
-from .site import Site, nav_counts, whole
+from sidequest.api import Cluster, Stats
+from sidequest.client.sync_client import Client
+from sidequest.web.site import Site, nav_counts, whole
 
 HISTORY_DAYS = (7, 30, 90)
 

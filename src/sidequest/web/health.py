@@ -8,8 +8,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ..health import check_redis
-from .site import Site
+from sidequest.api.health import check_redis
+from sidequest.web.site import Site
 
 PATH = "/health"
 

@@ -1,7 +1,7 @@
 """The dashboard's Job metrics pages: per job name over a window (1 h to 72 h), throughput,
 failure rate and run-time percentiles; one job's runs per minute and its run-time histogram.
 
-Worker processes write these counts with their heartbeat (the feature, `sidequest.job_metrics`),
+Worker processes write these counts with their heartbeat (the feature, `sidequest.features.job_metrics`),
 so the numbers move every few seconds; the pages refresh every `REFRESH_MS`. They read them
 through the admin API (`api.job_metrics`); the same counts go to Prometheus from
 `web.prometheus`, and the dashboard's front page charts the cluster totals (`api.stats`).
@@ -16,9 +16,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..api import JobSummary, MetricsQuery, MinutePoint
-from ..job_metrics import BUCKETS, read
-from .site import Site, whole
+from sidequest.api import JobSummary, MetricsQuery, MinutePoint
+from sidequest.features.job_metrics import BUCKETS, read
+from sidequest.web.site import Site, whole
 
 WINDOWS = ((60, "1 hour"), (480, "8 hours"), (1440, "24 hours"), (4320, "72 hours"))
 MAX_POINTS = 180  # a chart's points: longer windows are summed into wider steps

@@ -10,9 +10,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..periodic import status
-from ..periodic.scheduler import DESCRIBE_EVERY
-from .site import Site
+from sidequest.features.periodic import status
+from sidequest.features.periodic.scheduler import DESCRIBE_EVERY
+from sidequest.web.site import Site
 
 STALE_AFTER = 3 * DESCRIBE_EVERY  # no scheduler has described the entry for this long
 

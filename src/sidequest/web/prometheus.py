@@ -9,7 +9,7 @@ official client library (`prometheus_client`), every name `sidequest_`.
     sidequest_job_processed_total{job}, sidequest_job_failed_total{job},
     sidequest_job_runtime_seconds_total{job}, sidequest_job_expired_total{job}
 
-Per-job counts exist in Redis only per minute, kept 72 hours (see `sidequest.job_metrics`): a sum
+Per-job counts exist in Redis only per minute, kept 72 hours (see `sidequest.features.job_metrics`): a sum
 over them would fall as old minutes expire, which Prometheus reads as counter resets. So each
 app keeps its own per-job counters, which start at zero with the process (as any exporter's do)
 and grow by what each scrape finds new in the last `RECENT_MINUTES` minutes (a worker writes a
@@ -28,8 +28,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..api import MetricsQuery, ProcessSet, Stats
-from ..client import Client
+from sidequest.api import MetricsQuery, ProcessSet, Stats
+from sidequest.client.sync_client import Client
 
 RECENT_MINUTES = 10
 

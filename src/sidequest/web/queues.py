@@ -9,9 +9,9 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
-from ..api import Queue, Stats
-from .render import back
-from .site import PER_PAGE, Site, field, pager, whole
+from sidequest.api import Queue, Stats
+from sidequest.web.render import back
+from sidequest.web.site import PER_PAGE, Site, field, pager, whole
 
 
 def routes(site: Site) -> list[Route]:

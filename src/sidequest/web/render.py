@@ -20,7 +20,7 @@ from jinja2 import Environment, PackageLoader
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse
 
-from .. import __version__
+from sidequest import __version__
 
 FLASH_COOKIE = "sidequest_flash"
 FRAGMENT_HEADER = "x-sidequest-fragment"

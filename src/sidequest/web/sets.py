@@ -17,12 +17,12 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
-from ..api import DeadSet, JobSet, RetrySet, ScheduledSet, SortedEntry
-from ..client import Client
-from ..errors import PayloadError
-from ..retry import retry_limit
-from .render import back
-from .site import PER_PAGE, Site, field, form, pager
+from sidequest.api import DeadSet, JobSet, RetrySet, ScheduledSet, SortedEntry
+from sidequest.client.sync_client import Client
+from sidequest.errors import PayloadError
+from sidequest.web.render import back
+from sidequest.web.site import PER_PAGE, Site, field, form, pager
+from sidequest.worker.retry import retry_limit
 
 FILTER_CAP = 1000
 MAX_KEYS = 1000  # entries one "selected" action may name

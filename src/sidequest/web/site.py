@@ -10,9 +10,9 @@ from urllib.parse import urlencode
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
-from ..api import Stats
-from ..client import Client
-from .render import Renderer
+from sidequest.api import Stats
+from sidequest.client.sync_client import Client
+from sidequest.web.render import Renderer
 
 PER_PAGE = 25
 

@@ -2,7 +2,7 @@
 the recent tasks index that `Task.create` keeps); a task's progress, its counts per status and
 its jobs' events with messages, filtered by status and paged; and a task opened by its id.
 
-`/tasks/<id>` and `/tasks/<id>/events` keep answering JSON (`sidequest.tasks.http`) to any client
+`/tasks/<id>` and `/tasks/<id>/events` keep answering JSON (`sidequest.features.tasks.http`) to any client
 that does not ask for HTML, so front ends polling the tasks API see no change; the same API is
 also at `/api/tasks/<id>`.
 """
@@ -18,11 +18,11 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .. import keys
-from ..tasks import RECENT_AGE, RECENT_LIMIT, Task
-from ..tasks.http import tasks_app
-from .render import FRAGMENT_HEADER, back
-from .site import Site, pager, whole
+from sidequest.features.tasks import RECENT_AGE, RECENT_LIMIT, Task
+from sidequest.features.tasks.http import tasks_app
+from sidequest.store import keys
+from sidequest.web.render import FRAGMENT_HEADER, back
+from sidequest.web.site import Site, pager, whole
 
 EVENTS_PER_PAGE = 25
 TASKS_PER_PAGE = 25

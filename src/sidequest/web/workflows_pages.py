@@ -17,10 +17,10 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from ..api.workflows import cancel_workflow, recent_workflows, workflow_detail
-from ..workflows import Workflow
-from .render import back
-from .site import Site, pager, whole
+from sidequest.api.workflows import cancel_workflow, recent_workflows, workflow_detail
+from sidequest.features.workflows import Workflow
+from sidequest.web.render import back
+from sidequest.web.site import Site, pager, whole
 
 PER_PAGE = 25
 NODE_W, NODE_H, GAP_X, GAP_Y, PAD = 190, 54, 70, 18, 16  # the graph's geometry, in pixels

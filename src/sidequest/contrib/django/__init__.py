@@ -33,23 +33,23 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .commit import AfterCommit, after_commit, enqueue_on_commit
-from .conf import config_from_settings
+from sidequest.contrib.django.commit import AfterCommit, after_commit, enqueue_on_commit
+from sidequest.contrib.django.conf import config_from_settings
 
 if TYPE_CHECKING:
-    from .backend import TasksBackend
-    from .dashboard import dashboard_urls
+    from sidequest.contrib.django.backend import TasksBackend
+    from sidequest.contrib.django.dashboard import dashboard_urls
 
 
 def __getattr__(name: str) -> Any:
     """`TasksBackend` and `dashboard_urls` load Django's task framework and the dashboard only
     when asked for (a project that uses neither needs neither)."""
     if name == "TasksBackend":
-        from .backend import TasksBackend
+        from sidequest.contrib.django.backend import TasksBackend
 
         return TasksBackend
     if name == "dashboard_urls":
-        from .dashboard import dashboard_urls
+        from sidequest.contrib.django.dashboard import dashboard_urls
 
         return dashboard_urls
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

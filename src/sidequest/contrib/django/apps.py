@@ -15,10 +15,10 @@ from django.apps import AppConfig
 from django.conf import settings
 from django.utils.module_loading import autodiscover_modules
 
-from ...client import configure
-from ...config import Config
-from ...launcher import configure_worker
-from .conf import config_from_settings
+from sidequest.client.sync_client import configure
+from sidequest.config import Config
+from sidequest.contrib.django.conf import config_from_settings
+from sidequest.worker.launcher import configure_worker
 
 JOBS_MODULE = "jobs"
 TASKS_MODULE = "tasks"  # where Django's `@task` functions live, when TASKS uses sidequest
@@ -35,13 +35,13 @@ class SidequestConfig(AppConfig):
     given: dict[str, Any]  # the SIDEQUEST setting as written
 
     def ready(self) -> None:
-        from .worker import installer
+        from sidequest.contrib.django.worker import installer
 
         self.given = dict(getattr(settings, "SIDEQUEST", None) or {})
         self.config = config_from_settings(self.given)
         configure(self.config)
         if uses_tasks_backend():
-            from . import backend  # noqa: F401  (registers the job that runs Django tasks)
+            from sidequest.contrib.django import backend  # noqa: F401  (registers the job that runs Django tasks)
 
             # a worker runs only tasks of modules imported here (or by -r), never one a job names
             autodiscover_modules(TASKS_MODULE)

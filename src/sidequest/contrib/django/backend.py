@@ -9,7 +9,7 @@
 
 A task is one sidequest job (`RunTask`, its payload naming the task in `wrapped`, as Sidekiq
 names an ActiveJob's class) on the queue `queue_name`, pushed with `result_ttl`, so the job's
-status record (`sidequest.results`) says where it is and keeps its return value. Beside it,
+status record (`sidequest.features.results`) says where it is and keeps its return value. Beside it,
 in the same MULTI as the push, the task's own record (`keys.django_task`) keeps what Django's
 `TaskResult` shows and the job does not: the task's path, its arguments, its times, every
 attempt's worker and error (with the traceback). The worker updates it as the task runs; both
@@ -51,12 +51,8 @@ from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 
-from ... import keys, lookup
-from ...client import Client, default_client
-from ...errors import SidequestError, UnknownJobError
-from ...job import Job
-from ...options import check_options
-from .compat import (
+from sidequest.client.sync_client import Client, default_client
+from sidequest.contrib.django.compat import (
     SUCCEEDED,
     BaseTaskBackend,
     Task,
@@ -70,6 +66,11 @@ from .compat import (
     task_finished,
     task_started,
 )
+from sidequest.errors import SidequestError, UnknownJobError
+from sidequest.features import lookup
+from sidequest.jobs.definition import Job
+from sidequest.jobs.options import check_options
+from sidequest.store import keys
 
 T = TypeVar("T")
 

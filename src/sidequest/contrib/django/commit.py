@@ -21,8 +21,8 @@ from typing import Any, Generic, ParamSpec, Protocol
 
 from django.db import transaction
 
-from ...job import Delay, When
-from ...payload import check_args
+from sidequest.jobs.definition import Delay, When
+from sidequest.jobs.payload import check_args
 
 P = ParamSpec("P")
 

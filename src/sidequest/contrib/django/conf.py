@@ -27,9 +27,9 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
-from ...config import Config, did_you_mean
-from ...errors import ConfigError
-from ...middleware import Chain
+from sidequest.config import Config, did_you_mean
+from sidequest.errors import ConfigError
+from sidequest.jobs.middleware import Chain
 
 FIELDS = tuple(f.name for f in dataclasses.fields(Config))
 CHAINS = ("client_middleware", "server_middleware")

@@ -37,8 +37,8 @@ from django.views.decorators.csrf import csrf_exempt
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message
 
-from ...client import Client, default_client
-from .models import MANAGE_PERMISSION
+from sidequest.client.sync_client import Client, default_client
+from sidequest.contrib.django.models import MANAGE_PERMISSION
 
 View = Callable[..., Coroutine[Any, Any, HttpResponse]]
 ACCESS = "sidequest.access"  # the scope's key for the view's verdict on the user (see `_access`)
@@ -67,7 +67,7 @@ def dashboard_view(*, read_only: bool = False, client: Client | None = None) -> 
         chosen = client or default_client()
         app = built.get(chosen)
         if app is None:
-            from ...web import create_app
+            from sidequest.web import create_app
 
             built.clear()
             app = built[chosen] = create_app(chosen, read_only=read_only, auth=_access)

@@ -17,10 +17,10 @@ from typing import Any
 from django.db import close_old_connections
 from django.utils.log import RequireDebugTrue
 
-from ...config import Config
-from ...launcher import WorkerSetup
-from ...periodic import default_periodic, entries_from_config
-from ...registry import default_registry
+from sidequest.config import Config
+from sidequest.features.periodic import default_periodic, entries_from_config
+from sidequest.jobs.registry import default_registry
+from sidequest.worker.launcher import WorkerSetup
 
 
 class CloseOldConnections:

@@ -26,8 +26,8 @@ from django.apps import apps
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
-from ...apps import SidequestConfig
-from ...conf import cli_environment
+from sidequest.contrib.django.apps import SidequestConfig
+from sidequest.contrib.django.conf import cli_environment
 
 BOOT = "sidequest.contrib.django.boot"
 

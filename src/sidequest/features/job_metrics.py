@@ -1,0 +1,225 @@
+"""The per-job metrics feature: runs, failures, expired jobs and run times per job name and UTC
+minute, kept 72 hours; how they are counted, written and read back.
+
+A lifecycle feature that writes nothing per job: each finished run is appended to an in-memory
+deque (an append is atomic, so ten processors never wait on a lock), folded into a table (job
+name -> count, failures, total milliseconds, a histogram of run times) once `FOLD_AT` runs wait
+(by the processor that appended the last, unless another is folding) and when the heartbeat
+(handed `JobMetricsFeature.flush` by the launcher) takes the table, which it writes into
+`sidequest:metrics:<YYYYMMDDHHMM>` (see `keys`) in its own MULTI, as Sidekiq 7 does with its
+metrics. One hash per minute, fields per job name:
+
+    <name>|p      runs that ended (done, retried, dead, dropped)
+    <name>|f      of which failed
+    <name>|ms     their total run time, in milliseconds
+    <name>|x      jobs dropped unstarted past their deadline (`expires_in`): not runs
+    <name>|h<i>   runs whose time fell in bucket i of `BUCKETS` (upper bounds in ms)
+
+`read` turns a window of minutes into totals and percentiles (from the histogram), for the
+admin API, the dashboard and the CLI. Its neighbours: `counters` holds one process's totals
+(processed, failed: Sidekiq's `stat:*`), not per job; `api.job_metrics` is the admin API's
+query over these minutes (`MetricsQuery`); `web.job_metrics` draws them, `web.prometheus`
+exports them.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from bisect import bisect_left
+from collections import deque
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import redis
+
+from sidequest.store import keys
+from sidequest.worker.outcome import EXPIRED, Outcome
+
+RETENTION = 72 * 3600  # seconds a minute of metrics is kept
+BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 30_000, 60_000, float("inf"))
+ENDS = ("finished", "retried", "dead", "dropped")
+# Runs held in the deque before they are folded into the table: a burst of jobs between two beats
+# (10,000 in a second) would otherwise hold a tuple, a float and the job's name per run until the
+# next beat, about 200 bytes each: 2 MB of a worker's peak RSS.
+FOLD_AT = 512
+
+
+def minute_of(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y%m%d%H%M")
+
+
+@dataclass
+class _Tally:
+    runs: int = 0
+    failed: int = 0
+    ms: float = 0.0
+    histogram: list[int] = field(default_factory=lambda: [0] * len(BUCKETS))
+    expired: int = 0
+
+
+class JobMetricsFeature:
+    """Counts every run that ended, in memory; `flush(pipe)` writes the counts (heartbeat)."""
+
+    name = "job_metrics"
+    marks: frozenset[str] | None = frozenset()  # ops only for payloads with these keys
+    observes, wraps = True, False  # whether `observe` and `running` ever do anything
+    lua = ""  # nothing runs in Redis per job
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self.clock = clock
+        self._lock = threading.Lock()  # held to fold, take and give back; a processor never waits on it
+        self._runs: deque[tuple[int, str, float, bool]] = deque()  # (minute, name, ms, failed)
+        self._expired: deque[tuple[int, str]] = deque()  # (minute, name)
+        self._minutes: dict[str, dict[str, _Tally]] = {}
+
+    def ops(self, point: str, payload: dict[str, Any], outcome: Outcome | None) -> list[Any] | None:
+        return None
+
+    def running(self, payload: dict[str, Any]) -> AbstractContextManager[None] | None:
+        return None
+
+    def observe(self, point: str, payload: dict[str, Any], outcome: Outcome | None) -> None:
+        if point in ENDS and outcome is not None and outcome.elapsed is not None:
+            self._runs.append((int(self.clock() // 60), str(payload.get("class", "?")),
+                               outcome.elapsed * 1000, point != "finished"))
+            if len(self._runs) >= FOLD_AT and self._lock.acquire(blocking=False):  # never waits
+                try:
+                    self._fold()
+                finally:
+                    self._lock.release()
+        elif point == "dropped" and outcome is not None and outcome.reason == EXPIRED:
+            self._expired.append((int(self.clock() // 60), str(payload.get("class", "?"))))
+
+    def _fold(self) -> None:
+        """Move the runs and expired jobs waiting in the deques into the table (lock held)."""
+        minutes = self._minutes
+        labels: dict[int, str] = {}
+        while self._runs:
+            minute, name, ms, failed = self._runs.popleft()
+            label = labels.get(minute) or labels.setdefault(minute, minute_of(minute * 60))
+            tally = minutes.setdefault(label, {}).setdefault(name, _Tally())
+            tally.runs += 1
+            tally.failed += failed
+            tally.ms += ms
+            tally.histogram[bisect_left(BUCKETS, ms)] += 1
+        while self._expired:
+            minute, name = self._expired.popleft()
+            label = labels.get(minute) or labels.setdefault(minute, minute_of(minute * 60))
+            minutes.setdefault(label, {}).setdefault(name, _Tally()).expired += 1
+
+    def take(self) -> dict[str, dict[str, _Tally]]:
+        with self._lock:
+            self._fold()
+            minutes, self._minutes = self._minutes, {}
+        return minutes
+
+    def give_back(self, minutes: dict[str, dict[str, _Tally]]) -> None:
+        """Counts a failed flush took: they go out with the next one."""
+        with self._lock:
+            for minute, names in minutes.items():
+                mine = self._minutes.setdefault(minute, {})
+                for name, tally in names.items():
+                    into = mine.setdefault(name, _Tally())
+                    into.runs += tally.runs
+                    into.failed += tally.failed
+                    into.ms += tally.ms
+                    into.expired += tally.expired
+                    into.histogram = [a + b for a, b in zip(into.histogram, tally.histogram, strict=True)]
+
+    def flush(self, pipe: Any) -> Callable[[], None]:
+        """Queue the counts taken since the last flush on `pipe` (the heartbeat's MULTI); the
+        returned call gives them back, to go out with the next flush, should that MULTI fail."""
+        minutes = self.take()
+        self.write(pipe, minutes)
+        return lambda: self.give_back(minutes)
+
+    @staticmethod
+    def write(pipe: Any, minutes: dict[str, dict[str, _Tally]]) -> None:
+        for minute, names in minutes.items():
+            key = keys.metrics(minute)
+            for name, tally in names.items():
+                if tally.expired:
+                    pipe.hincrby(key, f"{name}|x", tally.expired)
+                if not tally.runs:
+                    continue
+                pipe.hincrby(key, f"{name}|p", tally.runs)
+                if tally.failed:
+                    pipe.hincrby(key, f"{name}|f", tally.failed)
+                pipe.hincrbyfloat(key, f"{name}|ms", round(tally.ms, 3))
+                for index, count in enumerate(tally.histogram):
+                    if count:
+                        pipe.hincrby(key, f"{name}|h{index}", count)
+            pipe.expire(key, RETENTION)
+
+
+@dataclass
+class JobMetrics:
+    """One job name over a window: what the dashboard's metrics page shows."""
+
+    name: str
+    runs: int = 0
+    failed: int = 0
+    total_ms: float = 0.0
+    histogram: list[int] = field(default_factory=lambda: [0] * len(BUCKETS))
+    per_minute: dict[str, tuple[int, int, float]] = field(default_factory=dict)  # minute -> (runs, failed, ms)
+    expired: int = 0  # jobs dropped unstarted past their deadline (not runs)
+    expired_per_minute: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def failure_rate(self) -> float:
+        return self.failed / self.runs if self.runs else 0.0
+
+    @property
+    def mean_ms(self) -> float:
+        return self.total_ms / self.runs if self.runs else 0.0
+
+    def percentile(self, fraction: float) -> float:
+        """The upper bound (ms) of the bucket holding this fraction of runs; 0 with no runs."""
+        target, seen = fraction * self.runs, 0
+        for bound, count in zip(BUCKETS, self.histogram, strict=True):
+            seen += count
+            if count and seen >= target:
+                return float(bound)
+        return 0.0
+
+
+def window(now: float, minutes: int) -> list[str]:
+    """The last `minutes` UTC minutes up to `now`, oldest first."""
+    end = datetime.fromtimestamp(now, UTC).replace(second=0, microsecond=0)
+    return [(end - timedelta(minutes=i)).strftime("%Y%m%d%H%M") for i in range(minutes - 1, -1, -1)]
+
+
+def read(client: redis.Redis, minutes: int = 60, now: float | None = None,
+         names: Iterable[str] | None = None) -> dict[str, JobMetrics]:
+    """Metrics per job name over the last `minutes` minutes (at most 72 h), one round trip."""
+    span = window(time.time() if now is None else now, min(max(minutes, 1), RETENTION // 60))
+    pipe = client.pipeline(transaction=False)
+    for minute in span:
+        pipe.hgetall(keys.metrics(minute))
+    wanted = set(names) if names is not None else None
+    found: dict[str, JobMetrics] = {}
+    for minute, raw in zip(span, pipe.execute(), strict=True):
+        per_name: dict[str, dict[str, float]] = {}
+        for field_name, value in raw.items():
+            name, _, part = field_name.decode().rpartition("|")
+            per_name.setdefault(name, {})[part] = float(value)
+        for name, parts in per_name.items():
+            if wanted is not None and name not in wanted:
+                continue
+            entry = found.setdefault(name, JobMetrics(name))
+            runs, failed, ms = int(parts.get("p", 0)), int(parts.get("f", 0)), parts.get("ms", 0.0)
+            entry.runs += runs
+            entry.failed += failed
+            entry.total_ms += ms
+            entry.per_minute[minute] = (runs, failed, ms)
+            expired = int(parts.get("x", 0))
+            if expired:
+                entry.expired += expired
+                entry.expired_per_minute[minute] = expired
+            for index in range(len(BUCKETS)):
+                entry.histogram[index] += int(parts.get(f"h{index}", 0))
+    return found

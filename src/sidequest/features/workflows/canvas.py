@@ -1,0 +1,109 @@
+"""Celery's canvas on workflows: `chain`, `group` and `chord`, each started with `perform_async`.
+
+    sidequest.chain(fetch.s(url), parse.s(), store.s()).perform_async()    # parse(html), store(parsed)
+    sidequest.group([resize.s(p) for p in paths]).perform_async()          # in parallel
+    sidequest.chord([price.s(sku) for sku in skus], total.s()).perform_async()   # total([p1, p2, ...])
+
+Each builds a `WorkflowBuilder` (`.workflow()`) whose steps are named "1", "2", ... in the order
+they run, and returns the workflow's id. They nest: a chain may hold groups (the step after a
+group gets the list of its results, as a chord's callback), a group may hold chains.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from sidequest.client.sync_client import Client
+from sidequest.features.workflows.builder import TTL, Collect, WorkflowBuilder
+from sidequest.features.workflows.signature import Signature
+
+
+class Canvas:
+    """What chain, group and chord share: built into a workflow, started with `perform_async`."""
+
+    def workflow(self, name: str = "") -> WorkflowBuilder:
+        builder = WorkflowBuilder(name)
+        self.place(builder, (), "none")
+        return builder
+
+    def perform_async(self, *, name: str = "", client: Client | None = None, ttl: float = TTL) -> str:
+        """Start it; return the workflow's id (`sidequest.Workflow.find(id)`)."""
+        return self.workflow(name).perform_async(client=client, ttl=ttl)
+
+    def place(self, builder: WorkflowBuilder, after: tuple[str, ...], collect: Collect) -> tuple[str, ...]:
+        """Add this part's steps after `after`; return the names of its last steps."""
+        raise NotImplementedError
+
+    def ends_in_group(self) -> bool:
+        return False
+
+
+Item = Signature | Canvas
+
+
+def _place(item: Any, builder: WorkflowBuilder, after: tuple[str, ...], collect: Collect) -> tuple[str, ...]:
+    if isinstance(item, Canvas):
+        return item.place(builder, after, collect)
+    if not isinstance(item, Signature):
+        raise TypeError(f"a canvas holds signatures (job.s(...)), groups and chains, got {item!r}")
+    name = str(len(builder.steps) + 1)
+    builder.add_step(name, item, after, "none" if item.immutable else collect)
+    return (name,)
+
+
+class Chain(Canvas):
+    """Steps one after the other, each result passed on to the next mutable step (its last argument)."""
+
+    def __init__(self, *items: Item) -> None:
+        if not items:
+            raise ValueError("a chain needs at least one step")
+        self.items = items
+
+    def place(self, builder: WorkflowBuilder, after: tuple[str, ...], collect: Collect) -> tuple[str, ...]:
+        for index, item in enumerate(self.items):
+            if index:
+                before = self.items[index - 1]
+                collect = "list" if isinstance(before, Canvas) and before.ends_in_group() else "one"
+            after = _place(item, builder, after, collect)
+        return after
+
+    def ends_in_group(self) -> bool:
+        last = self.items[-1]
+        return isinstance(last, Canvas) and last.ends_in_group()
+
+
+class Group(Canvas):
+    """Steps in parallel; the step after a group gets their results as one list, in order."""
+
+    def __init__(self, items: Iterable[Item]) -> None:
+        self.items = list(items)
+        if not self.items:
+            raise ValueError("a group needs at least one step")
+
+    def place(self, builder: WorkflowBuilder, after: tuple[str, ...], collect: Collect) -> tuple[str, ...]:
+        ends: list[str] = []
+        for item in self.items:
+            ends += _place(item, builder, after, collect)
+        return tuple(ends)
+
+    def ends_in_group(self) -> bool:
+        return True
+
+
+def chain(*items: Item) -> Chain:
+    return Chain(*items)
+
+
+def group(items: Iterable[Item]) -> Group:
+    return Group(items)
+
+
+def chord(header: Group | Iterable[Item], callback: Item) -> Chain:
+    """A group, then `callback`, which gets the list of the group's results."""
+    return Chain(header if isinstance(header, Group) else Group(header), callback)
+
+
+def workflow(name: str = "") -> WorkflowBuilder:
+    """An empty workflow to `add` named steps to (see `builder`)."""
+    return WorkflowBuilder(name)

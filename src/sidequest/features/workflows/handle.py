@@ -1,0 +1,123 @@
+"""A workflow's handle: read its state and its steps, wait for a step's result, cancel it.
+
+    flow = Workflow.find(workflow_id)            # None if unknown (or expired)
+    flow.status()      # {"state": "running", "counts": {"done": 2, ...}, "done": False, ...}
+    flow.steps()       # [{"name": "resize", "status": "done", "result": ..., "after": [], ...}, ...]
+    flow.result("upload", timeout=30)            # that step's return value (`sidequest.result`)
+    flow.cancel()      # no further step starts; running steps see `sidequest.cancelled()`
+
+States: running, succeeded (every step done), failed (a step failed: with policy "stop" or a
+compensating job at once, with "continue" once every step has ended), cancelled.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, cast
+
+import redis
+
+from sidequest.client.sync_client import Client, default_client
+from sidequest.features.lookup import result
+from sidequest.features.recent import newest
+from sidequest.features.workflows.builder import STATUSES
+from sidequest.features.workflows.lua import WORKFLOW_CANCEL, cluster_lua
+from sidequest.store import keys
+
+
+class Workflow:
+    def __init__(self, workflow_id: str, client: Client | None = None) -> None:
+        self.id = workflow_id
+        self.client = client or default_client()
+
+    @property
+    def redis(self) -> redis.Redis:
+        return self.client.redis
+
+    @classmethod
+    def find(cls, workflow_id: str, client: Client | None = None) -> Workflow | None:
+        """The workflow with this id, or None if there is none (or it expired)."""
+        flow = cls(workflow_id, client)
+        return flow if flow.redis.exists(keys.workflow(workflow_id)) else None
+
+    @classmethod
+    def recent(cls, offset: int = 0, limit: int = 25,
+               client: Client | None = None) -> tuple[int, list[dict[str, Any]]]:
+        """The workflows created last, newest first, as `status()` gives them: (how many the index
+        holds, `limit` of them from `offset`); an expired one is `{"id": ..., "expired": True}`."""
+        return newest((client or default_client()).redis, keys.WORKFLOWS_RECENT, keys.workflow, _status,
+                      offset, limit)
+
+    def status(self) -> dict[str, Any]:
+        stored = cast("dict[bytes, bytes]", self.redis.hgetall(keys.workflow(self.id)))
+        if not stored:
+            raise LookupError(f"workflow {self.id} does not exist (or has expired)")
+        return _status(self.id, stored)
+
+    def steps(self) -> list[dict[str, Any]]:
+        """Every step in the order it was added: name, job, jid, status, after, policy, params,
+        and from its job's status record its result (or error)."""
+        _, graph_key, state_key, _ = keys.workflow_keys(self.id)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hgetall(graph_key)
+        pipe.hgetall(state_key)
+        graph, states = pipe.execute()
+        described = sorted(((k.decode(), json.loads(v)) for k, v in graph.items()), key=lambda s: s[1]["order"])
+        pipe = self.redis.pipeline(transaction=False)
+        for _, step in described:
+            pipe.hmget(self.client.keys.status(step["jid"], step["queue"]), "result", "error_class", "error_message")
+        records = pipe.execute() if described else []
+        steps = []
+        for (name, step), (value, error_class, error_message) in zip(described, records, strict=True):
+            steps.append({
+                "name": name, "job": step["job"], "jid": step["jid"],
+                "status": states.get(name.encode(), b"unknown").decode(), "after": step["after"],
+                "policy": step["policy"], "compensation": step.get("comp_job"), "params": step["params"],
+                "result": json.loads(value) if value is not None else None,
+                "error": ": ".join(v.decode("utf-8", "replace") for v in (error_class, error_message) if v) or None,
+            })
+        return steps
+
+    def describe(self) -> dict[str, Any]:
+        """`status()` with `steps()`: what the admin API, the CLI and the dashboard show."""
+        return {**self.status(), "steps": self.steps()}
+
+    def result(self, step: str, timeout: float | None = 10.0) -> Any:
+        """Wait up to `timeout` s for `step` to end; its return value (as `sidequest.result`)."""
+        raw = self.redis.hget(keys.workflow_keys(self.id)[1], step)
+        if raw is None:
+            raise LookupError(f"workflow {self.id} has no step {step!r} (or has expired)")
+        return result(json.loads(cast("bytes", raw))["jid"], timeout, client=self.client)
+
+    def cancel(self) -> bool:
+        """Cancel the workflow: no further step starts, waiting steps are skipped, enqueued ones
+        are removed and running ones are flagged (`sidequest.cancelled()`). False if it had
+        already ended or been cancelled; LookupError if there is no such workflow. A workflow
+        that a failure stopped stays failed, and its steps still running are cancelled."""
+        from sidequest.features.cancellation import (
+            Canceller,  # it imports the operators' lifecycle, which holds this feature
+        )
+
+        script = self.redis.register_script(cluster_lua(WORKFLOW_CANCEL) if self.client.keys.cluster
+                                            else WORKFLOW_CANCEL)
+        jids = script(keys=keys.workflow_keys(self.id), args=[self.client.clock()])
+        if jids == -1:
+            raise LookupError(f"workflow {self.id} does not exist (or has expired)")
+        if not isinstance(jids, list):
+            return False
+        canceller = Canceller(self.client)
+        for jid in jids:
+            canceller.cancel(jid.decode())
+        return True
+
+
+def _status(workflow_id: str, stored: dict[bytes, bytes]) -> dict[str, Any]:
+    raw = {k.decode(): v.decode() for k, v in stored.items()}
+    counts = {s: int(raw.get(f"count:{s}", 0)) for s in STATUSES}
+    return {
+        "id": workflow_id, "name": raw.get("name", ""), "state": raw.get("state", "unknown"),
+        "done": "finished_at" in raw, "total": int(raw.get("total", 0)), "counts": counts,
+        "failed_step": raw.get("failed_step"), "compensation": raw.get("compensation"),
+        "created_at": float(raw["created_at"]) if "created_at" in raw else None,
+        "finished_at": float(raw["finished_at"]) if "finished_at" in raw else None,
+    }

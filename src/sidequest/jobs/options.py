@@ -1,0 +1,272 @@
+"""Job options (Sidekiq's `sidekiq_options`) and schedule times, checked with clear errors.
+
+Known options and their types (`JobOptions` spells them for a type checker):
+
+    queue        str, a valid queue name                       default "default"
+    retry        True (= 25 attempts), False, or an int >= 0   default True
+    retry_queue  str, a valid queue name
+    backtrace    bool, or an int (how many lines to keep)
+    dead         bool: whether exhausted jobs go to the dead set
+    tags         list of str
+    timeout      number of seconds > 0 (sidequest's per-job time limit)
+    unique_for   number of seconds > 0: while a copy with the same class, args and queue is
+                 pending or running (at most this long), another push of it writes nothing
+    unique_until "success" (default: the claim ends when the job succeeds or dies) or
+                 "start" (it ends when the job starts)
+    result_ttl   number of seconds > 0: keep the job's state and return value this long after
+                 each change (`sidequest.status`, `sidequest.result`)
+    expires_in   seconds > 0 or a timedelta: a job not started this long after its time is
+                 dropped unstarted (Sidekiq Pro's option; the push stores the deadline,
+                 `expires_at`, in epoch seconds)
+    wait_replicas  int >= 0: the push returns once this many replicas hold it (Redis WAIT),
+                 or raises NotReplicatedError after wait_timeout (default: the client's
+                 configuration, 0); not stored in the payload
+    wait_timeout   seconds > 0 the push waits for wait_replicas (default: the configuration's, 1 s)
+    custom       a dict of fields of your own (native JSON), written as top-level payload
+                 fields, as Sidekiq writes any option it does not know
+
+Any other name is refused where it is written (`@job(...)`, a `Job` subclass's keywords,
+`.set(...)`, a push), with the nearest known name: a misspelt `retries=3` would otherwise
+travel as a payload field while the real `retry` kept its default.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any, Literal, TypedDict
+
+from sidequest.config import check_queue_name
+from sidequest.errors import ConfigError, JobArgumentError
+from sidequest.jobs.payload import RESERVED_KEYS, check_json_value
+
+DEFAULTS: dict[str, Any] = {"retry": True, "queue": "default"}
+PUSH_ONLY = ("wait_replicas", "wait_timeout")  # options of how a push is written, not payload fields
+UNIQUE_UNTIL = ("success", "start")  # when a unique job's claim ends (besides expiring), see `unique`
+
+# Payload fields that steer a feature, with the feature that sets them on its own jobs: no push
+# option may set them, or any producer could claim to be another workflow's step or task's job
+# (a worker also checks the claim: see `workflows.lua` and `tasks.lua`). The feature lays them
+# over the checked options itself (`Client.build(..., steer=...)`).
+FEATURE_FIELDS = {"workflow_id": "workflows", "workflow_step": "workflows", "task_id": "tasks"}
+
+# The point where Sidekiq stops reading a number as an interval and reads it as an epoch time.
+EPOCH_THRESHOLD = 1_000_000_000
+
+
+class JobOptions(TypedDict, total=False):
+    """The options of a job (`@sidequest.job(...)`, `class X(sidequest.Job, ...)`, `.set(...)`)."""
+
+    queue: str  # the queue it is pushed to ("default")
+    retry: bool | int  # True: up to max_retries (25); an int: that many; 0: dead at once; False: dropped
+    retry_queue: str  # retries go to this queue instead
+    backtrace: bool | int  # keep the failure's traceback in the payload (an int: that many frames)
+    dead: bool  # False: a job out of retries is dropped instead of kept in `dead`
+    tags: list[str] | tuple[str, ...]  # shown by Sidekiq's Web UI
+    timeout: float | None  # seconds `perform` may run
+    unique_for: float | None  # seconds: one pending copy per class, args and queue (`unique`)
+    unique_until: Literal["success", "start"]  # when a unique job's claim ends
+    result_ttl: float | None  # seconds to keep the job's state and return value (`results`)
+    expires_in: float | timedelta | None  # not started this long after its time: dropped unstarted
+    wait_replicas: int  # the push waits until this many replicas hold it (see `Config.wait_replicas`)
+    wait_timeout: float  # ... at most this many seconds, then raises NotReplicatedError
+    custom: Mapping[str, Any]  # payload fields of your own, native JSON
+
+
+KNOWN = tuple(JobOptions.__annotations__)
+# Spellings other job libraries use for what sidequest calls otherwise (Celery, RQ, Dramatiq,
+# Huey, arq): what a newcomer types first.
+ELSEWHERE = {"retries": "retry", "max_retries": "retry", "queue_name": "queue", "time_limit": "timeout",
+             "soft_time_limit": "timeout", "job_timeout": "timeout", "ttl": "expires_in",
+             "expires": "expires_in", "expire_in": "expires_in", "expiry": "expires_in",
+             "expiration": "expires_in", "unique": "unique_for", "unique_in": "unique_for",
+             "result_ttl_seconds": "result_ttl", "dead_letter": "dead"}
+# Words that are not options at all in sidequest, with where the thing lives instead.
+NOT_OPTIONS = {"countdown": "to run it later, push it with perform_in(seconds, ...)",
+               "eta": "to run it at a time, push it with perform_at(when, ...)",
+               "delay": "to run it later, push it with perform_in(seconds, ...)"}
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check_queue(value: Any, option: str) -> str:
+    try:
+        return check_queue_name(value, f"option {option!r}")
+    except ConfigError as exc:
+        raise JobArgumentError(str(exc)) from None
+
+
+def unknown_option(key: str) -> str:
+    """The one-line error for an option name sidequest does not know, with the nearest one."""
+    if key in NOT_OPTIONS:
+        return f"{key!r} is not a job option: {NOT_OPTIONS[key]}"
+    import difflib  # only for a mistake
+
+    near = ELSEWHERE.get(key) or next(iter(difflib.get_close_matches(key, KNOWN, n=1, cutoff=0.6)), None)
+    known = f"did you mean {near!r}?" if near else f"the options are {', '.join(KNOWN[:-1])}"
+    return f"unknown job option {key!r}; {known} (a payload field of your own goes in custom={{{key!r}: ...}})"
+
+
+def _check_custom(value: Any) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise JobArgumentError(f"option 'custom' must be a dict of your own payload fields, got {value!r}")
+    fields: dict[str, Any] = {}
+    for name, item in value.items():
+        if not isinstance(name, str) or not name:
+            raise JobArgumentError(f"custom field names are non-empty strings, got {name!r}")
+        if name in KNOWN:
+            raise JobArgumentError(f"{name!r} is a job option, not a custom field: give it as {name}=...")
+        if name in RESERVED_KEYS:
+            raise JobArgumentError(f"{name!r} is set by sidequest itself and cannot be a custom field")
+        if name in FEATURE_FIELDS:
+            raise JobArgumentError(f"{name!r} is set by sidequest's {FEATURE_FIELDS[name]} on their own jobs and "
+                                   f"cannot be a custom field (add the job through the {name.split('_')[0]} instead)")
+        check_json_value(item, f"custom field {name!r}")
+        fields[name] = item
+    return fields
+
+
+def check_option(key: str, value: Any) -> Any:
+    """Return the value to store for option `key`, or raise JobArgumentError saying why not."""
+    if not isinstance(key, str) or not key:
+        raise JobArgumentError(f"option names are non-empty strings, got {key!r}")
+    if key in RESERVED_KEYS:
+        raise JobArgumentError(f"{key!r} is set by sidequest itself and cannot be a job option")
+    if key not in KNOWN:
+        raise JobArgumentError(unknown_option(key))
+    if key in ("queue", "retry_queue"):
+        return _check_queue(value, key)
+    if key == "retry":
+        if isinstance(value, bool) or (isinstance(value, int) and value >= 0):
+            return value
+        raise JobArgumentError(f"option 'retry' must be True, False or an int >= 0, got {value!r}")
+    if key == "backtrace":
+        if isinstance(value, bool) or (isinstance(value, int) and value >= 0):
+            return value
+        raise JobArgumentError(f"option 'backtrace' must be a bool or a line count >= 0, got {value!r}")
+    if key == "dead":
+        if isinstance(value, bool):
+            return value
+        raise JobArgumentError(f"option 'dead' must be True or False, got {value!r}")
+    if key == "tags":
+        if isinstance(value, (list, tuple)) and all(isinstance(t, str) for t in value):
+            return list(value)
+        raise JobArgumentError(f"option 'tags' must be a list of strings, got {value!r}")
+    if key == "timeout":
+        if value is None or (_is_number(value) and math.isfinite(value) and value > 0):
+            return value
+        raise JobArgumentError(f"option 'timeout' must be a number of seconds above 0, got {value!r}")
+    if key in ("unique_for", "result_ttl"):
+        if value is None or (_is_number(value) and math.isfinite(value) and value > 0):
+            return value  # None turns it off for one push: `.set(unique_for=None)`
+        raise JobArgumentError(f"option {key!r} must be a number of seconds above 0 (or None), got {value!r}")
+    if key == "unique_until":
+        if value in UNIQUE_UNTIL:
+            return value
+        raise JobArgumentError(f"option 'unique_until' must be {' or '.join(map(repr, UNIQUE_UNTIL))}, got {value!r}")
+    if key == "wait_replicas":
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+        raise JobArgumentError(f"option 'wait_replicas' must be a whole number >= 0, got {value!r}")
+    if key == "wait_timeout":
+        if _is_number(value) and math.isfinite(value) and value > 0:
+            return value
+        raise JobArgumentError(f"option 'wait_timeout' must be a number of seconds above 0, got {value!r}")
+    if key == "expires_in":
+        seconds = value.total_seconds() if isinstance(value, timedelta) else value
+        if seconds is None or (_is_number(seconds) and 0 < seconds < EPOCH_THRESHOLD):
+            return seconds  # None turns it off for one push
+        raise JobArgumentError(f"option 'expires_in' must be a duration (seconds above 0 or a timedelta; "
+                               f"not an epoch time), or None, got {value!r}")
+    return _check_custom(value)  # the last known option: `custom`
+
+
+def check_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The options checked (see `check_option`); `custom` as a plain dict. Checking the result
+    again gives it back unchanged."""
+    return {key: check_option(key, value) for key, value in options.items()}
+
+
+def merge_options(base: Mapping[str, Any], more: Mapping[str, Any]) -> dict[str, Any]:
+    """Checked options `base`, then checked `more` over them; `custom` fields merge by name."""
+    merged = {**base, **more}
+    if "custom" in base and "custom" in more:
+        merged["custom"] = {**base["custom"], **more["custom"]}
+    return merged
+
+
+def payload_fields(options: Mapping[str, Any]) -> dict[str, Any]:
+    """Checked options as payload fields: the custom ones at the top level, as Sidekiq keeps them
+    (the options of how it is pushed, `PUSH_ONLY`, are not stored)."""
+    fields = {key: value for key, value in options.items() if key != "custom" and key not in PUSH_ONLY}
+    fields.update(options.get("custom") or {})
+    return fields
+
+
+def seconds_option(value: Any) -> float | None:
+    """A duration option as read back from a payload (`unique_for`, `result_ttl`, `expires_in`):
+    seconds > 0, or None when it is off, or not a usable number (a payload written by other code)."""
+    if _is_number(value) and math.isfinite(value) and value > 0:
+        return float(value)
+    return None
+
+
+def expires_at(payload: Mapping[str, Any], when: float | None, now: float) -> float | None:
+    """The deadline of a payload being pushed (epoch seconds), or None when it has no `expires_in`:
+    `expires_in` after the job's time (`when`, a scheduled job's) or after now, as Sidekiq Pro."""
+    seconds = seconds_option(payload.get("expires_in"))
+    return None if seconds is None else (now if when is None else when) + seconds
+
+
+def schedule_at(when: Any, now: float, *, method: str) -> float | None:
+    """Epoch seconds to schedule at, or None to enqueue now (the time is not in the future).
+
+    `method` is "perform_in" (seconds or timedelta) or "perform_at" (epoch or aware datetime).
+    Both follow Sidekiq's rule: a number below 1e9 is an interval from now.
+    """
+    if isinstance(when, datetime):
+        if method == "perform_in":
+            raise JobArgumentError("perform_in takes seconds or a timedelta; use perform_at for a datetime")
+        if when.tzinfo is None or when.utcoffset() is None:
+            raise JobArgumentError(
+                f"perform_at got a naive datetime {when.isoformat()}; give it a timezone "
+                "(e.g. datetime.now(timezone.utc)) so the time is not ambiguous"
+            )
+        ts = when.timestamp()
+    elif isinstance(when, timedelta):
+        if method == "perform_at":
+            raise JobArgumentError("perform_at takes an epoch time or a datetime; use perform_in for a timedelta")
+        ts = now + when.total_seconds()  # a delay not in the future enqueues at once, as Sidekiq
+    elif _is_number(when):
+        if not math.isfinite(when):
+            raise JobArgumentError(f"{method} got {when!r}; a time must be a finite number")
+        ts = now + when if when < EPOCH_THRESHOLD else float(when)  # negative: now
+    else:
+        raise JobArgumentError(
+            f"{method} takes a number of seconds, a timedelta or a datetime, got {type(when).__name__}"
+        )
+    return ts if ts > now else None
+
+
+def spread_seconds(spread: Any) -> float:
+    """The length in seconds of a bulk push's `spread` (a timedelta or a number of seconds),
+    checked: a negative, infinite or non-duration value is refused with one clear error."""
+    if isinstance(spread, timedelta):
+        seconds = spread.total_seconds()
+    elif _is_number(spread):
+        seconds = float(spread)
+    else:
+        raise JobArgumentError(f"spread takes a timedelta or a number of seconds, got {type(spread).__name__}")
+    if not math.isfinite(seconds) or seconds < 0:
+        raise JobArgumentError(f"spread must be a duration of 0 or more, got {spread!r}")
+    return seconds
+
+
+def spread_times(start: float, count: int, seconds: float, now: float) -> list[float | None]:
+    """Times for `count` jobs spread evenly over [start, start + seconds): job i at
+    start + i * seconds / count (None, enqueue now, for a time that is not in the future)."""
+    step = seconds / count if count else 0.0
+    return [t if t > now else None for t in (start + i * step for i in range(count))]
