@@ -415,7 +415,7 @@ def test_a_launcher_runs_its_entries_and_the_files(config, r, monkeypatch, redis
         wait_until(lambda: {t[0] for t in ran(r, "tick")} == {"code", "file"}, 30, message="both entries to run")
     finally:
         launcher.stop()
-    assert not launcher.periodic._thread.is_alive()
+    assert not launcher.periodic.background.running
 
 
 def test_three_workers_enqueue_a_one_second_job_ten_times_in_ten_seconds(procs, r, client, monkeypatch):  # noqa: F811

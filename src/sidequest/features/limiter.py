@@ -55,6 +55,7 @@ import redis
 from sidequest.client.sync_client import Client, default_client
 from sidequest.errors import OverLimit
 from sidequest.store import keys
+from sidequest.worker.background import Background
 
 log = logging.getLogger(__name__)
 
@@ -209,9 +210,8 @@ class _Leases:
         self.clock = clock
         self._held: dict[str, _Lease] = {}
         self._lock = threading.Lock()
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self.background = Background("sidequest-limiter-leases", self.extend_due, what="extending limiter leases",
+                                     retry=1.0, outage=())  # extend_due handles Redis errors per limiter
         self._pid = 0
         self._failing = False
 
@@ -222,7 +222,7 @@ class _Leases:
                 self._held.clear()
                 self.start()
             self._held[token] = lease
-        self._wake.set()
+        self.background.wake()
 
     def remove(self, token: str) -> _Lease | None:
         with self._lock:
@@ -230,25 +230,10 @@ class _Leases:
 
     def start(self) -> None:
         self._pid = os.getpid()
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._loop, name="sidequest-limiter-leases", daemon=True)
-        self._thread.start()
+        self.background.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(5)
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            self._wake.clear()
-            try:
-                wait = self.extend_due()
-            except Exception:  # thread boundary: keep extending
-                log.exception("extending limiter leases failed")
-                wait = 1.0
-            self._wake.wait(wait)
+        self.background.stop()
 
     def extend_due(self) -> float:
         """Extend every lease that is due; seconds until the next one is."""

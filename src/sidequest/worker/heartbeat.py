@@ -33,6 +33,7 @@ import redis
 from sidequest.config import Config
 from sidequest.store import keys
 from sidequest.store.outage import RedisOutage
+from sidequest.worker.background import Background
 from sidequest.worker.counters import ProcessCounters
 
 log = logging.getLogger(__name__)
@@ -159,8 +160,9 @@ class Heartbeat:
             "labels": list(config.labels), "identity": identity, "version": version,
             "embedded": False,
         }, separators=(",", ":"))
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        # beat() deals with Redis errors itself; the loop keeps beating whatever else a pass raises
+        self.background = Background("sidequest-heartbeat", self._pass, what="heartbeat", retry=self._interval,
+                                     outage=())
         self.registered = threading.Event()  # set once a beat has reached Redis
         self.lease = Lease(config.heartbeat_ttl)  # renewed by each beat that reaches Redis
         # one MULTI; on a Redis Cluster its keys are in several slots, so a pipeline (each write
@@ -169,18 +171,21 @@ class Heartbeat:
 
     def start(self) -> None:
         self.beat()
-        self._thread = threading.Thread(target=self._loop, name="sidequest-heartbeat", daemon=True)
-        self._thread.start()
+        self.background.start(delay=self._interval())
 
-    def _loop(self) -> None:
-        while not self._stop.wait(self.config.heartbeat_interval if self.registered.is_set()
-                                  else min(self.config.heartbeat_interval, UNREGISTERED_RETRY)):
-            self.beat()
-            for duty in self.extra:
-                try:
-                    duty()
-                except Exception:  # thread boundary: a failed duty must not stop the beats
-                    log.exception("heartbeat duty failed")
+    def _interval(self) -> float:
+        if self.registered.is_set():
+            return self.config.heartbeat_interval
+        return min(self.config.heartbeat_interval, UNREGISTERED_RETRY)
+
+    def _pass(self) -> float:
+        self.beat()
+        for duty in self.extra:
+            try:
+                duty()
+            except Exception:  # thread boundary: a failed duty must not stop the beats
+                log.exception("heartbeat duty failed")
+        return self._interval()
 
     def beat(self) -> None:
         processed, failed = self.counters.processed.reset(), self.counters.failed.reset()
@@ -260,10 +265,8 @@ class Heartbeat:
     def stop(self) -> bool:
         """Stop beating, flush the last counts, and remove this process's entries; whether that
         reached Redis (the process's last call: the stop's word on whether Redis answers)."""
-        self._stop.set()
+        self.background.stop()
         self.lease.end()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(5)
         processed, failed = self.counters.processed.reset(), self.counters.failed.reset()
         try:
             pipe = self.redis.pipeline(transaction=self.atomic)

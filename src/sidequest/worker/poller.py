@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import logging
 import random
-import threading
 import time
 from collections.abc import Callable
 from typing import cast
@@ -32,8 +31,8 @@ from sidequest.config import Config
 from sidequest.errors import PayloadError
 from sidequest.jobs.payload import decode, encode, in_millis, stamp
 from sidequest.store import keys
-from sidequest.store.connection import OUTAGE_ERRORS
 from sidequest.store.scripts import Scripts
+from sidequest.worker.background import Background
 
 log = logging.getLogger(__name__)
 
@@ -49,31 +48,18 @@ class Poller:
         self.scripts = Scripts(client)
         self.clock = clock
         self.rng = rng or random.Random()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self.background = Background("sidequest-poller", self._pass, what="poller", retry=config.poll_interval)
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="sidequest-poller", daemon=True)
-        self._thread.start()
+        self.background.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(5)
+        self.background.stop()
 
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                sets = self.sets()  # in Cluster mode a read of `queues`: once a pass
-                self.enqueue_due(sets)
-                wait = self.next_wait(sets)
-            except OUTAGE_ERRORS as exc:
-                log.debug("poller: Redis unavailable: %s", exc)
-                wait = self.config.poll_interval
-            except Exception:  # thread boundary: keep polling
-                log.exception("poller error")
-                wait = self.config.poll_interval
-            self._stop.wait(wait)
+    def _pass(self) -> float:
+        sets = self.sets()  # in Cluster mode a read of `queues`: once a pass
+        self.enqueue_due(sets)
+        return self.next_wait(sets)
 
     def sets(self) -> list[tuple[str, str | None]]:
         """The sorted sets to look at, each with the queue it belongs to (None: each job's own)."""
@@ -95,7 +81,7 @@ class Poller:
                 pipe.zrangebyscore(sorted_set, "-inf", self.clock(), start=0, num=1)
             sets = [entry for entry, due in zip(sets, pipe.execute(), strict=True) if due]
         for sorted_set, owner in sets:
-            while not self._stop.is_set():
+            while not self.background.stopping.is_set():
                 now = self.clock()
                 due = cast("list[bytes]", self.redis.zrangebyscore(sorted_set, "-inf", now, start=0, num=BATCH))
                 if not due:

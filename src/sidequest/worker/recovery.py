@@ -26,7 +26,6 @@ the job still runs once more at most.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 from typing import Any, cast
@@ -37,6 +36,7 @@ from sidequest.config import Config
 from sidequest.jobs.payload import decode, encode, in_millis, queue_of, stamp
 from sidequest.store import faults, keys
 from sidequest.store.scripts import Scripts
+from sidequest.worker.background import Background
 from sidequest.worker.heartbeat import forget
 from sidequest.worker.lifecycle import Lifecycle
 from sidequest.worker.outcome import Outcome, invalid
@@ -64,35 +64,19 @@ class Recovery:
         self.scripts = scripts
         self.lifecycle = lifecycle or Lifecycle()
         self.clock = clock
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        # a pass every recovery_interval; a Redis error is logged once until a pass succeeds
+        self.background = Background("sidequest-recovery", self._pass, what="orphan recovery",
+                                     retry=config.recovery_interval, outage=(redis.RedisError, OSError), loud=True)
 
-    # -- thread ----------------------------------------------------------------------------------
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="sidequest-recovery", daemon=True)
-        self._thread.start()
+        self.background.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(5)
+        self.background.stop()
 
-    def _loop(self) -> None:
-        failing = False
-        while True:
-            try:
-                self.run()
-            except (redis.RedisError, OSError) as exc:
-                if not failing:
-                    log.warning("orphan recovery failed (%s); trying again every %g s", exc,
-                                self.config.recovery_interval)
-                failing = True
-            except Exception:  # thread boundary: keep recovering
-                log.exception("orphan recovery failed")
-            else:
-                failing = False
-            if self._stop.wait(self.config.recovery_interval):
-                return
+    def _pass(self) -> float:
+        self.run()
+        return self.config.recovery_interval
 
     # -- work ------------------------------------------------------------------------------------
     def run(self) -> int:

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
 import time
 from collections.abc import Callable
 from typing import Any, cast
@@ -40,6 +39,7 @@ from sidequest.jobs.options import merge_options
 from sidequest.jobs.payload import in_millis, stamp
 from sidequest.store import keys
 from sidequest.store.connection import OUTAGE_ERRORS
+from sidequest.worker.background import Background
 
 log = logging.getLogger(__name__)
 
@@ -114,31 +114,19 @@ class PeriodicScheduler:
         self._claim = self.redis.register_script(PERIODIC_CLAIM)
         self._next: dict[str, float] = {}  # entry id -> its next tick (absent: check it now)
         self._described: dict[str, float] = {}  # entry id -> when its description was written
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        # after an outage every entry is checked again (`_next` forgotten)
+        self.background = Background("sidequest-periodic", self._pass, what="periodic scheduler", retry=WAKE,
+                                     on_outage=self._next.clear)
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="sidequest-periodic", daemon=True)
-        self._thread.start()
+        self.background.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(5)
+        self.background.stop()
 
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.run_due()
-                wait = self.next_wait()
-            except OUTAGE_ERRORS as exc:
-                log.debug("periodic: Redis unavailable: %s", exc)
-                self._next.clear()  # check every entry again once Redis is back
-                wait = WAKE
-            except Exception:  # thread boundary: keep scheduling
-                log.exception("periodic scheduler error")
-                wait = WAKE
-            self._stop.wait(wait)
+    def _pass(self) -> float:
+        self.run_due()
+        return self.next_wait()
 
     def run_due(self, now: float | None = None) -> int:
         """Claim every tick due at `now` (default: the clock); return how many this process enqueued."""
