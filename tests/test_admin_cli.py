@@ -252,7 +252,7 @@ def test_top_says_so_when_redis_stops_answering_and_keeps_going():
     from rich.console import Console
 
     from sidequest import Client, Config
-    from sidequest.cli.top import Top
+    from sidequest.cli.admin.top import Top
 
     server = RedisServer(redis_server_binary())
     try:

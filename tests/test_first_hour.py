@@ -226,7 +226,7 @@ def test_the_docs_examples_do_not_take_each_others_jobs_on_a_shared_redis():
             for queue in set(queues):
                 assert seen.setdefault(queue, where) == where, f"{where} shares queue {queue!r} with {seen[queue]}"
     assert modules >= 5  # hello, pricing, geo, reports, hourly
-    from sidequest.cli import demo_run as demo  # `make demo` leaves its Redis running for your own workers
+    from sidequest.cli.demo import run as demo  # `make demo` leaves its Redis running for your own workers
 
     demo_jobs = (demo.greet, demo.crunch, demo.fetch_page, demo.flaky)
     assert {job.payload_options()["queue"] for job in demo_jobs} == {demo.QUEUE} != {"default"}

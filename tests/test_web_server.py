@@ -154,7 +154,7 @@ def test_no_route_handler_runs_on_the_event_loop(client):
     from starlette.routing import Mount, Route
     from starlette.staticfiles import StaticFiles
 
-    from sidequest.web.tasks_pages import Negotiated
+    from sidequest.web.pages.tasks import Negotiated
 
     def handlers(routes: list) -> Iterator[tuple[str, object]]:
         for route in routes:

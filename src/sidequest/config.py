@@ -140,11 +140,11 @@ class Config:
     labels: tuple[str, ...] = ()
     fetch: str = "reliable"  # "reliable" keeps taken jobs until acknowledged; "basic" is BRPOP
     # how the process's own queues run: "threads" (`concurrency` processor threads), "asyncio"
-    # (`async_jobs` jobs in flight on one event loop, see `eventloop`), or "auto": asyncio when
+    # (`async_jobs` jobs in flight on one event loop, see `worker.asyncio_runner`), or "auto": asyncio when
     # every job the worker runs is `async def`, else threads
     runner: str = "auto"
     async_jobs: int = 100
-    # jobs a process keeps in hand beyond those running, at most (see `hub.Hub`): None, twice
+    # jobs a process keeps in hand beyond those running, at most (see `worker.fetch.batch`): None, twice
     # `concurrency`; 0 none (a processor fetches only when it is idle)
     prefetch: int | None = None
     fetch_timeout: float = 2.0  # bound on a blocking fetch, so stops are noticed

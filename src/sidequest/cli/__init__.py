@@ -6,17 +6,20 @@ only place that maps OS signals to a launcher's methods.
     logs        configure_logging: text or JSON lines, with the job's context
     worker      `worker`: settings, job modules (`require`), one process or a supervisor
     pidfile     `worker -P`: one live process per pidfile
-    web, demo, periodic
-                `web` (the dashboard), `demo`, `periodic` (periodic entries)
-    connect     what the admin commands share: --redis-url, --json, their client, one-line errors
-    render, views
-                aligned tables (rich) and JSON output; the tables built from the admin API
-    admin       `stats`, `queues`, `enqueue`, `tasks show`
-    sets        `retries`, `scheduled`, `dead`
-    processes   `processes`
-    top         `top`, the live view
-    health      `health`: readiness and liveness for container probes
-    workflows   `workflows show`: a workflow's state and steps
+    web         `web`: the dashboard, served by uvicorn
+    demo/       `demo` (the command, in `__init__`) and `demo.run`, what `make demo` runs: a
+                worker and example jobs
+    admin/      the commands that read or act on a running cluster through the admin API:
+        connect     what they share: --redis-url, --json, their client, one-line errors
+        render, views
+                    aligned tables (rich) and JSON output; the tables built from the admin API
+        queues      `stats`, `queues`, `enqueue`, `tasks show`
+        sets        `retries`, `scheduled`, `dead`
+        processes   `processes`
+        top         `top`, the live view
+        health      `health`: readiness and liveness for container probes
+        workflows   `workflows show`: a workflow's state and steps
+        periodic    `periodic`: the periodic entries
 """
 
 from __future__ import annotations

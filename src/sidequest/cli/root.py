@@ -17,10 +17,10 @@ from sidequest import __version__
 
 # subcommand -> the module of this package that defines it (registers it on `main` when imported)
 COMMANDS = {
-    "stats": "admin", "queues": "admin", "enqueue": "admin", "tasks": "admin",
-    "retries": "sets", "scheduled": "sets", "dead": "sets",
-    "processes": "processes", "top": "top", "health": "health", "workflows": "workflows",
-    "web": "web", "demo": "demo", "periodic": "periodic", "worker": "worker",
+    "stats": "admin.queues", "queues": "admin.queues", "enqueue": "admin.queues", "tasks": "admin.queues",
+    "retries": "admin.sets", "scheduled": "admin.sets", "dead": "admin.sets",
+    "processes": "admin.processes", "top": "admin.top", "health": "admin.health", "workflows": "admin.workflows",
+    "periodic": "admin.periodic", "web": "web", "demo": "demo", "worker": "worker",
 }
 M_ARENA_MAX = -8  # mallopt's parameter number (glibc's malloc.h)
 WORKER_ARENAS = 2

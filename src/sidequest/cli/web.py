@@ -8,7 +8,7 @@ import socket
 
 import click
 
-from sidequest.cli.connect import reach
+from sidequest.cli.admin.connect import reach
 from sidequest.cli.logs import configure_logging
 from sidequest.cli.root import UserError, main
 from sidequest.config import Config

@@ -18,7 +18,7 @@ metrics. One hash per minute, fields per job name:
 `read` turns a window of minutes into totals and percentiles (from the histogram), for the
 admin API, the dashboard and the CLI. Its neighbours: `counters` holds one process's totals
 (processed, failed: Sidekiq's `stat:*`), not per job; `api.job_metrics` is the admin API's
-query over these minutes (`MetricsQuery`); `web.job_metrics` draws them, `web.prometheus`
+query over these minutes (`MetricsQuery`); `web.pages.job_metrics` draws them, `web.prometheus`
 exports them.
 """
 

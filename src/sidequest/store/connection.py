@@ -12,7 +12,7 @@ A Sentinel URL names the Sentinels, the service (the name in `sentinel monitor`)
 database. Its client asks the Sentinels for the primary whenever it opens a connection, and a
 connection whose server stopped being the primary (READONLY after a failover) is closed and
 raises a ConnectionError, so every caller (the worker's outage back-off included) reconnects to
-the new primary by itself. The `wire` path opens its connections from the same pool settings,
+the new primary by itself. The direct path (`direct`) opens its connections from the same pool settings,
 so it follows too. `user:password@` are the Redis servers' credentials; Sentinels that want
 their own take `?sentinel_password=...` (and `sentinel_username=`). `rediss+sentinel://`
 speaks TLS to both.
@@ -272,7 +272,7 @@ def connect(url: str, *, check: bool = True, max_connections: int | None = None,
     The client never re-sends a command by itself (redis-py retries up to 10 times by default):
     a push, a fetch or a move whose reply was lost may have run, and sending it again could
     write a job twice. sidequest's callers decide instead: pushes raise, fetches reconcile their
-    own reserved list (see `fetch`), settling is idempotent. (The direct path sends a call again
+    own reserved list (see `worker.fetch`), settling is idempotent. (The direct path sends a call again
     only when Redis provably never read it, see `idle`.)
 
     A small `max_connections` gives a thread that makes one call at a time (a processor) a pool

@@ -210,8 +210,8 @@ def lost(sock: socket.socket, sent: int, message: str, unanswered: bool, fin: bo
 class AsyncLane:
     """`Lane` on redis.asyncio: connections of an asyncio client kept aside, commands packed by
     hiredis and sent in one write, raw replies read back (see the module). Used by the asyncio
-    runner (`eventloop`) and `sidequest.client.async_client.redis()` on one event loop. Plain commands share one
-    connection (`mux.Multiplexed`: the commands of every task sent during a turn of the loop go
+    runner (`worker.asyncio_runner`) and `sidequest.aio.redis()` on one event loop. Plain commands share one
+    connection (`shared_connection.Multiplexed`: the commands of every task sent during a turn of the loop go
     in one write); a blocking command, or one that changes its connection's state, takes a
     connection of its own for as long as it runs, so several can wait at once beside the others."""
 
@@ -223,7 +223,7 @@ class AsyncLane:
     async def exchange(self, commands: Sequence[Command], timeout: float | None = None) -> list[Any]:
         """Send `commands` in one write and read one reply each (`timeout`: the reading's bound,
         for a blocking command; else the client's socket timeout). Commands that may share a
-        connection go on the loop's shared one (`mux`). A reply later than `timeout` raises
+        connection go on the loop's shared one (`shared_connection`). A reply later than `timeout` raises
         `redis.TimeoutError` and its connection is dropped, so it is never read for the next
         call (the command may have run: a BLMOVE may have moved its job)."""
         if timeout is None and self.shared.usable and shareable(commands):

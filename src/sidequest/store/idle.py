@@ -1,6 +1,6 @@
 """Connections the server may have closed while they sat idle: its `timeout`, a restart, CLIENT
 KILL, a proxy's or a load balancer's idle cut. redis-py's pool looks at a connection before it
-lends it and replaces one the server closed; the direct path (`wire`, `mux`) keeps its own
+lends it and replaces one the server closed; the direct path (`direct`, `shared_connection`) keeps its own
 connections, and does the same here, without a system call on a busy connection's path:
 
 - `unfit`: a connection idle for `CHECK_IDLE` or longer is looked at before use (one poll); one

@@ -34,20 +34,9 @@ from starlette.staticfiles import StaticFiles
 from sidequest.client.sync_client import Client, default_client
 from sidequest.errors import RedisUnavailableError
 from sidequest.store.connection import mask_url
-from sidequest.web import (
-    busy,
-    cluster,
-    dashboard,
-    health,
-    job_metrics,
-    periodic,
-    prometheus,
-    queues,
-    sets,
-    tasks_pages,
-    workflows_pages,
-)
+from sidequest.web import health, prometheus
 from sidequest.web.hosts import HostCheck
+from sidequest.web.pages import busy, cluster, dashboard, job_metrics, periodic, queues, sets, tasks, workflows
 from sidequest.web.render import Renderer
 from sidequest.web.security import AuthHook, Guard
 from sidequest.web.site import Site
@@ -86,8 +75,8 @@ def create_app(client: Client | None = None, *, auth: AuthHook | None = None,
         *queues.routes(site),
         *sets.routes(site),
         *job_metrics.routes(site),
-        *tasks_pages.routes(site),
-        *workflows_pages.routes(site),
+        *tasks.routes(site),
+        *workflows.routes(site),
         *periodic.routes(site),
         *(cluster.routes(site) if chosen.keys.cluster else []),
         *prometheus.routes(chosen),

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import click
 import redis
 
-from sidequest.cli.connect import AdminCommand, admin_client, describe, redis_url_option
+from sidequest.cli.admin.connect import AdminCommand, admin_client, describe, redis_url_option
 from sidequest.cli.root import Unreachable, main
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ class Top:
         from rich.text import Text
 
         from sidequest.api import Iteration, ProcessSet, Stats, Workers
-        from sidequest.cli import views
+        from sidequest.cli.admin import views
         from sidequest.features.periodic import status as periodic_status
 
         stats = Stats(self.client)
@@ -108,7 +108,7 @@ class Top:
 
 def iterations(progress: dict[str, IterationState]) -> RenderableType:
     """The running iterable jobs: where each is (its cursor), items done, time per item."""
-    from sidequest.cli import render
+    from sidequest.cli.admin import render
 
     grid = render.table("JID", "CLASS", "CURSOR", "ITEMS", "PER ITEM", "SLICE", title="Iterations",
                         right=("ITEMS", "PER ITEM", "SLICE"))
@@ -143,7 +143,7 @@ def top(interval: float, once: bool, redis_url: str | None) -> None:
     """
     from rich.live import Live
 
-    from sidequest.cli import render
+    from sidequest.cli.admin import render
 
     client = admin_client(redis_url)
     view = Top(client)

@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from sidequest.cli.connect import AdminCommand, admin_client, json_option, redis_errors, redis_url_option
+from sidequest.cli.admin.connect import AdminCommand, admin_client, json_option, redis_errors, redis_url_option
 from sidequest.cli.root import UserError, main
 
 
@@ -28,7 +28,7 @@ def workflows(action: str | None, workflow_id: str | None, limit: int, as_json: 
       sidequest workflows show 5f2c0a9e... --json
     """
     from sidequest.api.workflows import recent_workflows, workflow_detail
-    from sidequest.cli import render
+    from sidequest.cli.admin import render
 
     if action in (None, "list"):
         if workflow_id:
@@ -54,7 +54,7 @@ def workflows(action: str | None, workflow_id: str | None, limit: int, as_json: 
 
 def print_workflows(total: int, found: list[dict[str, Any]]) -> None:
     """One row a workflow, newest first: the index keeps the recent ones (see `Workflow.recent`)."""
-    from sidequest.cli import render
+    from sidequest.cli.admin import render
 
     out = render.console()
     grid = render.table("ID", "NAME", "STATE", "STEPS", "BY STATUS", "CREATED",
@@ -70,7 +70,7 @@ def print_workflows(total: int, found: list[dict[str, Any]]) -> None:
 
 
 def print_workflow(detail: dict[str, Any]) -> None:
-    from sidequest.cli import render
+    from sidequest.cli.admin import render
 
     counts = ", ".join(f"{n} {s}" for s, n in detail["counts"].items() if n)
     out = render.console()

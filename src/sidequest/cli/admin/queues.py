@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from sidequest.cli.connect import AdminCommand, admin_client, json_option, redis_errors, redis_url_option
+from sidequest.cli.admin.connect import AdminCommand, admin_client, json_option, redis_errors, redis_url_option
 from sidequest.cli.root import Unreachable, UserError, main
 from sidequest.errors import JobArgumentError, SidequestError
 
@@ -39,7 +39,7 @@ def stats(days: int, as_json: bool, redis_url: str | None) -> None:
       sidequest stats --json | jq .retry_size
     """
     from sidequest.api import Cluster, ProcessSet, Stats
-    from sidequest.cli import render, views
+    from sidequest.cli.admin import render, views
     from sidequest.features.periodic import status as periodic_status
 
     client = admin_client(redis_url)
@@ -102,7 +102,7 @@ def queues(action: str, name: str | None, limit: int, as_json: bool, redis_url: 
 
 def list_queues(client: Client, as_json: bool) -> None:
     from sidequest.api import Stats
-    from sidequest.cli import render, views
+    from sidequest.cli.admin import render, views
 
     summaries = sorted(Stats(client).queue_summaries, key=lambda q: q.name)
     nodes = queue_nodes(client)
@@ -134,7 +134,7 @@ def known_queue(client: Client, name: str) -> Queue:
 
 
 def show_queue(client: Client, name: str, limit: int, as_json: bool) -> None:
-    from sidequest.cli import render, views
+    from sidequest.cli.admin import render, views
 
     queue = known_queue(client, name)
     found = queue.page(0, limit)
@@ -154,7 +154,7 @@ def show_queue(client: Client, name: str, limit: int, as_json: bool) -> None:
 
 def change_queue(client: Client, name: str, action: str, as_json: bool) -> None:
     from sidequest.api import Queue
-    from sidequest.cli import render
+    from sidequest.cli.admin import render
 
     result: dict[str, Any] = {"queue": name, "action": action}
     if action == "clear":
@@ -225,7 +225,7 @@ def enqueue(job_name: str, args_json: str, queue: str | None, delay: float | Non
         raise Unreachable("client middleware stopped the job; nothing was pushed")
     target = queue or (job.payload_options().get("queue") if not isinstance(job, str) else None) or "default"
     if as_json:
-        from sidequest.cli import render
+        from sidequest.cli.admin import render
 
         render.emit_json({"jid": jid, "class_name": job_name, "args": args, "queue": target, "in": delay})
     else:
@@ -251,7 +251,7 @@ def tasks(action: str | None, task_id: str | None, only: str | None, limit: int,
       sidequest tasks show 5f2c0a9e...
       sidequest tasks show 5f2c0a9e... --status failed --json
     """
-    from sidequest.cli import render
+    from sidequest.cli.admin import render
     from sidequest.features.tasks import Task
 
     if action != "show":
@@ -275,7 +275,7 @@ def tasks(action: str | None, task_id: str | None, only: str | None, limit: int,
 
 
 def print_task(status: dict[str, Any], events: list[dict[str, Any]]) -> None:
-    from sidequest.cli import render
+    from sidequest.cli.admin import render
 
     counts = ", ".join(f"{n} {s}" for s, n in status["counts"].items() if n)
     out = render.console()

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from sidequest.cli.connect import AdminCommand, admin_client, json_option, redis_errors, redis_url_option
+from sidequest.cli.admin.connect import AdminCommand, admin_client, json_option, redis_errors, redis_url_option
 from sidequest.cli.root import UserError, main
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ def processes(action: str, identity: str | None, every: bool, as_json: bool, red
       sidequest processes stop --all
     """
     from sidequest.api import ProcessSet
-    from sidequest.cli import render
+    from sidequest.cli.admin import render
 
     if action not in ACTIONS:
         raise UserError(f"unknown processes action {action!r}: use list, quiet ID or stop ID")
@@ -72,7 +72,7 @@ def processes(action: str, identity: str | None, every: bool, as_json: bool, red
 
 def list_processes(client: Client, found: list[Process], as_json: bool) -> None:
     from sidequest.api import Workers
-    from sidequest.cli import render, views
+    from sidequest.cli.admin import render, views
 
     works = list(Workers(client))
     if as_json:

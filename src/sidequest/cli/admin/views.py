@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from sidequest.api import History, JobRecord, Process, QueueSummary, Shard, SortedEntry, Stats, Work
-from sidequest.cli import render
+from sidequest.cli.admin import render
 from sidequest.features.periodic import PeriodicStatus
 
 # per set: the title of its time column, and whether its entries carry an error worth a column

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from sidequest.cli.connect import AdminCommand, redis_url_option
+from sidequest.cli.admin.connect import AdminCommand, redis_url_option
 from sidequest.cli.root import UserError, main
 from sidequest.config import Config
 from sidequest.errors import ConfigError, RedisURLError

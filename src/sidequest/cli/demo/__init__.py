@@ -1,4 +1,5 @@
-"""`sidequest demo`: a worker and example jobs, to watch it work."""
+"""`sidequest demo`: a worker and example jobs, to watch it work (the worker and the jobs are in
+`demo.run`, imported only when the command runs: listing the commands registers no demo job)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from sidequest.errors import ConfigError, RedisUnavailableError
               help="How many immediate demo jobs to enqueue.")
 def demo(jobs: int) -> None:
     """Start a worker on the embedded (or REDIS_URL) Redis and watch example jobs run."""
-    from sidequest.cli.demo_run import run_demo
+    from sidequest.cli.demo.run import run_demo
 
     configure_logging(False, None)
     logging.getLogger().setLevel(logging.ERROR)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from sidequest.cli.connect import AdminCommand, admin_client, json_option, redis_errors, redis_url_option
+from sidequest.cli.admin.connect import AdminCommand, admin_client, json_option, redis_errors, redis_url_option
 from sidequest.cli.root import Unreachable, UserError, main
 from sidequest.errors import PayloadError
 
@@ -90,7 +90,7 @@ def check(kind: Kind, action: str, jid: str | None, every: bool, filtered: bool)
 
 
 def list_jobs(kind: Kind, jobs: JobSet, klass: str | None, grep: str | None, limit: int, as_json: bool) -> None:
-    from sidequest.cli import render, views
+    from sidequest.cli.admin import render, views
 
     filtered = bool(klass or grep)
     found = list(islice(jobs.select(klass, grep), limit)) if filtered else jobs.page(0, limit)
@@ -128,7 +128,7 @@ def on_one(kind: Kind, jobs: JobSet, action: str, jid: str, as_json: bool) -> No
 
 
 def show(entry: SortedEntry, set_key: str, as_json: bool) -> None:
-    from sidequest.cli import render, views
+    from sidequest.cli.admin import render, views
 
     if as_json:
         render.emit_json({**entry.as_dict(), "error_backtrace": entry.error_backtrace})
@@ -143,7 +143,7 @@ def show(entry: SortedEntry, set_key: str, as_json: bool) -> None:
 
 
 def report(kind: Kind, action: str, count: int, target: dict[str, Any], as_json: bool) -> None:
-    from sidequest.cli import render
+    from sidequest.cli.admin import render
 
     verb = kind.retry_verb if action == "retry" else PAST[action]
     if as_json:

@@ -26,23 +26,23 @@ from sidequest.worker.outcome import error_class_name
 QUEUE = "sidequest-demo"
 
 
-@job(name="sidequest.cli.demo_run.greet", queue=QUEUE)
+@job(name="sidequest.cli.demo.run.greet", queue=QUEUE)
 def greet(name: str) -> str:
     return f"hello, {name}"
 
 
-@job(name="sidequest.cli.demo_run.crunch", queue=QUEUE)
+@job(name="sidequest.cli.demo.run.crunch", queue=QUEUE)
 def crunch(n: int) -> int:
     return sum(i * i for i in range(n))
 
 
-@job(name="sidequest.cli.demo_run.fetch_page", queue=QUEUE)
+@job(name="sidequest.cli.demo.run.fetch_page", queue=QUEUE)
 async def fetch_page(page: int) -> str:
     await asyncio.sleep(0.2)  # stands in for an HTTP call
     return f"page {page}"
 
 
-@job(name="sidequest.cli.demo_run.flaky", queue=QUEUE, retry=3, retry_in=lambda count, exc: 1)
+@job(name="sidequest.cli.demo.run.flaky", queue=QUEUE, retry=3, retry_in=lambda count, exc: 1)
 def flaky(label: str) -> str:
     return f"{label} worked"
 
