@@ -70,34 +70,42 @@ def _of(module: str, owners: tuple[str, ...]) -> bool:
     return any(module == owner or module.startswith(owner + ".") for owner in owners)
 
 
-# The job's path through a worker process. It reaches a feature only through the lifecycle seam
-# (`lifecycle`), and the heartbeat writes the per-job metrics through a call the launcher hands it
-# (`heartbeat.Flush`): none of these modules imports a feature.
+# The worker, launcher and supervisor included. It reaches a feature only through the lifecycle
+# seam (`lifecycle`), which `features.registry` fills when sidequest is imported: the features'
+# operations, the per-job metrics' `heartbeat.Flush`, the periodic scheduler's thread. None of
+# these modules imports a feature.
 CORE = tuple(sorted(
     ".".join(p.relative_to(PACKAGE).with_suffix("").parts) for p in (PACKAGE / "worker").rglob("*.py")
-    if p.name != "__init__.py" and p.stem not in ("launcher", "supervisor")))
+    if p.name != "__init__.py"))
+
+# Not followed when looking for what a module reaches: the push (`client`) uses features of its
+# own (a unique claim, a status record at push), so a worker module may push or connect through it
+# without naming a feature; and the package's root (`from sidequest import __version__`), which
+# Python imports before any module of the package anyway.
+THROUGH_NOT = ("client", "__init__")
 
 # The features that plug into the lifecycle, each a module or a package of its own.
 FEATURES = ("features",)
 
 
 def _reach(graph: dict[str, set[str]], module: str) -> set[str]:
-    """Every module `module` imports, directly or through others."""
+    """Every module `module` imports, directly or through others (not through THROUGH_NOT)."""
     seen: set[str] = set()
     todo = [module]
     while todo:
         for nxt in graph.get(todo.pop(), ()):
             if nxt not in seen:
                 seen.add(nxt)
-                todo.append(nxt)
+                if not _of(nxt, THROUGH_NOT):
+                    todo.append(nxt)
     return seen
 
 
 def test_the_core_never_names_a_feature():
-    """No core module imports a feature module (nor a module of a feature's package), directly or
+    """No worker module imports a feature module (nor a module of a feature's package), directly or
     through another module."""
     graph = import_graph()
-    for module in (*CORE, "features.unique"):
+    for module in (*CORE, "worker.launcher", "worker.supervisor", "features.unique"):
         assert module in graph, f"{module} is no longer a module or package: update CORE or FEATURES"
     offenders = sorted(f"{core} reaches {imported}" for core in CORE for imported in _reach(graph, core)
                        if _of(imported, FEATURES))

@@ -409,13 +409,13 @@ def test_a_launcher_runs_its_entries_and_the_files(config, r, monkeypatch, redis
     entry_in(registry, job=Tick, every=1, args=["code"])
     config = config.replace(periodic=({"class": "Tick", "every": 1, "args": ["file"], "id": "from-file"},))
     launcher = Launcher(config.replace(periodic_ttl=3600), periodic=registry)
-    assert launcher.periodic.ttl == 3600
+    assert launcher.services["periodic"].ttl == 3600
     launcher.run()
     try:
         wait_until(lambda: {t[0] for t in ran(r, "tick")} == {"code", "file"}, 30, message="both entries to run")
     finally:
         launcher.stop()
-    assert not launcher.periodic.background.running
+    assert not launcher.services["periodic"].background.running
 
 
 def test_three_workers_enqueue_a_one_second_job_ten_times_in_ten_seconds(procs, r, client, monkeypatch):  # noqa: F811

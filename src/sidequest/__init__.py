@@ -63,6 +63,7 @@ from sidequest.errors import (
     SidequestError,
     UnknownJobError,
 )
+from sidequest.features import registry as _features  # noqa: F401  (fills the worker's lifecycle seam)
 from sidequest.features.cancellation import cancel, cancelled
 from sidequest.features.lookup import result, status
 from sidequest.features.tasks import Task, task_message

@@ -25,10 +25,10 @@ from redis.exceptions import AskError, ClusterDownError, TryAgainError
 
 from sidequest.client.sync_client import Client
 from sidequest.errors import PayloadError
-from sidequest.features.admin_lifecycle import operator_lifecycle
 from sidequest.jobs.payload import encode, in_millis, stamp
 from sidequest.store import faults, keys
 from sidequest.store.scripts import ADMIN_DELETE, ADMIN_FORGET_QUEUE, ADMIN_KILL, ADMIN_REQUEUE, core_lib
+from sidequest.worker.lifecycle import operator_lifecycle
 
 # redis-py's answers when a slot moved (or is moving) between reading the slot map and the call:
 # a call that got one ran nowhere, so it is sent again through the cluster client, which follows
@@ -45,7 +45,8 @@ class Call(NamedTuple):
 
 
 class Actions:
-    """The admin scripts on one client, with the task, unique and status features at the admin points.
+    """The admin scripts on one client, with the registered features that record where a job is
+    at the admin points (`lifecycle.operator_lifecycle`).
 
     The worker-only per-job metrics feature is left out: an operator's action is not a run.
     """

@@ -47,10 +47,10 @@ import redis
 
 from sidequest.client.sync_client import Client, default_client
 from sidequest.errors import PayloadError
-from sidequest.features.admin_lifecycle import operator_lifecycle
 from sidequest.jobs.payload import decode
 from sidequest.store import faults, keys
 from sidequest.store.scripts import ADMIN_DELETE, core_lib
+from sidequest.worker.lifecycle import operator_lifecycle
 from sidequest.worker.outcome import Outcome
 from sidequest.worker.processor import job_context
 

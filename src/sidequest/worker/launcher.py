@@ -1,4 +1,4 @@
-"""One worker process, composed: heartbeat, poller, periodic scheduler, orphan recovery,
+"""One worker process, composed: heartbeat, poller, the features' threads, orphan recovery,
 manager (one per capsule: `config.capsules`, each with its own hub and queues).
 
     launcher = Launcher(config)
@@ -6,9 +6,9 @@ manager (one per capsule: `config.capsules`, each with its own hub and queues).
     ...
     launcher.stop()      # quiet, wait up to config.timeout, put back leftovers, deregister
 
-The features (tasks, per-job metrics, cancel flags, unique claims, status records) are plugged
-into the job lifecycle here (see `lifecycle`), and the per-job metrics' `flush` into the
-heartbeat: the parts below never name a feature.
+The registered features (`lifecycle.compose`, the list `features.registry` fills) are plugged in
+here: their operations into the core's scripts, their flushes into the heartbeat, their threads
+(the periodic scheduler) started after the poller. This module names none of them.
 """
 
 from __future__ import annotations
@@ -27,16 +27,8 @@ import redis
 
 from sidequest import __version__
 from sidequest.client import async_client as aio
-from sidequest.client.sync_client import Client
 from sidequest.config import Config
 from sidequest.errors import ConfigError
-from sidequest.features.cancellation import CancelFeature
-from sidequest.features.job_metrics import JobMetricsFeature
-from sidequest.features.periodic import PeriodicRegistry, PeriodicScheduler, default_periodic, entries_from_config
-from sidequest.features.results import StatusFeature
-from sidequest.features.tasks import TaskFeature, TaskRecorder
-from sidequest.features.unique import UniqueFeature
-from sidequest.features.workflows import WorkflowFeature
 from sidequest.jobs.registry import Registry, default_registry
 from sidequest.store import keys
 from sidequest.store.connection import check_server, connect
@@ -49,7 +41,7 @@ from sidequest.worker.fetch.batch import Hub
 from sidequest.worker.fetch.fetchers import build_fetch
 from sidequest.worker.fetch.queue_order import PausedQueues
 from sidequest.worker.heartbeat import Heartbeat, make_identity, rss_kb
-from sidequest.worker.lifecycle import Lifecycle
+from sidequest.worker.lifecycle import Setting, compose
 from sidequest.worker.poller import Poller
 from sidequest.worker.processor import Runtime
 from sidequest.worker.recovery import Recovery
@@ -91,36 +83,30 @@ def run_worker_hooks(config: Config) -> WorkerSetup:
     return setup
 
 
-def job_lifecycle(config: Config, client: redis.Redis, tasks: TaskRecorder, job_metrics: JobMetricsFeature,
-                  clock: Callable[[], float]) -> Lifecycle:
-    """The features plugged into a job's moves (see `lifecycle`)."""
-    space = keys.space(client)  # Sidekiq's layout, or Cluster mode's
-    return Lifecycle([TaskFeature(tasks), job_metrics, CancelFeature(client), UniqueFeature(space),
-                      StatusFeature(clock, config.max_payload_size, space),
-                      WorkflowFeature(space)])  # after the status feature: it reads the results
-
-
 def orphan_recovery(config: Config, client: redis.Redis, identity: str,
                     clock: Callable[[], float] = time.time) -> Recovery:
     """The orphan recovery of a worker process, with the same features plugged in, for a
     supervisor that puts back a dead child's jobs at once (`Recovery.recover_process`)."""
-    tasks = TaskRecorder(client, config.task_retention, clock=clock, ttl=config.task_ttl)
-    lifecycle = job_lifecycle(config, client, tasks, JobMetricsFeature(clock=clock), clock)
+    lifecycle = compose(Setting(config, client, keys.space(client), clock)).lifecycle
     return Recovery(config, client, identity, Scripts(client, lifecycle.lua), lifecycle, clock=clock)
 
 
 class Launcher:
     """Control is method calls: `quiet()`, `stop()`, `request_stop()` (returns at once),
     `stop_now()`, `dump_threads()`. Remote signals from Redis, recycles and stuck jobs call
-    these methods too; only the CLI maps OS signals to them (see `signals`)."""
+    these methods too; only the CLI maps OS signals to them (see `signals`).
+
+    Keyword arguments past the launcher's own are options of registered features, by name (see
+    `features.registry`): `Launcher(config, periodic=registry)` runs a `PeriodicRegistry` in place
+    of `default_periodic`."""
 
     def __init__(self, config: Config, *, registry: Registry | None = None,
-                 periodic: PeriodicRegistry | None = None,
                  redis_client: redis.Redis | None = None,
                  death_handlers: list[DeathHandler] | None = None,
                  error_handlers: list[ErrorHandler] | None = None,
                  recycle_on_timeout: bool = False, nonce: str | None = None,
-                 clock: Callable[[], float] = time.time, rng: random.Random | None = None) -> None:
+                 clock: Callable[[], float] = time.time, rng: random.Random | None = None,
+                 **features: Any) -> None:
         self.config = config
         self._given_redis = redis_client is not None
         self._processor_clients: list[redis.Redis] = []
@@ -129,14 +115,14 @@ class Launcher:
         self.identity = make_identity(nonce or secrets.token_hex(6), config.hostname)
         self.counters = ProcessCounters()
         self.recycle_on_timeout = recycle_on_timeout
-        self.tasks = TaskRecorder(self.redis, config.task_retention, clock=clock, ttl=config.task_ttl)
-        self.job_metrics = JobMetricsFeature(clock=clock)
         space = keys.space(self.redis)  # Sidekiq's layout, or Cluster mode's
-        lifecycle = job_lifecycle(config, self.redis, self.tasks, self.job_metrics, clock)
+        setting = Setting(config, self.redis, space, clock, registry or default_registry, features)
+        plugged = compose(setting, services=True)  # the registered features (see `lifecycle`)
+        lifecycle, self.services = plugged.lifecycle, plugged.services  # services: their threads, by name
         self.scripts = scripts = Scripts(self.redis, lifecycle.lua)
         self.executor = ThreadExecutor(on_abandon=self._abandoned)
         self.runtime = Runtime(
-            config=config, registry=registry or default_registry, counters=self.counters,
+            config=config, registry=setting.registry, counters=self.counters,
             retrier=Retrier(config, death_handlers, clock=clock, rng=rng, error_handlers=error_handlers),
             executor=self.executor, identity=self.identity, lifecycle=lifecycle,
         )
@@ -147,15 +133,9 @@ class Launcher:
         self.heartbeat = Heartbeat(shown, self.redis, self.identity, self.counters, __version__,
                                    commands={"quiet": self.quiet, "stop": self.request_stop,
                                              "dump": self.dump_threads},
-                                   extra=[self._check_limits], flushes=[self.job_metrics.flush],
+                                   extra=[self._check_limits], flushes=plugged.flushes,
                                    outage=self.runtime.outage)
         self.poller = Poller(config, self.redis, clock=clock, rng=rng)
-        # periodic jobs: the file's `:periodic:` and those registered in code (read on every pass)
-        from_file = entries_from_config(config.periodic, self.runtime.registry)
-        in_code = default_periodic if periodic is None else periodic
-        self.periodic = PeriodicScheduler(
-            Client(config, redis_client=self.redis), clock=clock, ttl=config.periodic_ttl,
-            entries=lambda: list({e.id: e for e in [*from_file, *in_code.entries()]}.values()))
         self.paused = PausedQueues(self.redis)  # the paused queues, as every processor here sees them
         # each capsule (the default one first: the process's queues and concurrency) has processors,
         # a hub (their shared batches, and the thread that acknowledges their successes) and a
@@ -223,7 +203,8 @@ class Launcher:
         if self.config.fetch == "reliable":
             self.recovery.start()
         self.poller.start()
-        self.periodic.start()
+        for service in self.services.values():
+            service.start()
         if self.heartbeat.registered.is_set():
             self._start_managers()
         else:  # nothing is fetched before this process is registered (see heartbeat)
@@ -327,7 +308,8 @@ class Launcher:
                 manager.quiet()
             self.heartbeat.quiet = True
             self.poller.stop()
-            self.periodic.stop()
+            for service in self.services.values():
+                service.stop()
             self.recovery.stop()
             for manager in self.managers:  # one deadline for every capsule's running jobs
                 manager.stop(deadline)

@@ -27,15 +27,30 @@ feature.
 A feature may also wrap the run of a job (`running`), e.g. to let the job report progress
 (tasks) or read its cancel flag (cancellation), and observe an outcome once it has been written
 (`observe`), e.g. to count it in memory (the per-job metrics).
+
+The features are registered here, in one ordered list (`register`, `Plugin`), by
+`sidequest.features.registry` when sidequest is imported; the worker (`launcher`, a supervisor's
+orphan recovery) and the moves made outside a worker (`operator_lifecycle`: the admin API, a
+cancel) compose them from that list (`compose`), so no module of the worker names a feature.
+The list's order is the order of the operations in a script: a feature that reads what another
+writes comes after it.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import redis
+
+from sidequest.config import Config
+from sidequest.jobs.registry import Registry, default_registry
+from sidequest.store.keys import Keyspace
+from sidequest.worker.heartbeat import Flush
 from sidequest.worker.outcome import Outcome
 
 POINTS = ("taken", "finished", "retried", "dead", "dropped", "put_back", "recovered",
@@ -118,3 +133,104 @@ def _entered_together(contexts: list[AbstractContextManager[Any]]) -> Iterator[N
 
 def has_ops(ops: list[Any]) -> bool:
     return bool(ops) and ops[0] != 0
+
+
+# -- the registered features ---------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Setting:
+    """What a registered feature is built from: a worker process's, or a client's (an operator's)."""
+
+    config: Config
+    redis: redis.Redis
+    keys: Keyspace  # Sidekiq's layout, or Cluster mode's
+    clock: Callable[[], float] = time.time
+    registry: Registry = default_registry  # the job classes the worker runs
+    options: Mapping[str, Any] = field(default_factory=dict)  # by plugin name: `Launcher(config, periodic=...)`
+
+
+class Service(Protocol):
+    """A thread a feature runs in each worker process (the periodic scheduler): started after the
+    poller, stopped with it, before the runners' jobs are waited for."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Plugin:
+    """One registered feature: how a worker (and, with `operator`, a move made outside a worker)
+    builds its part."""
+
+    name: str
+    feature: Callable[[Setting], Feature] | None = None  # its operations in the scripts and its hooks
+    operator: bool = False  # it records where a job is, so an operator's move runs it too
+    flush: Callable[[Any], Flush] | None = None  # given the built feature: what the heartbeat writes with each beat
+    service: Callable[[Setting], Service] | None = None  # a thread each worker process runs
+
+
+_plugins: dict[str, Plugin] = {}  # in registration order: the order of the scripts' operations
+
+
+def register(*plugins: Plugin) -> None:
+    """Add features to the list (a name registered again keeps its place, with the new plugin)."""
+    for plugin in plugins:
+        _plugins[plugin.name] = plugin
+
+
+def registered() -> list[Plugin]:
+    return list(_plugins.values())
+
+
+@dataclass
+class Composed:
+    """The registered features, built for one worker process (or one operator's client)."""
+
+    lifecycle: Lifecycle
+    flushes: list[Flush]  # handed to the heartbeat
+    services: dict[str, Service]  # by plugin name, started and stopped by the launcher
+
+
+def compose(setting: Setting, *, services: bool = False, operator: bool = False) -> Composed:
+    """Build every registered feature (with `operator`, those that record where a job is), and
+    with `services` their threads; an option names a registered plugin or is refused."""
+    unknown = sorted(set(setting.options) - set(_plugins))
+    if unknown:
+        raise TypeError(f"unexpected keyword argument {unknown[0]!r} (no feature of that name is registered)")
+    features: list[Feature] = []
+    flushes: list[Flush] = []
+    threads: dict[str, Service] = {}
+    for plugin in _plugins.values():
+        if plugin.feature is not None and (plugin.operator or not operator):
+            features.append(built := plugin.feature(setting))
+            if plugin.flush is not None and not operator:
+                flushes.append(plugin.flush(built))
+        if services and plugin.service is not None:
+            threads[plugin.name] = plugin.service(setting)
+    return Composed(Lifecycle(features), flushes, threads)
+
+
+class ClientLike(Protocol):
+    """What `operator_lifecycle` reads of a client (`sidequest.Client`)."""
+
+    @property
+    def config(self) -> Config: ...
+
+    @property
+    def redis(self) -> redis.Redis: ...
+
+    @property
+    def keys(self) -> Keyspace: ...
+
+    @property
+    def clock(self) -> Callable[[], float]: ...
+
+
+def operator_lifecycle(client: ClientLike) -> Lifecycle:
+    """The lifecycle of a move made outside a worker (an operator's action in `api.actions`, a
+    cancel): the registered features that record where a job is (tasks, unique claims, status
+    records, workflow steps), in the worker's order; the per-job metrics count runs, so not here.
+    In Cluster mode a feature's key lives in its job's queue's slot, which the move's script is in."""
+    setting = Setting(client.config, client.redis, client.keys, client.clock)
+    return compose(setting, operator=True).lifecycle
