@@ -179,3 +179,28 @@ def test_the_loop_driver_sends_a_window_in_one_call(config, r, client):
 
     asyncio.run(scenario())
     assert r.llen(BATCH) == 0 and sends == [3]
+
+
+def test_a_send_cancelled_on_the_loop_keeps_its_successes():
+    """A stop that cancels the loop's send under way must not drop what it carried: those jobs
+    would stay in the batch list until recovery ran them again."""
+    acks = Acknowledger(window=60.0)
+
+    async def scenario() -> list[bytes]:
+        started = asyncio.Event()
+
+        async def send(batch: list[tuple[bytes, list[object], str]]) -> None:
+            started.set()
+            await asyncio.sleep(60)
+
+        driver = AckTimers(acks, send, poke=lambda: None)
+        driver.start()
+        acks.add(ack(b"a"))
+        flushing = asyncio.get_running_loop().create_task(driver.flush())
+        await asyncio.wait_for(started.wait(), 5)
+        flushing.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await flushing
+        return [raw for raw, _, _ in acks.take()]
+
+    assert asyncio.run(scenario()) == [b"a"]
