@@ -91,10 +91,6 @@ class Acknowledger:
         """Seconds until the open window is due (0: none is open, send what waits)."""
         return self.opened + self.window - now if self.open else 0.0
 
-    def due(self, now: float) -> bool:
-        """The open window has passed (a timer of an older window finds a newer one not due)."""
-        return self.open and now - self.opened >= self.window
-
     def take(self) -> list[Ack]:
         """Every success waiting, for a call that carries them (a RESERVE, or a send): the
         window closes first, so a success added meanwhile opens the next one."""
@@ -294,7 +290,13 @@ class AckTimers:
             self.loop.call_later(self.acks.window, self._window_ended)
 
     def _window_ended(self) -> None:
-        if self.acks.due(time.monotonic()):
+        if not self.acks.open:  # a call carried them
+            return
+        left = self.acks.left(time.monotonic())
+        if left > 0:  # the timer fired early, or a newer window opened: wait for the rest
+            assert self.loop is not None
+            self.loop.call_later(left, self._window_ended)
+        else:
             self.background(self.flush())
 
     def _flush_soon(self) -> None:
