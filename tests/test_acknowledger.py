@@ -18,7 +18,7 @@ from sidequest.store.outage import RedisOutage
 from sidequest.store.scripts import Scripts
 from sidequest.worker.fetch.batch import Hub
 from sidequest.worker.fetch.fetchers import ReliableFetch
-from sidequest.worker.fetch.loop_batch import LoopHub
+from sidequest.worker.fetch.loop_fetch import LoopFetch
 from sidequest.worker.outcome import Outcome
 from sidequest.worker.recovery import Recovery
 
@@ -56,7 +56,7 @@ def test_the_acknowledger_thread_survives_an_unexpected_exception(config, r, cli
     units = [fetch.retrieve_work(), fetch.retrieve_work()]
     assert all(units) and r.llen(hub.reserved) == 2
     clock.arm()
-    with caplog.at_level(logging.WARNING, logger="sidequest.worker.fetch.batch"):
+    with caplog.at_level(logging.WARNING, logger="sidequest.worker.fetch.acknowledger"):
         units[0].apply(Outcome.done(), [0])  # no processor fetches again: the acknowledger sends it
         assert clock.raised.wait(5)
         wait_until(lambda: r.llen(hub.reserved) == 1, 5, 0.01, "the success to be sent again")
@@ -69,7 +69,7 @@ def test_the_acknowledger_thread_survives_an_unexpected_exception(config, r, cli
 
 
 class Idle:
-    """`loophub.Runs` of a capsule whose places are all taken: the hub only acknowledges."""
+    """`loop_fetch.Runs` of a capsule whose places are all taken: the hub only acknowledges."""
 
     def room(self) -> int:
         return 0
@@ -88,7 +88,7 @@ def test_the_loops_acknowledger_survives_an_unexpected_exception(config, r, clie
     clock = FailingOnce()
     scripts = Scripts(r)
     quieting = threading.Event()
-    hub = LoopHub(config, IDENTITY, scripts, Idle(), RedisOutage(), quieting, clock=clock)
+    hub = LoopFetch(config, IDENTITY, scripts, Idle(), RedisOutage(), quieting, clock=clock)
     client.push(echo, [1])
     raw = r.rpoplpush("queue:default", hub.batch)
 

@@ -182,7 +182,7 @@ def test_a_failure_is_settled_at_once_and_leaves_the_batch_list(config, r, clien
     assert unit is not None
     assert unit.apply(Outcome("retry", blob=unit.raw.decode(), at=1.0), [0]) is True
     assert r.llen(hub.reserved) == 0 and r.zcard("retry") == 1
-    assert not hub._known  # nothing left that the process thinks it holds
+    assert not hub.ledger.known  # nothing left that the process thinks it holds
 
 
 def test_jobs_taken_for_processors_that_stopped_go_back_unchanged(config, r, client):

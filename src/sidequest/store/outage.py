@@ -110,7 +110,7 @@ class RedisOutage:
 class Backoff:
     """The wait between tries of a failing fetch: BACKOFF_START, doubled at each failure up to
     BACKOFF_MAX, from the start again after a success. A processor thread's (`worker.processor`) and
-    the asyncio runner's (`worker.asyncio_runner`): so neither runner tries again at once."""
+    the asyncio runner's (`worker.fetch.loop_fetch`): so neither runner tries again at once."""
 
     def __init__(self, start: float = BACKOFF_START, most: float = BACKOFF_MAX) -> None:
         self.start = self.delay = start

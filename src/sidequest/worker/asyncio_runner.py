@@ -51,7 +51,7 @@ from sidequest.store.direct import AsyncLane
 from sidequest.store.outage import REDIS_ERRORS
 from sidequest.store.scripts import Scripts
 from sidequest.worker.fetch.batch import ACK_WINDOW
-from sidequest.worker.fetch.loop_batch import LoopHub
+from sidequest.worker.fetch.loop_fetch import LoopFetch
 from sidequest.worker.fetch.queue_order import PausedQueues
 from sidequest.worker.fetch.unit import Settler, UnitOfWork
 from sidequest.worker.isolation import suspect
@@ -91,7 +91,7 @@ class LoopCapsule:
         self.limit = config.async_jobs
         self.quieting = threading.Event()
         self.hard_stop = threading.Event()
-        self.hub = LoopHub(config, identity, scripts, self, runtime.outage, self.quieting, paused=paused, clock=clock,
+        self.hub = LoopFetch(config, identity, scripts, self, runtime.outage, self.quieting, paused=paused, clock=clock,
                            ack_window=ack_window)
         self.batch = self.hub.batch  # every job of this capsule is held there
         self.reserved: str | None = self.batch  # (`Fetch`: where its units are held)

@@ -19,21 +19,16 @@ taken the process's heartbeat never lapsed (`heartbeat.Lease`, two float reads):
 another process may have recovered it, and it goes back through SETTLE's check instead.
 
 A success is acknowledged when it ends, not "with the next fetch": the hub's acknowledger
-removes it from the batch list within `ACK_WINDOW` (a few milliseconds), together with the
-other successes that ended in that window (at most `ACK_BATCH` wait for one call), unless a
-RESERVE call leaves sooner and carries them. So a busy process still makes about one round trip
-per batch, and a process killed by `kill -9` runs again only the jobs that were running, or that
-ended in the last few milliseconds (the delivery contract, docs/reliability.md). Every other
-outcome is applied at once by the processor (`work.Settler`), removing the job from its list in
-the same script. When no queue has work, each idle processor blocks (BLMOVE, bounded by
-`fetch_timeout`) on one queue, each on a different one, into a list of its own,
-`sidequest:reserved:<identity>:<slot>`; a job it gets that way is acknowledged at once. A process
-that dies leaves its jobs in these lists for `recovery` to put back.
+(`acknowledger.Acknowledger`, driven by its thread, `AckThread`) removes it from the batch list
+within `ACK_WINDOW`, unless a RESERVE call leaves sooner and carries it. Every other outcome is
+applied at once by the processor (`unit.Settler`), removing the job from its list in the same
+script. When no queue has work, each idle processor blocks (BLMOVE, bounded by `fetch_timeout`)
+on one queue, each on a different one, into a list of its own, `sidequest:reserved:<identity>:<slot>`;
+a job it gets that way is acknowledged at once. A process that dies leaves its jobs in these
+lists for `recovery` to put back.
 
-Commands are never re-sent by the Redis client (see `connection`): if a call's reply is lost,
-a job may be in our lists without us knowing. The next fetch reads the list back and adopts
-what it holds that this process does not know of (what it knew before reading), so the job
-runs instead of waiting for recovery.
+A call whose reply was lost may have moved a job into our lists without us knowing: the next
+fetch reads them back and adopts it (`reserve.BatchLedger`, the asyncio runner's rule too).
 """
 
 from __future__ import annotations
@@ -44,34 +39,33 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 import redis
 
 from sidequest.config import Config
-from sidequest.jobs.payload import decode, queue_of
-from sidequest.store import faults, keys
+from sidequest.store import keys
 from sidequest.store.direct import Lane, lane_for
-from sidequest.store.outage import LOST, REDIS_ERRORS, Backoff
+from sidequest.store.outage import REDIS_ERRORS, Backoff
 from sidequest.store.scripts import Scripts
+from sidequest.worker.fetch.acknowledger import (
+    ACK_BACKOFF_MAX,
+    ACK_BACKOFF_START,
+    ACK_WINDOW,
+    Ack,
+    Acknowledger,
+    AckThread,
+)
 from sidequest.worker.fetch.queue_order import PausedQueues, QueueOrder, blocking_timeout
+from sidequest.worker.fetch.reserve import BatchLedger, Taken, queue_of_raw
 from sidequest.worker.fetch.unit import Settler
 from sidequest.worker.heartbeat import Lease
 from sidequest.worker.isolation import SUSPECT_AFTER
 
-log = logging.getLogger(__name__)
-T = TypeVar("T")
+__all__ = ["ACK_WINDOW", "PREFETCH_HOLD", "PREFETCH_ROUNDS", "Hub", "Waiter", "default_prefetch"]
 
-# A success waits at most this long (seconds) for others to share its acknowledgement, and at
-# most this many wait for one call. The window bounds what a `kill -9` can run again beyond the
-# jobs that were running: widening it for speed breaks the delivery contract.
-ACK_WINDOW = 0.002
-ACK_BATCH = 64
-# After its last success the acknowledger stays armed this long (seconds), looking once a window
-# without being woken, before it sleeps until a success wakes it: a wake-up per window cost about
-# 2 µs of CPU per job (measured, pinned process, bench/throughput's no-op jobs).
-ACK_LINGER = 0.1
-ACK_BACKOFF_START, ACK_BACKOFF_MAX = 0.05, 2.0
+log = logging.getLogger(__name__)
+
 # A hub keeps in hand as many jobs as its processors asked for during this many of its fetches
 # (at most `prefetch`, by default twice the concurrency): with short jobs a processor that ends
 # one finds the next in hand instead of waiting for a fetch; with jobs longer than a fetch's round
@@ -81,10 +75,7 @@ PREFETCH_ROUNDS = 4
 # the processors are all busy with longer jobs than those the prefetch was sized by.
 PREFETCH_HOLD = 0.1
 
-
-Taken = tuple[str, bytes]  # (queue key, job bytes)
 Held = tuple[str, bytes, float]  # a job in hand: queue key, job bytes, when the call that took it began (monotonic)
-Ack = tuple[bytes, list[Any], str]  # a success: job bytes, its 'finished' ops, the batch list holding it
 
 
 class Waiter:
@@ -111,7 +102,6 @@ class Hub:
         # the process's heartbeat lease: a job in hand is handed out only while it holds (without
         # a heartbeat, as a hub made alone, nothing in hand is surely ours)
         self.lease = lease or Lease(0.0)
-        self.ack_window = ack_window
         self.keys = scripts.keys
         # a capsule's hub has a batch list of its own (`keys.capsule_slot`), so one capsule's
         # fetch never takes jobs for another's queues; `config` is then the capsule's. In Cluster
@@ -123,14 +113,12 @@ class Hub:
         self.order = QueueOrder(config, rng, paused, self.keys)
         self.timeout = blocking_timeout(config)
         self.scripts = scripts
-        self.clock = clock
-        self.queue_faults = faults.QueueFaults()
+        self.ledger = BatchLedger(clock=clock)  # what the batch lists hold, the RESERVE calls, the read-back
+        self.queue_faults = self.ledger.queue_faults
         self._lock = threading.Lock()
         # taken for processors that wait, or kept in hand: not yet picked up (oldest first)
         self._handoff: deque[Held] = deque()
         self._expired: list[Held] = []  # taken out of the hand, not ours for sure: for the acknowledger to put back
-        self._acks: deque[Ack] = deque()  # successes not yet acknowledged
-        self._known: Counter[bytes] = Counter()  # jobs of the batch list this process knows of
         self._waiters: deque[Waiter] = deque()  # processors waiting for the fetching one to hand them a job
         self._fetching = False
         # how many jobs the processors asked for during the current fetch, during one fetch
@@ -139,25 +127,17 @@ class Hub:
         self._asked = 0
         self._demand = 0.0
         self._target = 0
-        self._suspect = False  # a reply was lost: the list may hold a job no one knows of
-        # the acknowledger: a thread that sends the successes no RESERVE carried within the window
-        # released to wake the idle acknowledger (a bare lock: releasing it is one C call, where
-        # Event.set takes a condition's lock and notifies, on the path of every window's first job)
-        self._ack_wake = threading.Lock()
-        self._ack_wake.acquire()
-        self._ack_full = threading.Event()  # set once ACK_BATCH successes wait
-        self._ack_pending = False  # a window is open: successes wait that no call has carried
-        self._ack_opened = 0.0  # when it opened (monotonic)
-        self._ack_idle = True  # the acknowledger sleeps on `_ack_wake` (nothing waits)
-        self._closed = threading.Event()
         self._requeue_after = 0.0  # put-backs of jobs in hand wait until then after a failure
         self._requeue_backoff = Backoff(ACK_BACKOFF_START, ACK_BACKOFF_MAX)
-        self._quiet_since: float | None = None  # when the acknowledger last found nothing waiting
-        lane = lane_for(client)  # the acknowledger's, also for the jobs it puts back (`_put_back_stale`)
-        self._ack_thread = threading.Thread(target=self._acknowledger,
-                                            args=(lane, Settler(config, client, scripts, clock, lane)),
-                                            name="sidequest-acknowledger", daemon=True)
-        self._ack_thread.start()
+        # the acknowledger, driven by a thread that sends the successes no RESERVE carried within
+        # the window, and puts back the jobs in hand no longer surely ours (`_put_back_stale`)
+        self.acks = Acknowledger(ack_window)
+        lane = lane_for(client)  # the acknowledger's, also for the jobs it puts back
+        settler = Settler(config, client, scripts, clock, lane)
+        self._ack_thread = AckThread(self.acks, lambda acks: self._reserve(lane, [], "", 0, acks),
+                                     tend=lambda: self._put_back_stale(settler),
+                                     end=lambda: self._end_acknowledger(settler, lane),
+                                     holding=lambda: bool(self._handoff), look_every=PREFETCH_HOLD)
 
     def batch_of(self, queue: str) -> str:
         """The batch list that holds what this hub took from `queue`."""
@@ -205,30 +185,34 @@ class Hub:
                 self._waiters.append(waiter)
             else:
                 self._fetching = True
-                self._ack_pending = False  # this call carries the successes so far: a later one opens a window
                 now = time.monotonic()
                 # nothing is kept in hand while the lease does not hold: it could not be handed out
                 keep = self._target if self.lease.holds(now, now) else 0
                 want = (refill is None) + len(self._waiters) + max(keep - len(self._handoff), 0)
-                acks = self._drain()
-                suspect, known = self._suspect, (Counter(self._known) if self._suspect else None)
-                self._suspect = False  # this fetch reads the list back; a failure sets it again
+                acks = self.acks.take()  # this call carries the successes so far: a later one opens a window
+                known = self.ledger.to_read_back()  # this fetch reads the lists back; a failure owes it again
                 self._asked = 0
         if waits:
             return self._wait(waiter), None
+        return self._fetch(lane, client, own, want, acks, known, refill)
+
+    def _fetch(self, lane: Lane, client: redis.Redis, own: str | int, want: int, acks: list[Ack],
+               known: Counter[bytes] | None, refill: Held | None) -> tuple[Taken | None, list[str] | None]:
+        """`take`'s call: the read-back a lost reply owes, else RESERVE, for the caller and the waiters."""
         got: list[Taken] = []
         order: list[str] = []
         began = time.monotonic()  # what this call takes is ours from then on, if the lease holds
         try:
-            if suspect and known is not None:
+            if known is not None:
                 got = self._adopt(client, known)
             if not got:
                 order = self.order()
                 got = self._reserve(lane, order, own, want if order else 0, acks)
                 acks = []
         except BaseException:
+            if known is not None:
+                self.ledger.unread()  # not read back: the next fetch does
             with self._lock:
-                self._suspect = self._suspect or suspect  # not read back: the next fetch does
                 if refill is not None:  # the job in hand goes to whoever asks next, as old as it was
                     self._handoff.appendleft(refill)
             self._hand_out([], acks)
@@ -251,7 +235,7 @@ class Hub:
             if since <= taken and now < until and now - taken < PREFETCH_HOLD:
                 return True
             self._expired.append(handoff.popleft())
-            self._wake_acknowledger()
+            self._ack_thread.wake()
         return False
 
     def _wait(self, waiter: Waiter) -> Taken | None:
@@ -277,9 +261,7 @@ class Hub:
             if pace:
                 self._demand = (self._demand + self._asked) / 2
                 self._target = min(self._cap, int(self._demand * PREFETCH_ROUNDS))
-            self._acks.extendleft(reversed(acks))  # not applied (an error, or adopted instead): keep them
-            for _, raw in got:
-                self._known[raw] += 1
+            self.acks.returned(acks)  # not applied (an error, or adopted instead): keep them
             rest = deque(got[1:] if keep else got)
             while self._waiters and (rest or not got):
                 waiter = self._waiters.popleft()
@@ -287,24 +269,14 @@ class Hub:
                 waiter.wake.release()
             if rest:
                 self._handoff.extend((key, raw, began) for key, raw in rest)
-                if self._ack_idle:  # it sleeps up to a second: it must look within PREFETCH_HOLD
-                    self._wake_acknowledger()
+                self._ack_thread.nudge()  # it must look within PREFETCH_HOLD
 
     def _reserve(self, lane: Lane, order: list[str], own: str | int, want: int, acks: list[Ack]) -> list[Taken]:
         if self.keys.cluster:
             return self._reserve_per_queue(lane, order, own, want, acks)
         own_key = own if isinstance(own, str) else keys.reserved(self.identity, own)
-        return self._reserve_call(lane, [*order, self.reserved, keys.RESERVATIONS, own_key], want, acks)
-
-    def _reserve_call(self, lane: Lane, script_keys: list[str], want: int, acks: list[Ack]) -> list[Taken]:
-        args: list[Any] = [repr(self.clock()), want, len(acks)]
-        for raw, ops, _ in acks:
-            args += [raw, *ops]
-        reply = faults.reserved(lane.evalsha(self.scripts.reserve, script_keys, args), acks, self.queue_faults)
-        with self._lock:
-            for raw, _, _ in acks:
-                self._forget(raw)
-        return [(reply[i].decode(), reply[i + 1]) for i in range(0, len(reply), 2)]
+        return self.ledger.send(lane, self.scripts.reserve, [*order, self.reserved, keys.RESERVATIONS, own_key],
+                                want, acks)
 
     def _reserve_per_queue(self, lane: Lane, order: list[str], own: str | int, want: int,
                            acks: list[Ack]) -> list[Taken]:
@@ -321,7 +293,7 @@ class Hub:
 
         def call(queue: str, script_keys: list[str], count: int, mine: list[Ack]) -> list[Taken]:
             try:
-                return self._reserve_call(lane, script_keys, count, mine)
+                return self.ledger.send(lane, self.scripts.reserve, script_keys, count, mine)
             except REDIS_ERRORS as exc:
                 failed.append((queue, exc, mine))
                 return []
@@ -341,112 +313,33 @@ class Hub:
         return got
 
     def _failed_calls(self, failed: list[tuple[str, BaseException, list[Ack]]], got: list[Taken]) -> None:
-        """Some of a fetch's per-queue calls failed. With no job taken, the first failure is raised
-        (the caller keeps every success: those a call did send go again and find nothing, as
-        after a lost reply). Else the jobs taken run: the failed calls' successes wait for the
-        next call, a lost reply has the next fetch read the lists back, and each queue's failure
-        is logged (once a minute at most)."""
-        with self._lock:  # first: a lost reply must be read back even when an error is raised
-            self._suspect = self._suspect or any(isinstance(exc, LOST) for _, exc, _ in failed)
+        """Some of a fetch's per-queue calls failed (a lost reply has the next fetch read the
+        lists back: `BatchLedger.send`). With no job taken, the first failure is raised (the
+        caller keeps every success: those a call did send go again and find nothing, as after a
+        lost reply). Else the jobs taken run: the failed calls' successes wait for the next
+        call, and each queue's failure is logged (once a minute at most)."""
         if not got:
             raise failed[0][1]
         for queue, exc, mine in failed:
-            self._acks.extendleft(reversed(mine))
+            self.acks.returned(mine)
             self.queue_faults.call_failed(queue, exc)
 
     def _adopt(self, client: redis.Redis, known: Counter[bytes]) -> list[Taken]:
         """Jobs in the batch lists that this process did not know of before reading them."""
-        found: list[Taken] = []
-        for batch in self.batches():
-            held = Counter(cast("list[bytes]", client.lrange(batch, 0, -1)))
-            for raw in (held - known).elements():
-                queue = (cast("keys.ClusterKeyspace", self.keys).queue_of_reserved(batch) if self.keys.cluster
-                         else queue_of_raw(raw))
-                found.append((self.keys.queue(queue), raw))
-            known = known - held
-        return found
+        found = self.ledger.adopt(((batch, cast("list[bytes]", client.lrange(batch, 0, -1)))
+                                   for batch in self.batches()), known)
+        if not self.keys.cluster:
+            return [(self.keys.queue(queue_of_raw(raw)), raw) for _, raw in found]
+        space = cast("keys.ClusterKeyspace", self.keys)
+        return [(space.queue(space.queue_of_reserved(batch)), raw) for batch, raw in found]
 
     def acknowledge(self, raw: bytes, ops: list[Any], home: str | None = None) -> None:
         """A success of a batch list: removed within the window (see module)."""
-        acks = self._acks
-        acks.append((raw, ops, home or self.reserved))  # deque appends and pops are atomic: no lock on every job's path
-        if len(acks) >= ACK_BATCH:
-            self._ack_full.set()
-        if not self._ack_pending:  # the first success since the last call opens a window
-            self._ack_opened = time.monotonic()
-            self._ack_pending = True
-            if self._ack_idle:
-                self._wake_acknowledger()
-
-    def _wake_acknowledger(self) -> None:
-        try:
-            self._ack_wake.release()
-        except RuntimeError:  # released already: it is waking
-            pass
-
-    def _acknowledger(self, lane: Lane, settler: Settler) -> None:
-        """Send the successes that no call carried within their window, and put back the jobs
-        kept in hand that are no longer surely ours (`_put_back_stale`), whether successes wait
-        or not; at the end, hand back every job still in hand.
-
-        A window opens with the first success after the last call that carried successes (a
-        RESERVE or this thread's own), and it is sent once the window has passed, or at once
-        when ACK_BATCH wait. A RESERVE that leaves meanwhile carries them and closes the window,
-        so while processors fetch often this thread makes no call at all. While successes keep
-        coming it looks once a window by itself; only after ACK_LINGER without any does it
-        sleep until a success wakes it (`_ack_idle`), so a busy process costs no wake-up per
-        success or per window. A failure keeps the successes for the next attempt, after a
-        back-off (their reserved copies keep them safe meanwhile); anything else that escapes is
-        caught here, at the thread's boundary (`AckBackoff`), so acknowledging never ends."""
-        sends = AckBackoff(ACK_BACKOFF_START, ACK_BACKOFF_MAX)
-        try:
-            while not self._closed.is_set():
-                try:
-                    self._put_back_stale(settler)
-                    if self._ack_pending or self._acks:
-                        self._send_due(lane, sends)
-                    else:
-                        self._rest()
-                except Exception as exc:  # thread boundary: a Redis error, or a fault outside any job
-                    self._closed.wait(sends.failed(exc, len(self._acks)))
-        finally:
-            self._hand_back_at_close(settler)
-            lane.close()
-
-    def _send_due(self, lane: Lane, sends: AckBackoff) -> None:
-        """Send the successes if their window has passed (or ACK_BATCH wait), else wait for that,
-        at most PREFETCH_HOLD, so jobs in hand are looked at meanwhile."""
-        self._quiet_since = None
-        if self._ack_pending:
-            left = self._ack_opened + self.ack_window - time.monotonic()
-            if left > 0 and not self._ack_full.is_set():
-                self._ack_full.wait(min(left, PREFETCH_HOLD))
-                return  # look again: a call may have carried them, or a new window opened
-        self._ack_full.clear()
-        self._ack_pending = False  # before draining: a success added after this opens a window
-        self.flush(lane)
-        sends.succeeded()
-
-    def _rest(self) -> None:
-        """Nothing waits: look again within a window while successes came lately (armed: a
-        success then costs no wake-up), else sleep until one wakes it (`_ack_idle`)."""
-        now = time.monotonic()
-        if self._quiet_since is None:
-            self._quiet_since = now
-        if now - self._quiet_since < ACK_LINGER:
-            self._ack_wake.acquire(timeout=min(self.ack_window, PREFETCH_HOLD))
-            return
-        self._ack_full.clear()
-        self._ack_idle = True
-        if not (self._ack_pending or self._acks):  # again: a success may have come meanwhile
-            # bounded: a close is noticed within a second, a job kept in hand too long sooner
-            self._ack_wake.acquire(timeout=PREFETCH_HOLD if self._handoff else 1.0)
-        self._ack_idle = False
-        self._quiet_since = None
+        self.acks.add((raw, ops, home or self.reserved))
 
     def _put_back_stale(self, settler: Settler) -> None:
-        """Put back the jobs in hand that may no longer be handed out (`_drop_expired`), with
-        a back-off while that fails."""
+        """(The acknowledger thread's chore.) Put back the jobs in hand that may no longer be
+        handed out (`_drop_expired`), with a back-off while that fails."""
         if not (self._handoff or self._expired) or time.monotonic() < self._requeue_after:
             return
         with self._lock:
@@ -467,14 +360,16 @@ class Hub:
             self._handoff.clear()
         return self._requeue(settler, held)
 
-    def _hand_back_at_close(self, settler: Settler) -> None:
-        """At the end (`close`): the jobs in hand go back at once, not a heartbeat TTL later by
-        recovery (which would count them as recovered, though they never ran)."""
+    def _end_acknowledger(self, settler: Settler, lane: Lane) -> None:
+        """As the acknowledger thread ends (`close`): the jobs in hand go back at once, not a
+        heartbeat TTL later by recovery (which would count them as recovered, though they never ran)."""
         try:
             if not self.hand_back(settler):
                 log.warning("could not put back the jobs kept in hand; they stay reserved and will be recovered")
         except Exception:  # thread boundary
             log.exception("could not put back the jobs kept in hand; they stay reserved and will be recovered")
+        finally:
+            lane.close()
 
     def _requeue(self, settler: Settler, held: list[Held]) -> bool:
         """Put `held`, taken out of the hand, back at the head of their queues in one round trip,
@@ -489,79 +384,29 @@ class Hub:
             sent = True
         except (redis.RedisError, OSError):
             sent = False
-        with self._lock:
-            for _, raw in jobs:
-                self._forget(raw)
-            self._suspect = self._suspect or not sent
+        for _, raw in jobs:
+            self.ledger.forget(raw)
+        if not sent:
+            self.ledger.lost_reply()
         return sent
 
     def close(self, lane: Lane | None = None) -> None:
         """Stop the acknowledger, which hands back the jobs in hand as it ends; the successes it
         had not sent yet are sent now (on `lane`, if given)."""
-        self._closed.set()
-        self._ack_full.set()  # it may wait for a window to pass
-        self._wake_acknowledger()
-        if self._ack_thread is not threading.current_thread():
-            self._ack_thread.join(5)
+        self._ack_thread.close()
         if lane is not None:
             self.flush(lane)
 
-    def _drain(self) -> list[Ack]:
-        return drain(self._acks)
-
     def settled(self, raw: bytes) -> None:
         """A job of the batch list left it through a processor's own call."""
-        with self._lock:
-            self._forget(raw)
-
-    def _forget(self, raw: bytes) -> None:
-        """(Under the lock.) One copy of `raw` is no longer in the batch list."""
-        forget_one(self._known, raw)
+        self.ledger.forget(raw)
 
     def flush(self, lane: Lane) -> None:
         """Acknowledge the finished successes now (before waiting, stopping or dying)."""
-        acks = self._drain()
-        if not acks:
-            return
-        try:
-            self._reserve(lane, [], "", 0, acks)
-        except BaseException:
-            self._acks.extendleft(reversed(acks))
-            raise
+        self.acks.flush(lambda acks: self._reserve(lane, [], "", 0, acks))
 
     def lost_reply(self) -> None:
-        self._suspect = True
-
-
-class AckBackoff:
-    """An acknowledger's failed sends, one rule for both runners (`Hub`'s thread, `LoopHub`'s
-    sends on the loop): the successes stay reserved and are sent again after a back-off that
-    doubles from `start` to `most`. One log line per run of failures: a warning for a Redis
-    error (an outage), an error with its traceback for anything else (a fault outside any job),
-    and one line once sending works again."""
-
-    def __init__(self, start: float, most: float) -> None:
-        self.wait = Backoff(start, most)  # the doubling rule a failing fetch follows too
-        self.failing = False
-
-    def failed(self, exc: BaseException, waiting: int) -> float:
-        """Log `exc` if it begins a run of failures; the seconds to wait before sending again."""
-        if not self.failing:
-            if isinstance(exc, (redis.RedisError, OSError)):
-                log.warning("acknowledging finished jobs failed (%s: %s); they stay reserved and are sent "
-                            "again with back-off", type(exc).__name__, exc)
-            else:
-                log.error("the acknowledger failed (%s: %s) with %d finished job(s) waiting; they stay "
-                          "reserved and are sent again with back-off", type(exc).__name__, exc, waiting,
-                          exc_info=exc)
-        self.failing = True
-        return self.wait.failed()
-
-    def succeeded(self) -> None:
-        if self.failing:
-            log.warning("finished jobs are acknowledged again")
-        self.wait.reset()
-        self.failing = False
+        self.ledger.lost_reply()
 
 
 def default_prefetch(config: Config) -> int:
@@ -569,30 +414,3 @@ def default_prefetch(config: Config) -> int:
     at a crash is counted as recovered with the running ones, and with so few recoveries allowed
     one crash would make it a suspect, two send it to `dead`, though it never started."""
     return 2 * config.concurrency if config.max_recoveries >= SUSPECT_AFTER else 0
-
-
-def drain(items: deque[T]) -> list[T]:
-    """Everything in `items`, taken out; another thread may drain too (a flush), and each item
-    goes to one of them (deque pops are atomic)."""
-    taken: list[T] = []
-    try:
-        while True:
-            taken.append(items.popleft())
-    except IndexError:
-        return taken
-
-
-def forget_one(known: Counter[bytes], raw: bytes) -> None:
-    """One copy of `raw` is no longer in a batch list whose jobs `known` counts."""
-    left = known[raw] - 1
-    if left > 0:
-        known[raw] = left
-    else:
-        known.pop(raw, None)
-
-
-def queue_of_raw(raw: bytes) -> str:
-    try:
-        return queue_of(decode(raw))
-    except ValueError:  # not a job: processing files it in dead, under the default queue
-        return "default"

@@ -3,7 +3,7 @@
 Basic fetch BRPOPs: a job lives only in the worker's memory while it runs, so `kill -9` loses it.
 
 Reliable fetch moves jobs atomically into reserved lists, in batches for a process's processors
-(its `hub.Hub`: the batch list, the jobs in hand, the acknowledger), or, when every queue is
+(its `batch.Hub`: the batch list, the jobs in hand, the acknowledger), or, when every queue is
 empty, with a BLMOVE of one processor into a list of its own. Queue order is `queue_order`'s.
 """
 
@@ -17,11 +17,12 @@ from typing import Any, cast
 import redis
 
 from sidequest.config import Config
-from sidequest.store import faults, keys
+from sidequest.store import keys
 from sidequest.store.direct import lane_for
 from sidequest.store.scripts import Scripts
-from sidequest.worker.fetch.batch import Hub, Waiter, queue_of_raw
+from sidequest.worker.fetch.batch import Hub, Waiter
 from sidequest.worker.fetch.queue_order import PausedQueues, QueueOrder, blocking_timeout, wait_paused
+from sidequest.worker.fetch.reserve import queue_of_raw
 from sidequest.worker.fetch.unit import Fetch, Settler, UnitOfWork
 from sidequest.worker.lifecycle import has_ops
 from sidequest.worker.outcome import Outcome
@@ -130,9 +131,8 @@ class ReliableFetch:
         try:
             raw = cast("bytes | None", self.redis.blmove(key, self.own, self.timeout, "RIGHT", "LEFT"))  # type: ignore[arg-type]
         except redis.ResponseError as exc:
-            if not faults.wrong_type(exc):
+            if not self.hub.ledger.blocking_fault(key, exc):  # that queue's fault, not an outage
                 raise
-            self.hub.queue_faults.report(key, str(exc))  # that queue's fault, not an outage
             self._turn += self._rotates  # as after a timeout
             wait_paused(self.timeout)  # as long as a wait on it would take: no spin if it is the only queue
             return None

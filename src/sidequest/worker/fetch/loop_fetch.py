@@ -1,13 +1,14 @@
-"""The asyncio runner's fetch and acknowledgement, on the event loop (see `eventloop`).
+"""The asyncio runner's fetch, on the event loop (see `worker.asyncio_runner`).
 
-`hub.Hub`'s contract, on one loop instead of threads: one coroutine (`fetching`) takes jobs
-for every free place with the RESERVE script into the process's batch list
-`sidequest:reserved:<identity>:batch`, carrying the successes that ended meanwhile. When no queue
-has work, one BLMOVE per queue (each on a connection of its own) waits for the next job and
-moves it straight into that batch list. A success joins the next call, or is sent when its
-window (`hub.ACK_WINDOW`) ends with the others of that window. A call whose reply was lost
-may have moved jobs into the batch list: the list is read back once no other call is in flight,
-and what it holds that this process did not know of is run.
+The threads' rules, driven from one loop instead of threads: the RESERVE call, its reply and
+the read-back are `reserve.BatchLedger`'s, the acknowledgement window is the one
+`acknowledger.Acknowledger`, timed here by loop timers (`acknowledger.AckTimers`). What is the
+loop's own is how the calls are scheduled: one coroutine (`fetching`) takes jobs for every free
+place into the process's batch list `sidequest:reserved:<identity>:batch`, carrying the
+successes that ended meanwhile; when no queue has work, one BLMOVE per queue (each on a
+connection of its own) waits for the next job and moves it straight into that batch list. After
+a lost reply the list is read back once no other call is in flight (a call under way may still
+add to it or take from it).
 """
 
 from __future__ import annotations
@@ -16,37 +17,27 @@ import asyncio
 import logging
 import threading
 import time
-from collections import Counter, deque
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
 from sidequest.config import Config
-from sidequest.store import faults, keys
+from sidequest.store import keys
 from sidequest.store.direct import AsyncLane
 from sidequest.store.outage import LOST, REDIS_ERRORS, Backoff, RedisOutage
 from sidequest.store.scripts import Scripts
-from sidequest.worker.fetch.batch import (
-    ACK_BACKOFF_MAX,
-    ACK_BACKOFF_START,
-    ACK_BATCH,
-    ACK_WINDOW,
-    AckBackoff,
-    drain,
-    forget_one,
-    queue_of_raw,
-)
+from sidequest.worker.fetch.acknowledger import ACK_WINDOW, Ack, Acknowledger, AckTimers
 from sidequest.worker.fetch.queue_order import PausedQueues, QueueOrder, blocking_timeout
+from sidequest.worker.fetch.reserve import BatchLedger, Taken, queue_of_raw
 
 log = logging.getLogger(__name__)
 
-Ack = tuple[bytes, list[Any]]  # a success: the job's bytes and its 'finished' operations
 # A blocking call's reply is awaited this long (seconds) past its own timeout before its
 # connection is given up (a stalled Redis, a lost network).
 BLOCKING_GRACE = 5.0
 
 
 class Runs(Protocol):
-    """What the hub feeds: the capsule that runs the jobs it takes."""
+    """What the fetch feeds: the runner that runs the jobs it takes."""
 
     def room(self) -> int:
         """Jobs that may start now (0 while a suspect waits to run alone)."""
@@ -59,7 +50,9 @@ class Runs(Protocol):
         ...
 
 
-class LoopHub:
+class LoopFetch:
+    """Fetch and acknowledgement of the asyncio runner's batch list, on its loop (see module)."""
+
     def __init__(self, config: Config, identity: str, scripts: Scripts, runs: Runs, outage: RedisOutage,
                  quieting: threading.Event, *, paused: PausedQueues | None = None,
                  clock: Callable[[], float] = time.time, ack_window: float = ACK_WINDOW) -> None:
@@ -68,9 +61,6 @@ class LoopHub:
         self.runs = runs
         self.outage = outage
         self.quieting = quieting
-        self.clock = clock
-        self.queue_faults = faults.QueueFaults()
-        self.ack_window = ack_window
         self.batch = keys.reserved(identity, keys.BATCH_SLOT)
         self.order = QueueOrder(config, None, paused, self.keys)
         self.timeout = blocking_timeout(config)
@@ -79,20 +69,16 @@ class LoopHub:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.loop_thread = 0
         self.lane: AsyncLane | None = None
+        self.ledger = BatchLedger(clock=clock)
+        self.queue_faults = self.ledger.queue_faults
+        self.acks = Acknowledger(ack_window)
+        self.timers = AckTimers(self.acks, lambda acks: self._reserve([], 0, acks), self.poke)
         self._blocking: dict[int, asyncio.Task[None]] = {}
         self._block_failed: BaseException | None = None  # a BLMOVE's failure, for `fetching` to back off
         self.backoff = Backoff()  # the fetch's, as a processor's (`outage.Backoff`)
         self._turn = 0
-        self._calls = 0  # flushes in flight: no read-back (adoption) meanwhile
         self._taking = 0  # the fetch's own RESERVE or read-back, while under way (see `waiting`)
-        self._acks: deque[Ack] = deque()
-        self._ack_pending = False
-        self._sends = AckBackoff(ACK_BACKOFF_START, ACK_BACKOFF_MAX)  # the threads' rule for a failed send
-        self._known: Counter[bytes] = Counter()  # jobs in the batch list this process knows of
-        self._known_lock = threading.Lock()  # the thread pool settles too
-        self._suspect = False  # a reply was lost: the batch list may hold a job no one knows of
         self._changed: asyncio.Event | None = None
-        self._background: set[asyncio.Task[Any]] = set()
 
     # -- fetching ----------------------------------------------------------------------------------
     async def fetching(self, lane: AsyncLane) -> None:
@@ -101,6 +87,7 @@ class LoopHub:
         self.loop_thread = threading.get_ident()
         self._changed = asyncio.Event()
         self.lane = lane
+        self.timers.start()
         try:
             while not self.quieting.is_set():
                 try:
@@ -136,64 +123,70 @@ class LoopHub:
         if self.free() <= 0:  # a job's end pokes
             await self.wait_change(None if self.runs.running() else 0.5)
             return
-        if self._suspect:
-            if self._blocking or self._calls:  # their replies may still add to or take from the list
+        if self.ledger.suspect:
+            if self._blocking or self.timers.calls:  # their replies may still add to or take from the list
                 await self.wait_change(0.05)
                 return
-            began = time.monotonic()
-            self._taking += 1
-            try:
-                adopted = await self._adopt()
-            finally:
-                self._taking -= 1
-                self.poke()
-            self.outage.up(began)
-            for raw in adopted:
-                self.runs.take(queue_of_raw(raw), raw)
-            if adopted:
-                self.backoff.reset()
+            if self._took(await self._taken_by(self._adopt())):
                 return
         order = self.order()
         want = self.free() if order else 0
-        acks = self._drain()
-        began = time.monotonic()
-        got: list[tuple[str, bytes]] = []
+        acks = self.acks.take()
+        got: list[Taken] = []
         if want or acks:
-            self._taking += 1
             try:
-                got = await self._reserve(order, want, acks)
-            finally:
-                self._taking -= 1
-                self.poke()
-        self.outage.up(began)
-        for key, raw in got:
-            self.runs.take(self.keys.queue_name(key), raw)
-        if got:
-            self.backoff.reset()
+                got = await self._taken_by(self._reserve(order, want, acks))
+            except BaseException:
+                self.acks.returned(acks)  # not applied: kept for the next call
+                raise
+        else:  # every queue paused (their list read), nothing to send
+            self.outage.up(time.monotonic())
+        if self._took(got):
             return
         if not order:  # every queue is paused
             await self.pause(self.timeout)
             return
         await self._idle(order)
 
-    async def _reserve(self, order: list[str], want: int, acks: list[Ack]) -> list[tuple[str, bytes]]:
-        """RESERVE (see `hub.Hub`): up to `want` jobs into the batch list, `acks` out of it."""
-        assert self.lane is not None
+    async def _taken_by(self, call: Coroutine[Any, Any, list[Taken]]) -> list[Taken]:
+        """The jobs `call` (a RESERVE or a read-back) took; while under way it is a fetch in
+        flight (`waiting`). A success tells the outage it has ended."""
+        began = time.monotonic()
+        self._taking += 1
         try:
-            reply = await self.lane.evalsha(self.scripts.reserve, [*order, self.batch, keys.RESERVATIONS, self.batch],
-                                            reserve_args(self.clock(), want, acks))
-            reply = faults.reserved(reply, acks, self.queue_faults)
-        except BaseException as exc:
-            self._acks.extendleft(reversed(acks))  # not applied: kept for the next call
-            if isinstance(exc, LOST):
-                self._suspect = True  # it may have taken jobs whose reply never came
+            got = await call
+        finally:
+            self._taking -= 1
+            self.poke()
+        self.outage.up(began)
+        return got
+
+    def _took(self, got: list[Taken]) -> bool:
+        """Run the jobs taken; True if there were any."""
+        for key, raw in got:
+            self.runs.take(self.keys.queue_name(key), raw)
+        if got:
+            self.backoff.reset()
+        return bool(got)
+
+    async def _reserve(self, order: list[str], want: int, acks: list[Ack]) -> list[Taken]:
+        """RESERVE (`reserve.BatchLedger`): up to `want` jobs into the batch list, `acks` out of it."""
+        assert self.lane is not None
+        return await self.ledger.send_async(self.lane, self.scripts.reserve,
+                                            [*order, self.batch, keys.RESERVATIONS, self.batch], want, acks)
+
+    async def _adopt(self) -> list[Taken]:
+        """Jobs in the batch list that this process did not know of before reading it."""
+        assert self.lane is not None
+        known = self.ledger.to_read_back()
+        if known is None:
+            return []
+        try:
+            held = (await self.lane.exchange([("LRANGE", self.batch, 0, -1)]))[0]
+        except BaseException:
+            self.ledger.unread()
             raise
-        with self._known_lock:
-            for raw, _ in acks:
-                forget_one(self._known, raw)
-            for i in range(1, len(reply), 2):
-                self._known[reply[i]] += 1
-        return [(reply[i].decode(), reply[i + 1]) for i in range(0, len(reply), 2)]
+        return [(self.keys.queue(queue_of_raw(raw)), raw) for _, raw in self.ledger.adopt([(self.batch, held)], known)]
 
     async def _idle(self, order: list[str]) -> None:
         """Nothing anywhere: a BLMOVE per queue (those not waiting already) into the batch list."""
@@ -216,9 +209,9 @@ class LoopHub:
             reply = await self.lane.exchange([("BLMOVE", key, self.batch, "RIGHT", "LEFT", self.timeout)],
                                              timeout=self.timeout + self.grace)
         except BaseException as exc:
-            self._suspect = self._suspect or isinstance(exc, (*LOST, asyncio.CancelledError))
-            if faults.wrong_type(exc):  # that queue's fault, not an outage: its place waits as on an empty queue
-                self.queue_faults.report(key, str(exc))
+            if isinstance(exc, (*LOST, asyncio.CancelledError)):
+                self.ledger.lost_reply()
+            if self.ledger.blocking_fault(key, exc):  # its place waits as on an empty queue
                 await asyncio.sleep(self.timeout)
                 return
             if isinstance(exc, REDIS_ERRORS):
@@ -231,101 +224,37 @@ class LoopHub:
         self.backoff.reset()
         raw = reply[0]
         if raw is not None:
-            with self._known_lock:
-                self._known[raw] += 1
+            self.ledger.count(raw)
             self.runs.take(self.keys.queue_name(key), raw)
 
-    async def _adopt(self) -> list[bytes]:
-        """Jobs in the batch list that this process did not know of before reading it."""
-        assert self.lane is not None
-        with self._known_lock:
-            known = Counter(self._known)
-        held = Counter((await self.lane.exchange([("LRANGE", self.batch, 0, -1)]))[0])
-        self._suspect = False
-        found = list((held - known).elements())
-        with self._known_lock:
-            for raw in found:
-                self._known[raw] += 1
-        return found
-
     def lost_reply(self) -> None:
-        self._suspect = True
+        self.ledger.lost_reply()
 
-    # -- acknowledging -----------------------------------------------------------------------------
+    # -- acknowledging (the window is `acknowledger`'s, timed by `AckTimers`) ----------------------
     def acknowledge(self, raw: bytes, ops: list[Any]) -> None:
         """A success: sent within the window (from the loop, or from a thread of the pool)."""
-        self._acks.append((raw, ops))
-        if threading.get_ident() == self.loop_thread:
-            self._window()
-        elif self.loop is not None:
-            self.loop.call_soon_threadsafe(self._window)
-
-    def _window(self) -> None:
-        """(On the loop.) The first success since the last call opens a window; a full batch is
-        sent at once."""
-        assert self.loop is not None
-        if len(self._acks) >= ACK_BATCH:
-            self._ack_pending = False
-            self.background(self.flush())
-        elif not self._ack_pending and self._acks:
-            self._ack_pending = True
-            self.loop.call_later(self.ack_window, self._window_ended)
-
-    def _window_ended(self) -> None:
-        if self._ack_pending and self._acks:
-            self._flush_soon()
-        self._ack_pending = False
-
-    def _flush_soon(self) -> None:
-        self.background(self.flush())
+        self.acks.add((raw, ops, self.batch))
 
     def background(self, work: Coroutine[Any, Any, Any]) -> None:
-        """(On the loop.) Run `work` as a task kept referenced until it ends (the loop keeps only a
-        weak reference to a task: an unreferenced one may be collected before it ends)."""
-        assert self.loop is not None
-        task = self.loop.create_task(work)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        """(On the loop.) Run `work` kept referenced until it ends."""
+        self.timers.background(work)
 
     async def flush(self) -> None:
         """Send the successes now; a failure keeps them, sent again after a back-off."""
-        acks = self._drain()
-        if not acks:
-            return
-        self._calls += 1
-        try:
-            await self._reserve([], 0, acks)
-        except Exception as exc:  # the task's boundary: a Redis error, or a fault outside any job
-            delay = self._sends.failed(exc, len(acks))
-            if self.loop is not None:
-                self.loop.call_later(delay, self._flush_soon)
-            return
-        finally:
-            self._calls -= 1
-            self.poke()
-        self._sends.succeeded()
+        await self.timers.flush()
 
     async def settle_background(self) -> None:
-        """Until the window's flushes under way have ended (at the end, before the lane closes:
-        one cut off would log a failed acknowledgement that `flush_sync` then sends anyway)."""
-        if self._background:
-            await asyncio.wait(list(self._background), timeout=BLOCKING_GRACE)  # each call is bounded anyway
+        """Until the sends under way have ended (at the end, before the lane closes)."""
+        await self.timers.settle()
 
     def flush_sync(self, lane: Any) -> None:
-        """Send the successes left at the end on `lane`, a sync `wire.Lane` (the stopping thread)."""
-        acks = self._drain()
-        if acks:
-            faults.reserved(lane.evalsha(self.scripts.reserve, [self.batch, keys.RESERVATIONS, self.batch],
-                                         reserve_args(self.clock(), 0, acks)), acks, self.queue_faults)
-
-    def _drain(self) -> list[Ack]:
-        self._ack_pending = False  # what this call carries closes the window
-        return drain(self._acks)
+        """Send the successes left at the end on `lane`, a sync `direct.Lane` (the stopping thread)."""
+        self.acks.flush(lambda acks: self.ledger.send(lane, self.scripts.reserve,
+                                                      [self.batch, keys.RESERVATIONS, self.batch], 0, acks))
 
     def forget(self, raw: bytes) -> None:
         """A job of the batch list left it through a call of its own (a SETTLE)."""
-        with self._known_lock:
-            forget_one(self._known, raw)
+        self.ledger.forget(raw)
 
     # -- waiting -----------------------------------------------------------------------------------
     def poke(self) -> None:
@@ -353,11 +282,3 @@ class LoopHub:
         end = time.monotonic() + seconds
         while not self.quieting.is_set() and (left := end - time.monotonic()) > 0:
             await self.wait_change(min(left, 0.5))
-
-
-def reserve_args(now: float, want: int, acks: list[Ack]) -> list[Any]:
-    """RESERVE's arguments: the time, how many jobs to take, and the successes with their ops."""
-    args: list[Any] = [repr(now), want, len(acks)]
-    for raw, ops in acks:
-        args += [raw, *ops]
-    return args
