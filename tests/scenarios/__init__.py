@@ -1,1 +1,2 @@
-"""Scenario tests: real processes and topologies (kill -9, outages, Sentinel, Cluster, Ruby peers, a browser), named by scenario (see tests/README.md)."""
+"""Scenario tests, named by scenario: real processes and topologies (kill -9, outages, Sentinel,
+Cluster, Ruby peers, a browser). See tests/README.md."""
