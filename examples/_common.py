@@ -14,11 +14,10 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from sidequest.embedded import resolve_url
-
 import sidequest
 from sidequest.launcher import Launcher
 from sidequest.store import keys
+from sidequest.store.dev_server import resolve_url
 
 CONCURRENCY = 8
 
