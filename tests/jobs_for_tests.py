@@ -382,7 +382,7 @@ def cooperative(tag):
     record("coop-done", tag)
 
 
-# -- jobs for unique, status and result tests (features/test_unique, features/test_lookup, client/test_async_client) ---------------
+# -- jobs for unique, status and result tests (features/test_unique, features/test_lookup, client/test_async_client) --
 def _wait_for(gate, limit=30.0):
     end = time.monotonic() + limit
     while gate and not _r().exists(gate) and time.monotonic() < end:
@@ -577,7 +577,7 @@ def wf_until_cancelled(tag):
     raise sidequest.Cancelled()
 
 
-# -- jobs for the asyncio runner (worker/test_asyncio_runner; scenarios/test_reliability's kill test) -------------------
+# -- jobs for the asyncio runner (worker/test_asyncio_runner; scenarios/test_reliability's kill test) -----------------
 @sidequest.job(name="AsyncTimed")
 async def async_timed(n, seconds, gate=None):
     """`Timed` as a coroutine: ("timed-start"|"timed-done", n, pid, epoch seconds), `gate` too."""
