@@ -228,6 +228,16 @@ def test_a_reexport_module_imports_only_the_module_it_names():
         assert import_graph()[name] == {real}, name
 
 
+def test_only_the_package_root_imports_a_reexport():
+    """Inside the package a module is imported where its code lives; the old paths are for users."""
+    graph = import_graph()
+    reexports = _reexports()
+    assert "aio" in reexports  # really found
+    users = sorted(f"{module} imports {imported}" for module, imports in graph.items() if module != "__init__"
+                   and module not in reexports for imported in imports if imported in reexports)
+    assert users == []
+
+
 def test_the_worker_never_reaches_a_feature():
     """The job's path through a worker process reaches a feature only through the lifecycle seam
     (`worker/lifecycle.py`), never by importing one, directly or through another module."""
