@@ -60,7 +60,7 @@ def pytest_configure(config: pytest.Config) -> None:
     global _shim_dir, _saved_path
     # `sidequest worker` runs a process per CPU by default; the tests start single worker
     # processes (their pids are in the identities they look for) unless they ask for more with
-    # --processes, which beats this. tests/test_swarm.py checks the default itself.
+    # --processes, which beats this. tests/worker/test_supervisor.py checks the default itself.
     os.environ.setdefault("SIDEQUEST_PROCESSES", "0")
     chosen = os.environ.get(SERVER_ENV)
     if chosen:

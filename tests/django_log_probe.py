@@ -1,5 +1,5 @@
 """A job that logs on `django.tasks`, as Django 6's task framework does (the django-tasks backport
-logs on `django_tasks` instead): test_contrib_django checks a worker prints such a line once."""
+logs on `django_tasks` instead): contrib/test_django checks a worker prints such a line once."""
 
 import logging
 

@@ -306,7 +306,7 @@ def fn_with_hooks(fail):
         raise KeyError("fn asked to fail")
 
 
-# -- periodic jobs (test_periodic) -------------------------------------------------------------
+# -- periodic jobs (features/test_periodic) -------------------------------------------------------------
 class Tick(sidequest.Job, name="Tick"):
     """Records ("tick", label, entry id, tick time, enqueued_at, pid) for each run."""
 
@@ -323,7 +323,7 @@ if os.environ.get("SQ_TEST_PERIODIC") == "1":
     sidequest.periodic(job=Tick, every=timedelta(seconds=1), args=["every-second"])
 
 
-# -- rate limits and cancel (test_limiter, test_cancel) ----------------------------------------
+# -- rate limits and cancel (features/test_limiter, features/test_cancellation) ----------------------------------------
 _limiters: dict = {}
 
 
@@ -382,7 +382,7 @@ def cooperative(tag):
     record("coop-done", tag)
 
 
-# -- jobs for unique, status and result tests (test_unique, test_status, test_aio) ---------------
+# -- jobs for unique, status and result tests (features/test_unique, features/test_lookup, client/test_async_client) --
 def _wait_for(gate, limit=30.0):
     end = time.monotonic() + limit
     while gate and not _r().exists(gate) and time.monotonic() < end:
@@ -485,7 +485,7 @@ def bulk_at(n):
     record("bulk-at", n, time.time())
 
 
-# -- iterable jobs (tests/test_iteration.py) --------------------------------------------------------
+# -- iterable jobs (tests/features/test_iteration.py) --------------------------------------------------------
 class IterCount(sidequest.IterableJob, name="IterCount"):
     """Pushes each number of range(n) to the list `key`: the list is the record of what ran."""
 
@@ -577,7 +577,7 @@ def wf_until_cancelled(tag):
     raise sidequest.Cancelled()
 
 
-# -- jobs for the asyncio runner (test_eventloop; test_reliability's kill test) -------------------
+# -- jobs for the asyncio runner (worker/test_asyncio_runner; scenarios/test_reliability's kill test) -----------------
 @sidequest.job(name="AsyncTimed")
 async def async_timed(n, seconds, gate=None):
     """`Timed` as a coroutine: ("timed-start"|"timed-done", n, pid, epoch seconds), `gate` too."""

@@ -516,7 +516,7 @@ def failover_under_load(topology: Any, replicas: int, log_dir: Path, *, before: 
     confirmed again); once `after` more pushes are confirmed, stop pushing and let the queue
     drain. Runs are counted from a file."""
     from jobs_for_tests import logged
-    from test_reliability import Worker
+    from scenarios.test_reliability import Worker
 
     from sidequest import Client, Config
     from sidequest.errors import NotReplicatedError

@@ -69,7 +69,7 @@ also keeps forever:
     sidequest:workflows                the same ttl after the last workflow was created
     sidequest:iteration:<jid>          30 days after its last save; 24 hours once completed or cancelled
 
-A test fails if a key literal appears in any other module; another (tests/test_keyspace.py)
+A test fails if a key literal appears in any other module; another (tests/scenarios/test_keyspace.py)
 runs every feature and fails if a key left without a TTL matches no pattern of `KEPT`.
 """
 
@@ -451,7 +451,7 @@ def cluster_queue_problem(name: str) -> str | None:
 
 
 # -- lifetimes: the keys meant to live without a TTL, as Redis glob patterns, and why ----------------
-# Every other key expires by itself (see the table at the top); tests/test_keyspace.py holds a
+# Every other key expires by itself (see the table at the top); tests/scenarios/test_keyspace.py holds a
 # real keyspace to this.
 KEPT: dict[str, str] = {
     QUEUES: "Sidekiq's set of queue names: a queue stays listed until it is cleared, as in Sidekiq",

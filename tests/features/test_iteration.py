@@ -2,7 +2,7 @@
 
 Jobs are `IterCount` and its kin from jobs_for_tests: item n pushes n to a Redis list, so the
 list is the record of every handling, repeats included. Workers are `sidequest worker`
-subprocesses (test_reliability's `Worker`), TERMed and KILLed mid-iteration.
+subprocesses (scenarios/test_reliability's `Worker`), TERMed and KILLed mid-iteration.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections import Counter
 import pytest
 from conftest import PYTHON, ROOT, STARTUP, python_env, wait_until
 from jobs_for_tests import IterCount, IterEveryItem, IterSliced
-from test_reliability import KNOBS, worker_factory
+from scenarios.test_reliability import KNOBS, worker_factory
 
 import sidequest
 from sidequest.api import Iteration

@@ -8,10 +8,10 @@ import re
 import pytest
 from conftest import STARTUP, wait_until
 from jobs_for_tests import IterEveryItem
-from test_reliability import worker_factory
-from test_web_browser import SHOTS, browser, page, web  # noqa: F401  (fixtures)
 
 import sidequest
+from scenarios.test_reliability import worker_factory
+from scenarios.test_web_browser import SHOTS, browser, page, web  # noqa: F401  (fixtures)
 from sidequest.api import Iteration, Stats
 from sidequest.store import keys
 

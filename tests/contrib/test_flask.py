@@ -16,7 +16,7 @@ import pytest
 from conftest import ROOT, STARTUP, wait_until
 from flask import Flask
 from helpers import queue_items
-from test_reliability import Worker
+from scenarios.test_reliability import Worker
 
 import sidequest
 import sidequest.client.sync_client

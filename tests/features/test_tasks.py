@@ -235,7 +235,7 @@ def test_http_api_serves_status_and_events(client, r):
 
 def test_a_payload_naming_a_task_it_was_not_added_to_changes_nothing(start, client, r):
     """Issue 28 item 11: `task_id` steers the task feature; a push cannot set it (see
-    test_job_definition), and a job another producer wrote naming a task, with a jid the task
+    jobs/test_definition), and a job another producer wrote naming a task, with a jid the task
     did not add, changes none of its counts and completes nothing."""
     import sidequest
 

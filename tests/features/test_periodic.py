@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from conftest import PYTHON, ROOT, STARTUP, python_env, wait_until
 from helpers import queue_items, ran
 from jobs_for_tests import Tick, echo
-from test_reliability import procs, stop_all  # noqa: F401  (procs is a fixture)
+from scenarios.test_reliability import procs, stop_all  # noqa: F401  (procs is a fixture)
 
 import sidequest
 from sidequest import Client, Config, ConfigError, JobDefinitionError

@@ -2,15 +2,15 @@
 graph of a real workflow that a real worker finished with one failure, each node's status, and
 markup in names and results shown as text. Screenshot: tests/artifacts/screenshots/workflow-graph.png.
 
-The browser, page and `sidequest web` fixtures are the dashboard tests' (tests/test_web_browser.py).
+The browser, page and `sidequest web` fixtures are the dashboard tests' (tests/scenarios/test_web_browser.py).
 """
 
 from __future__ import annotations
 
 from conftest import wait_until
 from jobs_for_tests import wf_fail, wf_step
-from test_web_browser import SHOTS, XSS, _shoot, browser, page, web  # noqa: F401  (fixtures)
 
+from scenarios.test_web_browser import SHOTS, XSS, _shoot, browser, page, web  # noqa: F401  (fixtures)
 from sidequest import Workflow, workflow
 
 MARKUP = "<img src=x onerror=alert(2)>"

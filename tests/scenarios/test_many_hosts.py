@@ -10,7 +10,8 @@ from collections import Counter
 from conftest import wait_until
 from helpers import ran, reserved
 from jobs_for_tests import work
-from test_reliability import done_set, no_reserved_left, procs, runs  # noqa: F401 (fixture)
+
+from scenarios.test_reliability import done_set, no_reserved_left, procs, runs  # noqa: F401 (fixture)
 
 
 def test_workers_on_four_hosts_share_one_redis_and_a_dead_host_loses_nothing(procs, r, client):  # noqa: F811

@@ -10,13 +10,12 @@ import json
 import re
 import subprocess
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
-from conftest import PYTHON, STARTUP, python_env, wait_until
+from conftest import PYTHON, ROOT, STARTUP, python_env, wait_until
 from helpers import ran
 from jobs_for_tests import bulk_at
-from test_reliability import procs  # noqa: F401  (the fixture)
+from scenarios.test_reliability import procs  # noqa: F401  (the fixture)
 
 from sidequest import Client, Config, JobArgumentError
 
@@ -107,7 +106,6 @@ def test_a_worker_runs_each_job_at_its_time(procs, r, client):  # noqa: F811
 
 # -- the docs: docs/scheduling.md's "Spreading a bulk push" and docs/configuration.md's "Capsules"
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def doc_section(doc: str, heading: str) -> str:

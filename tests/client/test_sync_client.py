@@ -29,7 +29,7 @@ def test_class_job_and_default_name(client, r):
     class Local(sidequest.Job, registry=Registry()):
         def perform(self):
             pass
-    assert Local.name == "test_client.test_class_job_and_default_name.<locals>.Local"
+    assert Local.name == "client.test_sync_client.test_class_job_and_default_name.<locals>.Local"
     jid = client.push(Resize, ["a.png", 10])
     [p] = queued(r, "images")
     assert p["class"] == "Resize" and p["jid"] == jid and p["retry"] is True

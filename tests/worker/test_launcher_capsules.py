@@ -17,8 +17,8 @@ from conftest import wait_until
 from helpers import ran
 from jobs_for_tests import capsule_span
 from ruby_peer import ruby_api
+from scenarios.test_reliability import procs  # noqa: F401  (the fixture)
 from starlette.testclient import TestClient
-from test_reliability import procs  # noqa: F401  (the fixture)
 
 from sidequest import Config
 from sidequest.cli import main

@@ -2,7 +2,7 @@
 every kind of job on 50 queues spread over the primaries, unique and periodic jobs, recovery
 after a worker's kill -9, and a primary's failover under load with `wait_replicas`.
 
-The admin API, CLI and dashboard in Cluster mode are tested in test_cluster_admin.py.
+The admin API, CLI and dashboard in Cluster mode are tested in scenarios/test_cluster_admin.py.
 """
 
 from __future__ import annotations
@@ -159,7 +159,8 @@ def test_a_failure_waits_in_its_queues_retry_set_not_in_sidekiqs(url, rc):
 
 def test_a_job_taken_by_a_worker_killed_with_sigkill_runs_again_on_another(cluster, url, rc, tmp_path):
     from jobs_for_tests import logged
-    from test_reliability import Worker
+
+    from scenarios.test_reliability import Worker
 
     log = tmp_path / "runs.log"
     env = {"SQ_TEST_RUN_LOG": str(log)}
@@ -232,7 +233,8 @@ def test_a_primary_failover_under_load_loses_no_job_pushed_with_wait_replicas(cl
 
 def test_a_manual_failover_keeps_a_worker_running(cluster, url, rc, tmp_path):
     from jobs_for_tests import logged
-    from test_reliability import Worker
+
+    from scenarios.test_reliability import Worker
 
     log = tmp_path / "runs.log"
     client = Client(Config(redis_url=url, wait_replicas=1, wait_timeout=2))
@@ -561,8 +563,8 @@ def test_a_push_no_replica_of_its_slot_confirms_raises_not_replicated_on_every_p
     import asyncio
     import signal
 
+    from client.test_push_plan import warm_up
     from jobs_for_tests import logged
-    from test_wait_replicas import warm_up
 
     from sidequest.client.async_client import AsyncClient
     from sidequest.errors import NotReplicatedError

@@ -173,7 +173,7 @@ class Worker:
 
 
 def worker_factory(redis_url: str, log_dir: Path):
-    """Generator behind the `procs` fixtures (here and in test_swarm): yields the starter."""
+    """Generator behind the `procs` fixtures (here and in worker/test_supervisor): yields the starter."""
     started: list[Worker] = []
 
     def start(*args: str, url: str | None = None, knobs: bool = True, env: dict[str, str] | None = None) -> Worker:

@@ -11,7 +11,6 @@ import time
 import redis
 from conftest import wait_until
 from jobs_for_tests import echo
-from test_batch_fetch import lease
 
 from sidequest.store.scripts import Scripts
 from sidequest.worker.counters import ProcessCounters
@@ -20,6 +19,7 @@ from sidequest.worker.fetch.fetchers import ReliableFetch
 from sidequest.worker.heartbeat import Heartbeat
 from sidequest.worker.outcome import Outcome
 from sidequest.worker.recovery import Recovery
+from worker.fetch.test_batch import lease
 
 IDENTITY = "host:2:hand"
 WIDE = 30.0  # an acknowledgement window no test waits for
@@ -27,7 +27,7 @@ WIDE = 30.0  # an acknowledgement window no test waits for
 
 def running_and_one_in_hand(hub: Hub, fetch: ReliableFetch, r, client):
     """Two jobs: the first runs (taken by `fetch`), the second waits in hand (as a job a fetch
-    took for a processor that then left, see test_batch_fetch)."""
+    took for a processor that then left, see worker/fetch/test_batch)."""
     client.push_bulk(echo, [[1], [2]])
     unit = fetch.retrieve_work()
     assert unit is not None

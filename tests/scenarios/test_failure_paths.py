@@ -16,8 +16,8 @@ import pytest
 from conftest import STARTUP, RedisServer, wait_until
 from helpers import ran, reserved, zset_items
 from jobs_for_tests import blocker, exit_hard, fails_in_pid, work
-from test_reliability import done_set, no_reserved_left, procs, wait_children  # noqa: F401 (fixture)
 
+from scenarios.test_reliability import done_set, no_reserved_left, procs, wait_children  # noqa: F401 (fixture)
 from sidequest import Client, Config
 from sidequest.store.dev_server import server_binary
 

@@ -11,16 +11,15 @@ import asyncio
 import re
 import subprocess
 from collections import Counter
-from pathlib import Path
 
 import pytest
 import redis
-from conftest import PYTHON, STARTUP, python_env, redis_server_binary, wait_until
+from conftest import PYTHON, ROOT, STARTUP, python_env, redis_server_binary, wait_until
 from jobs_for_tests import logged
-from test_reliability import worker_factory
 from topology import SentinelSet, failover_under_load
 
 import sidequest
+from scenarios.test_reliability import worker_factory
 from sidequest import Client, Config
 from sidequest.api import Queue
 from sidequest.client.async_client import AsyncClient
@@ -195,7 +194,7 @@ def test_a_worker_and_a_producer_on_a_sentinel_url_keep_working_through_a_sigkil
 
 
 def test_the_durability_snippet_of_the_deployment_docs_runs_as_written(sentinels, monkeypatch):
-    text = (Path(__file__).resolve().parent.parent / "docs" / "deployment.md").read_text()
+    text = (ROOT / "docs" / "deployment.md").read_text()
     section = text[text.index("### Durability"):]
     start = section.index("```python") + len("```python")
     snippet = section[start:section.index("```", start)]

@@ -25,9 +25,9 @@ from urllib.parse import urlencode
 
 import pytest
 import redis
+from client.test_push_plan import TIMEOUT as REPLICA_WAIT
+from client.test_push_plan import frozen, replicated, warm_up
 from conftest import PYTHON, ROOT, STARTUP, python_env, wait_until
-from test_wait_replicas import TIMEOUT as REPLICA_WAIT
-from test_wait_replicas import frozen, replicated, warm_up
 
 django = pytest.importorskip("django", reason="the django extra is not installed")
 try:  # the example shop's TASKS needs a task framework: Django 6's own, else the backport
@@ -41,7 +41,7 @@ import sidequest  # noqa: E402
 from sidequest import Config  # noqa: E402
 from sidequest.store import keys  # noqa: E402
 
-PROJECT = Path(__file__).resolve().parent / "django_project"
+PROJECT = ROOT / "tests" / "django_project"
 NOWHERE = "redis://127.0.0.1:1/0"  # REDIS_URL in workers: only SIDEQUEST's redis_url leads to the test's Redis
 KNOBS = ["--heartbeat-interval", "0.5", "--heartbeat-ttl", "2", "--poll-interval", "0.2", "-t", "5"]
 

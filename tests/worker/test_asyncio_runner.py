@@ -1,6 +1,6 @@
 """The asyncio runner (`eventloop`): `async def` jobs fetched, run and acknowledged on one loop.
 
-In-process workers on the test Redis; the kill -9 test of the runner is test_reliability's
+In-process workers on the test Redis; the kill -9 test of the runner is scenarios/test_reliability's
 (parametrized over both runners)."""
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import pytest
 from conftest import PYTHON, ROOT, STARTUP, python_env, wait_until
 from helpers import WorkerProcess, ran
 from jobs_for_tests import Limited, hold_slot, windowed
-from test_reliability import worker_factory
+from scenarios.test_reliability import worker_factory
 
 import sidequest
 from sidequest import OverLimit, Task

@@ -21,7 +21,7 @@ from sidequest.testing import Failure, FakeClient, NoRedisError, PrivateRedis, f
 
 pytest_plugins = ["pytester"]
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # tests/testing/ -> the repository
 EXAMPLE = ROOT / "examples" / "testing"
 
 REG = Registry()

@@ -1,6 +1,6 @@
 """The multi-process supervisor (`sidequest worker --processes N`) as a real process tree.
 
-Uses the process helpers of test_reliability: workers log to files, and every supervisor and
+Uses the process helpers of scenarios/test_reliability: workers log to files, and every supervisor and
 each of its children is gone after the test, whatever happened.
 """
 
@@ -19,8 +19,8 @@ import pytest
 from conftest import PYTHON, STARTUP, free_port, python_env, wait_until
 from helpers import beats, fetches_blocked, ran
 from jobs_for_tests import blocker, capsule_span, echo, work
-from test_first_hour import http_port  # noqa: F401  (the fixture)
-from test_reliability import (
+from scenarios.test_first_hour import http_port  # noqa: F401  (the fixture)
+from scenarios.test_reliability import (
     alive,
     children,
     done_set,
