@@ -32,10 +32,10 @@ from sidequest.jobs.payload import decode, encode
 from sidequest.store import keys
 from sidequest.store.connection import check_server, connect, version_problem
 from sidequest.store.scripts import Scripts
+from sidequest.worker.background.recovery import Recovery
 from sidequest.worker.fetch.fetchers import ReliableFetch, UnitOfWork
 from sidequest.worker.lifecycle import Lifecycle
 from sidequest.worker.outcome import Outcome
-from sidequest.worker.recovery import Recovery
 
 IDENTITY = "host:1:abc"  # the fetching processor's process; no heartbeat hash: it counts as dead
 ME = "me:1:aaa"  # the recovering process

@@ -19,7 +19,7 @@ from sidequest.api import DeadSet, Queue
 from sidequest.features.limiter import concurrent, window
 from sidequest.features.periodic import PeriodicRegistry, PeriodicScheduler, status
 from sidequest.store import keys
-from sidequest.worker.heartbeat import STATS_TTL
+from sidequest.worker.background.heartbeat import STATS_TTL
 
 # keys the tests themselves write (not sidequest's): jobs_for_tests.record's lists, gates
 TEST_KEYS = {"test:*": "the tests' own records and gates"}

@@ -25,7 +25,7 @@ from jobs_for_tests import FastBoom, boom, echo  # importing registers Echo, Boo
 from sidequest import Client, Config
 from sidequest.errors import ConfigError
 from sidequest.jobs.payload import epoch, in_millis, stamp
-from sidequest.worker.poller import Poller
+from sidequest.worker.background.poller import Poller
 from sidequest.worker.retry import Retrier
 
 JID = "0123456789abcdef01234567"

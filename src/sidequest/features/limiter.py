@@ -55,7 +55,7 @@ import redis
 from sidequest.client.sync_client import Client, default_client
 from sidequest.errors import OverLimit
 from sidequest.store import keys
-from sidequest.worker.background import Background
+from sidequest.worker.background.loop import Background
 
 log = logging.getLogger(__name__)
 

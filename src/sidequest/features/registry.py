@@ -21,7 +21,7 @@ from sidequest.features.results import StatusFeature
 from sidequest.features.tasks import TaskFeature, TaskRecorder
 from sidequest.features.unique import UniqueFeature
 from sidequest.features.workflows import WorkflowFeature
-from sidequest.worker.heartbeat import Flush
+from sidequest.worker.background.heartbeat import Flush
 from sidequest.worker.lifecycle import Plugin, Setting, register
 
 

@@ -35,16 +35,16 @@ from sidequest.store.connection import check_server, connect
 from sidequest.store.direct import lane_for
 from sidequest.store.scripts import Scripts
 from sidequest.worker.asyncio_runner import LoopCapsule, runs_on_the_loop
+from sidequest.worker.background.heartbeat import Heartbeat, make_identity, rss_kb
+from sidequest.worker.background.poller import Poller
+from sidequest.worker.background.recovery import Recovery
 from sidequest.worker.counters import ProcessCounters
 from sidequest.worker.executor import ThreadExecutor
 from sidequest.worker.fetch.batch import Hub
 from sidequest.worker.fetch.fetchers import build_fetch
 from sidequest.worker.fetch.queue_order import PausedQueues
-from sidequest.worker.heartbeat import Heartbeat, make_identity, rss_kb
 from sidequest.worker.lifecycle import Setting, compose
-from sidequest.worker.poller import Poller
 from sidequest.worker.processor import Runtime
-from sidequest.worker.recovery import Recovery
 from sidequest.worker.retry import DeathHandler, ErrorHandler, Retrier
 from sidequest.worker.signals import dump_threads
 from sidequest.worker.thread_runner import Manager

@@ -50,7 +50,7 @@ import redis
 from sidequest.config import Config
 from sidequest.jobs.registry import Registry, default_registry
 from sidequest.store.keys import Keyspace
-from sidequest.worker.heartbeat import Flush
+from sidequest.worker.background.heartbeat import Flush
 from sidequest.worker.outcome import Outcome
 
 POINTS = ("taken", "finished", "retried", "dead", "dropped", "put_back", "recovered",

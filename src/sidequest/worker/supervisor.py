@@ -59,7 +59,7 @@ from pathlib import Path
 import redis
 
 from sidequest.config import Config
-from sidequest.worker.heartbeat import make_identity
+from sidequest.worker.background.heartbeat import make_identity
 from sidequest.worker.signals import SignalPipe
 
 log = logging.getLogger(__name__)

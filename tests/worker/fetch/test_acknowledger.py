@@ -16,11 +16,11 @@ from sidequest.store import keys
 from sidequest.store.direct import AsyncLane
 from sidequest.store.outage import RedisOutage
 from sidequest.store.scripts import Scripts
+from sidequest.worker.background.recovery import Recovery
 from sidequest.worker.fetch.batch import Hub
 from sidequest.worker.fetch.fetchers import ReliableFetch
 from sidequest.worker.fetch.loop_fetch import LoopFetch
 from sidequest.worker.outcome import Outcome
-from sidequest.worker.recovery import Recovery
 
 IDENTITY = "host:2:ack"
 

@@ -15,11 +15,11 @@ from jobs_for_tests import echo
 from sidequest.store import keys
 from sidequest.store.direct import Lane
 from sidequest.store.scripts import Scripts
+from sidequest.worker.background.heartbeat import Heartbeat, Lease
 from sidequest.worker.counters import ProcessCounters
 from sidequest.worker.fetch.batch import Hub, Waiter
 from sidequest.worker.fetch.fetchers import ReliableFetch
 from sidequest.worker.fetch.unit import UnitOfWork
-from sidequest.worker.heartbeat import Heartbeat, Lease
 from sidequest.worker.outcome import Outcome
 
 IDENTITY = "host:2:batch"

@@ -13,12 +13,12 @@ from conftest import wait_until
 from jobs_for_tests import echo
 
 from sidequest.store.scripts import Scripts
+from sidequest.worker.background.heartbeat import Heartbeat
+from sidequest.worker.background.recovery import Recovery
 from sidequest.worker.counters import ProcessCounters
 from sidequest.worker.fetch.batch import Hub
 from sidequest.worker.fetch.fetchers import ReliableFetch
-from sidequest.worker.heartbeat import Heartbeat
 from sidequest.worker.outcome import Outcome
-from sidequest.worker.recovery import Recovery
 from worker.fetch.test_batch import lease
 
 IDENTITY = "host:2:hand"

@@ -39,7 +39,7 @@ from sidequest.jobs.options import merge_options
 from sidequest.jobs.payload import in_millis, stamp
 from sidequest.store import keys
 from sidequest.store.connection import OUTAGE_ERRORS
-from sidequest.worker.background import Background
+from sidequest.worker.background.loop import Background
 
 log = logging.getLogger(__name__)
 

@@ -48,6 +48,7 @@ from sidequest.store import keys
 from sidequest.store.direct import Lane, lane_for
 from sidequest.store.outage import REDIS_ERRORS, Backoff
 from sidequest.store.scripts import Scripts
+from sidequest.worker.background.heartbeat import Lease
 from sidequest.worker.fetch.acknowledger import (
     ACK_BACKOFF_MAX,
     ACK_BACKOFF_START,
@@ -59,7 +60,6 @@ from sidequest.worker.fetch.acknowledger import (
 from sidequest.worker.fetch.queue_order import PausedQueues, QueueOrder, blocking_timeout
 from sidequest.worker.fetch.reserve import BatchLedger, Taken, queue_of_raw
 from sidequest.worker.fetch.unit import Settler
-from sidequest.worker.heartbeat import Lease
 from sidequest.worker.isolation import SUSPECT_AFTER
 
 __all__ = ["ACK_WINDOW", "PREFETCH_HOLD", "PREFETCH_ROUNDS", "Hub", "Waiter", "default_prefetch"]

@@ -33,7 +33,7 @@ import redis
 from sidequest.config import Config
 from sidequest.store import keys
 from sidequest.store.outage import RedisOutage
-from sidequest.worker.background import Background
+from sidequest.worker.background.loop import Background
 from sidequest.worker.counters import ProcessCounters
 
 log = logging.getLogger(__name__)

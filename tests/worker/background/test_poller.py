@@ -8,8 +8,8 @@ from conftest import wait_until
 from helpers import queue_items, ran
 from jobs_for_tests import echo, stamp
 
+from sidequest.worker.background.poller import Poller
 from sidequest.worker.launcher import Launcher
-from sidequest.worker.poller import Poller
 
 
 def test_due_jobs_move_to_their_queue_with_a_fresh_enqueued_at(config, client, r):

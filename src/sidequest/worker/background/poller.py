@@ -32,7 +32,7 @@ from sidequest.errors import PayloadError
 from sidequest.jobs.payload import decode, encode, in_millis, stamp
 from sidequest.store import keys
 from sidequest.store.scripts import Scripts
-from sidequest.worker.background import Background
+from sidequest.worker.background.loop import Background
 
 log = logging.getLogger(__name__)
 

@@ -36,8 +36,8 @@ from sidequest.config import Config
 from sidequest.jobs.payload import decode, encode, in_millis, queue_of, stamp
 from sidequest.store import faults, keys
 from sidequest.store.scripts import Scripts
-from sidequest.worker.background import Background
-from sidequest.worker.heartbeat import forget
+from sidequest.worker.background.heartbeat import forget
+from sidequest.worker.background.loop import Background
 from sidequest.worker.lifecycle import Lifecycle
 from sidequest.worker.outcome import Outcome, invalid
 

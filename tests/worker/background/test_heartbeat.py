@@ -16,8 +16,8 @@ from redis.retry import Retry
 
 from sidequest.features.job_metrics import JobMetricsFeature, read
 from sidequest.store.outage import RedisOutage
+from sidequest.worker.background.heartbeat import Heartbeat
 from sidequest.worker.counters import ProcessCounters
-from sidequest.worker.heartbeat import Heartbeat
 from sidequest.worker.launcher import Launcher
 from sidequest.worker.outcome import Outcome
 

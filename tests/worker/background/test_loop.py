@@ -1,4 +1,4 @@
-"""worker/background.py: the one loop behind the poller, recovery, the periodic scheduler, limiter leases
+"""worker/background/loop.py: the one loop behind the poller, recovery, the periodic scheduler, limiter leases
 and the heartbeat."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from sidequest.worker.background import Background
+from sidequest.worker.background.loop import Background
 
 
 def unreachable() -> redis.Redis:
@@ -36,7 +36,7 @@ def test_an_outage_is_logged_once_and_the_duty_goes_on_when_redis_answers(caplog
         return 0.01
 
     duty = Background("test-duty", step, what="test duty", retry=0.01, outage=(redis.ConnectionError,), loud=True)
-    with caplog.at_level(logging.WARNING, logger="sidequest.worker.background"):
+    with caplog.at_level(logging.WARNING, logger="sidequest.worker.background.loop"):
         duty.start()
         assert done.wait(10)
         duty.stop()
@@ -57,7 +57,7 @@ def test_an_error_of_the_step_is_logged_with_its_traceback_and_the_next_pass_run
         return 60.0
 
     duty = Background("test-duty", step, what="test duty", retry=0.01)
-    with caplog.at_level(logging.ERROR, logger="sidequest.worker.background"):
+    with caplog.at_level(logging.ERROR, logger="sidequest.worker.background.loop"):
         duty.start()
         assert again.wait(10)
         duty.stop()
