@@ -259,7 +259,7 @@ class AsyncioRunner(StagedShutdown):
             return
         recovered = suspect(payload, self.config.max_recoveries)
         if recovered is None:
-            await self._perform(unit, payload)
+            await self.perform(unit, payload)
         else:
             await self._run_alone(unit, payload, recovered)
 
@@ -279,13 +279,13 @@ class AsyncioRunner(StagedShutdown):
                     return
                 await self.hub.wait_change(0.5)  # a job's end or a fetch's pokes; threads leave unseen
             self.step.alone(payload, recovered)
-            await self._perform(unit, payload)
+            await self.perform(unit, payload)
         finally:
             self._alone = False
             gate.release(LOOP)
             self.hub.poke()
 
-    async def _perform(self, unit: UnitOfWork, payload: dict[str, Any]) -> None:
+    async def perform(self, unit: UnitOfWork, payload: dict[str, Any]) -> None:
         """The job-run step (`JobRun.run`) with the job's coroutine awaited on the loop (every
         other job takes it whole on the pool)."""
         step = self.step
