@@ -257,8 +257,8 @@ class AsyncioRunner(StagedShutdown):
         except PayloadError as exc:
             await self._in_thread(self.step.unreadable, unit, exc)
             return
-        recovered = suspect(payload, self.config.max_recoveries)
-        if recovered is None:
+        recovered = suspect(payload, self.config.max_recoveries) if "recovery_count" in payload else None
+        if recovered is None:  # most jobs: never recovered, no call
             await self.perform(unit, payload)
         else:
             await self._run_alone(unit, payload, recovered)
@@ -296,7 +296,8 @@ class AsyncioRunner(StagedShutdown):
         ops = self.rt.lifecycle.ops("taken", payload)
         if has_ops(ops) and not await self._taken(unit, payload, ops):
             return
-        started = step.enter(unit, payload)
+        token = step.enter(unit, payload)
+        started = time.monotonic()
         job = None
         try:
             job = step.job(job_class, payload)
@@ -305,11 +306,12 @@ class AsyncioRunner(StagedShutdown):
                 result = await (job.perform(*payload["args"]) if limit is None else _timed(job, payload, limit))
         except BaseException as exc:  # a cancellation too, unless a hard stop put the job back
             if unit.done:
+                job_context.reset(token)
                 raise
             outcome = await self._in_thread(step.failed, unit, payload, job, exc, started)
         else:
             outcome = step.done(started, result)
-        job_context.set(None)
+        job_context.reset(token)
         if outcome.kind == "done":  # acknowledged in its window: nothing here waits on Redis
             step.finish(unit, payload, job, outcome)
         else:
@@ -325,7 +327,7 @@ class AsyncioRunner(StagedShutdown):
                             "once, instead of on the event loop", links, self.config.concurrency)
             return None
         job_class = self.step.admit(payload)
-        if not isinstance(job_class, type):  # refused (past its deadline, unknown): filed on the pool
+        if job_class is None:  # refused (past its deadline, unknown): filed on the pool
             return None
         is_async = self._async_kind.get(job_class)
         if is_async is None:
@@ -340,7 +342,7 @@ class AsyncioRunner(StagedShutdown):
         try:
             reply = await self._lane.evalsha(self.settler.scripts.settle, *self.settler.mark_call(unit, ops))
         except REDIS_ERRORS:
-            return await self._in_thread(self.step.take, unit, payload)
+            return await self._in_thread(self.step.take, unit, payload, ops)
         taken = self.settler.written(reply, unit.raw)
         if not taken:
             self.step.skip(unit, payload, taken)

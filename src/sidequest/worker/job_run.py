@@ -118,32 +118,30 @@ class JobRun:
         """Run a decoded job that may run now to its outcome, apply it, run the hooks (a
         processor's path; the asyncio runner's, on its pool, for every job but `async def` ones)."""
         job_class = self.admit(payload)
-        if not isinstance(job_class, type):
-            self.refuse(unit, payload, job_class)
+        if job_class is None:
+            self.refuse(unit, payload)
             return
-        if not self.take(unit, payload):
+        ops = self.rt.lifecycle.ops("taken", payload)
+        if has_ops(ops) and not self.take(unit, payload, ops):  # most jobs: no call
             return
-        started = self.enter(unit, payload)
+        token = self.enter(unit, payload)
+        started = time.monotonic()
         job = None
         try:
             job = self.job(job_class, payload)
-            result = self._call(job, payload, unit.queue)
+            args = payload["args"]
+            limit = time_limit(payload, self.rt.config)
+            returned: list[Any] = []  # what the job itself returned (middleware may return anything)
+            with self.rt.lifecycle.running(payload):
+                self.rt.config.server_middleware.invoke(
+                    job, payload, unit.queue, final=lambda: _kept(returned, self.rt.executor.run(job, args, limit)))
         except BaseException as exc:  # SystemExit from a job's sys.exit() is a job failure too
             outcome = self.failed(unit, payload, job, exc, started)
         else:
-            outcome = self.done(started, result)
-        job_context.set(None)
+            outcome = self.done(started, returned[0] if returned else None)
+        finally:
+            job_context.reset(token)
         self.finish(unit, outcome.payload or payload, job, outcome)
-
-    def _call(self, job: Any, payload: dict[str, Any], queue: str) -> Any:
-        """The job's code on this thread, through the server middleware; what the job returned."""
-        args = payload["args"]
-        limit = time_limit(payload, self.rt.config)
-        returned: list[Any] = []  # what the job itself returned (middleware may return anything)
-        with self.rt.lifecycle.running(payload):
-            self.rt.config.server_middleware.invoke(
-                job, payload, queue, final=lambda: _kept(returned, self.rt.executor.run(job, args, limit)))
-        return returned[0] if returned else None
 
     # -- before the job's code -------------------------------------------------------------------
     def unreadable(self, unit: UnitOfWork, exc: PayloadError) -> None:
@@ -163,26 +161,30 @@ class JobRun:
         unchanged, through any outage, and is fetched again once the gate opens."""
         self.settle(lambda: unit.put_back([0]))
 
-    def admit(self, payload: dict[str, Any]) -> type[Any] | float | UnknownJobError:
-        """The job's class when it may start; else why not: how late it is past its deadline
-        (`expires_in`, Sidekiq Pro's `expires_at`), or that this worker does not run it."""
-        if "expires_at" in payload:  # most jobs: no clock read
-            late = overdue(payload, self.rt.retrier.clock())
-            if late is not None:
-                return late
+    def admit(self, payload: dict[str, Any]) -> type[Any] | None:
+        """The job's class when it may start; None when it may not (see `refuse`)."""
+        if "expires_at" in payload and overdue(payload, self.rt.retrier.clock()) is not None:  # most: no clock
+            return None
         try:
             return self.rt.registry.get(payload["class"])
-        except UnknownJobError as exc:
-            return exc
+        except UnknownJobError:
+            return None
 
-    def refuse(self, unit: UnitOfWork, payload: dict[str, Any], why: float | UnknownJobError) -> None:
-        """File the fate of a job `admit` refused."""
-        if isinstance(why, UnknownJobError):
-            self._unknown(unit, payload, why)
+    def refuse(self, unit: UnitOfWork, payload: dict[str, Any]) -> None:
+        """File the fate of a job `admit` refused: past its deadline (`expires_in`, Sidekiq Pro's
+        `expires_at`), dropped unstarted; a job this worker does not run, retried."""
+        late = overdue(payload, self.rt.retrier.clock()) if "expires_at" in payload else None
+        if late is not None:
+            log.info("%s %s expired %.1f s ago (expires_in=%s): dropped without running", payload["class"],
+                     payload.get("jid"), late, payload.get("expires_in"))
+            self.finish(unit, payload, None, Outcome("dropped", payload=payload, reason=EXPIRED))
             return
-        log.info("%s %s expired %.1f s ago (expires_in=%s): dropped without running", payload["class"],
-                 payload.get("jid"), why, payload.get("expires_in"))
-        self.finish(unit, payload, None, Outcome("dropped", payload=payload, reason=EXPIRED))
+        try:
+            self.rt.registry.get(payload["class"])
+        except UnknownJobError as exc:
+            self._unknown(unit, payload, exc)
+            return
+        self.run(unit, payload)  # registered meanwhile: it may run after all
 
     def _unknown(self, unit: UnitOfWork, payload: dict[str, Any], exc: UnknownJobError) -> None:
         """A job this worker does not run: one line (no traceback: nothing of the job's ran) and
@@ -199,12 +201,9 @@ class JobRun:
         log.warning("%s %s: %s; %s", payload["class"], payload.get("jid"), exc, self.rt.retrier.fate(outcome))
         self.finish(unit, outcome.payload or payload, None, dataclasses.replace(outcome, logged=True))
 
-    def take(self, unit: UnitOfWork, payload: dict[str, Any]) -> bool:
-        """Write the features' `taken` operations, if any (most jobs: no call); False when the job
-        is not to run here (see `skip`)."""
-        ops = self.rt.lifecycle.ops("taken", payload)
-        if not has_ops(ops):
-            return True
+    def take(self, unit: UnitOfWork, payload: dict[str, Any], ops: list[Any]) -> bool:
+        """Write the features' `taken` operations `ops`; False when the job is not to run here
+        (see `skip`)."""
         taken = self.settle(lambda: unit.taken(ops))
         if not taken:
             self.skip(unit, payload, taken)
@@ -219,25 +218,21 @@ class JobRun:
                         payload["class"], payload.get("jid"))
             unit.done = True
 
-    @staticmethod
-    def enter(unit: UnitOfWork, payload: dict[str, Any]) -> float:
-        """Enter the job's log context (see `job_context`; left by `job_context.set(None)`); the
-        time it starts."""
-        job_context.set((payload["class"], str(payload.get("jid", "")), unit.queue,
-                         trace_id(payload) if "traceparent" in payload else None))
+    def enter(self, unit: UnitOfWork, payload: dict[str, Any]) -> contextvars.Token[Any]:
+        """Enter the job's log context (see `job_context`); reset it with the token returned."""
+        token = job_context.set((payload["class"], str(payload.get("jid", "")), unit.queue,
+                                 trace_id(payload) if "traceparent" in payload else None))
         log.info("start")
-        return time.monotonic()
+        return token
 
-    @staticmethod
-    def job(job_class: type[Any], payload: dict[str, Any]) -> Any:
+    def job(self, job_class: type[Any], payload: dict[str, Any]) -> Any:
         """A fresh instance of the job, told its jid and payload."""
         job = job_class()
         job.jid, job.payload = str(payload.get("jid", "")), payload
         return job
 
     # -- the outcome -----------------------------------------------------------------------------
-    @staticmethod
-    def done(started: float, result: Any) -> Outcome:
+    def done(self, started: float, result: Any) -> Outcome:
         elapsed = time.monotonic() - started
         log.info("done: %.3f sec", elapsed)
         return Outcome.done(elapsed, result)

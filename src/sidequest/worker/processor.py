@@ -105,20 +105,21 @@ class Processor:
 
     def process(self, unit: UnitOfWork) -> None:
         self.unit = unit
-        self.rt.counters.work.start(self.tid, unit.queue, unit.raw)
+        tid = self.tid
+        self.rt.counters.work.start(tid, unit.queue, unit.raw)
         try:
             try:
                 payload = decode(unit.raw)
             except PayloadError as exc:
                 self.step.unreadable(unit, exc)
             else:
-                if self._isolate(unit, payload):
+                if "recovery_count" not in payload or self._isolate(unit, payload):  # most: never recovered
                     try:
                         self.step.run(unit, payload)
                     finally:
                         self.rt.gate.release(self.index)
         finally:
-            self.rt.counters.work.finish(self.tid)
+            self.rt.counters.work.finish(tid)
         # Cleared only on a normal return: if anything escaped, the pool still sees the unit
         # in hand and files it when it replaces this processor.
         self.unit = None
