@@ -3,7 +3,7 @@
     decode -> isolation check -> taken -> middleware -> perform -> outcome -> apply -> hooks
 
 `JobRun` holds every decision of that step and the calls that apply them. A processor thread
-(`processor`) runs it whole on its thread (`JobRun.run`). The asyncio runner's task
+(`processor`) runs it whole on its thread (`JobRun.run`). The asyncio runner's coroutine
 (`asyncio_runner`) runs the same methods for an `async def` job and differs only in the call of
 the job's own code (it awaits the coroutine) and in where a call that may block runs (on its
 thread pool: a failure's outcome, an outcome other than success); every other job (a sync one,

@@ -1,7 +1,7 @@
 """What the launcher asks of a runner, and the staged shutdown every runner shares.
 
 A runner runs the jobs of one capsule (its queues): `thread_runner.ThreadRunner` on processor
-threads, `asyncio_runner.AsyncioRunner` as tasks of the process's event loop. The launcher
+threads, `asyncio_runner.AsyncioRunner` as coroutines on the process's event loop. The launcher
 composes runners through `Runner` alone.
 
 Shutdown is staged, as in Sidekiq, and written once (`StagedShutdown.stop`): quiet (nothing
@@ -11,7 +11,7 @@ end, so none takes a job about to be put back) -> put every job still running ba
 of its queue, unchanged -> return, so the process can exit. It is worse to lose a job than to
 run it twice: a job put back here may run again while this process exits (at-least-once).
 Python cannot safely kill a thread, so a thread still in a job's code is abandoned (it is a
-daemon), not killed; a task on the loop is cancelled once its job is back in its queue.
+daemon), not killed; a coroutine on the loop is cancelled once its job is back in its queue.
 """
 
 from __future__ import annotations
