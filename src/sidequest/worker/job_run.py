@@ -124,9 +124,9 @@ class JobRun:
         ops = self.rt.lifecycle.ops("taken", payload)
         if has_ops(ops) and not self.take(unit, payload, ops):  # most jobs: no call
             return
+        job = None  # until it is made: a constructor that raises is the job's failure too
         token = self.enter(unit, payload)
         started = time.monotonic()
-        job = None
         try:
             job = self.job(job_class, payload)
             args = payload["args"]
