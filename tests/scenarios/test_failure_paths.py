@@ -120,7 +120,7 @@ def test_a_processor_that_keeps_dying_is_replaced_only_after_a_growing_back_off(
             raise RuntimeError("always broken")
 
     launcher = Launcher(config.replace(concurrency=1, fetch="basic"))
-    launcher.manager.make_fetch = lambda slot: Broken(launcher.config, launcher.redis, Scripts(launcher.redis))
+    launcher.runners[0].make_fetch = lambda slot: Broken(launcher.config, launcher.redis, Scripts(launcher.redis))
 
     def deaths():
         return [rec for rec in caplog.records if "died (RuntimeError: always broken)" in rec.getMessage()]

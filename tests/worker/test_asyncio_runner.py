@@ -1,4 +1,4 @@
-"""The asyncio runner (`eventloop`): `async def` jobs fetched, run and acknowledged on one loop.
+"""The asyncio runner (`asyncio_runner`): `async def` jobs fetched, run and acknowledged on one loop.
 
 In-process workers on the test Redis; the kill -9 test of the runner is scenarios/test_reliability's
 (parametrized over both runners)."""
@@ -17,7 +17,7 @@ import sidequest
 from sidequest import Config
 from sidequest.jobs.middleware import Chain
 from sidequest.jobs.registry import Registry
-from sidequest.worker.asyncio_runner import LoopCapsule
+from sidequest.worker.asyncio_runner import AsyncioRunner
 
 
 @pytest.fixture
@@ -34,10 +34,10 @@ def only(*jobs) -> Registry:
     return registry
 
 
-def capsule_of(launcher) -> LoopCapsule:
+def capsule_of(launcher) -> AsyncioRunner:
     assert launcher.runner == "asyncio"
-    assert isinstance(launcher.manager, LoopCapsule)
-    return launcher.manager
+    assert isinstance(launcher.runners[0], AsyncioRunner)
+    return launcher.runners[0]
 
 
 def test_auto_runs_an_all_async_worker_on_the_loop_and_any_other_on_threads(start, r):
@@ -147,7 +147,7 @@ def test_a_job_in_the_batch_list_whose_reply_was_lost_is_run(start, client, r):
     wait_until(lambda: r.sismember("sidequest:reservations", capsule.batch), 5, 0.01, "the batch list registered")
     payload = client.build(async_echo, [["adopted"]], [None], time.time(), {})[0][0][0]
     r.lpush(capsule.batch, json.dumps(payload))
-    capsule.lost_reply()
+    capsule.hub.lost_reply()
     wait_until(lambda: ran(r, "async") == [["adopted", "sidequest-asyncio"]], 10, 0.02, "the adopted job to run")
     wait_until(lambda: not reserved(r), 5, 0.01, "its success acknowledged")
 
@@ -216,7 +216,7 @@ class QueueSeen(sidequest.Job, name="QueueSeen"):
     """Records the queue the worker says it took the job from (its log context)."""
 
     async def perform(self, label):
-        from sidequest.worker.processor import job_context
+        from sidequest.worker.job_run import job_context
 
         record("seen", label, job_context.get()[2])
 

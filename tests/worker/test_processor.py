@@ -95,13 +95,13 @@ def test_a_processor_that_dies_is_replaced(config, monkeypatch, redis_url, clien
             return super().retrieve_work()
 
     launcher = Launcher(config.replace(concurrency=2, fetch="basic"))
-    launcher.manager.make_fetch = lambda slot: FaultyFetch(launcher.config, launcher.redis, Scripts(launcher.redis))
+    launcher.runners[0].make_fetch = lambda slot: FaultyFetch(launcher.config, launcher.redis, Scripts(launcher.redis))
     launcher.run()
     try:
         wait_until(lambda: "fetch exploded" in caplog.text, message="the processor to die")
         client.push_bulk(echo, [["first"], ["second"]])
         wait_until(lambda: len(ran(r)) == 2, message="both jobs despite the dead processor")
-        assert launcher.manager.alive() == 2
+        assert launcher.runners[0].alive() == 2
         assert "processor 0 died (RuntimeError: fetch exploded); replacing it in 0.5 s" in caplog.text
     finally:
         launcher.stop()

@@ -104,7 +104,7 @@ def test_an_unknown_job_is_one_log_line_naming_it_and_the_workers_jobs(start, cl
     [(p, score)] = zset_items(r, "retry")
     assert p["jid"] == jid and p["retry_count"] == 0 and p["error_class"] == "sidequest.errors.UnknownJobError"
     assert before + 15 <= score <= time.time() + 25  # Sidekiq's first back-off: 15 s and up to 9 more
-    lines = [rec for rec in caplog.records if rec.name in ("sidequest.worker.processor", "sidequest.worker.retry")]
+    lines = [rec for rec in caplog.records if rec.name in ("sidequest.worker.job_run", "sidequest.worker.retry")]
     assert len(lines) == 1, [rec.getMessage() for rec in lines]
     [line] = lines
     message = line.getMessage()

@@ -3,28 +3,29 @@
 With `runner: asyncio` (or `auto`, the default, when every job the worker runs is `async def`),
 the process's own capsule has no processor threads: `async_jobs` jobs (100 by default) run at
 once as tasks of the process's event loop, and the Redis traffic of fetching and acknowledging
-is sent on that loop too, through `wire.AsyncLane` (redis.asyncio, hiredis): on the loop's one
-shared connection (`mux`), with the jobs' own commands, but for the blocking BLMOVE.
+is sent on that loop too, through `store.direct.AsyncLane` (redis.asyncio, hiredis): on the
+loop's one shared connection (`store.shared_connection`), with the jobs' own commands, but for
+the blocking BLMOVE.
 
-- **Fetch and acknowledge** (`loophub`): the threads' `hub.Hub` contract on the loop: the
-  same RESERVE into the same batch list, the same acknowledgement window (docs/reliability.md);
-  when no queue has work, a BLMOVE per queue, so a job pushed to an idle worker starts about
-  one round trip later.
-- **Run.** The common path (a job that decodes, is registered, is `async def`, with no server
-  middleware) runs on the loop, with its features' operations when taken (`result_ttl`,
-  `expires_in`, a unique claim until start: one SETTLE call on the loop's lane) and when it
-  succeeds (with its acknowledgement), so such jobs too run `async_jobs` at once. Everything
-  else goes through the very code a processor thread runs (`processor.Processor`), on a thread
-  pool of `concurrency` threads: a sync job, a payload that does not decode, a job past its
-  deadline, an unknown name, server middleware (its links are sync), every outcome but success
-  (retry, dead, snooze: their SETTLE call and the retrier's hooks). So the two runners cannot
-  disagree on a job's fate.
+- **Fetch and acknowledge** (`fetch.loop_fetch`): the threads' `fetch.batch.Hub` contract on
+  the loop: the same RESERVE into the same batch list, the same acknowledgement window
+  (docs/reliability.md); when no queue has work, a BLMOVE per queue, so a job pushed to an idle
+  worker starts about one round trip later. It hands each job it takes to `AsyncioRunner.take`.
+- **Run**: the job-run step (`job_run.JobRun`), the one a processor thread runs. For a job
+  that decodes, is registered, is `async def`, with no server middleware, its decisions run on
+  the loop and only the call of the job's code differs: its coroutine is awaited, so such jobs
+  run `async_jobs` at once; its features' `taken` operations (`result_ttl`, `expires_in`, a
+  unique claim until start) are one SETTLE call on the loop's lane, and a success is
+  acknowledged in its window. What may block runs on a pool of `concurrency` threads: a
+  failure's outcome (the job's `retry_in`), every outcome but success (its SETTLE call, the
+  retrier's hooks), and the whole step for every other job (a sync job, a payload that does not
+  decode, a job past its deadline, an unknown name, server middleware: its links are sync).
 - **Time limits** cancel the job's task for real (`JobTimeoutError`, the retry path).
-- **Suspects** (a job in flight at two crashes, see `gate`) run alone, through the process's
-  gate as on the threads: fetching pauses until the other jobs of the loop have ended, its
-  BLMOVEs have answered and no processor thread (another capsule's) is past the gate.
-- **Stop.** Quiet ends fetching; running jobs get until the deadline; then each job still
-  running is put back at the head of its queue and its task is cancelled.
+- **Suspects** (a job in flight at two crashes, see `isolation`) run alone, through the
+  process's gate as on the threads: fetching pauses until the other jobs of the loop have ended,
+  its BLMOVEs have answered and no processor thread (another capsule's) is past the gate.
+- **Stop**: the staged shutdown of every runner (`runner.StagedShutdown`); each job still
+  running at the deadline is put back at the head of its queue, then its task is cancelled.
 
 Redis Cluster mode runs the threads (the batch list is one per queue there; see `fetch`).
 """
@@ -40,25 +41,25 @@ import queue
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import redis
 
 from sidequest.config import Config
-from sidequest.errors import JobTimeoutError, PayloadError, UnknownJobError
-from sidequest.jobs.payload import decode, overdue
-from sidequest.store.direct import AsyncLane
+from sidequest.errors import JobTimeoutError, PayloadError
+from sidequest.jobs.payload import decode
+from sidequest.store.direct import AsyncLane, Lane
 from sidequest.store.outage import REDIS_ERRORS
 from sidequest.store.scripts import Scripts
 from sidequest.worker.fetch.batch import ACK_WINDOW
 from sidequest.worker.fetch.loop_fetch import LoopFetch
 from sidequest.worker.fetch.queue_order import PausedQueues
-from sidequest.worker.fetch.unit import Settler, UnitOfWork
+from sidequest.worker.fetch.unit import Fetch, Settler, UnitOfWork
 from sidequest.worker.isolation import suspect
+from sidequest.worker.job_run import JobRun, Runtime, job_context, quieting_context, time_limit
 from sidequest.worker.lifecycle import has_ops
-from sidequest.worker.outcome import Outcome, error_class_name, invalid
-from sidequest.worker.processor import Processor, Runtime, enter_job, job_context, quieting_context, time_limit
-from sidequest.worker.thread_runner import put_back
+from sidequest.worker.outcome import Outcome
+from sidequest.worker.runner import StagedShutdown
 
 log = logging.getLogger(__name__)
 
@@ -72,12 +73,9 @@ def runs_on_the_loop(job_classes: list[type[Any]]) -> bool:
     return bool(job_classes) and all(inspect.iscoroutinefunction(getattr(c, "perform", None)) for c in job_classes)
 
 
-class LoopCapsule:
-    """The process's own capsule on the event loop: what `Launcher` asks of a capsule's hub
-    (`queues`, `batch_of`, `close`) and of its manager (`start`, `busy`, `alive`, `slots`,
-    `quiet`, `hurry`, `stop`), and the `Fetch` its units of work end through."""
-
-    answered = True
+class AsyncioRunner(StagedShutdown):
+    """Runs one capsule's jobs as tasks of the process's event loop: the `runner.Runner` the
+    launcher starts and stops, and the `loop_fetch.Runs` its fetch (`hub`) feeds."""
 
     def __init__(self, runtime: Runtime, config: Config, identity: str, scripts: Scripts,
                  loop: Callable[[], asyncio.AbstractEventLoop], *, client: redis.Redis,
@@ -86,24 +84,22 @@ class LoopCapsule:
                  ack_window: float = ACK_WINDOW) -> None:
         if scripts.keys.cluster:
             raise ValueError("the asyncio runner needs one Redis (Cluster mode runs the threads)")
+        super().__init__(runtime.lifecycle)
         self.rt = runtime
         self.config = config
         self.limit = config.async_jobs
-        self.quieting = threading.Event()
-        self.hard_stop = threading.Event()
         self.hub = LoopFetch(config, identity, scripts, self, runtime.outage, self.quieting, paused=paused, clock=clock,
                            ack_window=ack_window)
         self.batch = self.hub.batch  # every job of this capsule is held there
-        self.reserved: str | None = self.batch  # (`Fetch`: where its units are held)
+        self.step = JobRun(runtime, self.hard_stop)
+        self.settler = Settler(config, client, scripts, clock)  # the thread pool's SETTLE calls
+        # a unit of work calls only `apply` and `mark` of its fetch (the loop fetches on its own)
+        self._ends = cast("Fetch", _LoopEnds(self.hub, self.settler))
         self._loop_of = loop
         self.loop: asyncio.AbstractEventLoop | None = None
         self._connect = connect  # a redis.asyncio client of the worker's Redis, made on the loop
         self._close_clients = close_clients  # at the end, on the loop: the clients its jobs made there
-        self.settler = Settler(config, client, scripts, clock)  # the thread pool's SETTLE calls
         self.pool = DaemonPool(config.concurrency)
-        self.side = Processor(runtime, self, self, 0)  # the threads' code, for all but the common path
-        self._hurry = threading.Event()
-        self._ended = threading.Condition()  # the stopping thread waits on it for the last job
         self._running: dict[UnitOfWork, asyncio.Task[None]] = {}
         self._tids: list[str] = []  # thread ids of ended tasks, for the next ones
         self._next_tid = 0
@@ -114,7 +110,7 @@ class LoopCapsule:
         self._told_middleware = False
         self._lane: AsyncLane | None = None
 
-    # -- the launcher's side ---------------------------------------------------------------------
+    # -- the launcher's side (`runner.Runner`) -----------------------------------------------------
     def start(self) -> None:
         self.loop = self._loop_of()
         self._main = asyncio.run_coroutine_threadsafe(self._fetching(), self.loop)
@@ -136,40 +132,32 @@ class LoopCapsule:
     def batch_of(self, queue: str) -> str:
         return self.batch
 
+    def close(self, lane: Lane) -> None:
+        """Send the successes not acknowledged yet (on `lane`, a sync lane)."""
+        self.hub.flush_sync(lane)
+
     def quiet(self) -> None:
-        if not self.quieting.is_set():
-            log.info("quieting: no new jobs will be fetched")
-            self.quieting.set()
-            self.hub.poke()
+        super().quiet()
+        self.hub.poke()
 
-    def hurry(self) -> None:
-        self._hurry.set()
-        with self._ended:
-            self._ended.notify_all()
+    # -- the staged shutdown's questions (see `runner`) -------------------------------------------
+    def _waits_for(self) -> bool:
+        return bool(self._running)
 
-    def stop(self, deadline: float) -> list[UnitOfWork]:
-        """Quiet, wait until `deadline` (monotonic) for running jobs, then put back what remains
-        and cancel its tasks (see `manager.Manager.stop`)."""
-        self.quiet()
-        with self._ended:
-            if self._running:
-                log.info("waiting up to %.1f s for %d running job(s)", max(deadline - time.monotonic(), 0), self.busy)
-            while self._running and not self._hurry.is_set():
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                self._ended.wait(remaining)
-        leftovers = [unit for unit in list(self._running) if not unit.done]
-        self.hard_stop.set()
+    def _unfinished(self) -> list[UnitOfWork]:
+        return [unit for unit in list(self._running) if not unit.done]
+
+    def _end_fetches(self) -> None:
         if self._main is not None:  # the fetch and the blocking waits end within a blocking timeout
             try:
                 self._main.result(self.hub.timeout + 2.0)
             except (concurrent.futures.TimeoutError, concurrent.futures.CancelledError):
                 log.warning("the asyncio runner's fetch did not end in time")
-        if leftovers:
-            log.warning("putting %d unfinished job(s) back on their queues", len(leftovers))
-            for unit in leftovers:
-                put_back(self.rt, unit)
+
+    def stop(self, deadline: float) -> list[UnitOfWork]:
+        """The staged shutdown (`runner`), then the tasks of jobs put back cancelled, the last
+        successes sent and the connections closed."""
+        leftovers = super().stop(deadline)
         if self.loop is not None:
             try:
                 asyncio.run_coroutine_threadsafe(self._end(), self.loop).result(5.0)
@@ -192,56 +180,16 @@ class LoopCapsule:
         if self._close_clients is not None:  # the jobs' own (`sidequest.aio.redis()`), made on this loop
             await self._close_clients()
 
-    def close(self, lane: Any = None) -> None:
-        """Send the successes not acknowledged yet (on `lane`, a sync `wire.Lane`)."""
-        if lane is not None:
-            self.hub.flush_sync(lane)
-
-    # -- Fetch, for the units of work (called on the loop or on a pool thread) ---------------------
-    def apply(self, unit: UnitOfWork, outcome: Outcome, ops: list[Any]) -> bool:
-        if outcome.kind == "done":
-            self.hub.acknowledge(unit.raw, ops)
-            return True
-        applied = self.settler.settle(unit, outcome, ops)
-        self.hub.forget(unit.raw)
-        return applied
-
-    def mark(self, unit: UnitOfWork, ops: list[Any]) -> bool:
-        return self.settler.mark(unit, ops)
-
-    def flush(self) -> None:
-        """Successes are sent within their window by the loop."""
-
-    def lost_reply(self) -> None:
-        self.hub.lost_reply()
-
-    def hand_back(self) -> None:
-        """The loop keeps no jobs in hand."""
-
-    def release(self) -> None:
-        """Nothing is taken for others: every job taken starts at once."""
-
-    def retrieve_work(self) -> UnitOfWork | None:
-        raise NotImplementedError("the asyncio runner fetches on its loop")  # never a processor's loop
-
-    # -- the pool's side, for `Processor` ---------------------------------------------------------
-    def processor_stopped(self, processor: Processor) -> None:
-        """Never started as a thread."""
-
-    def processor_died(self, processor: Processor, exc: BaseException) -> None:
-        """Never started as a thread."""
-
-    # -- on the loop --------------------------------------------------------------------------------
+    # -- the fetch's side (`loop_fetch.Runs`), on the loop -----------------------------------------
     async def _fetching(self) -> None:
         quieting_context(self.quieting)  # the jobs' tasks copy this context: `stopping()` sees it
         self._lane = AsyncLane(self._connect())
         await self.hub.fetching(self._lane)
 
-    # -- running ---------------------------------------------------------------------------------
     def room(self) -> int:
-        """(`loophub.Runs`.) Jobs that may start now: none while a suspect isolates (see `gate`;
-        the loop passes the process's gate before it fetches, and leaves it while another
-        isolates, once it holds nothing)."""
+        """Jobs that may start now: none while a suspect isolates (see `isolation`; the loop
+        passes the process's gate before it fetches, and leaves it while another isolates, once
+        it holds nothing)."""
         if self._alone:
             return 0
         gate = self.rt.gate
@@ -264,9 +212,9 @@ class LoopCapsule:
         return len(self._running)
 
     def take(self, queue: str, raw: bytes) -> None:
-        """(On the loop.) Run a job just taken, or put it back when the worker is quieting."""
+        """Run a job just taken, or put it back when the worker is quieting."""
         assert self.loop is not None
-        unit = UnitOfWork(queue, raw, self, self.batch)
+        unit = UnitOfWork(queue, raw, self._ends, self.batch)
         if self.quieting.is_set():  # never started: back to the head of its queue, unchanged
             self.hub.background(self._in_thread(unit.put_back, [0]))
             return
@@ -279,6 +227,7 @@ class LoopCapsule:
         self._next_tid += 1
         return format(0xA0000 + self._next_tid, "x")  # shown as Sidekiq shows thread ids; apart from real ones
 
+    # -- a job's task ------------------------------------------------------------------------------
     async def _run(self, unit: UnitOfWork, tid: str) -> None:
         """A job's task. It ends its own stay in `_running` (no done callback: a task is cancelled
         before its first step only by `_end`, after which nothing reads `_running`)."""
@@ -292,69 +241,84 @@ class LoopCapsule:
         except Exception as exc:  # a fault outside the job's code: file the job, go on
             log.error("the asyncio runner failed on a job (%s: %s); filing it in the dead set",
                       type(exc).__name__, exc, exc_info=exc)
-            outcome = invalid(unit.raw, unit.queue, error_class_name(exc),
-                              f"sidequest failed while processing this job (not the job's own code): {exc}")
-            await self._in_thread(unit.apply, outcome, self.rt.lifecycle.ops("dead", None, outcome))
+            await self._in_thread(self.step.fault, unit, exc)
         finally:
             counters.work.finish(tid)
             self._running.pop(unit, None)
             self._tids.append(tid)
             self.hub.poke()
             if self.quieting.is_set():
-                with self._ended:
-                    self._ended.notify_all()
+                with self._changed:
+                    self._changed.notify_all()
 
     async def _process(self, unit: UnitOfWork) -> None:
-        side = self.side
         try:
             payload = decode(unit.raw)
         except PayloadError as exc:
-            self.rt.counters.failed.incr()
-            log.error("payload in queue %r is not a job, moved to the dead set: %s", unit.queue, exc)
-            await self._in_thread(side.finish, unit, None, None, invalid(unit.raw, unit.queue, error_class_name(exc),
-                                                                         str(exc)))
+            await self._in_thread(self.step.unreadable, unit, exc)
             return
-        recovered = suspect(payload, self.config.max_recoveries)
-        if recovered is not None:
+        recovered = suspect(payload, self.config.max_recoveries) if "recovery_count" in payload else None
+        if recovered is None:  # most jobs: never recovered, no call
+            await self.perform(unit, payload)
+        else:
             await self._run_alone(unit, payload, recovered)
-            return
-        job_class = self._on_the_loop(payload)
-        if job_class is None:
-            await self._in_thread(side.perform, unit, payload)
-            return
-        await self._perform(unit, payload, job_class)
 
     async def _run_alone(self, unit: UnitOfWork, payload: dict[str, Any], recovered: int) -> None:
-        """A suspect (see `gate`): the gate closes, no job is taken until every other job of the
-        loop has ended, its BLMOVEs have answered and no processor thread is past the gate, then
-        it runs alone. While another suspect isolates, it goes back to its queue, unchanged."""
+        """A suspect (see `isolation`): the gate closes, no job is taken until every other job of
+        the loop has ended, its BLMOVEs have answered and no processor thread is past the gate,
+        then it runs alone. While another suspect isolates, it goes back to its queue, unchanged."""
         gate = self.rt.gate
         if self._alone or not gate.claim(LOOP):
-            await self._in_thread(self.side.wait_turn, unit)
+            await self._in_thread(self.step.wait_turn, unit)
             return
         self._alone = True
         try:
             while len(self._running) > 1 or self.hub.waiting() or not gate.alone(LOOP):
                 if self.quieting.is_set():  # as a processor's `gate.isolate` gives up: put back, never run
-                    await self._in_thread(self.side.wait_turn, unit)  # at a stop; nothing if stop did it
+                    await self._in_thread(self.step.wait_turn, unit)  # at a stop; nothing if stop did it
                     return
                 await self.hub.wait_change(0.5)  # a job's end or a fetch's pokes; threads leave unseen
-            log.warning("%s %s: processes died %d times while running it; running it alone",
-                        payload["class"], payload.get("jid"), recovered)
-            job_class = self._on_the_loop(payload)
-            if job_class is None:
-                await self._in_thread(self.side.perform, unit, payload)
-            else:
-                await self._perform(unit, payload, job_class)
+            self.step.alone(payload, recovered)
+            await self.perform(unit, payload)
         finally:
             self._alone = False
             gate.release(LOOP)
             self.hub.poke()
 
+    async def perform(self, unit: UnitOfWork, payload: dict[str, Any]) -> None:
+        """The job-run step (`JobRun.run`) with the job's coroutine awaited on the loop (every
+        other job takes it whole on the pool)."""
+        step = self.step
+        job_class = self._on_the_loop(payload)
+        if job_class is None:
+            await self._in_thread(step.run, unit, payload)
+            return
+        ops = self.rt.lifecycle.ops("taken", payload)
+        if has_ops(ops) and not await self._taken(unit, payload, ops):
+            return
+        token = step.enter(unit, payload)
+        started = time.monotonic()
+        job = None
+        try:
+            job = step.job(job_class, payload)
+            limit = time_limit(payload, self.rt.config)
+            with self.rt.lifecycle.running(payload):
+                result = await (job.perform(*payload["args"]) if limit is None else _timed(job, payload, limit))
+        except BaseException as exc:  # a cancellation too, unless a hard stop put the job back
+            if unit.done:
+                job_context.reset(token)
+                raise
+            outcome = await self._in_thread(step.failed, unit, payload, job, exc, started)
+        else:
+            outcome = step.done(started, result)
+        job_context.reset(token)
+        if outcome.kind == "done":  # acknowledged in its window: nothing here waits on Redis
+            step.finish(unit, payload, job, outcome)
+        else:
+            await self._in_thread(step.finish, unit, outcome.payload or payload, job, outcome)
+
     def _on_the_loop(self, payload: dict[str, Any]) -> type[Any] | None:
-        """The job's class when it takes the common path (see the module), else None."""
-        if "expires_at" in payload and overdue(payload, self.rt.retrier.clock()) is not None:
-            return None  # dropped unstarted, by the threads' code
+        """The job's class when its step runs on the loop (see the module), else None."""
         if len(self.rt.config.server_middleware):  # its links are sync calls around the job
             if not self._told_middleware:
                 self._told_middleware = True
@@ -362,70 +326,27 @@ class LoopCapsule:
                 log.warning("server middleware is installed (%s): async jobs run through the thread pool, %d at "
                             "once, instead of on the event loop", links, self.config.concurrency)
             return None
-        try:
-            job_class = self.rt.registry.get(payload["class"])
-        except UnknownJobError:
+        job_class = self.step.admit(payload)
+        if job_class is None:  # refused (past its deadline, unknown): filed on the pool
             return None
         is_async = self._async_kind.get(job_class)
         if is_async is None:
             is_async = self._async_kind[job_class] = inspect.iscoroutinefunction(getattr(job_class, "perform", None))
         return job_class if is_async else None
 
-    async def _perform(self, unit: UnitOfWork, payload: dict[str, Any], job_class: type[Any]) -> None:
-        """`Processor.perform` for an `async def` job, on the loop."""
-        ops = self.rt.lifecycle.ops("taken", payload)
-        if has_ops(ops):  # result_ttl, expires_in, unique_until start...: one call, on the loop
-            taken = await self._taken(unit, ops)
-            if not taken:
-                self.side.skip(unit, payload, taken)
-                return
-        token = enter_job(unit, payload)
-        started = time.monotonic()
-        log.info("start")
-        job = None
-        try:
-            job = job_class()
-            job.jid, job.payload = str(payload.get("jid", "")), payload
-            limit = time_limit(payload, self.rt.config)
-            with self.rt.lifecycle.running(payload):
-                result = await (job.perform(*payload["args"]) if limit is None else self._timed(job, payload, limit))
-        except BaseException as exc:  # a cancellation too, unless a hard stop put the job back
-            if unit.done:
-                job_context.reset(token)
-                raise
-            outcome = await self._in_thread(self.side.failed, unit, payload, job, exc, started)
-        else:
-            elapsed = time.monotonic() - started
-            log.info("done: %.3f sec", elapsed)
-            outcome = Outcome.done(elapsed, result)
-        job_context.reset(token)
-        if outcome.kind == "done":  # acknowledged in its window: nothing here waits on Redis
-            self.side.finish(unit, payload, job, outcome)
-        else:
-            await self._in_thread(self.side.finish, unit, outcome.payload or payload, job, outcome)
-
-    async def _taken(self, unit: UnitOfWork, ops: list[Any]) -> bool | None:
-        """The features' `taken` operations: the SETTLE call a processor sends (`Settler.mark`),
-        on the loop's lane, so such jobs keep `async_jobs` in flight. A Redis error (an outage,
-        an error reply) hands the job's call to the threads' own code (`Processor.taken`: again
-        through the outage, or its fate decided there)."""
+    async def _taken(self, unit: UnitOfWork, payload: dict[str, Any], ops: list[Any]) -> bool:
+        """The features' `taken` operations (`JobRun.take`) as one SETTLE call on the loop's lane,
+        so such jobs keep `async_jobs` in flight. A Redis error (an outage, an error reply) hands
+        the call to the step on the pool (again through the outage, or its fate decided there)."""
         assert self._lane is not None
         try:
             reply = await self._lane.evalsha(self.settler.scripts.settle, *self.settler.mark_call(unit, ops))
-            return self.settler.written(reply, unit.raw)
         except REDIS_ERRORS:
-            return await self._in_thread(self.side.taken, unit, ops)
-
-    @staticmethod
-    async def _timed(job: Any, payload: dict[str, Any], limit: float) -> Any:
-        """The job's coroutine, cancelled for real past `limit` seconds."""
-        try:
-            async with asyncio.timeout(limit) as deadline:
-                return await job.perform(*payload["args"])
-        except TimeoutError:
-            if deadline.expired():
-                raise JobTimeoutError(f"job ran longer than its {limit:g} s time limit (cancelled)") from None
-            raise
+            return await self._in_thread(self.step.take, unit, payload, ops)
+        taken = self.settler.written(reply, unit.raw)
+        if not taken:
+            self.step.skip(unit, payload, taken)
+        return taken
 
     async def _in_thread(self, fn: Callable[..., T], *args: Any) -> T:
         """`fn(*args)` on the thread pool, in this task's context (its log context, its job)."""
@@ -433,9 +354,42 @@ class LoopCapsule:
         return await asyncio.get_running_loop().run_in_executor(self.pool, lambda: context.run(fn, *args))
 
 
+async def _timed(job: Any, payload: dict[str, Any], limit: float) -> Any:
+    """The job's coroutine, cancelled for real past `limit` seconds."""
+    try:
+        async with asyncio.timeout(limit) as deadline:
+            return await job.perform(*payload["args"])
+    except TimeoutError:
+        if deadline.expired():
+            raise JobTimeoutError(f"job ran longer than its {limit:g} s time limit (cancelled)") from None
+        raise
+
+
+class _LoopEnds:
+    """How the loop's units of work end: a success joins the loop's acknowledgement window (no
+    call of its own); any other outcome, and the features' `taken` operations, is one SETTLE
+    call, sent from the runner's thread pool."""
+
+    def __init__(self, hub: LoopFetch, settler: Settler) -> None:
+        self.hub = hub
+        self.settler = settler
+        self.reserved = hub.batch
+
+    def apply(self, unit: UnitOfWork, outcome: Outcome, ops: list[Any]) -> bool:
+        if outcome.kind == "done":
+            self.hub.acknowledge(unit.raw, ops)
+            return True
+        applied = self.settler.settle(unit, outcome, ops)
+        self.hub.forget(unit.raw)
+        return applied
+
+    def mark(self, unit: UnitOfWork, ops: list[Any]) -> bool:
+        return self.settler.mark(unit, ops)
+
+
 class DaemonPool(concurrent.futures.Executor):
     """A pool of daemon threads for `loop.run_in_executor`: a sync job still running when the
-    process exits is abandoned with it, as a processor thread is (see `manager`), where the
+    process exits is abandoned with it, as a processor thread is (see `runner`), where the
     standard pool's threads would hold the exit until the job returns. Its threads are started
     as work comes, up to `size`."""
 

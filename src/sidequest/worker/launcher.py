@@ -1,5 +1,5 @@
 """One worker process, composed: heartbeat, poller, the features' threads, orphan recovery,
-manager (one per capsule: `config.capsules`, each with its own hub and queues).
+runners (one per capsule: `config.capsules`, each with its own queues; see `runner`).
 
     launcher = Launcher(config)
     launcher.run()       # returns at once; work happens on threads
@@ -34,7 +34,7 @@ from sidequest.store import keys
 from sidequest.store.connection import check_server, connect
 from sidequest.store.direct import lane_for
 from sidequest.store.scripts import Scripts
-from sidequest.worker.asyncio_runner import LoopCapsule, runs_on_the_loop
+from sidequest.worker.asyncio_runner import AsyncioRunner, runs_on_the_loop
 from sidequest.worker.background.heartbeat import Heartbeat, make_identity, rss_kb
 from sidequest.worker.background.poller import Poller
 from sidequest.worker.background.recovery import Recovery
@@ -46,8 +46,9 @@ from sidequest.worker.fetch.queue_order import PausedQueues
 from sidequest.worker.lifecycle import Setting, compose
 from sidequest.worker.processor import Runtime
 from sidequest.worker.retry import DeathHandler, ErrorHandler, Retrier
+from sidequest.worker.runner import Runner
 from sidequest.worker.signals import dump_threads
-from sidequest.worker.thread_runner import Manager
+from sidequest.worker.thread_runner import ThreadRunner
 
 log = logging.getLogger(__name__)
 
@@ -137,25 +138,20 @@ class Launcher:
                                    outage=self.runtime.outage)
         self.poller = Poller(config, self.redis, clock=clock, rng=rng)
         self.paused = PausedQueues(self.redis)  # the paused queues, as every processor here sees them
-        # each capsule (the default one first: the process's queues and concurrency) has processors,
-        # a hub (their shared batches, and the thread that acknowledges their successes) and a
-        # batch list of its own, over its own queues
-        self.hubs: list[Hub | LoopCapsule] = []
-        self.managers: list[Manager | LoopCapsule] = []
+        # each capsule (the default one first: the process's queues and concurrency) has a runner
+        # (`runner.Runner`) with a batch list of its own, over its own queues
+        self.runners: list[Runner] = []
         numbers = itertools.count()  # processor numbers, unique over the capsules (each names a reserved list)
-        if self.runner == "asyncio":  # the process's own queues on the event loop (see `eventloop`)
-            on_loop = LoopCapsule(self.runtime, config, self.identity, scripts, self.executor.loop,
-                                  client=self.redis, connect=lambda: aio.connect(config.url),
-                                  close_clients=aio.close_loop_clients, paused=self.paused,
-                                  clock=clock)
-            self.hubs.append(on_loop)
-            self.managers.append(on_loop)
+        if self.runner == "asyncio":  # the process's own queues on the event loop (see `asyncio_runner`)
+            self.runners.append(AsyncioRunner(self.runtime, config, self.identity, scripts, self.executor.loop,
+                                              client=self.redis, connect=lambda: aio.connect(config.url),
+                                              close_clients=aio.close_loop_clients, paused=self.paused,
+                                              clock=clock))
         else:
             self._add_capsule(config, keys.BATCH_SLOT, numbers, clock)
         for capsule in config.capsules:
             self._add_capsule(config.capsule_config(capsule), keys.capsule_slot(capsule.name),
                               numbers, clock)
-        self.hub, self.manager = self.hubs[0], self.managers[0]
         self.stopped = threading.Event()  # set once stop() has finished
         self._stopping = threading.Lock()
         self._stop_requested = False
@@ -175,8 +171,7 @@ class Launcher:
                      clock: Callable[[], float]) -> None:
         hub = Hub(config, self.identity, self.scripts, clock=clock, paused=self.paused, client=self.redis,
                   batch=batch, lease=self.heartbeat.lease)
-        self.hubs.append(hub)
-        self.managers.append(Manager(self.runtime, lambda slot: build_fetch(
+        self.runners.append(ThreadRunner(self.runtime, hub, lambda slot: build_fetch(
             config, self._processor_redis(), self.identity, self.scripts, slot, self.paused, hub),
             concurrency=config.concurrency, numbers=numbers))
 
@@ -206,7 +201,7 @@ class Launcher:
         for service in self.services.values():
             service.start()
         if self.heartbeat.registered.is_set():
-            self._start_managers()
+            self._start_runners()
         else:  # nothing is fetched before this process is registered (see heartbeat)
             log.warning("not fetching jobs until this process's heartbeat reaches Redis")
             threading.Thread(target=self._start_when_registered, name="sidequest-start", daemon=True).start()
@@ -217,11 +212,11 @@ class Launcher:
                 return
         if not self._stop_requested:
             log.info("heartbeat written: fetching jobs")
-            self._start_managers()
+            self._start_runners()
 
-    def _start_managers(self) -> None:
-        for manager in self.managers:
-            manager.start()
+    def _start_runners(self) -> None:
+        for runner in self.runners:
+            runner.start()
 
     def _recycle(self, reason: str) -> None:
         """Stop this process gracefully (its supervisor or service manager starts a fresh one)."""
@@ -249,13 +244,13 @@ class Launcher:
         space = self.scripts.keys
         try:
             lists: dict[str, list[str]] = {}  # reservations index -> lists to forget (one per queue in Cluster mode)
-            for hub, manager in zip(self.hubs, self.managers, strict=True):
-                hub.close(lane)
-                started, running = manager.slots()
+            for runner in self.runners:
+                runner.close(lane)
+                started, running = runner.slots()
                 idle = [slot for slot in started if slot not in running]
-                for queue in hub.queues() if space.cluster else [""]:
+                for queue in runner.queues() if space.cluster else [""]:
                     lists.setdefault(space.reservations(queue), []).extend(
-                        [hub.batch_of(queue), *(space.reserved(self.identity, slot, queue) for slot in idle)])
+                        [runner.batch_of(queue), *(space.reserved(self.identity, slot, queue) for slot in idle)])
             for index, held in lists.items():
                 self.scripts.forget_reserved(keys=[index, *held], args=[])
         except (redis.RedisError, OSError) as exc:
@@ -267,8 +262,8 @@ class Launcher:
     def quiet(self) -> None:
         """Stop fetching new jobs; running ones finish. Shown as quiet in Sidekiq's UI."""
         log.info("quiet: finishing running jobs, taking no new ones")
-        for manager in self.managers:
-            manager.quiet()
+        for runner in self.runners:
+            runner.quiet()
         self.heartbeat.quiet = True
         try:
             self.heartbeat.beat()
@@ -285,8 +280,8 @@ class Launcher:
     def stop_now(self) -> None:
         """Stop without waiting for running jobs: they go back to their queues."""
         log.warning("stopping now: running jobs go back to their queues")
-        for manager in self.managers:
-            manager.hurry()
+        for runner in self.runners:
+            runner.hurry()
         self.request_stop()
 
     def wait(self, timeout: float | None = None) -> bool:
@@ -304,15 +299,15 @@ class Launcher:
             if self.stopped.is_set():
                 return
             deadline = time.monotonic() + self.config.timeout
-            for manager in self.managers:  # every capsule stops fetching before any waits
-                manager.quiet()
+            for runner in self.runners:  # every capsule stops fetching before any waits
+                runner.quiet()
             self.heartbeat.quiet = True
             self.poller.stop()
             for service in self.services.values():
                 service.stop()
             self.recovery.stop()
-            for manager in self.managers:  # one deadline for every capsule's running jobs
-                manager.stop(deadline)
+            for runner in self.runners:  # one deadline for every capsule's running jobs
+                runner.stop(deadline)
             if self.config.fetch == "reliable":
                 self._release_reservations()
             cleared = self.heartbeat.stop()

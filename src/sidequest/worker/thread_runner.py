@@ -1,11 +1,10 @@
-"""The pool of processors: start them, replace any that dies, quiet them, stop by a deadline.
+"""The threads runner: one capsule's processor threads, started, replaced, quieted, stopped.
 
-Shutdown is staged, as in Sidekiq: quiet (no processor fetches again) -> wait until the
-deadline for running jobs to finish (`hurry()` ends the wait at once: a second TERM) -> put
-every job still running back at the head of its queue, unchanged -> return, so the process can
-exit. It is worse to lose a job than to run it twice: a job put back here may run again while
-this process exits (at-least-once). Python cannot safely kill a thread, so the threads are
-abandoned (they are daemons), not killed.
+Each processor (`processor`) fetches through its capsule's batch (`fetch.batch.Hub`) and runs
+one job at a time with the job-run step (`job_run`). Shutdown is the staged one every runner
+shares (`runner.StagedShutdown`): the wait is for the processors to end (an idle one ends after
+its blocking fetch), and the processors still running a job at the deadline are abandoned (they
+are daemons) once their jobs are back in their queues.
 
 A processor that dies (a fault outside any job's code) is replaced after a back-off that
 doubles while deaths follow each other (0.5 s up to 30 s), so a fault can never spin; the job
@@ -16,39 +15,36 @@ from __future__ import annotations
 
 import itertools
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
 
-from sidequest.errors import PayloadError
-from sidequest.jobs.payload import decode
+from sidequest.store.direct import Lane
+from sidequest.worker.fetch.batch import Hub
 from sidequest.worker.fetch.fetchers import Fetch, UnitOfWork
-from sidequest.worker.outcome import error_class_name, invalid
-from sidequest.worker.processor import Processor, Runtime
+from sidequest.worker.job_run import Runtime
+from sidequest.worker.processor import Processor
+from sidequest.worker.runner import StagedShutdown
 
 log = logging.getLogger(__name__)
 
 RESPAWN_START, RESPAWN_MAX, RESPAWN_CALM = 0.5, 30.0, 60.0
 
 
-class Manager:
+class ThreadRunner(StagedShutdown):
     """One capsule's processors (the process's default one unless `concurrency` is given).
-    Processor numbers come from `numbers`, shared by a process's managers, so each processor
+    Processor numbers come from `numbers`, shared by a process's runners, so each processor
     of the process has a number (and a reserved list) no other has."""
 
-    def __init__(self, runtime: Runtime, make_fetch: Callable[[int], Fetch], concurrency: int | None = None,
-                 numbers: Iterator[int] | None = None) -> None:
+    def __init__(self, runtime: Runtime, hub: Hub, make_fetch: Callable[[int], Fetch],
+                 concurrency: int | None = None, numbers: Iterator[int] | None = None) -> None:
+        super().__init__(runtime.lifecycle)
         self.rt = runtime
+        self.hub = hub  # the capsule's batches and acknowledger, which its processors' fetches share
         self.make_fetch = make_fetch
         self.concurrency = runtime.config.concurrency if concurrency is None else concurrency
         self._numbers = numbers if numbers is not None else itertools.count()
         self._started: list[int] = []
-        self.quieting = threading.Event()
-        self.hard_stop = threading.Event()
-        self._hurry = threading.Event()
         self._processors: set[Processor] = set()
-        self._changed = threading.Condition()
         self._respawn_delay = 0.0
         self._last_death = 0.0
 
@@ -77,6 +73,15 @@ class Manager:
         with self._changed:
             return list(self._started), {p.index for p in self._processors}
 
+    def queues(self) -> list[str]:
+        return self.hub.queues()
+
+    def batch_of(self, queue: str) -> str:
+        return self.hub.batch_of(queue)
+
+    def close(self, lane: Lane) -> None:
+        self.hub.close(lane)
+
     # -- processor callbacks (on the processor's thread) ---------------------------------------
     def processor_stopped(self, processor: Processor) -> None:
         with self._changed:
@@ -92,75 +97,27 @@ class Manager:
             delay = self._respawn_delay
         log.error("processor %d died (%s: %s); replacing it in %.1f s", processor.index,
                   type(exc).__name__, exc, delay, exc_info=exc)
-        unit = processor.unit
         try:
             processor.fetch.flush()  # a success it already finished: its replacement has another list
-            if unit is not None and not unit.done:
-                outcome = invalid(unit.raw, unit.queue, error_class_name(exc),
-                                  f"sidequest failed while processing this job (not the job's own code): {exc}")
-                unit.apply(outcome, self.rt.lifecycle.ops("dead", _decoded(unit.raw), outcome))
+            if processor.unit is not None:
+                processor.step.fault(processor.unit, exc)
         except Exception as apply_exc:
             log.error("could not settle the jobs of a dead processor (%s); they stay reserved", apply_exc)
-        with self._changed:
-            self._processors.discard(processor)
-            self._changed.notify_all()
+        self.processor_stopped(processor)
         if not self.quieting.is_set():
             self._spawn(delay)
 
-    # -- lifecycle (main thread) ---------------------------------------------------------------
-    def quiet(self) -> None:
-        if not self.quieting.is_set():
-            log.info("quieting: no new jobs will be fetched")
-            self.quieting.set()
+    # -- the staged shutdown's questions (see `runner`) -----------------------------------------
+    def _waits_for(self) -> bool:
+        return bool(self._processors)
 
-    def hurry(self) -> None:
-        """End the wait for running jobs now: they are put back (a second TERM/INT)."""
-        self._hurry.set()
-        with self._changed:
-            self._changed.notify_all()
+    def _unfinished(self) -> list[UnitOfWork]:
+        return [p.unit for p in self._processors if p.unit is not None and not p.unit.done]
 
-    def stop(self, deadline: float) -> list[UnitOfWork]:
-        """Quiet, wait until `deadline` (monotonic) for running jobs, then put back what remains."""
-        self.quiet()
-        with self._changed:
-            if self._processors:
-                log.info("waiting up to %.1f s for %d running job(s)", max(deadline - time.monotonic(), 0), self.busy)
-            while self._processors and not self._hurry.is_set():
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                self._changed.wait(remaining)
-            busy = {p for p in self._processors if p.unit is not None and not p.unit.done}
-        leftovers = [p.unit for p in busy if p.unit is not None]
-        self.hard_stop.set()
-        # Idle processors may still be inside a blocking fetch (quiet stops only the next one).
-        # Let those fetches end first, so none of them takes a job we are about to put back.
+    def _end_fetches(self) -> None:
+        """Idle processors may still be inside a blocking fetch (quiet stops only the next one):
+        let those fetches end, so none of them takes a job about to be put back."""
         with self._changed:
             end = time.monotonic() + self.rt.config.fetch_timeout + 1.0
-            while self._processors - busy and time.monotonic() < end:
+            while any(p.unit is None or p.unit.done for p in self._processors) and time.monotonic() < end:
                 self._changed.wait(end - time.monotonic())
-        if leftovers:
-            log.warning("putting %d unfinished job(s) back on their queues", len(leftovers))
-            for unit in leftovers:
-                put_back(self.rt, unit)
-        return leftovers
-
-
-def put_back(runtime: Runtime, unit: UnitOfWork) -> None:
-    """Put a job still running at the shutdown deadline back at the head of its queue, unchanged."""
-    try:
-        payload = decode(unit.raw)
-    except PayloadError:
-        payload = None
-    try:
-        unit.put_back(runtime.lifecycle.ops("put_back", payload))
-    except Exception as exc:  # Redis down: reliable fetch keeps it reserved for recovery
-        log.error("could not put a job back (%s); it stays reserved and will be recovered", exc)
-
-
-def _decoded(raw: bytes) -> dict[str, Any] | None:
-    """The payload for the features' operations, or None when the bytes are not a job."""
-    try:
-        return decode(raw)
-    except PayloadError:
-        return None

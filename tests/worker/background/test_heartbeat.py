@@ -91,7 +91,7 @@ def test_remote_quiet_calls_the_launcher_not_the_process(launcher, r):
     """Sidekiq's Web UI "Quiet" on an embedded launcher: it goes quiet; this process is not signalled."""
     r.lpush(f"{launcher.identity}-signals", "TSTP")
     wait_until(lambda: r.hget(launcher.identity, "quiet") == b"true", message="quiet shown")
-    wait_until(lambda: launcher.manager.alive() == 0, message="processors to stop after a remote quiet")
+    wait_until(lambda: launcher.runners[0].alive() == 0, message="processors to stop after a remote quiet")
     assert not launcher.stopped.is_set()  # still registered and beating, only quiet
 
 
@@ -110,7 +110,7 @@ def test_remote_ttin_dumps_thread_stacks(launcher, r, caplog):
 def test_quiet_shows_and_stops_fetching(launcher, client, r):
     launcher.quiet()
     assert r.hget(launcher.identity, "quiet") == b"true"
-    wait_until(lambda: launcher.manager.alive() == 0, message="processors to stop after quiet")
+    wait_until(lambda: launcher.runners[0].alive() == 0, message="processors to stop after quiet")
     client.push(echo, ["not now"])
     assert r.llen("queue:default") == 1 and not ran(r)
 

@@ -155,7 +155,7 @@ def test_a_workers_hubs_hold_its_heartbeats_lease_until_it_stops(start):
     from sidequest.config import Capsule
 
     launcher = start(runner="threads", capsules=[Capsule("serial", queues=["ledger"], concurrency=1)])
-    hubs = [hub for hub in launcher.hubs if isinstance(hub, Hub)]
+    hubs = [runner.hub for runner in launcher.runners if isinstance(runner.hub, Hub)]
     assert len(hubs) == 2 and all(hub.lease is launcher.heartbeat.lease for hub in hubs)
     now = time.monotonic()
     assert launcher.heartbeat.lease.holds(now, now)

@@ -32,6 +32,6 @@ def test_a_worker_whose_every_queue_is_paused_idles_without_spinning(start, clie
     launcher = start(concurrency=2, fetch="basic")
     client.push(echo, ["held"])
     beats(r, launcher.identity, 2)  # every processor has looked at the queues again since
-    assert not ran(r) and r.llen("queue:default") == 1 and launcher.manager.alive() == 2
+    assert not ran(r) and r.llen("queue:default") == 1 and launcher.runners[0].alive() == 2
     r.srem("sidequest:paused", "default")
     wait_until(lambda: ran(r, "echo") == [["held"]], 15)
