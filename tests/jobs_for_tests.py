@@ -178,7 +178,7 @@ def stamp(label):
 def work(n, seconds=0.0, gate=None):
     """Records ("work-start", n, pid) and ("work-done", n, pid), so a test can count runs per job.
 
-    With `gate`, it waits until the test creates that key (at most `seconds`, else 60 s)
+    With `isolation`, it waits until the test creates that key (at most `seconds`, else 60 s)
     instead of sleeping: a job the test can hold in flight for as long as it likes.
     """
     record("work-start", n, os.getpid())
@@ -194,7 +194,7 @@ def work(n, seconds=0.0, gate=None):
 @sidequest.job(name="Timed")
 def timed(n, seconds, gate=None):
     """Records ("timed-start"|"timed-done", n, pid, epoch seconds): which runs ended before a kill.
-    With `gate`, it ends only once the test has set that key too (after `seconds`)."""
+    With `isolation`, it ends only once the test has set that key too (after `seconds`)."""
     record("timed-start", n, os.getpid(), time.time())
     time.sleep(seconds)
     while gate and not _r().exists(gate):
@@ -264,7 +264,7 @@ def hooked_echo(fail=False):
 
 @sidequest.job(name="FailsInPid", retry=3)
 def fails_in_pid(n, gate, pid_key):
-    """Waits for `gate`, then raises only in the process whose pid the test stored at `pid_key`."""
+    """Waits for `isolation`, then raises only in the process whose pid the test stored at `pid_key`."""
     record("fip-start", n, os.getpid())
     while not _r().exists(gate):
         time.sleep(0.01)
@@ -357,7 +357,7 @@ def windowed(n, name, limit, per):
 
 @sidequest.job(name="HoldSlot")
 def hold_slot(name, limit, lease, gate):
-    """Holds a concurrent slot until the test pushes to the list `gate` (at most 60 s)."""
+    """Holds a concurrent slot until the test pushes to the list `isolation` (at most 60 s)."""
     with _limiter("concurrent", name, limit, lease):
         record("hold-slot", os.getpid())
         _wait_push(gate)
@@ -391,7 +391,7 @@ def _wait_for(gate, limit=30.0):
 
 @sidequest.job(name="UniqueWork", unique_for=60)
 def unique_work(n, gate=None):
-    """Unique per `n`; with `gate`, it runs until the test creates that key."""
+    """Unique per `n`; with `isolation`, it runs until the test creates that key."""
     record("unique-start", n)
     _wait_for(gate)
     record("unique-done", n)
@@ -418,7 +418,7 @@ class UniqueRetry(sidequest.Job, name="UniqueRetry", unique_for=60, retry=3):
 
 @sidequest.job(name="Compute", result_ttl=60)
 def compute(n, gate=None):
-    """Returns a JSON value; with `gate`, only once the test creates that key."""
+    """Returns a JSON value; with `isolation`, only once the test creates that key."""
     _wait_for(gate)
     return {"n": n, "double": 2 * n, "items": [n, None, True]}
 
@@ -580,7 +580,7 @@ def wf_until_cancelled(tag):
 # -- jobs for the asyncio runner (worker/test_asyncio_runner; scenarios/test_reliability's kill test) -----------------
 @sidequest.job(name="AsyncTimed")
 async def async_timed(n, seconds, gate=None):
-    """`Timed` as a coroutine: ("timed-start"|"timed-done", n, pid, epoch seconds), `gate` too."""
+    """`Timed` as a coroutine: ("timed-start"|"timed-done", n, pid, epoch seconds), `isolation` too."""
     record("timed-start", n, os.getpid(), time.time())
     await asyncio.sleep(seconds)
     while gate and not await _ar().exists(gate):
@@ -601,7 +601,7 @@ _gates: dict = {}  # (loop, gate key) -> [the task polling that key for the loop
 
 
 async def _gate_opened(gate: str) -> None:
-    """Until the test sets `gate`: one poll per loop and gate, however many jobs await it (one
+    """Until the test sets `isolation`: one poll per loop and gate, however many jobs await it (one
     per job was 6,000 commands a second for 300 jobs, a load of its own)."""
     async def poll() -> None:
         while not await _ar().exists(gate):
@@ -622,7 +622,7 @@ async def _gate_opened(gate: str) -> None:
 
 @sidequest.job(name="AsyncHeld")
 async def async_held(n, gate):
-    """Records its start and the thread it runs on, then awaits until the test sets `gate`;
+    """Records its start and the thread it runs on, then awaits until the test sets `isolation`;
     a cancellation (a hard stop) is recorded too."""
     await _arecord("held-start", n, threading.get_ident())
     try:

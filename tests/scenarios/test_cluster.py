@@ -504,14 +504,14 @@ def test_jobs_moved_before_another_queues_call_fails_are_handed_to_the_process(u
     first queue's batch list are still handed out, not left there unknown until the process exits."""
     import json
 
-    from sidequest.store.direct import lane_for
+    from sidequest.store.direct import direct_path_for
     from sidequest.store.scripts import Scripts
-    from sidequest.worker.fetch.batch import Hub, Waiter
+    from sidequest.worker.fetch.batch import BatchList, Waiter
 
     caplog.set_level(logging.WARNING)
     config = Config(redis_url=url, queues=["first", "second"], concurrency=1, **FAST)
-    hub = Hub(config, "faults-host:1:0a1b2c", Scripts(rc), client=rc, ack_window=60.0)
-    lane = lane_for(rc)
+    hub = BatchList(config, "faults-host:1:0a1b2c", Scripts(rc), client=rc, ack_window=60.0)
+    lane = direct_path_for(rc)
     try:
         jid = Client(config).push(cluster_plain, [1], queue="first")
         rc.set(hub.batch_of("second"), "not a list")

@@ -339,7 +339,7 @@ def test_a_client_that_re_sends_would_write_the_job_twice(config, r, proxy, redi
 
 
 def test_a_push_is_never_re_sent_even_on_a_client_that_would(config, r, proxy, redis_url):
-    """sidequest sends its pushes itself (`wire`): the client's retry setting cannot double them."""
+    """sidequest sends its pushes itself (`store.direct`): the client's retry setting cannot double them."""
     resending = redis.Redis.from_url(proxy.url(db_of(redis_url)), retry=Retry(NoBackoff(), 1))
     client = Client(config, redis_client=resending)
     proxy.arm(b"EXEC", written=lambda: r.llen("queue:default") >= 1)

@@ -22,7 +22,7 @@ from conftest import PYTHON, STARTUP, free_port, python_env, redis_server_binary
 
 from sidequest import Config
 from sidequest.errors import RedisUnavailableError
-from sidequest.store import dev_server as embedded
+from sidequest.store import dev_server
 from sidequest.store.connection import answers
 
 
@@ -59,7 +59,7 @@ def servers_on(port: int) -> list[int]:
 def starts(config: Config) -> int:
     """How many times a server was started in this data folder (it logs a banner each time:
     "Redis is starting", or "Valkey is starting")."""
-    log = embedded.data_dir(config) / "redis.log"
+    log = dev_server.data_dir(config) / "redis.log"
     text = log.read_text(errors="replace") if log.exists() else ""
     return len(re.findall(r"\b(?:Redis|Valkey) is starting\b", text))
 
@@ -67,7 +67,7 @@ def starts(config: Config) -> int:
 def stop(config: Config) -> None:
     """Shut down whatever embedded server this config started, without saving, and wait for it."""
     pids = set(servers_on(config.embedded_port))
-    recorded = embedded.pid(config)
+    recorded = dev_server.pid(config)
     if recorded and alive(recorded):
         pids.add(recorded)
     if not pids:
@@ -102,13 +102,13 @@ def resolve_in_subprocess(config: Config, start_at: float | None = None) -> subp
     code = textwrap.dedent(f"""
         import time
         from sidequest import Config
-        from sidequest.store import dev_server as embedded
+        from sidequest.store import dev_server
         config = Config(embedded_dir={config.embedded_dir!r}, embedded_port={config.embedded_port})
         start_at = {start_at!r}
         if start_at is not None:
             time.sleep(max(0.0, start_at - time.time()))
-        url = embedded.resolve_url(config)
-        print(url, embedded.pid(config), flush=True)
+        url = dev_server.resolve_url(config)
+        print(url, dev_server.pid(config), flush=True)
     """)
     return subprocess.Popen([PYTHON, "-c", code], env=python_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
@@ -125,9 +125,9 @@ def test_configured_url_is_returned_and_nothing_starts(tmp_path: Path) -> None:
     port = free_port()
     config = Config(redis_url=f"redis://127.0.0.1:{port}/3", embedded_dir=str(tmp_path / ".sq"),
                     embedded_port=port)
-    assert embedded.resolve_url(config) == f"redis://127.0.0.1:{port}/3"
+    assert dev_server.resolve_url(config) == f"redis://127.0.0.1:{port}/3"
     assert not (tmp_path / ".sq").exists()
-    assert embedded.pid(config) is None
+    assert dev_server.pid(config) is None
     assert servers_on(port) == []
     assert not answers(f"redis://localhost:{port}/0")
 
@@ -137,13 +137,13 @@ def test_starts_a_persistent_server(embedded_config: Config) -> None:
     port = config.embedded_port
     assert not answers(config.url)
 
-    url = embedded.resolve_url(config)
+    url = dev_server.resolve_url(config)
 
     assert url == f"redis://localhost:{port}/0"
-    folder = embedded.data_dir(config)
+    folder = dev_server.data_dir(config)
     assert folder == (Path(config.embedded_dir) / "redis").resolve()
     assert (folder / "redis.conf").is_file()
-    first_pid = embedded.pid(config)
+    first_pid = dev_server.pid(config)
     assert first_pid and alive(first_pid)
     assert servers_on(port) == [first_pid]
     r = redis.Redis.from_url(url)
@@ -165,9 +165,9 @@ def test_starts_a_persistent_server(embedded_config: Config) -> None:
     wait_until(lambda: not alive(first_pid), 30, message="the server to exit after SHUTDOWN")
     assert not answers(url)
 
-    assert embedded.resolve_url(config) == url
+    assert dev_server.resolve_url(config) == url
 
-    second_pid = embedded.pid(config)
+    second_pid = dev_server.pid(config)
     assert second_pid and second_pid != first_pid and alive(second_pid)
     assert starts(config) == 2
     r = redis.Redis.from_url(url, decode_responses=True)
@@ -181,12 +181,12 @@ def test_starts_a_persistent_server(embedded_config: Config) -> None:
 
 def test_reused_by_a_second_call_and_a_second_process(embedded_config: Config) -> None:
     config = embedded_config
-    url = embedded.resolve_url(config)
-    first_pid = embedded.pid(config)
+    url = dev_server.resolve_url(config)
+    first_pid = dev_server.pid(config)
     assert first_pid
 
-    assert embedded.resolve_url(config) == url
-    assert embedded.pid(config) == first_pid
+    assert dev_server.resolve_url(config) == url
+    assert dev_server.pid(config) == first_pid
 
     other_url, other_pid = finish(resolve_in_subprocess(config))
     assert other_url == url
@@ -197,11 +197,11 @@ def test_reused_by_a_second_call_and_a_second_process(embedded_config: Config) -
 
 def test_reused_when_found_on_the_port_from_another_folder(embedded_config: Config, tmp_path: Path) -> None:
     """A process in another project folder finds the server by its port and starts nothing."""
-    url = embedded.resolve_url(embedded_config)
+    url = dev_server.resolve_url(embedded_config)
     elsewhere = embedded_config.replace(embedded_dir=str(tmp_path / "elsewhere"))
-    assert embedded.resolve_url(elsewhere) == url
+    assert dev_server.resolve_url(elsewhere) == url
     assert not (tmp_path / "elsewhere").exists()
-    assert servers_on(embedded_config.embedded_port) == [embedded.pid(embedded_config)]
+    assert servers_on(embedded_config.embedded_port) == [dev_server.pid(embedded_config)]
 
 
 def test_two_processes_racing_start_one_server(embedded_config: Config) -> None:
@@ -213,7 +213,7 @@ def test_two_processes_racing_start_one_server(embedded_config: Config) -> None:
     assert results[0] == results[1]
     url, pid = results[0]
     assert url == f"redis://localhost:{config.embedded_port}/0"
-    assert pid == embedded.pid(config)
+    assert pid == dev_server.pid(config)
     assert servers_on(config.embedded_port) == [pid]
     assert starts(config) == 1
 
@@ -227,7 +227,7 @@ def test_port_held_by_something_else_fails_fast_and_clearly(tmp_path: Path) -> N
         began = time.monotonic()
         try:
             with pytest.raises(RedisUnavailableError) as caught:
-                embedded.resolve_url(config)
+                dev_server.resolve_url(config)
             elapsed = time.monotonic() - began
         finally:
             stop(config)
@@ -235,14 +235,14 @@ def test_port_held_by_something_else_fails_fast_and_clearly(tmp_path: Path) -> N
     assert str(port) in message
     assert "in use" in message
     assert "REDIS_URL" in message  # says what to do about it
-    assert elapsed < embedded.START_DEADLINE  # it does not wait out the start deadline
+    assert elapsed < dev_server.START_DEADLINE  # it does not wait out the start deadline
     assert servers_on(port) == []
 
 
 def test_a_server_that_dies_at_start_is_reported_with_its_log(embedded_config: Config) -> None:
     """Something redis-server itself rejects after daemonizing: its log is in the error."""
     config = embedded_config
-    folder = embedded.data_dir(config)
+    folder = dev_server.data_dir(config)
     folder.mkdir(parents=True)
     # A corrupt append-only file, which every server refuses once it has daemonized, written its
     # pidfile and opened its log: Redis 6.2 loads appendonly.aof from the data folder; Redis 7+
@@ -250,8 +250,8 @@ def test_a_server_that_dies_at_start_is_reported_with_its_log(embedded_config: C
     (folder / "appendonly.aof").write_text("this is not an append-only file\n")
     began = time.monotonic()
     with pytest.raises(RedisUnavailableError) as caught:
-        embedded.resolve_url(config)
-    assert time.monotonic() - began < embedded.START_DEADLINE  # noticed the exit, did not wait out the deadline
+        dev_server.resolve_url(config)
+    assert time.monotonic() - began < dev_server.START_DEADLINE  # noticed the exit, did not wait out the deadline
     message = str(caught.value)
     assert "exited while starting" in message
     assert "Bad file format reading the append only file" in message  # the reason, from redis.log

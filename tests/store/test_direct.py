@@ -1,4 +1,4 @@
-"""`sidequest.redis()`: a redis-py client whose plain commands take the direct path (`wire`).
+"""`sidequest.redis()`: a redis-py client whose plain commands take the direct path (`store.direct`).
 It must answer exactly as redis-py does, errors included."""
 
 from __future__ import annotations

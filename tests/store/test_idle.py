@@ -1,5 +1,5 @@
 """Connections the server closed while they sat idle (its `timeout`, a restart, CLIENT KILL, a
-proxy's idle cut): the direct path (`wire`, `mux`) replaces them before use, as redis-py's pool
+proxy's idle cut): the direct path (`store.direct`, `mux`) replaces them before use, as redis-py's pool
 does, so a push or a job's own command after a quiet spell just works.
 
 Each test runs on a Redis of its own: `CONFIG SET timeout` and `CLIENT KILL TYPE normal` reach

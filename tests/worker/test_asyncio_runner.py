@@ -208,7 +208,7 @@ from conftest import RedisServer  # noqa: E402
 from jobs_for_tests import record  # noqa: E402
 
 from sidequest.client import async_client as aio  # noqa: E402
-from sidequest.store.direct import AsyncLane  # noqa: E402
+from sidequest.store.direct import AsyncDirectPath  # noqa: E402
 from sidequest.worker.launcher import Launcher  # noqa: E402
 
 
@@ -244,7 +244,7 @@ def test_a_blocking_call_whose_reply_comes_late_drops_its_connection(r, redis_ur
     bound passed) must never leave its reply for the next call on that connection: the late call
     raises a timeout, and the next BLMOVE (another queue) reads its own reply, not the job."""
     async def scenario() -> list:
-        lane = AsyncLane(aio.connect(redis_url))
+        lane = AsyncDirectPath(aio.connect(redis_url))
         try:
             late = asyncio.create_task(lane.exchange([("BLMOVE", "queue:a", "test:got", "RIGHT", "LEFT", 10)],
                                                      timeout=0.3))
@@ -311,7 +311,7 @@ def test_a_failing_blocking_fetch_backs_off(start, denied_blmove, runner, monkey
 
 @pytest.mark.parametrize("arrival", ["with-others", "while-idle", "two-suspects"])
 def test_a_suspect_runs_alone_on_the_asyncio_runner(start, client, r, arrival):
-    """Issue 28 item 7: a job in flight at two crashes (`recovery_count` 2, see `gate`) runs alone
+    """Issue 28 item 7: a job in flight at two crashes (`recovery_count` 2, see `isolation`) runs alone
     on the asyncio runner as on the threads: no other job's start-end span overlaps its own,
     whether it came with others in one fetch, to an idle worker whose other queues then get
     jobs, or with another suspect."""

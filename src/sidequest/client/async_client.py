@@ -66,7 +66,7 @@ from sidequest.store.connection import (
     sentinel_settings,
     unavailable,
 )
-from sidequest.store.direct import AsyncLane
+from sidequest.store.direct import AsyncDirectPath
 from sidequest.store.idle import unfit_async
 
 P = ParamSpec("P")
@@ -139,7 +139,7 @@ def _cluster_connect(url: ClusterURL) -> aioredis.Redis:
 
 
 class AsyncDirectRedis(aioredis.Redis):
-    """redis.asyncio's client with its plain commands sent through a `wire.AsyncLane`: the same
+    """redis.asyncio's client with its plain commands sent through a `wire.AsyncDirectPath`: the same
     methods and replies (redis-py's reply callbacks run), at a fraction of the CPU per command:
     plain commands share the loop's one connection (`mux.Multiplexed`), and one that blocks or
     changes its connection's state takes a connection of its own (no pool cap). Pipelines,
@@ -151,7 +151,7 @@ class AsyncDirectRedis(aioredis.Redis):
         kwargs_of_pool = self.connection_pool.connection_kwargs
         self._direct = (not self.single_connection_client
                         and kwargs_of_pool.get("encoding", "utf-8").lower().replace("-", "") == "utf8")
-        self._lane = AsyncLane(self)
+        self._lane = AsyncDirectPath(self)
 
     async def execute_command(self, *args: Any, **options: Any) -> Any:
         options.pop("keys", None)  # only for client-side caching, which this path does not use
@@ -186,7 +186,7 @@ class AsyncClient:
         self.config = self.sync.config
         self._redis = redis_client
         self._nodes: dict[str, aioredis.Redis] = {}  # Cluster mode: a client of each primary written to
-        self._lanes: dict[str, AsyncLane] = {}  # pushes' connections: "" on one Redis, else per primary
+        self._lanes: dict[str, AsyncDirectPath] = {}  # pushes' connections: "" on one Redis, else per primary
         self._direct: aioredis.Redis | None = None
 
     async def connection(self) -> aioredis.Redis:
@@ -284,11 +284,11 @@ class AsyncClient:
             await cluster.nodes_manager.initialize()
             raise
 
-    def _lane_of(self, name: str, connection: aioredis.Redis) -> AsyncLane:
+    def _lane_of(self, name: str, connection: aioredis.Redis) -> AsyncDirectPath:
         """The direct path to one Redis (a Cluster's primary by its name), made once."""
         lane = self._lanes.get(name)
         if lane is None:
-            lane = self._lanes[name] = AsyncLane(connection)
+            lane = self._lanes[name] = AsyncDirectPath(connection)
         return lane
 
     def _node(self, host: str, port: int) -> aioredis.Redis:

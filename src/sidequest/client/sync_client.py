@@ -51,7 +51,7 @@ from sidequest.jobs.options import (
     spread_times,
 )
 from sidequest.jobs.payload import Shapes, check_args, encode, encode_fast, in_millis, new_jids, stamp
-from sidequest.store import direct as wire
+from sidequest.store import direct as direct_path
 from sidequest.store import keys
 from sidequest.store.connection import connect, is_cluster_url
 
@@ -235,7 +235,7 @@ class Client:
         """An exchange on one connection of the direct path (Cluster mode: of its key's primary)."""
         key, commands, refresh = exchange
         lane = self._lane
-        if not isinstance(lane, wire.ClusterLane):
+        if not isinstance(lane, direct_path.ClusterDirectPath):
             return lane.exchange(commands)
         if refresh:
             lane.client.nodes_manager.initialize()
@@ -282,11 +282,11 @@ class Client:
     @cached_property
     def direct(self) -> PlainRedis:
         """A redis-py client on this client's Redis whose plain commands take the direct path
-        (`wire.DirectRedis`): what `sidequest.redis()` returns. On a Redis Cluster, the cluster
+        (`direct_path.DirectRedis`): what `sidequest.redis()` returns. On a Redis Cluster, the cluster
         client itself (it sends each command to the node of its key)."""
         if self.keys.cluster:
             return self.redis
-        return wire.DirectRedis(connection_pool=self.redis.connection_pool)
+        return direct_path.DirectRedis(connection_pool=self.redis.connection_pool)
 
     @cached_property
     def keys(self) -> keys.Keyspace:
@@ -297,8 +297,8 @@ class Client:
         return keys.CLUSTER if is_cluster_url(self.config.url) else keys.DEFAULT
 
     @cached_property
-    def _lane(self) -> wire.Lane:
-        return wire.lane_for(self.redis)
+    def _lane(self) -> direct_path.DirectPath:
+        return direct_path.direct_path_for(self.redis)
 
     def _encode(self, payload: dict[str, Any], shapes: Shapes | None = None) -> bytes:
         """The payload as the UTF-8 bytes Redis stores, refused with a clear error if it cannot be.
@@ -386,7 +386,7 @@ def redis_for_jobs() -> redis.Redis:
             sidequest.redis().incr(f"visits:{page}")
 
     A redis-py client (the same methods and replies) whose plain commands cost about half the
-    CPU of a stock one (see `wire`). In a worker it is the worker's Redis."""
+    CPU of a stock one (see `store.direct`). In a worker it is the worker's Redis."""
     return default_client().direct
 
 

@@ -3,7 +3,7 @@
 redis-py's per-command layers (its retry wrapper, observability hooks that look for a metrics
 collector on every call, event dispatch, the pool's health checks, response callbacks) cost
 more CPU than the round trip itself since redis-py 7: an INCR costs about twice what it cost in
-redis-py 6. A `Lane` keeps a few connections of a client aside (made from the client's own
+redis-py 6. A `DirectPath` keeps a few connections of a client aside (made from the client's own
 connection settings), packs commands with hiredis, sends them in one write and reads the raw
 replies (integers, bytes, lists). Errors are raised as redis-py raises them; a connection that
 failed mid-call is closed and dropped, so no reply is ever left unread on one in use, and the
@@ -42,7 +42,7 @@ from sidequest.store.shared_connection import Multiplexed, Unshareable, shareabl
 Command = tuple[Any, ...]
 
 
-class Lane:
+class DirectPath:
     """Connections for direct calls, taken and given back without the pool's checks and hooks.
     One per client that needs it; safe to share between threads; reset after a fork."""
 
@@ -207,8 +207,8 @@ def lost(sock: socket.socket, sent: int, message: str, unanswered: bool, fin: bo
     return (NotSent if unanswered and never_read(sock, sent, fin) else redis.ConnectionError)(message)
 
 
-class AsyncLane:
-    """`Lane` on redis.asyncio: connections of an asyncio client kept aside, commands packed by
+class AsyncDirectPath:
+    """`DirectPath` on redis.asyncio: connections of an asyncio client kept aside, commands packed by
     hiredis and sent in one write, raw replies read back (see the module). Used by the asyncio
     runner (`worker.asyncio_runner`) and `sidequest.aio.redis()` on one event loop. Plain commands share one
     connection (`shared_connection.Multiplexed`: the commands of every task sent during a turn of the loop go
@@ -265,7 +265,7 @@ class AsyncLane:
         return conn
 
     async def evalsha(self, script: Any, keys: Sequence[Any], args: Sequence[Any]) -> Any:
-        """`Lane.evalsha` on this loop."""
+        """`DirectPath.evalsha` on this loop."""
         command = ("EVALSHA", script.sha, len(keys), *keys, *args)
         try:
             return (await self.exchange([command]))[0]
@@ -280,10 +280,10 @@ class AsyncLane:
             await conn.disconnect(nowait=True)
 
 
-class ClusterLane(Lane):
-    """A `Lane` on a Redis Cluster: each script call goes straight to the primary of its keys'
+class ClusterDirectPath(DirectPath):
+    """A `DirectPath` on a Redis Cluster: each script call goes straight to the primary of its keys'
     slot (every script declares its keys, all in one slot, see `keys.ClusterKeyspace`), on a
-    `Lane` of that node (`for_key`, which a push's exchanges use too, see `push_plan`), found
+    `DirectPath` of that node (`for_key`, which a push's exchanges use too, see `push_plan`), found
     from the cluster client's slot map. A MOVED or ASK answer (the slot moved: a failover, a
     resharding) means nothing ran: the slot map is read again and the call is sent once more (a
     script through redis-py's cluster client, which follows the redirection). A connection error
@@ -291,14 +291,14 @@ class ClusterLane(Lane):
 
     def __init__(self, client: Any) -> None:  # a redis.cluster.RedisCluster
         self.client = client
-        self._nodes: dict[str, Lane] = {}
+        self._nodes: dict[str, DirectPath] = {}
 
-    def for_key(self, key: Any) -> Lane:
-        """The `Lane` of the primary that serves `key`'s slot, made once per node."""
+    def for_key(self, key: Any) -> DirectPath:
+        """The `DirectPath` of the primary that serves `key`'s slot, made once per node."""
         node = self.client.get_node_from_key(key)
         lane = self._nodes.get(node.name)
         if lane is None:
-            lane = self._nodes[node.name] = Lane(self.client.get_redis_connection(node))
+            lane = self._nodes[node.name] = DirectPath(self.client.get_redis_connection(node))
         return lane
 
     def exchange(self, commands: Sequence[Command]) -> list[Any]:
@@ -324,14 +324,14 @@ class ClusterLane(Lane):
             lane.close()
 
 
-def lane_for(client: Any) -> Lane:
-    """The direct path for `client`: a `Lane` of its own connections, or on a Redis Cluster a
-    `ClusterLane` through the cluster client."""
-    return ClusterLane(client) if space(client).cluster else Lane(client)
+def direct_path_for(client: Any) -> DirectPath:
+    """The direct path for `client`: a `DirectPath` of its own connections, or on a Redis Cluster a
+    `ClusterDirectPath` through the cluster client."""
+    return ClusterDirectPath(client) if space(client).cluster else DirectPath(client)
 
 
 class DirectRedis(redis.Redis):
-    """redis-py's client, with its plain commands sent through a `Lane`: the same methods and
+    """redis-py's client, with its plain commands sent through a `DirectPath`: the same methods and
     replies (redis-py's own reply callbacks run), at about half the CPU per command. Pipelines,
     pub/sub, scripts objects and client-side caching are redis-py's own. What `sidequest.redis()`
     gives jobs, as `Sidekiq.redis` gives Ruby jobs the worker's pool."""
@@ -341,7 +341,7 @@ class DirectRedis(redis.Redis):
         kwargs_of_pool = self.connection_pool.connection_kwargs
         self._direct = (self.connection is None and getattr(self.connection_pool, "cache", None) is None
                         and kwargs_of_pool.get("encoding", "utf-8").lower().replace("-", "") == "utf8")
-        self._lane = Lane(self)
+        self._lane = DirectPath(self)
 
     def execute_command(self, *args: Any, **options: Any) -> Any:
         options.pop("keys", None)  # only for client-side caching, which this path does not use

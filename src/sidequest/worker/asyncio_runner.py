@@ -3,11 +3,11 @@
 With `runner: asyncio` (or `auto`, the default, when every job the worker runs is `async def`),
 the process's own capsule has no processor threads: `async_jobs` jobs (100 by default) run at
 once as tasks of the process's event loop, and the Redis traffic of fetching and acknowledging
-is sent on that loop too, through `store.direct.AsyncLane` (redis.asyncio, hiredis): on the
+is sent on that loop too, through `store.direct.AsyncDirectPath` (redis.asyncio, hiredis): on the
 loop's one shared connection (`store.shared_connection`), with the jobs' own commands, but for
 the blocking BLMOVE.
 
-- **Fetch and acknowledge** (`fetch.loop_fetch`): the threads' `fetch.batch.Hub` contract on
+- **Fetch and acknowledge** (`fetch.loop_fetch`): the threads' `fetch.batch.BatchList` contract on
   the loop: the same RESERVE into the same batch list, the same acknowledgement window
   (docs/reliability.md); when no queue has work, a BLMOVE per queue, so a job pushed to an idle
   worker starts about one round trip later. It hands each job it takes to `AsyncioRunner.take`.
@@ -48,7 +48,7 @@ import redis
 from sidequest.config import Config
 from sidequest.errors import JobTimeoutError, PayloadError
 from sidequest.jobs.payload import decode
-from sidequest.store.direct import AsyncLane, Lane
+from sidequest.store.direct import AsyncDirectPath, DirectPath
 from sidequest.store.outage import REDIS_ERRORS
 from sidequest.store.scripts import Scripts
 from sidequest.worker.fetch.batch import ACK_WINDOW
@@ -108,7 +108,7 @@ class AsyncioRunner(StagedShutdown):
         self._main: concurrent.futures.Future[None] | None = None
         self._async_kind: dict[type, bool] = {}
         self._told_middleware = False
-        self._lane: AsyncLane | None = None
+        self._lane: AsyncDirectPath | None = None
 
     # -- the launcher's side (`runner.Runner`) -----------------------------------------------------
     def start(self) -> None:
@@ -132,7 +132,7 @@ class AsyncioRunner(StagedShutdown):
     def batch_of(self, queue: str) -> str:
         return self.batch
 
-    def close(self, lane: Lane) -> None:
+    def close(self, lane: DirectPath) -> None:
         """Send the successes not acknowledged yet (on `lane`, a sync lane)."""
         self.hub.flush_sync(lane)
 
@@ -183,7 +183,7 @@ class AsyncioRunner(StagedShutdown):
     # -- the fetch's side (`loop_fetch.Runs`), on the loop -----------------------------------------
     async def _fetching(self) -> None:
         quieting_context(self.quieting)  # the jobs' tasks copy this context: `stopping()` sees it
-        self._lane = AsyncLane(self._connect())
+        self._lane = AsyncDirectPath(self._connect())
         await self.hub.fetching(self._lane)
 
     def room(self) -> int:

@@ -42,7 +42,7 @@ class ThreadExecutor:
 
     def loop(self) -> asyncio.AbstractEventLoop:
         """The process's event loop (started on first use): `async def` jobs run on it, and the
-        asyncio runner (`eventloop`) fetches and acknowledges on it."""
+        asyncio runner (`asyncio_runner`) fetches and acknowledges on it."""
         return self._event_loop()
 
     def _event_loop(self) -> asyncio.AbstractEventLoop:

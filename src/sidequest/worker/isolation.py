@@ -16,7 +16,7 @@ pill only while both are below the threshold, so it never passes `max_recoveries
 At most one processor isolates at a time; another that fetches a suspect meanwhile puts it back
 and waits at the gate (the job is fetched again once the gate opens).
 
-The asyncio runner (`eventloop`) passes the same gate as one more processor: its event loop
+The asyncio runner (`asyncio_runner`) passes the same gate as one more processor: its event loop
 enters before it fetches, takes nothing while another isolates and leaves once it holds
 nothing; its suspect closes the gate (`claim`), waits until the loop runs nothing else and no
 thread is past the gate (`alone`), and runs alone. Capsules on threads and the loop of one
@@ -41,7 +41,7 @@ def suspect(payload: dict[str, Any], max_recoveries: int) -> int | None:
     return recovered if recovered >= max(1, min(SUSPECT_AFTER, max_recoveries)) else None
 
 
-class Gate:
+class Isolation:
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._active = 0  # processors past the gate (fetching or holding a job)

@@ -42,7 +42,7 @@ from sidequest.store.outage import REDIS_ERRORS, Backoff, RedisOutage
 from sidequest.worker.counters import ProcessCounters
 from sidequest.worker.executor import Executor
 from sidequest.worker.fetch.unit import UnitOfWork
-from sidequest.worker.isolation import Gate
+from sidequest.worker.isolation import Isolation
 from sidequest.worker.lifecycle import Lifecycle, has_ops
 from sidequest.worker.outcome import EXPIRED, Outcome, error_class_name, invalid
 from sidequest.worker.retry import Retrier
@@ -102,7 +102,7 @@ class Runtime:
     identity: str
     lifecycle: Lifecycle = field(default_factory=Lifecycle)
     outage: RedisOutage = field(default_factory=RedisOutage)
-    gate: Gate = field(default_factory=Gate)
+    gate: Isolation = field(default_factory=Isolation)
 
 
 class JobRun:

@@ -32,7 +32,7 @@ from sidequest.errors import ConfigError
 from sidequest.jobs.registry import Registry, default_registry
 from sidequest.store import keys
 from sidequest.store.connection import check_server, connect
-from sidequest.store.direct import lane_for
+from sidequest.store.direct import direct_path_for
 from sidequest.store.scripts import Scripts
 from sidequest.worker.asyncio_runner import AsyncioRunner, runs_on_the_loop
 from sidequest.worker.background.heartbeat import Heartbeat, make_identity, rss_kb
@@ -40,7 +40,7 @@ from sidequest.worker.background.poller import Poller
 from sidequest.worker.background.recovery import Recovery
 from sidequest.worker.counters import ProcessCounters
 from sidequest.worker.executor import ThreadExecutor
-from sidequest.worker.fetch.batch import Hub
+from sidequest.worker.fetch.batch import BatchList
 from sidequest.worker.fetch.fetchers import build_fetch
 from sidequest.worker.fetch.queue_order import PausedQueues
 from sidequest.worker.lifecycle import Setting, compose
@@ -112,7 +112,7 @@ class Launcher:
         self._given_redis = redis_client is not None
         self._processor_clients: list[redis.Redis] = []
         self.redis = redis_client or connect(config.url)
-        # a supervisor gives its child the nonce, so it knows the child's identity (see `swarm`)
+        # a supervisor gives its child the nonce, so it knows the child's identity (see `supervisor`)
         self.identity = make_identity(nonce or secrets.token_hex(6), config.hostname)
         self.counters = ProcessCounters()
         self.recycle_on_timeout = recycle_on_timeout
@@ -169,7 +169,7 @@ class Launcher:
 
     def _add_capsule(self, config: Config, batch: str, numbers: Iterator[int],
                      clock: Callable[[], float]) -> None:
-        hub = Hub(config, self.identity, self.scripts, clock=clock, paused=self.paused, client=self.redis,
+        hub = BatchList(config, self.identity, self.scripts, clock=clock, paused=self.paused, client=self.redis,
                   batch=batch, lease=self.heartbeat.lease)
         self.runners.append(ThreadRunner(self.runtime, hub, lambda slot: build_fetch(
             config, self._processor_redis(), self.identity, self.scripts, slot, self.paused, hub),
@@ -240,7 +240,7 @@ class Launcher:
         """After a clean stop: send the last acknowledgements, then take this process's emptied
         reserved lists out of `sidequest:reservations` (a list that still holds a job, because a
         put-back failed, stays for recovery; so does the list of a processor still running)."""
-        lane = lane_for(self.redis)
+        lane = direct_path_for(self.redis)
         space = self.scripts.keys
         try:
             lists: dict[str, list[str]] = {}  # reservations index -> lists to forget (one per queue in Cluster mode)

@@ -24,7 +24,7 @@ from typing import Protocol
 
 from sidequest.errors import PayloadError
 from sidequest.jobs.payload import decode
-from sidequest.store.direct import Lane
+from sidequest.store.direct import DirectPath
 from sidequest.worker.fetch.unit import UnitOfWork
 from sidequest.worker.lifecycle import Lifecycle
 
@@ -71,7 +71,7 @@ class Runner(Protocol):
         """The batch list holding its jobs of `queue`."""
         ...
 
-    def close(self, lane: Lane) -> None:
+    def close(self, lane: DirectPath) -> None:
         """After `stop`: send the successes not acknowledged yet, on `lane`."""
         ...
 

@@ -78,7 +78,7 @@ class Slot:
     restart_at: float | None = None
     restarts: int = field(default=0)
     error_file: Path | None = None
-    identity: str | None = None  # the running child's (see `Swarm._spawn`)
+    identity: str | None = None  # the running child's (see `Supervisor._spawn`)
 
 
 def child_arguments(argv: list[str]) -> list[str]:
@@ -126,7 +126,7 @@ def read_error(path: Path | None) -> str:
         return ""
 
 
-class Swarm:
+class Supervisor:
     def __init__(self, count: int, child_args: list[str], timeout: float, env: dict[str, str] | None = None,
                  clock: Callable[[], float] = time.monotonic, hostname: str | None = None,
                  on_death: Callable[[str], None] | None = None) -> None:
@@ -305,7 +305,7 @@ def run_swarm(count: int, argv: list[str], config: Config, client: redis.Redis) 
     resolved and `client` checked (see `cli.worker.run_supervisor`)."""
     # Children use the Redis the supervisor resolved (the embedded one, say), not each their own.
     assert config.redis_url is not None
-    swarm = Swarm(count, child_arguments(argv), config.timeout, env={**os.environ, "REDIS_URL": config.redis_url},
+    swarm = Supervisor(count, child_arguments(argv), config.timeout, env={**os.environ, "REDIS_URL": config.redis_url},
                   hostname=config.hostname, on_death=recoverer(config, client))
     pipe = SignalPipe()
     log.info("supervisor %d starting %d worker process(es)", os.getpid(), count)

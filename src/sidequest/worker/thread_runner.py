@@ -1,6 +1,6 @@
 """The threads runner: one capsule's processor threads, started, replaced, quieted, stopped.
 
-Each processor (`processor`) fetches through its capsule's batch (`fetch.batch.Hub`) and runs
+Each processor (`processor`) fetches through its capsule's batch (`fetch.batch.BatchList`) and runs
 one job at a time with the job-run step (`job_run`). Shutdown is the staged one every runner
 shares (`runner.StagedShutdown`): the wait is for the processors to end (an idle one ends after
 its blocking fetch), and the processors still running a job at the deadline are abandoned (they
@@ -18,8 +18,8 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 
-from sidequest.store.direct import Lane
-from sidequest.worker.fetch.batch import Hub
+from sidequest.store.direct import DirectPath
+from sidequest.worker.fetch.batch import BatchList
 from sidequest.worker.fetch.fetchers import Fetch, UnitOfWork
 from sidequest.worker.job_run import Runtime
 from sidequest.worker.processor import Processor
@@ -35,7 +35,7 @@ class ThreadRunner(StagedShutdown):
     Processor numbers come from `numbers`, shared by a process's runners, so each processor
     of the process has a number (and a reserved list) no other has."""
 
-    def __init__(self, runtime: Runtime, hub: Hub, make_fetch: Callable[[int], Fetch],
+    def __init__(self, runtime: Runtime, hub: BatchList, make_fetch: Callable[[int], Fetch],
                  concurrency: int | None = None, numbers: Iterator[int] | None = None) -> None:
         super().__init__(runtime.lifecycle)
         self.rt = runtime
@@ -79,7 +79,7 @@ class ThreadRunner(StagedShutdown):
     def batch_of(self, queue: str) -> str:
         return self.hub.batch_of(queue)
 
-    def close(self, lane: Lane) -> None:
+    def close(self, lane: DirectPath) -> None:
         self.hub.close(lane)
 
     # -- processor callbacks (on the processor's thread) ---------------------------------------

@@ -13,11 +13,11 @@ from jobs_for_tests import echo
 
 from sidequest.client import async_client as aio
 from sidequest.store import keys
-from sidequest.store.direct import AsyncLane
+from sidequest.store.direct import AsyncDirectPath
 from sidequest.store.outage import RedisOutage
 from sidequest.store.scripts import Scripts
 from sidequest.worker.background.recovery import Recovery
-from sidequest.worker.fetch.batch import Hub
+from sidequest.worker.fetch.batch import BatchList
 from sidequest.worker.fetch.fetchers import ReliableFetch
 from sidequest.worker.fetch.loop_fetch import LoopFetch
 from sidequest.worker.outcome import Outcome
@@ -50,7 +50,7 @@ def test_the_acknowledger_thread_survives_an_unexpected_exception(config, r, cli
     silently; every later success then waited for some processor's next fetch to carry it."""
     clock = FailingOnce("sidequest-acknowledger")
     scripts = Scripts(r)
-    hub = Hub(config, IDENTITY, scripts, client=r, clock=clock)
+    hub = BatchList(config, IDENTITY, scripts, client=r, clock=clock)
     fetch = ReliableFetch(config, r, IDENTITY, scripts, slot=0, hub=hub)
     client.push_bulk(echo, [[1], [2]])
     units = [fetch.retrieve_work(), fetch.retrieve_work()]
@@ -93,7 +93,7 @@ def test_the_loops_acknowledger_survives_an_unexpected_exception(config, r, clie
     raw = r.rpoplpush("queue:default", hub.batch)
 
     async def scenario() -> bool:
-        fetching = asyncio.get_running_loop().create_task(hub.fetching(AsyncLane(aio.connect(config.url))))
+        fetching = asyncio.get_running_loop().create_task(hub.fetching(AsyncDirectPath(aio.connect(config.url))))
         while hub.loop is None:
             await asyncio.sleep(0.01)
         clock.arm()

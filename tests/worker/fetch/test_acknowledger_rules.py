@@ -16,7 +16,7 @@ from jobs_for_tests import echo
 
 from sidequest.client import async_client as aio
 from sidequest.store import keys
-from sidequest.store.direct import AsyncLane, lane_for
+from sidequest.store.direct import AsyncDirectPath, direct_path_for
 from sidequest.store.scripts import Scripts
 from sidequest.worker.fetch.acknowledger import ACK_BATCH, FULL, OPENED, Acknowledger, AckThread, AckTimers
 from sidequest.worker.fetch.reserve import BatchLedger, reserve_args
@@ -73,7 +73,7 @@ def test_a_failed_send_keeps_the_successes_in_order_and_backs_off(caplog):
 def test_reserve_takes_jobs_and_removes_the_successes_it_carries(config, r, client):
     scripts = Scripts(r)
     ledger = BatchLedger()
-    lane = lane_for(r)
+    lane = direct_path_for(r)
     client.push_bulk(echo, [[1], [2], [3]])
     script_keys = ["queue:default", BATCH, keys.RESERVATIONS, BATCH]
     taken = ledger.send(lane, scripts.reserve, script_keys, 2, [])
@@ -88,7 +88,7 @@ def test_reserve_takes_jobs_and_removes_the_successes_it_carries(config, r, clie
 def test_a_queue_of_the_wrong_type_is_logged_once_and_the_others_are_taken(config, r, client, caplog):
     scripts = Scripts(r)
     ledger = BatchLedger()
-    lane = lane_for(r)
+    lane = direct_path_for(r)
     r.set("queue:broken", "not a list")
     client.push(echo, [1])
     script_keys = ["queue:broken", "queue:default", BATCH, keys.RESERVATIONS, BATCH]
@@ -126,7 +126,7 @@ def test_a_lost_reply_has_the_next_fetch_read_back_by_counting(config, r, client
 
 
 def test_the_thread_driver_sends_a_window_in_one_call(config, r, client):
-    scripts, ledger, lane = Scripts(r), BatchLedger(), lane_for(r)
+    scripts, ledger, lane = Scripts(r), BatchLedger(), direct_path_for(r)
     client.push_bulk(echo, [[1], [2], [3]])
     script_keys = ["queue:default", BATCH, keys.RESERVATIONS, BATCH]
     taken = ledger.send(lane, scripts.reserve, script_keys, 3, [])
@@ -153,14 +153,14 @@ def test_the_loop_driver_sends_a_window_in_one_call(config, r, client):
     scripts, ledger = Scripts(r), BatchLedger()
     client.push_bulk(echo, [[1], [2], [3]])
     script_keys = ["queue:default", BATCH, keys.RESERVATIONS, BATCH]
-    sync = lane_for(r)
+    sync = direct_path_for(r)
     taken = ledger.send(sync, scripts.reserve, script_keys, 3, [])
     sync.close()
     acks = Acknowledger(window=0.05)
     sends: list[int] = []
 
     async def scenario() -> None:
-        lane = AsyncLane(aio.connect(config.url))
+        lane = AsyncDirectPath(aio.connect(config.url))
 
         async def send(batch: list[tuple[bytes, list[object], str]]) -> None:
             sends.append(len(batch))

@@ -1,4 +1,4 @@
-"""Reliable fetch in batches (`hub.Hub`) and the direct Redis calls under it (`wire.Lane`)."""
+"""Reliable fetch in batches (`batch.BatchList`) and the direct Redis calls under it (`wire.DirectPath`)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ from helpers import ran
 from jobs_for_tests import echo
 
 from sidequest.store import keys
-from sidequest.store.direct import Lane
+from sidequest.store.direct import DirectPath
 from sidequest.store.scripts import Scripts
 from sidequest.worker.background.heartbeat import Heartbeat, Lease
 from sidequest.worker.counters import ProcessCounters
-from sidequest.worker.fetch.batch import Hub, Waiter
+from sidequest.worker.fetch.batch import BatchList, Waiter
 from sidequest.worker.fetch.fetchers import ReliableFetch
 from sidequest.worker.fetch.unit import UnitOfWork
 from sidequest.worker.outcome import Outcome
@@ -36,7 +36,7 @@ def lease(config, r, identity: str = IDENTITY) -> Lease:
 def pair(config, r):
     """Two processors of one process: two fetches sharing one hub."""
     scripts = Scripts(r)
-    hub = Hub(config, IDENTITY, scripts, client=r, lease=lease(config, r))
+    hub = BatchList(config, IDENTITY, scripts, client=r, lease=lease(config, r))
     return hub, ReliableFetch(config, r, IDENTITY, scripts, slot=0, hub=hub), \
         ReliableFetch(config, r, IDENTITY, scripts, slot=1, hub=hub)
 
@@ -45,7 +45,7 @@ def args_of(raws) -> list:
     return sorted(json.loads(raw)["args"][0] for raw in raws)
 
 
-def waiting(hub: Hub, count: int) -> list[Waiter]:
+def waiting(hub: BatchList, count: int) -> list[Waiter]:
     """`count` processors waiting for the next fetch, as they would inside `take`."""
     waiters = [Waiter() for _ in range(count)]
     hub._waiters.extend(waiters)
@@ -79,7 +79,7 @@ def busy_fetch(config, r, **settings):
     """Three processors of one process; while the first fetches (Redis holds its call: CLIENT
     PAUSE), the other two ask for work: the demand that makes a hub keep jobs in hand."""
     scripts = Scripts(r)
-    hub = Hub(config.replace(**settings), IDENTITY, scripts, client=r, lease=lease(config, r))
+    hub = BatchList(config.replace(**settings), IDENTITY, scripts, client=r, lease=lease(config, r))
     fetches = [ReliableFetch(config, r, IDENTITY, scripts, slot=n, hub=hub) for n in range(3)]
     r.execute_command("CLIENT", "PAUSE", 300, "WRITE")
     first = threading.Thread(target=fetches[0].retrieve_work)
@@ -128,7 +128,7 @@ def evalsha_calls(r) -> int:
 
 def test_successes_ending_within_the_window_are_acknowledged_in_one_call(config, r, client):
     scripts = Scripts(r)
-    hub = Hub(config, IDENTITY, scripts, client=r, ack_window=0.5)  # a wide window: all four fall in it
+    hub = BatchList(config, IDENTITY, scripts, client=r, ack_window=0.5)  # a wide window: all four fall in it
     first = ReliableFetch(config, r, IDENTITY, scripts, slot=0, hub=hub)
     second = ReliableFetch(config, r, IDENTITY, scripts, slot=1, hub=hub)
     client.push_bulk(echo, [[n] for n in range(6)])
@@ -161,7 +161,7 @@ def test_a_success_is_acknowledged_when_it_ends_not_when_the_process_fetches_aga
 
 def test_successes_a_fetch_carries_first_are_not_sent_again(config, r, client):
     scripts = Scripts(r)
-    hub = Hub(config, IDENTITY, scripts, client=r, ack_window=0.5)
+    hub = BatchList(config, IDENTITY, scripts, client=r, ack_window=0.5)
     first = ReliableFetch(config, r, IDENTITY, scripts, slot=0, hub=hub)
     client.push_bulk(echo, [[n] for n in range(3)])
     unit = first.retrieve_work()
@@ -227,7 +227,7 @@ def test_a_transaction_with_a_refused_command_raises_and_writes_nothing(r, clien
 
 
 def test_a_script_the_server_lost_is_loaded_again(r):
-    lane = Lane(r)
+    lane = DirectPath(r)
     script = r.register_script("return ARGV[1]")
     r.script_flush()
     assert lane.evalsha(script, [], ["hi"]) == b"hi"
@@ -236,7 +236,7 @@ def test_a_script_the_server_lost_is_loaded_again(r):
 def test_a_killed_connection_is_replaced_and_the_call_goes_on_a_new_one(r):
     """Issue 28 item 1: a connection the server killed before the call was sent (it raised
     once before) is replaced, as redis-py's pool replaces it: the call never reached Redis."""
-    lane = Lane(r)
+    lane = DirectPath(r)
     assert lane.call("CLIENT", "SETNAME", "lane") == b"OK"
     r.client_kill_filter(_type="normal", skipme=True)
     assert lane.call("PING") == b"PONG"
@@ -247,7 +247,7 @@ def test_a_push_message_between_replies_is_left_out(redis_url):
     """RESP3 (redis-py 8's default): a push message (here a client-side caching invalidation)
     arriving before a reply goes to redis-py's handler, and the reply is still the one read."""
     r3 = redis.Redis.from_url(redis_url, protocol=3)
-    lane = Lane(r3)
+    lane = DirectPath(r3)
     assert lane.call("CLIENT", "TRACKING", "ON") == b"OK"
     r3.set("watched", "1")
     assert lane.call("GET", "watched") == b"1"  # now tracked for this connection

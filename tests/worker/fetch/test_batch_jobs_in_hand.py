@@ -1,4 +1,4 @@
-"""Jobs a threads-runner process keeps in hand (`hub.Hub`): handed out only while still this
+"""Jobs a threads-runner process keeps in hand (`batch.BatchList`): handed out only while still this
 process's, never kept past `hub.PREFETCH_HOLD`, and handed back at a stop (issue 28 item 6).
 
 A success waiting in a wide acknowledgement window (`ack_window`) is the state steady successes
@@ -16,7 +16,7 @@ from sidequest.store.scripts import Scripts
 from sidequest.worker.background.heartbeat import Heartbeat
 from sidequest.worker.background.recovery import Recovery
 from sidequest.worker.counters import ProcessCounters
-from sidequest.worker.fetch.batch import Hub
+from sidequest.worker.fetch.batch import BatchList
 from sidequest.worker.fetch.fetchers import ReliableFetch
 from sidequest.worker.outcome import Outcome
 from worker.fetch.test_batch import lease
@@ -25,7 +25,7 @@ IDENTITY = "host:2:hand"
 WIDE = 30.0  # an acknowledgement window no test waits for
 
 
-def running_and_one_in_hand(hub: Hub, fetch: ReliableFetch, r, client):
+def running_and_one_in_hand(hub: BatchList, fetch: ReliableFetch, r, client):
     """Two jobs: the first runs (taken by `fetch`), the second waits in hand (as a job a fetch
     took for a processor that then left, see worker/fetch/test_batch)."""
     client.push_bulk(echo, [[1], [2]])
@@ -36,16 +36,16 @@ def running_and_one_in_hand(hub: Hub, fetch: ReliableFetch, r, client):
     return unit, held
 
 
-def live_hub(config, r, scripts, **settings) -> Hub:
+def live_hub(config, r, scripts, **settings) -> BatchList:
     """A hub of a process whose heartbeat reached Redis: what it holds is its own for now."""
-    return Hub(config, IDENTITY, scripts, client=r, lease=lease(config, r, IDENTITY), **settings)
+    return BatchList(config, IDENTITY, scripts, client=r, lease=lease(config, r, IDENTITY), **settings)
 
 
 def test_a_job_in_hand_that_another_process_recovered_is_not_handed_out(config, r, client):
     """Issue 28 item 6: a job kept in hand was handed to a processor (and run) after another
     process had recovered it: the process's heartbeat is missing, so the job was no longer its."""
     scripts = Scripts(r)
-    hub = Hub(config, IDENTITY, scripts, client=r, ack_window=WIDE)
+    hub = BatchList(config, IDENTITY, scripts, client=r, ack_window=WIDE)
     first = ReliableFetch(config, r, IDENTITY, scripts, slot=0, hub=hub)
     second = ReliableFetch(config, r, IDENTITY, scripts, slot=1, hub=hub)
     unit, held = running_and_one_in_hand(hub, first, r, client)
@@ -77,7 +77,7 @@ def test_a_job_in_hand_goes_back_though_successes_wait(config, r, client):
 
 
 def test_closing_the_hub_hands_back_the_jobs_in_hand_at_once(config, r, client):
-    """Issue 28 item 6: `Hub.close` left the jobs in hand in the batch list, for recovery to put
+    """Issue 28 item 6: `BatchList.close` left the jobs in hand in the batch list, for recovery to put
     back a heartbeat TTL later (counted as a recovery), though they never ran."""
     scripts = Scripts(r)
     hub = live_hub(config, r, scripts, ack_window=WIDE)
@@ -128,7 +128,7 @@ def test_a_job_in_hand_is_handed_out_while_the_heartbeat_holds_and_never_after_a
     scripts = Scripts(r)
     beat = Heartbeat(settings, r, IDENTITY, ProcessCounters(), "test")
     beat.beat()
-    hub = Hub(settings, IDENTITY, scripts, client=r, lease=beat.lease, ack_window=WIDE)
+    hub = BatchList(settings, IDENTITY, scripts, client=r, lease=beat.lease, ack_window=WIDE)
     first = ReliableFetch(settings, r, IDENTITY, scripts, slot=0, hub=hub)
     second = ReliableFetch(settings, r, IDENTITY, scripts, slot=1, hub=hub)
     _running, held = running_and_one_in_hand(hub, first, r, client)
@@ -155,7 +155,7 @@ def test_a_workers_hubs_hold_its_heartbeats_lease_until_it_stops(start):
     from sidequest.config import Capsule
 
     launcher = start(runner="threads", capsules=[Capsule("serial", queues=["ledger"], concurrency=1)])
-    hubs = [runner.hub for runner in launcher.runners if isinstance(runner.hub, Hub)]
+    hubs = [runner.hub for runner in launcher.runners if isinstance(runner.hub, BatchList)]
     assert len(hubs) == 2 and all(hub.lease is launcher.heartbeat.lease for hub in hubs)
     now = time.monotonic()
     assert launcher.heartbeat.lease.holds(now, now)

@@ -59,7 +59,7 @@ class Lease:
     latest, so the hash has lived without a gap since the beat that followed the last possible
     gap: a job that entered our lists after that (`since`), checked before the hash can expire
     (`until`), cannot have been recovered. Two float reads, no round trip: a hub checks it
-    before handing out a job it kept in hand (`hub.Hub`). Never renewed, it holds nothing.
+    before handing out a job it kept in hand (`batch.BatchList`). Never renewed, it holds nothing.
     (In Cluster mode recovery reads the hash just before a list, not in the move's script: a
     job taken in between may still be recovered, and run once more at most, see `recovery`.)"""
 
@@ -97,7 +97,7 @@ def make_identity(nonce: str, hostname: str | None = None, pid: int | None = Non
 
 def forget(pipe: Any, identity: str) -> None:
     """Queue on `pipe` the removal of a process's entries: at its clean stop, or by the
-    supervisor that saw it die (see `swarm`)."""
+    supervisor that saw it die (see `supervisor`)."""
     pipe.srem(keys.PROCESSES, identity)
     for key in (keys.process(identity), keys.work(identity), keys.workers(identity), keys.signals(identity)):
         pipe.unlink(key)

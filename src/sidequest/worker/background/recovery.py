@@ -10,7 +10,7 @@ A supervisor that reaped a child need not wait for its heartbeat to expire: `rec
 deletes it and recovers that one identity's lists with the same moves.
 
 Each recovery adds one to `recovery_count` in the payload (which makes the job run alone next
-time, see `gate`); past `max_recoveries` the job goes to `dead` with error_class
+time, see `isolation`); past `max_recoveries` the job goes to `dead` with error_class
 `sidequest.RecoveryLimitExceeded`, so a job that crashes its process cannot crash workers
 forever. Only one process recovers at a time (a lock that only its owner releases), and the
 work runs on its own thread so it never delays a heartbeat.

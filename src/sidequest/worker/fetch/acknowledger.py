@@ -13,7 +13,7 @@ reserved copies keep them safe meanwhile.
 `Acknowledger` makes every decision (no I/O, no thread of its own): when a window opens, when it
 is due, what a send takes, what a failure keeps. A driver runs it and does the sending:
 
-- `AckThread` (the threads runner's `batch.Hub`): one thread that waits for the window and
+- `AckThread` (the threads runner's `batch.BatchList`): one thread that waits for the window and
   sends on the sync lane, and also runs the hub's chores (the put-back of jobs kept in hand).
 - `AckTimers` (the asyncio runner's `loop_fetch.LoopFetch`): loop timers that send on the
   loop's lane.

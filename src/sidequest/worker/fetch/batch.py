@@ -4,7 +4,7 @@ list, the jobs in hand, and the acknowledger.
 Reliable fetch takes jobs in batches, one Redis call for every processor that is idle now: the
 processor that finds nothing in hand calls RESERVE for itself and for the processors waiting
 meanwhile, which moves up to that many jobs atomically from their queues into the process's
-batch list `sidequest:reserved:<identity>:batch` (each capsule of the process has a `Hub` and a
+batch list `sidequest:reserved:<identity>:batch` (each capsule of the process has a `BatchList` and a
 batch list of its own, `...:batch-<capsule>`, over its own queues). While jobs are short, the
 call also takes some to keep in hand, as many as the processors asked for during the last few
 fetches (PREFETCH_ROUNDS, at most `prefetch`), and the processor that leaves fewer than half
@@ -45,7 +45,7 @@ import redis
 
 from sidequest.config import Config
 from sidequest.store import keys
-from sidequest.store.direct import Lane, lane_for
+from sidequest.store.direct import DirectPath, direct_path_for
 from sidequest.store.outage import REDIS_ERRORS, Backoff
 from sidequest.store.scripts import Scripts
 from sidequest.worker.background.heartbeat import Lease
@@ -62,7 +62,7 @@ from sidequest.worker.fetch.reserve import BatchLedger, Taken, queue_of_raw
 from sidequest.worker.fetch.unit import Settler
 from sidequest.worker.isolation import SUSPECT_AFTER
 
-__all__ = ["ACK_WINDOW", "PREFETCH_HOLD", "PREFETCH_ROUNDS", "Hub", "Waiter", "default_prefetch"]
+__all__ = ["ACK_WINDOW", "PREFETCH_HOLD", "PREFETCH_ROUNDS", "BatchList", "Waiter", "default_prefetch"]
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ class Waiter:
         self.job: Taken | None = None
 
 
-class Hub:
+class BatchList:
     """One capsule's batch list (the process's, with no capsules): the successes waiting to be
     acknowledged, the jobs taken for idle processors, and which processor fetches now (see
     module). Shared by the capsule's processors."""
@@ -132,7 +132,7 @@ class Hub:
         # the acknowledger, driven by a thread that sends the successes no RESERVE carried within
         # the window, and puts back the jobs in hand no longer surely ours (`_put_back_stale`)
         self.acks = Acknowledger(ack_window)
-        lane = lane_for(client)  # the acknowledger's, also for the jobs it puts back
+        lane = direct_path_for(client)  # the acknowledger's, also for the jobs it puts back
         settler = Settler(config, client, scripts, clock, lane)
         self._ack_thread = AckThread(self.acks, lambda acks: self._reserve(lane, [], "", 0, acks),
                                      tend=lambda: self._put_back_stale(settler),
@@ -166,7 +166,7 @@ class Hub:
         with self._lock:
             return list(self._batches.values())
 
-    def take(self, lane: Lane, client: redis.Redis, own: str | int,
+    def take(self, lane: DirectPath, client: redis.Redis, own: str | int,
              waiter: Waiter) -> tuple[Taken | None, list[str] | None]:
         """A job for the calling processor; else None, with the queue order it may block on
         (empty: every queue is paused), or None when it waited on another processor's fetch.
@@ -196,7 +196,7 @@ class Hub:
             return self._wait(waiter), None
         return self._fetch(lane, client, own, want, acks, known, refill)
 
-    def _fetch(self, lane: Lane, client: redis.Redis, own: str | int, want: int, acks: list[Ack],
+    def _fetch(self, lane: DirectPath, client: redis.Redis, own: str | int, want: int, acks: list[Ack],
                known: Counter[bytes] | None, refill: Held | None) -> tuple[Taken | None, list[str] | None]:
         """`take`'s call: the read-back a lost reply owes, else RESERVE, for the caller and the waiters."""
         got: list[Taken] = []
@@ -271,14 +271,14 @@ class Hub:
                 self._handoff.extend((key, raw, began) for key, raw in rest)
                 self._ack_thread.nudge()  # it must look within PREFETCH_HOLD
 
-    def _reserve(self, lane: Lane, order: list[str], own: str | int, want: int, acks: list[Ack]) -> list[Taken]:
+    def _reserve(self, lane: DirectPath, order: list[str], own: str | int, want: int, acks: list[Ack]) -> list[Taken]:
         if self.keys.cluster:
             return self._reserve_per_queue(lane, order, own, want, acks)
         own_key = own if isinstance(own, str) else keys.reserved(self.identity, own)
         return self.ledger.send(lane, self.scripts.reserve, [*order, self.reserved, keys.RESERVATIONS, own_key],
                                 want, acks)
 
-    def _reserve_per_queue(self, lane: Lane, order: list[str], own: str | int, want: int,
+    def _reserve_per_queue(self, lane: DirectPath, order: list[str], own: str | int, want: int,
                            acks: list[Ack]) -> list[Taken]:
         """Cluster mode: one RESERVE per queue (each in its own slot), in fetch order, until
         `want` jobs are taken; each carries the successes of its queue's batch list. A call that
@@ -360,7 +360,7 @@ class Hub:
             self._handoff.clear()
         return self._requeue(settler, held)
 
-    def _end_acknowledger(self, settler: Settler, lane: Lane) -> None:
+    def _end_acknowledger(self, settler: Settler, lane: DirectPath) -> None:
         """As the acknowledger thread ends (`close`): the jobs in hand go back at once, not a
         heartbeat TTL later by recovery (which would count them as recovered, though they never ran)."""
         try:
@@ -390,7 +390,7 @@ class Hub:
             self.ledger.lost_reply()
         return sent
 
-    def close(self, lane: Lane | None = None) -> None:
+    def close(self, lane: DirectPath | None = None) -> None:
         """Stop the acknowledger, which hands back the jobs in hand as it ends; the successes it
         had not sent yet are sent now (on `lane`, if given)."""
         self._ack_thread.close()
@@ -401,7 +401,7 @@ class Hub:
         """A job of the batch list left it through a processor's own call."""
         self.ledger.forget(raw)
 
-    def flush(self, lane: Lane) -> None:
+    def flush(self, lane: DirectPath) -> None:
         """Acknowledge the finished successes now (before waiting, stopping or dying)."""
         self.acks.flush(lambda acks: self._reserve(lane, [], "", 0, acks))
 

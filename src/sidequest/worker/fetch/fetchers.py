@@ -3,7 +3,7 @@
 Basic fetch BRPOPs: a job lives only in the worker's memory while it runs, so `kill -9` loses it.
 
 Reliable fetch moves jobs atomically into reserved lists, in batches for a process's processors
-(its `batch.Hub`: the batch list, the jobs in hand, the acknowledger), or, when every queue is
+(its `batch.BatchList`: the batch list, the jobs in hand, the acknowledger), or, when every queue is
 empty, with a BLMOVE of one processor into a list of its own. Queue order is `queue_order`'s.
 """
 
@@ -18,16 +18,17 @@ import redis
 
 from sidequest.config import Config
 from sidequest.store import keys
-from sidequest.store.direct import lane_for
+from sidequest.store.direct import direct_path_for
 from sidequest.store.scripts import Scripts
-from sidequest.worker.fetch.batch import Hub, Waiter
+from sidequest.worker.fetch.batch import BatchList, Waiter
 from sidequest.worker.fetch.queue_order import PausedQueues, QueueOrder, blocking_timeout, wait_paused
 from sidequest.worker.fetch.reserve import queue_of_raw
 from sidequest.worker.fetch.unit import Fetch, Settler, UnitOfWork
 from sidequest.worker.lifecycle import has_ops
 from sidequest.worker.outcome import Outcome
 
-__all__ = ["BasicFetch", "Fetch", "Hub", "PausedQueues", "QueueOrder", "ReliableFetch", "UnitOfWork", "build_fetch"]
+__all__ = ["BasicFetch", "BatchList", "Fetch", "PausedQueues", "QueueOrder", "ReliableFetch", "UnitOfWork",
+           "build_fetch"]
 
 
 class BasicFetch:
@@ -78,14 +79,14 @@ class BasicFetch:
 
 
 class ReliableFetch:
-    """One processor's side of its process's `Hub`, plus its own list for blocking fetches."""
+    """One processor's side of its process's `BatchList`, plus its own list for blocking fetches."""
 
     def __init__(self, config: Config, client: redis.Redis, identity: str, scripts: Scripts,
                  rng: random.Random | None = None, slot: int = 0,
                  clock: Callable[[], float] = time.time, paused: PausedQueues | None = None,
-                 hub: Hub | None = None) -> None:
+                 hub: BatchList | None = None) -> None:
         self.redis = client
-        self.hub = hub or Hub(config, identity, scripts, rng, clock, paused, client=client)
+        self.hub = hub or BatchList(config, identity, scripts, rng, clock, paused, client=client)
         self.reserved: str | None = self.hub.reserved
         self.keys = scripts.keys
         self.identity = identity
@@ -95,7 +96,7 @@ class ReliableFetch:
         self._turn = 0
         self._rotates = config.concurrency < len(self.hub.order.keys)
         self.timeout = self.hub.timeout
-        self.lane = lane_for(client)  # the batch calls, sent directly (see `wire`)
+        self.lane = direct_path_for(client)  # the batch calls, sent directly (see `store.direct`)
         self.settler = Settler(config, client, scripts, clock, self.lane)
         self.waiter = Waiter()
         self._suspect = False  # a call's reply was lost: our own list may hold a job we do not know
@@ -176,7 +177,7 @@ class ReliableFetch:
         self.hub.flush(self.lane)
 
     def hand_back(self) -> None:
-        """Put back, unchanged, the jobs the process holds that no processor runs (`Hub.hand_back`)."""
+        """Put back, unchanged, the jobs the process holds that no processor runs (`BatchList.hand_back`)."""
         self.hub.hand_back(self.settler)
 
     def release(self) -> None:
@@ -187,7 +188,7 @@ class ReliableFetch:
 
 def build_fetch(config: Config, client: redis.Redis, identity: str, scripts: Scripts,
                 slot: int = 0, paused: PausedQueues | None = None,
-                hub: Hub | None = None) -> BasicFetch | ReliableFetch:
+                hub: BatchList | None = None) -> BasicFetch | ReliableFetch:
     if config.fetch == "basic":
         return BasicFetch(config, client, scripts, paused=paused)
     return ReliableFetch(config, client, identity, scripts, slot=slot, paused=paused, hub=hub)

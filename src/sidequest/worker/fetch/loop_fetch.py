@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from sidequest.config import Config
 from sidequest.store import keys
-from sidequest.store.direct import AsyncLane
+from sidequest.store.direct import AsyncDirectPath
 from sidequest.store.outage import LOST, REDIS_ERRORS, Backoff, RedisOutage
 from sidequest.store.scripts import Scripts
 from sidequest.worker.fetch.acknowledger import ACK_WINDOW, Ack, Acknowledger, AckTimers
@@ -68,7 +68,7 @@ class LoopFetch:
         self.waiters_max = config.async_jobs
         self.loop: asyncio.AbstractEventLoop | None = None
         self.loop_thread = 0
-        self.lane: AsyncLane | None = None
+        self.lane: AsyncDirectPath | None = None
         self.ledger = BatchLedger(clock=clock)
         self.queue_faults = self.ledger.queue_faults
         self.acks = Acknowledger(ack_window)
@@ -81,7 +81,7 @@ class LoopFetch:
         self._changed: asyncio.Event | None = None
 
     # -- fetching ----------------------------------------------------------------------------------
-    async def fetching(self, lane: AsyncLane) -> None:
+    async def fetching(self, lane: AsyncDirectPath) -> None:
         """Take jobs until the worker quiets (then wait for the blocking calls, send the successes)."""
         self.loop = asyncio.get_running_loop()
         self.loop_thread = threading.get_ident()
@@ -248,7 +248,7 @@ class LoopFetch:
         await self.timers.settle()
 
     def flush_sync(self, lane: Any) -> None:
-        """Send the successes left at the end on `lane`, a sync `direct.Lane` (the stopping thread)."""
+        """Send the successes left at the end on `lane`, a sync `direct.DirectPath` (the stopping thread)."""
         self.acks.flush(lambda acks: self.ledger.send(lane, self.scripts.reserve,
                                                       [self.batch, keys.RESERVATIONS, self.batch], 0, acks))
 

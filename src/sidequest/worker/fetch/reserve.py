@@ -4,7 +4,7 @@ RESERVE (`scripts`) moves up to `want` jobs from the queues into a batch list an
 successes it carries (`acknowledger`). Its arguments, its reply (the jobs; the faults of the
 successes' operations and of queues whose key has the wrong type, logged by `faults`) and what
 the process knows its batch lists hold are handled here, by `BatchLedger`, for the threads
-runner's `batch.Hub` and the asyncio runner's `loop_fetch.LoopFetch`; each sends the call on its
+runner's `batch.BatchList` and the asyncio runner's `loop_fetch.LoopFetch`; each sends the call on its
 own lane (`send`, or `send_async` on the loop).
 
 Read-back by counting. Commands are never re-sent by the Redis client (see `store.connection`):
@@ -24,7 +24,7 @@ from typing import Any
 
 from sidequest.jobs.payload import decode, queue_of
 from sidequest.store import faults
-from sidequest.store.direct import AsyncLane, Lane
+from sidequest.store.direct import AsyncDirectPath, DirectPath
 from sidequest.store.outage import LOST
 from sidequest.worker.fetch.acknowledger import Ack
 
@@ -50,7 +50,7 @@ class BatchLedger:
         self.lock = threading.Lock()
         self.suspect = False  # a reply was lost: a list may hold a job no one knows of
 
-    def send(self, lane: Lane, script: Any, keys: list[str], want: int, acks: Sequence[Ack]) -> list[Taken]:
+    def send(self, lane: DirectPath, script: Any, keys: list[str], want: int, acks: Sequence[Ack]) -> list[Taken]:
         """One RESERVE on a sync lane (KEYS: the queues, the batch list, reservations, the
         caller's own list): the jobs it took."""
         try:
@@ -60,7 +60,7 @@ class BatchLedger:
             raise
         return self.reserved(reply, acks)
 
-    async def send_async(self, lane: AsyncLane, script: Any, keys: list[str], want: int,
+    async def send_async(self, lane: AsyncDirectPath, script: Any, keys: list[str], want: int,
                          acks: Sequence[Ack]) -> list[Taken]:
         """`send`, on the loop's lane."""
         try:

@@ -19,7 +19,7 @@ import redis
 
 from sidequest.config import Config
 from sidequest.store import faults, keys
-from sidequest.store.direct import Lane, lane_for
+from sidequest.store.direct import DirectPath, direct_path_for
 from sidequest.store.scripts import Scripts
 from sidequest.worker.lifecycle import has_ops
 from sidequest.worker.outcome import Outcome
@@ -87,12 +87,12 @@ class Settler:
     """Writes outcomes through the SETTLE script (shared by both fetches)."""
 
     def __init__(self, config: Config, client: redis.Redis, scripts: Scripts, clock: Callable[[], float],
-                 lane: Lane | None = None) -> None:
+                 lane: DirectPath | None = None) -> None:
         self.config = config
         self.redis = client
         self.scripts = scripts
         self.clock = clock
-        self.lane = lane or lane_for(client)  # sent directly, as the batch calls are (see `wire`)
+        self.lane = lane or direct_path_for(client)  # sent directly, as the batch calls are (see `store.direct`)
 
     def settle(self, unit: UnitOfWork, outcome: Outcome, ops: list[Any]) -> bool:
         mode, dest, point = SETTLE_AS[outcome.kind]
@@ -122,7 +122,7 @@ class Settler:
     def requeue(self, jobs: Sequence[tuple[str, bytes, str]]) -> None:
         """Put jobs that never ran (queue, payload, the reserved list holding it) back at the
         head of their queues, unchanged, with nothing recorded, in one round trip, the last
-        given at the very head (jobs a process kept in hand too long, see `hub.Hub`)."""
+        given at the very head (jobs a process kept in hand too long, see `batch.BatchList`)."""
         now = self.clock()
         queue_of = self.scripts.keys.queue
         self.lane.evalsha_many(self.scripts.settle, [
