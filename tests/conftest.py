@@ -143,7 +143,8 @@ class RedisServer:
         self.port = free_port()
         self.dir = tempfile.mkdtemp(prefix="sq-redis-")
         self.args = [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                     "--appendonly", "no", "--dir", self.dir, "--databases", "1000"] + (extra or [])
+                     "--appendonly", "no", "--dir", self.dir, "--databases", "1000",
+                     "--notify-keyspace-events", "K$"] + (extra or [])  # a gate job wakes on its key's SET
         self.start()
 
     def start(self) -> None:

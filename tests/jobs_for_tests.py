@@ -197,8 +197,7 @@ def timed(n, seconds, gate=None):
     With `isolation`, it ends only once the test has set that key too (after `seconds`)."""
     record("timed-start", n, os.getpid(), time.time())
     time.sleep(seconds)
-    while gate and not _r().exists(gate):
-        time.sleep(0.02)
+    _wait_for(gate, limit=600.0)
     record("timed-done", n, os.getpid(), time.time())
 
 
@@ -384,9 +383,20 @@ def cooperative(tag):
 
 # -- jobs for unique, status and result tests (features/test_unique, features/test_lookup, client/test_async_client) --
 def _wait_for(gate, limit=30.0):
-    end = time.monotonic() + limit
-    while gate and not _r().exists(gate) and time.monotonic() < end:
-        time.sleep(0.01)
+    """Until the test creates the key `gate` (at most `limit` s), woken by the key's keyspace
+    event (the suite's redis-server sends them, see conftest): subscribed before the first look,
+    so a key set in between is seen. Without events it still ends, looking every half second."""
+    if not gate:
+        return
+    r = _r()
+    listener = r.pubsub(ignore_subscribe_messages=True)
+    listener.subscribe(f"__keyspace@{r.connection_pool.connection_kwargs.get('db', 0)}__:{gate}")
+    try:
+        end = time.monotonic() + limit
+        while not r.exists(gate) and (left := end - time.monotonic()) > 0:
+            listener.get_message(timeout=min(left, 0.5))
+    finally:
+        listener.close()
 
 
 @sidequest.job(name="UniqueWork", unique_for=60)
