@@ -60,6 +60,7 @@ from sidequest.errors import (
     OverLimit,
     PayloadError,
     RedisUnavailableError,
+    Retry,
     SidequestError,
     UnknownJobError,
 )
@@ -73,6 +74,7 @@ from sidequest.jobs.middleware import Chain
 from sidequest.jobs.options import JobOptions
 from sidequest.jobs.registry import Registry, default_registry
 from sidequest.periodic import periodic  # after the module of that name, which it hides
+from sidequest.worker.current import CurrentJob, current_job
 from sidequest.worker.launcher import WorkerSetup, configure_worker
 
 if TYPE_CHECKING:
@@ -107,6 +109,7 @@ __all__ = [
     "Client",
     "Config",
     "ConfigError",
+    "CurrentJob",
     "IterableJob",
     "Job",
     "JobArgumentError",
@@ -119,6 +122,7 @@ __all__ = [
     "PayloadError",
     "RedisUnavailableError",
     "Registry",
+    "Retry",
     "SidequestError",
     "Signature",
     "Task",
@@ -132,6 +136,7 @@ __all__ = [
     "chord",
     "configure",
     "configure_worker",
+    "current_job",
     "default_client",
     "default_registry",
     "group",

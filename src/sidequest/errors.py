@@ -13,10 +13,14 @@
     ├── JobFailed                a business failure: recorded, not retried (tasks)
     ├── OverLimit                control: a rate limit is full; the job is snoozed, not failed (limiter)
     ├── Cancelled                control: the job was cancelled; it ends as cancelled, not failed
+    ├── Retry                    control: the job asks to run again in `in_` seconds (retry set, no back-off)
     └── NoResultError            result(jid) has nothing to give: unknown, no result_ttl, not JSON (also LookupError)
 """
 
 from __future__ import annotations
+
+import math
+from datetime import timedelta
 
 
 class SidequestError(Exception):
@@ -97,6 +101,33 @@ class Cancelled(SidequestError):
 
     def __init__(self, message: str = "cancelled") -> None:
         super().__init__(message)
+
+
+class Retry(SidequestError):
+    """Raised by a job to run again in `in_` seconds (a number or a timedelta): Celery's
+    `self.retry(countdown=...)`, dramatiq's `Retry(delay=...)`.
+
+        @sidequest.job(retry=10)
+        def poll(order_id):
+            if not ready(order_id):
+                raise sidequest.Retry(in_=30)
+
+    The job goes to the `retry` set at exactly now + `in_` (no back-off, no jitter), its
+    `retry_count` grows and counts against its `retry` option: past it the job is dead (or
+    dropped with `dead=False`), as a failure out of retries is. `exc`, when given, is the cause
+    the retry set shows (`error_class`, `error_message`). A retry within the limit is not a
+    failure: one INFO line, no traceback, counted processed but not failed, and neither the error
+    handlers nor `after_failed` run. Raised outside a job, it is an ordinary exception.
+    """
+
+    def __init__(self, in_: float | timedelta = 30, exc: BaseException | None = None) -> None:
+        seconds = in_.total_seconds() if isinstance(in_, timedelta) else in_
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) \
+                or seconds < 0:
+            raise JobArgumentError(f"Retry(in_=...) takes seconds >= 0 or a timedelta, got {in_!r}")
+        self.seconds = float(seconds)
+        self.exc = exc
+        super().__init__(f"retry requested in {self.seconds:g} s" + (f" ({type(exc).__name__}: {exc})" if exc else ""))
 
 
 class NoResultError(SidequestError, LookupError):

@@ -178,6 +178,6 @@ def test_backoff_formula_and_error_message_cap():
 def test_a_retry_in_that_returns_nonsense_falls_back_to_the_default():
     class Odd:
         def retry_in(self, count, exc):
-            return "kill"
+            return "soon"  # "kill" and "discard" mean something (test_retry_control.py); other text does not
     retrier = Retrier(Config(), rng=random.Random(1))
     assert 15 <= retrier.delay(Odd(), 0, ValueError()) <= 24

@@ -27,7 +27,7 @@ class JobContextFilter(logging.Filter):
         ctx = job_context.get()
         record.ctx = ctx
         if ctx:
-            record.job_class, record.jid, record.queue, record.trace_id = ctx
+            record.job_class, record.jid, record.queue, record.trace_id = ctx[:4]
             record.job = f" class={ctx[0]} jid={ctx[1]} queue={ctx[2]}" + (f" trace_id={ctx[3]}" if ctx[3] else "")
         else:
             record.job = ""
@@ -43,7 +43,7 @@ class JsonFormatter(logging.Formatter):
                                  "pid": record.process, "tid": getattr(record, "tid", "")}
         ctx = getattr(record, "ctx", None)
         if ctx:
-            entry.update((name, value) for name, value in zip(JOB_FIELDS, ctx, strict=True) if value is not None)
+            entry.update((name, value) for name, value in zip(JOB_FIELDS, ctx[:4], strict=True) if value is not None)
         entry["msg"] = record.getMessage()
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)

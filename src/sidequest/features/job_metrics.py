@@ -85,7 +85,7 @@ class JobMetricsFeature:
     def observe(self, point: str, payload: dict[str, Any], outcome: Outcome | None) -> None:
         if point in ENDS and outcome is not None and outcome.elapsed is not None:
             self._runs.append((int(self.clock() // 60), str(payload.get("class", "?")),
-                               outcome.elapsed * 1000, point != "finished"))
+                               outcome.elapsed * 1000, point != "finished" and not outcome.requested))
             if len(self._runs) >= FOLD_AT and self._lock.acquire(blocking=False):  # never waits
                 try:
                     self._fold()

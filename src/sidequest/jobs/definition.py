@@ -13,6 +13,8 @@
 
 Options are the known names of `options.JobOptions` (typed, so a type checker sees a misspelt
 one, and refused at run time with the nearest name); fields of your own go in `custom={...}`.
+A definition also takes the worker-side ones (`options.DefinitionOptions`: `retry_on`,
+`discard_on`), which `.set(...)` and a push refuse.
 
 A decorated function becomes a `Job` subclass behind the scenes, so a worker runs both kinds
 the same way. Every job is registered under its wire name (`module.qualname` unless `name=`
@@ -31,12 +33,20 @@ import functools
 import inspect
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, ParamSpec, Protocol, TypeVar, Unpack, cast, overload
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, ParamSpec, Protocol, TypeVar, Unpack, cast, overload
 
 from sidequest.client.sync_client import default_client
 from sidequest.errors import JobArgumentError, JobDefinitionError
 from sidequest.jobs.arguments import bind, function_signature, perform_signature, refuse_keywords
-from sidequest.jobs.options import DEFAULTS, PUSH_ONLY, JobOptions, check_options, merge_options, payload_fields
+from sidequest.jobs.options import (
+    DEFAULTS,
+    PUSH_ONLY,
+    DefinitionOptions,
+    JobOptions,
+    check_options,
+    merge_options,
+    payload_fields,
+)
 from sidequest.jobs.registry import Registry, default_registry
 
 if TYPE_CHECKING:
@@ -50,6 +60,9 @@ R = TypeVar("R")
 Delay = float | timedelta  # perform_in: seconds (int or float) or a timedelta
 When = float | datetime  # perform_at: epoch seconds or an aware datetime
 BulkAt = When | Sequence[When] | None  # perform_bulk: one time for all, or one per job
+# retry_in: seconds until the retry, None for the default back-off, "kill" (dead now, as out of
+# retries) or "discard" (dropped), as Sidekiq's `sidekiq_retry_in` returns :kill / :discard
+RetryIn = float | Literal["kill", "discard"] | None
 
 
 class SetOptions(JobOptions, total=False):
@@ -78,8 +91,9 @@ class Job:
     """Base class of every job. Subclass it with options as class keywords and define `perform`.
 
     While a job runs, `self.jid` and `self.payload` describe the payload being worked.
-    Override `retry_in(count, exc)` to choose retry delays (return seconds, or None for the
-    default backoff) and `retries_exhausted(payload, exc)` to act when retries run out;
+    Override `retry_in(count, exc)` to choose retry delays (return seconds, None for the
+    default backoff, "kill" to send the job to the dead set now, "discard" to drop it) and
+    `retries_exhausted(payload, exc)` to act when retries run out;
     `after_succeeded(*args)` and `after_failed(exc, *args)` run in the worker once the outcome
     of a run has been handed to Redis (after_failed on every failed attempt). An exception in a
     hook is logged, never a job failure.
@@ -96,12 +110,12 @@ class Job:
     payload: dict[str, Any]
 
     def __init_subclass__(cls, *, name: str | None = None, abstract: bool = False,
-                          registry: Registry | None = None, **options: Unpack[JobOptions]) -> None:
+                          registry: Registry | None = None, **options: Unpack[DefinitionOptions]) -> None:
         super().__init_subclass__()
         if registry is not None:
             cls.registry = registry
         try:
-            merged = merge_options(cls.options, check_options(options))
+            merged = merge_options(cls.options, check_options(options, definition=True))
         except JobArgumentError as exc:
             raise JobDefinitionError(f"job {cls.__module__}.{cls.__qualname__}: {exc}") from None
         cls.options = merged
@@ -125,8 +139,9 @@ class Job:
         # override of it, so each subclass types `perform` (and thereby its enqueue calls) itself.
         raise NotImplementedError(f"{type(self).__qualname__} must define perform()")
 
-    def retry_in(self, count: int, exc: BaseException) -> float | None:
-        """Seconds until retry `count` (0 for the first retry); None uses Sidekiq's backoff."""
+    def retry_in(self, count: int, exc: BaseException) -> RetryIn:
+        """Seconds until retry `count` (0 for the first retry); None uses Sidekiq's backoff;
+        "kill": to the dead set now (`retries_exhausted` runs); "discard": dropped."""
         return None
 
     def retries_exhausted(self, payload: dict[str, Any], exc: BaseException) -> None:
@@ -259,21 +274,21 @@ def job(func: Callable[P, R], /) -> JobFunction[P, R]: ...
 
 @overload
 def job(*, name: str | None = None,
-        retry_in: Callable[[int, BaseException], float | None] | None = None,
+        retry_in: Callable[[int, BaseException], RetryIn] | None = None,
         retries_exhausted: Callable[[dict[str, Any], BaseException], None] | None = None,
         after_succeeded: Callable[..., None] | None = None,
         after_failed: Callable[..., None] | None = None,
         registry: Registry | None = None,
-        **options: Unpack[JobOptions]) -> Callable[[Callable[P, R]], JobFunction[P, R]]: ...
+        **options: Unpack[DefinitionOptions]) -> Callable[[Callable[P, R]], JobFunction[P, R]]: ...
 
 
 def job(func: Callable[P, R] | None = None, *, name: str | None = None,
-        retry_in: Callable[[int, BaseException], float | None] | None = None,
+        retry_in: Callable[[int, BaseException], RetryIn] | None = None,
         retries_exhausted: Callable[[dict[str, Any], BaseException], None] | None = None,
         after_succeeded: Callable[..., None] | None = None,
         after_failed: Callable[..., None] | None = None,
         registry: Registry | None = None,
-        **options: Unpack[JobOptions]) -> JobFunction[P, R] | Callable[[Callable[P, R]], JobFunction[P, R]]:
+        **options: Unpack[DefinitionOptions]) -> JobFunction[P, R] | Callable[[Callable[P, R]], JobFunction[P, R]]:
     """Turn a function (sync or `async def`) into a job. Usable bare (`@job`) or with options."""
 
     def wrap(fn: Callable[P, R]) -> JobFunction[P, R]:

@@ -25,6 +25,16 @@ Known options and their types (`JobOptions` spells them for a type checker):
     custom       a dict of fields of your own (native JSON), written as top-level payload
                  fields, as Sidekiq writes any option it does not know
 
+Worker-side options (`DefinitionOptions`): given where the job is defined (`@job(...)`, a `Job`
+subclass's keywords) and read there by the worker, never written to the payload (exception
+classes are not JSON), so `.set(...)` and a push refuse them:
+
+    retry_on     an exception class or a tuple of them: only these are retried; any other
+                 exception sends the job to the dead set at once (Celery's `autoretry_for`)
+    discard_on   an exception class or a tuple of them: a failure with one of these drops the
+                 job (logged; no retry, no dead entry, no `retries_exhausted`). It wins over
+                 `retry_on`. Neither applies to a `sidequest.Retry` the job raises itself.
+
 Any other name is refused where it is written (`@job(...)`, a `Job` subclass's keywords,
 `.set(...)`, a push), with the nearest known name: a misspelt `retries=3` would otherwise
 travel as a payload field while the real `retry` kept its default.
@@ -43,6 +53,7 @@ from sidequest.jobs.payload import RESERVED_KEYS, check_json_value
 
 DEFAULTS: dict[str, Any] = {"retry": True, "queue": "default"}
 PUSH_ONLY = ("wait_replicas", "wait_timeout")  # options of how a push is written, not payload fields
+WORKER_SIDE = ("retry_on", "discard_on")  # options of the definition, read by the worker: not payload fields
 UNIQUE_UNTIL = ("success", "start")  # when a unique job's claim ends (besides expiring), see `unique`
 
 # Payload fields that steer a feature, with the feature that sets them on its own jobs: no push
@@ -74,7 +85,18 @@ class JobOptions(TypedDict, total=False):
     custom: Mapping[str, Any]  # payload fields of your own, native JSON
 
 
-KNOWN = tuple(JobOptions.__annotations__)
+ExceptionClasses = type[BaseException] | tuple[type[BaseException], ...]
+
+
+class DefinitionOptions(JobOptions, total=False):
+    """The options of a job's definition (`@sidequest.job(...)`, a `Job` subclass's keywords):
+    every `JobOptions` plus the worker-side ones, which no push carries (see `WORKER_SIDE`)."""
+
+    retry_on: ExceptionClasses | None  # only these are retried; any other failure: dead at once
+    discard_on: ExceptionClasses | None  # a failure with one of these drops the job (wins over retry_on)
+
+
+KNOWN = tuple(DefinitionOptions.__annotations__)
 # Spellings other job libraries use for what sidequest calls otherwise (Celery, RQ, Dramatiq,
 # Huey, arq): what a newcomer types first.
 ELSEWHERE = {"retries": "retry", "max_retries": "retry", "queue_name": "queue", "time_limit": "timeout",
@@ -106,7 +128,7 @@ def unknown_option(key: str) -> str:
     import difflib  # only for a mistake
 
     near = ELSEWHERE.get(key) or next(iter(difflib.get_close_matches(key, KNOWN, n=1, cutoff=0.6)), None)
-    known = f"did you mean {near!r}?" if near else f"the options are {', '.join(KNOWN[:-1])}"
+    known = f"did you mean {near!r}?" if near else f"the options are {', '.join(k for k in KNOWN if k != 'custom')}"
     return f"unknown job option {key!r}; {known} (a payload field of your own goes in custom={{{key!r}: ...}})"
 
 
@@ -129,8 +151,23 @@ def _check_custom(value: Any) -> dict[str, Any]:
     return fields
 
 
-def check_option(key: str, value: Any) -> Any:
-    """Return the value to store for option `key`, or raise JobArgumentError saying why not."""
+def _check_exceptions(key: str, value: Any, definition: bool) -> tuple[type[BaseException], ...] | None:
+    """A worker-side option: exception classes, given where the job is defined."""
+    if not definition:
+        raise JobArgumentError(f"option {key!r} is read by the worker where the job is defined and is not carried "
+                               f"in a payload (exception classes are not JSON): give it in @job({key}=...) or the "
+                               f"Job class's keywords, not in .set() or a push")
+    if value is None:
+        return None  # a subclass turns its parent's off
+    classes = value if isinstance(value, (tuple, list)) else (value,)
+    if not classes or not all(isinstance(c, type) and issubclass(c, BaseException) for c in classes):
+        raise JobArgumentError(f"option {key!r} must be an exception class or a tuple of them, got {value!r}")
+    return tuple(classes)
+
+
+def check_option(key: str, value: Any, *, definition: bool = False) -> Any:
+    """Return the value to store for option `key`, or raise JobArgumentError saying why not.
+    `definition`: the options of a job's definition, where the worker-side ones may be given."""
     if not isinstance(key, str) or not key:
         raise JobArgumentError(f"option names are non-empty strings, got {key!r}")
     if key in RESERVED_KEYS:
@@ -181,13 +218,15 @@ def check_option(key: str, value: Any) -> Any:
             return seconds  # None turns it off for one push
         raise JobArgumentError(f"option 'expires_in' must be a duration (seconds above 0 or a timedelta; "
                                f"not an epoch time), or None, got {value!r}")
+    if key in WORKER_SIDE:
+        return _check_exceptions(key, value, definition)
     return _check_custom(value)  # the last known option: `custom`
 
 
-def check_options(options: Mapping[str, Any]) -> dict[str, Any]:
+def check_options(options: Mapping[str, Any], *, definition: bool = False) -> dict[str, Any]:
     """The options checked (see `check_option`); `custom` as a plain dict. Checking the result
     again gives it back unchanged."""
-    return {key: check_option(key, value) for key, value in options.items()}
+    return {key: check_option(key, value, definition=definition) for key, value in options.items()}
 
 
 def merge_options(base: Mapping[str, Any], more: Mapping[str, Any]) -> dict[str, Any]:
@@ -200,8 +239,9 @@ def merge_options(base: Mapping[str, Any], more: Mapping[str, Any]) -> dict[str,
 
 def payload_fields(options: Mapping[str, Any]) -> dict[str, Any]:
     """Checked options as payload fields: the custom ones at the top level, as Sidekiq keeps them
-    (the options of how it is pushed, `PUSH_ONLY`, are not stored)."""
-    fields = {key: value for key, value in options.items() if key != "custom" and key not in PUSH_ONLY}
+    (the options of how it is pushed, `PUSH_ONLY`, and the worker-side ones are not stored)."""
+    fields = {key: value for key, value in options.items()
+              if key != "custom" and key not in PUSH_ONLY and key not in WORKER_SIDE}
     fields.update(options.get("custom") or {})
     return fields
 

@@ -53,6 +53,7 @@ from sidequest.jobs.registry import Registry, default_registry
 from sidequest.store.connection import answers
 from sidequest.store.dev_server import server_binary
 from sidequest.worker.executor import ThreadExecutor
+from sidequest.worker.job_run import job_context
 
 __all__ = [
     "DRAIN_LIMIT",
@@ -265,11 +266,13 @@ class FakeJobs:
         limit = float(limit) if isinstance(limit, (int, float)) and limit > 0 else None
         queue = str(payload.get("queue") or "default")
         token = _depth.set(depth + 1)
+        run = job_context.set((payload["class"], job.jid, queue, None, payload))  # `current_job()`, as in a worker
         try:
             with self._task_context(payload):
                 self.config.server_middleware.invoke(
                     job, payload, queue, final=lambda: executor.run(job, args, limit))
         finally:
+            job_context.reset(run)
             _depth.reset(token)
 
     def _task_context(self, payload: dict[str, Any]) -> AbstractContextManager[None]:

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from sidequest.config import Config
-from sidequest.errors import Cancelled, OverLimit, PayloadError, UnknownJobError
+from sidequest.errors import Cancelled, OverLimit, PayloadError, Retry, UnknownJobError
 from sidequest.jobs.payload import decode, overdue, trace_id
 from sidequest.jobs.registry import Registry
 from sidequest.store.outage import REDIS_ERRORS, Backoff, RedisOutage
@@ -51,9 +51,10 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-# The running job, for log records: (class, jid, queue, trace id or None); see cli/logs.py.
-job_context: contextvars.ContextVar[tuple[str, str, str, str | None] | None] = contextvars.ContextVar(
-    "sidequest_job", default=None)
+# The running job: (class, jid, queue, trace id or None, payload), for log records (cli/logs.py
+# reads the first four) and `sidequest.current_job()` (worker/current.py), made only when asked.
+job_context: contextvars.ContextVar[tuple[str, str, str, str | None, dict[str, Any]] | None] = \
+    contextvars.ContextVar("sidequest_job", default=None)
 
 # The runner's quieting event, seen by the job it runs (Sidekiq's `Job#interrupted?`): a long job
 # can end early at a shutdown instead of being put back at the deadline and started over. Set
@@ -221,7 +222,7 @@ class JobRun:
     def enter(self, unit: UnitOfWork, payload: dict[str, Any]) -> contextvars.Token[Any]:
         """Enter the job's log context (see `job_context`); reset it with the token returned."""
         token = job_context.set((payload["class"], str(payload.get("jid", "")), unit.queue,
-                                 trace_id(payload) if "traceparent" in payload else None))
+                                 trace_id(payload) if "traceparent" in payload else None, payload))
         log.info("start")
         return token
 
@@ -242,6 +243,8 @@ class JobRun:
         """The outcome of a run that raised `exc` (logged here, in the job's log context)."""
         if isinstance(exc, (OverLimit, Cancelled)):  # the job stopped itself: not a failure, no retry spent
             return dataclasses.replace(self._control(unit, payload, exc), elapsed=time.monotonic() - started)
+        if isinstance(exc, Retry):  # the job asked to run again: a failure only once no retry is left
+            return dataclasses.replace(self._requested(job, unit, exc), elapsed=time.monotonic() - started)
         self.rt.counters.failed.incr()
         elapsed = time.monotonic() - started
         log.warning("fail: %.3f sec: %s: %s", elapsed, error_class_name(exc), exc, exc_info=exc)
@@ -254,6 +257,17 @@ class JobRun:
         except Exception as bug:  # a fault outside the job's code must not decide its fate twice
             log.exception("could not decide the outcome of a failed job; filing it in the dead set")
             return invalid(unit.raw, unit.queue, error_class_name(bug), f"{error_class_name(exc)}: {exc}")
+
+    def _requested(self, job: Any, unit: UnitOfWork, exc: Retry) -> Outcome:
+        """The retrier's outcome of a `Retry`, logged in one line without a traceback."""
+        outcome = self._decide(job, unit, exc)
+        if outcome.requested:
+            log.info("retry requested, again in %g s", exc.seconds)
+        else:
+            self.rt.counters.failed.incr()
+            log.warning("retry requested, but no retry is left (%d allowed): %s",
+                        self.rt.retrier.max_attempts(outcome.payload or {}), self.rt.retrier.fate(outcome))
+        return dataclasses.replace(outcome, logged=True)
 
     def _control(self, unit: UnitOfWork, payload: dict[str, Any], exc: OverLimit | Cancelled) -> Outcome:
         """A job that stopped itself: cancelled (it ends), or a full rate limit (back to `schedule`)."""

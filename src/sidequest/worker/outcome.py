@@ -1,9 +1,9 @@
 """A job's fate as a value: how processing one job ended, computed without Redis.
 
     done       it returned
-    retry      it failed; `blob` goes to `retry` at `at`
+    retry      it failed, or asked to run again (`sidequest.Retry`); `blob` goes to `retry` at `at`
     dead       it failed for good (or could not be decoded); `blob` goes to `dead` at `at`
-    dropped    it ended and leaves no entry (retry=False, dead=False, a business failure)
+    dropped    it ended and leaves no entry (retry=False, dead=False, a business failure, discard_on)
     put_back   it did not run to an end (shutdown); it goes back to the head of its queue unchanged
     snoozed    a rate limit was full (`OverLimit`); `blob` goes to `schedule` at `at`, no retry spent
     cancelled  it stopped because it was cancelled (`Cancelled`); acknowledged, leaves no entry
@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from sidequest.errors import Retry
 from sidequest.jobs.payload import encode, new_jid
 
 Kind = Literal["done", "retry", "dead", "dropped", "put_back", "snoozed", "cancelled"]
@@ -49,6 +50,12 @@ class Outcome:
     @classmethod
     def put_back(cls) -> Outcome:
         return cls("put_back")
+
+    @property
+    def requested(self) -> bool:
+        """A retry the job asked for (`sidequest.Retry`) within its limit: not a failure (not
+        counted failed, no error handlers, no `after_failed`)."""
+        return self.kind == "retry" and isinstance(self.error, Retry)
 
 
 def error_class_name(exc: BaseException) -> str:

@@ -11,6 +11,17 @@ Then it is dead (trimmed to `dead_max_jobs` and `dead_timeout` when written), or
 business failure) is dropped, never retried. A payload that cannot be encoded again is dead
 as it was fetched (see `outcome.invalid`), so a bad payload can never loop.
 
+The job's own say, all decided here for both runners:
+- `sidequest.Retry(in_=...)` raised by the job: a retry at exactly now + `in_`, counted in
+  `retry_count` against the same limit (then dead, or dropped with `dead=False`, exhausted);
+  `error_class` is its cause's (`exc`) when it names one. Within the limit it is not a failure
+  (`Outcome.requested`): `after_failed` and the error handlers do not run for it.
+- `discard_on` (worker-side option): a matching exception drops the job; it wins over
+  `retry_on`. `retry_on`: any exception it does not name is dead at once (exhausted).
+  Neither applies to a `Retry`.
+- `retry_in` returning "kill" (dead now, exhausted: `retries_exhausted` and death handlers run)
+  or "discard" (dropped, no hooks), as Sidekiq's `sidekiq_retry_in` returns :kill / :discard.
+
 `Retrier.after` runs the hooks (`retries_exhausted`, death handlers) once the outcome has been
 written; the processor calls it only when the write committed.
 """
@@ -28,14 +39,15 @@ from collections.abc import Callable
 from typing import Any
 
 from sidequest.config import Config
-from sidequest.errors import JobFailed
+from sidequest.errors import JobFailed, Retry
 from sidequest.jobs.payload import encode, in_millis, stamp
-from sidequest.worker.outcome import Outcome, error_class_name, invalid
+from sidequest.worker.outcome import Kind, Outcome, error_class_name, invalid
 
 log = logging.getLogger(__name__)
 
 MAX_MESSAGE = 10_000
 MAX_SNOOZE = 300.0  # seconds: the longest a snoozed job waits when its limiter gives no time
+KILL, DISCARD = "kill", "discard"  # what `retry_in` may return besides seconds (Sidekiq's :kill / :discard)
 DeathHandler = Callable[[dict[str, Any], BaseException], None]
 # Called on every failure: the exception and {"job": payload, "queue", "jid", "class", "retry_count"}.
 ErrorHandler = Callable[[BaseException, dict[str, Any]], None]
@@ -81,11 +93,14 @@ class Retrier:
     def max_attempts(self, payload: dict[str, Any]) -> int:
         return retry_limit(payload, self.config.max_retries)
 
-    def delay(self, job: Any, count: int, exc: BaseException) -> float:
-        """The job's own `retry_in` exactly as given (its author chose it), else Sidekiq's backoff."""
+    def delay(self, job: Any, count: int, exc: BaseException) -> float | str:
+        """The job's own `retry_in` exactly as given (its author chose it): seconds, or KILL or
+        DISCARD (Sidekiq's :kill / :discard); else Sidekiq's backoff."""
         if job is not None:
             try:
                 custom = job.retry_in(count, exc)
+                if isinstance(custom, str) and custom in (KILL, DISCARD):
+                    return custom
                 if custom is not None and float(custom) > 0:
                     return float(custom)
             except Exception:
@@ -93,19 +108,55 @@ class Retrier:
                               getattr(job, "name", type(job).__name__))
         return float(count**4 + 15 + self.rng.randrange(10) * (count + 1))
 
+    @staticmethod
+    def verdict(job: Any, exc: BaseException) -> str | None:
+        """What the job's worker-side options say of `exc` before any retry: DISCARD (it is in
+        `discard_on`, which wins), KILL (`retry_on` is set and does not name it), None (the usual
+        path). A `Retry` the job raised is its own request: neither option applies to it."""
+        options = getattr(job, "options", None)
+        if not options or isinstance(exc, Retry):
+            return None
+        discard, only = options.get("discard_on"), options.get("retry_on")
+        if discard and isinstance(exc, discard):
+            return DISCARD
+        if only and not isinstance(exc, only):
+            return KILL
+        return None
+
     def decide(self, job: Any, payload: dict[str, Any], raw: bytes, queue: str, exc: BaseException) -> Outcome:
-        """The outcome of a failed run of `payload` (as fetched: not what middleware changed)."""
+        """The outcome of a failed run of `payload` (as fetched: not what middleware changed),
+        or of a run that raised `Retry`: a retry at now + its `in_`, within the same limit."""
         if isinstance(exc, JobFailed):
             return Outcome("dropped", payload=payload, error=exc, reason="business failure")
+        verdict = self.verdict(job, exc)
+        if verdict == DISCARD:
+            return Outcome("dropped", payload=payload, error=exc, reason=f"{error_class_name(exc)} is in discard_on")
         if payload.get("retry", True) is False:
             return Outcome("dropped", payload=payload, error=exc, reason="retry=False")
         now = self.clock()
+        count = self._record(payload, queue, exc, now)
+        reason = f"{payload['error_class']} is not in retry_on" if verdict == KILL else ""
+        if verdict is None and count < self.max_attempts(payload):
+            wait = exc.seconds if isinstance(exc, Retry) else self.delay(job, count, exc)
+            if wait == DISCARD:
+                return Outcome("dropped", payload=payload, error=exc, reason="retry_in returned 'discard'")
+            if not isinstance(wait, str):
+                return self._filed("retry", now + wait, payload, raw, queue, exc)
+            reason = "retry_in returned 'kill'"
+        if payload.get("dead") is False:
+            return Outcome("dropped", payload=payload, error=exc, exhausted=True, reason="dead=False")
+        return self._filed("dead", now, payload, raw, queue, exc, reason)
+
+    def _record(self, payload: dict[str, Any], queue: str, exc: BaseException, now: float) -> int:
+        """Write the failure into the payload as Sidekiq does; return its `retry_count`. A `Retry`
+        records its cause (`exc`) when it names one."""
         # failure times in the payload's own unit (Sidekiq 8's milliseconds stay milliseconds),
         # else the configured one; the retry and dead scores stay float seconds
         failed = stamp(now, self.config.sidekiq_version >= 8 or in_millis(payload))
+        cause = exc.exc if isinstance(exc, Retry) and exc.exc is not None else exc
         payload["queue"] = payload.get("retry_queue") or queue
-        payload["error_message"] = str(exc)[:MAX_MESSAGE]
-        payload["error_class"] = error_class_name(exc)
+        payload["error_message"] = str(cause)[:MAX_MESSAGE]
+        payload["error_class"] = error_class_name(cause)
         payload.pop("recovery_count", None)  # it ran to an end: it does not kill its process
         payload.pop("snoozed", None)  # it got past its rate limits: a later snooze starts short again
         if isinstance(payload.get("retry_count"), int) and not isinstance(payload["retry_count"], bool):
@@ -114,28 +165,26 @@ class Retrier:
         else:
             payload["failed_at"] = failed
             payload["retry_count"] = 0
-        count = payload["retry_count"]
         wanted = payload.get("backtrace")
         if wanted:
             lines = backtrace_lines(exc)
             if wanted is not True:
                 lines = lines[: int(wanted)]
             payload["error_backtrace"] = compress_backtrace(lines)
-        if count < self.max_attempts(payload):
-            kind: Any = "retry"
-            at = now + self.delay(job, count, exc)
-        elif payload.get("dead") is False:
-            return Outcome("dropped", payload=payload, error=exc, exhausted=True, reason="dead=False")
-        else:
-            kind, at = "dead", now
+        return int(payload["retry_count"])
+
+    def _filed(self, kind: Kind, at: float, payload: dict[str, Any], raw: bytes, queue: str, exc: BaseException,
+               reason: str = "") -> Outcome:
+        """A retry or dead outcome with the payload encoded again (dead as it was fetched when it
+        cannot be: see `outcome.invalid`)."""
         try:
             blob = encode(payload)
         except (ValueError, TypeError, RecursionError) as encode_error:
             dead = invalid(raw, queue, error_class_name(encode_error),
                            f"the job failed ({payload['error_class']}: {payload['error_message'][:200]}) "
-                           f"and its payload cannot be written back as JSON: {encode_error}", now)
-            return Outcome("dead", dead.blob, now, dead.payload, exc, exhausted=True, reason=dead.reason)
-        return Outcome(kind, blob, at, payload, exc, exhausted=kind == "dead")
+                           f"and its payload cannot be written back as JSON: {encode_error}", self.clock())
+            return Outcome("dead", dead.blob, dead.at, dead.payload, exc, exhausted=True, reason=dead.reason)
+        return Outcome(kind, blob, at, payload, exc, exhausted=kind == "dead", reason=reason)
 
     def snooze(self, payload: dict[str, Any], raw: bytes, queue: str, delay: float | None) -> Outcome:
         """The outcome of a job that met a full rate limit (`OverLimit`): back to `schedule`,
@@ -174,7 +223,7 @@ class Retrier:
         if outcome.kind == "done":
             _call("after_succeeded", job, *args)
             return
-        if exc is not None:
+        if exc is not None and not outcome.requested:  # a retry the job asked for is not a failure
             _call("after_failed", job, exc, *args)
             context = {"job": payload, "queue": queue, "jid": payload.get("jid"), "class": payload.get("class"),
                        "retry_count": payload.get("retry_count")}
