@@ -73,6 +73,7 @@ def test_the_public_names_are_exactly_these():
 
 USER_MODULE = '''
 from datetime import datetime, timedelta, timezone
+from typing import Literal
 
 import sidequest
 
@@ -100,6 +101,20 @@ def misspelt(user_id: int) -> None:
 class Misspelt(sidequest.Job, quee="images"):  # error
     def perform(self) -> None:
         ...
+
+
+class Picky(sidequest.Job, retry_on=(ConnectionError,), discard_on=KeyError):
+    def perform(self) -> None:
+        raise sidequest.Retry(in_=timedelta(seconds=30), exc=TimeoutError())
+
+    def retry_in(self, count: int, exc: BaseException) -> float | Literal["kill", "discard"] | None:
+        return "kill"
+
+
+@sidequest.job(retry_on=(ValueError,), retry_in=lambda count, exc: "discard")
+def picky(n: int) -> int:
+    job = sidequest.current_job()
+    return 0 if job is None else job.retry_count
 
 
 reveal_type(send)
@@ -142,6 +157,7 @@ send.set(queue="urgent").set(result_tll=60)  # error
 send.aio.set(max_retries=3)  # error
 send.set(queue=3)  # error
 sidequest.push("HardWorker", [1], retries=3)  # error
+send.set(retry_on=(ValueError,))  # error
 '''
 
 
@@ -178,7 +194,7 @@ def test_mypy_reports_exactly_the_wrong_calls(mypy_report: tuple[str, list[str]]
     marked = {n for n, text in enumerate(source.splitlines(), 1) if text.endswith("# error")}
     errors = _lines(report, "error")
     assert set(errors) == marked, "\n".join(report)
-    assert len(marked) == 20
+    assert len(marked) == 21
 
 
 def test_reveal_type_shows_the_jobs_own_parameters(mypy_report: tuple[str, list[str]]) -> None:

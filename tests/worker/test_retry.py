@@ -181,3 +181,31 @@ def test_a_retry_in_that_returns_nonsense_falls_back_to_the_default():
             return "soon"  # "kill" and "discard" mean something (test_retry_control.py); other text does not
     retrier = Retrier(Config(), rng=random.Random(1))
     assert 15 <= retrier.delay(Odd(), 0, ValueError()) <= 24
+
+
+def test_the_jobs_own_say_is_decided_here_as_values():
+    """Retry, retry_on/discard_on and retry_in's "kill"/"discard" (through a real worker on both
+    runners: test_retry_control.py)."""
+    import sidequest
+
+    class Job:
+        def __init__(self):
+            self.options = {"retry_on": (ConnectionError,), "discard_on": (KeyError,)}
+
+        def retry_in(self, count, exc):
+            return str(exc) if str(exc) in ("kill", "discard") else None
+
+    asked = decide(sidequest.Retry(in_=30, exc=TimeoutError("busy")), job=Job())
+    assert asked.kind == "retry" and asked.at == 1030.0 and asked.requested and not asked.exhausted
+    assert asked.payload["error_class"] == "TimeoutError" and asked.payload["retry_count"] == 0
+    capped = decide(sidequest.Retry(1), {"class": "X", "args": [], "retry": 1, "retry_count": 0})
+    assert capped.kind == "dead" and capped.exhausted and not capped.requested
+    assert decide(KeyError("k"), job=Job()).kind == "dropped"  # discard_on wins over retry_on
+    killed = decide(ValueError("v"), job=Job())
+    assert killed.kind == "dead" and killed.exhausted and killed.reason == "ValueError is not in retry_on"
+    assert decide(ConnectionError("kill"), job=Job()).kind == "dead"
+    discarded = decide(ConnectionError("discard"), job=Job())
+    assert discarded.kind == "dropped" and not discarded.exhausted
+    assert decide(ConnectionError("c"), job=Job()).kind == "retry"
+    quiet = decide(ValueError("v"), {"class": "X", "args": [], "dead": False}, job=Job())
+    assert quiet.kind == "dropped" and quiet.exhausted
