@@ -14,6 +14,7 @@ from helpers import ran, reserved, zset_items
 from jobs_for_tests import record
 
 import sidequest
+from sidequest.features.job_metrics import read
 from sidequest.jobs.middleware import Chain
 
 
@@ -81,7 +82,8 @@ def _stats(r):
 @pytest.mark.parametrize("runner,job", [("threads", ask_again), ("asyncio", async_ask_again)])
 def test_retry_reschedules_at_exactly_now_plus_in_without_a_failure(start, client, r, caplog, runner, job):
     caplog.set_level(logging.INFO, logger="sidequest")
-    start(runner=runner)
+    reported = []
+    start(runner=runner, error_handlers=[lambda exc, context: reported.append(exc)])
     jid = client.push(job, [120])
     wait_until(lambda: r.zcard("retry") == 1, message="the job in the retry set")
     [(p, score)] = zset_items(r, "retry")
@@ -92,6 +94,7 @@ def test_retry_reschedules_at_exactly_now_plus_in_without_a_failure(start, clien
     assert p["error_class"] == cause
     wait_until(lambda: _stats(r)[0] == 1, message="the heartbeat to count it processed")
     assert _stats(r) == (1, 0)  # processed, not failed
+    assert reported == []  # an error tracker hears of no failure
     lines = [rec for rec in caplog.records if rec.name in ("sidequest.worker.job_run", "sidequest.worker.retry")
              and rec.getMessage() != "start"]
     assert [rec.getMessage() for rec in lines] == ["retry requested, again in 120 s"]
@@ -114,6 +117,9 @@ def test_retry_counts_against_the_cap_then_the_job_is_dead(start, client, r, run
     wait_until(lambda: not reserved(r, launcher.identity))
     wait_until(lambda: _stats(r)[0] == 3, message="three runs counted processed")
     assert _stats(r) == (3, 1)  # only the run that ended dead is a failure
+    metrics = wait_until(lambda: (m := read(r, minutes=5).get("AskAgainCapped")) and m.runs == 3 and m,
+                         message="the job's metrics flushed")
+    assert metrics.failed == 1  # the dashboard's per-job failures agree
 
 
 @pytest.mark.parametrize("runner", RUNNERS)
