@@ -89,7 +89,7 @@ def test_retry_reschedules_at_exactly_now_plus_in_without_a_failure(start, clien
     [(p, score)] = zset_items(r, "retry")
     [[count, ran_at]] = ran(r, "ask-again")
     assert count == 0 and p["jid"] == jid and p["retry_count"] == 0 and p["queue"] == "default"
-    assert ran_at + 120 <= score <= ran_at + 121  # now + in_: no back-off, no jitter
+    assert ran_at + 120 <= score <= ran_at + 123  # now + in_ (the run's end): no back-off, no jitter
     cause = "sidequest.errors.Retry" if runner == "threads" else "TimeoutError"  # error_class: exc's, when given
     assert p["error_class"] == cause
     wait_until(lambda: _stats(r)[0] == 1, message="the heartbeat to count it processed")
@@ -110,7 +110,7 @@ def test_retry_counts_against_the_cap_then_the_job_is_dead(start, client, r, run
     runs = ran(r, "capped")
     assert [count for count, _ in runs] == [0, 1, 2]  # retry=2: two retries, then dead
     gaps = [b - a for (_, a), (_, b) in itertools.pairwise(runs)]
-    assert all(0.3 <= gap < 5 for gap in gaps), gaps
+    assert all(0.3 <= gap < 20 for gap in gaps), gaps  # never before in_; late only on a loaded machine
     [(p, _)] = zset_items(r, "dead")
     assert p["jid"] == jid and p["retry_count"] == 2 and p["error_class"] == "sidequest.errors.Retry"
     assert ran(r, "exhausted") == [[jid, "Retry"]]
