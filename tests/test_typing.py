@@ -26,6 +26,7 @@ def test_the_public_names_are_exactly_these():
         "Client",
         "Config",
         "ConfigError",
+        "GroupResult",
         "IterableJob",
         "Job",
         "JobArgumentError",
