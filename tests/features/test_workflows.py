@@ -3,6 +3,7 @@ exactly once, the failure policies, cancel, and what the admin API and the CLI s
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import subprocess
@@ -410,6 +411,23 @@ def test_the_admin_api_and_the_cli_show_a_workflow(client, r, redis_url):
     assert missing.exit_code == 2 and "no workflow" in missing.output
 
 
+def test_the_dashboard_shows_where_a_steps_results_go_and_its_kwargs(client, r):
+    """Issue 30 item 2: the Arguments of a step were its own, so `sub.s(100)` read as sub(100);
+    a step given its dependencies' results shows them first, and its kwargs after."""
+    from starlette.testclient import TestClient
+
+    from sidequest.web import create_app
+
+    workflow_id = chord([wf_sub.si(1, 2)], wf_notify.s("ops", urgent=True)).perform_async(client=client)
+    [first, callback] = Workflow.find(workflow_id, client).steps()
+    assert (first["passed"], first["kwargs"], callback["passed"], callback["kwargs"]) == (
+        "none", {}, "list", {"urgent": True})
+    page = TestClient(create_app(client)).get(f"/workflows/{workflow_id}", headers={"Accept": "text/html"}).text
+    row = page[page.index('<tr data-step="2">'):]
+    row = html.unescape(re.sub(r"<[^>]+>", "", row[:row.index("</tr>")]))
+    assert '[results], ["ops"] {"urgent": true}' in row, row
+
+
 def test_the_cli_lists_the_recent_workflows(client, r, redis_url):
     """Issue 28 item 15: `sidequest workflows` had `show ID` only, so finding a workflow's id took
     code. `workflows list` (and `workflows` alone) lists the recent ones, newest first."""
@@ -450,5 +468,6 @@ def test_the_workflows_docs_examples_run(tmp_path, redis_url):
         worker.terminate()
         worker.wait(STARTUP)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == ["succeeded 113", "[2, 4, 6] 12", "failed skipped", "publish succeeded"]
+    assert done.stdout.splitlines() == ["succeeded -91", "[2, 4, 6] ['sum: 12']", "[2, 4, 6] True", "failed skipped",
+                                        "publish succeeded"]
 

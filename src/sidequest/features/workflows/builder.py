@@ -102,7 +102,7 @@ class WorkflowBuilder:
                 "order": order, "jid": payload["jid"], "job": step.signature.label, "after": list(step.after),
                 "dependents": dependents[name], "collect": step.collect, "queue": payload["queue"],
                 "policy": "compensate" if isinstance(step.signature.policy, Signature) else step.signature.policy,
-                "params": payload["args"]}
+                "params": payload["args"], **({"kwargs": payload["kwargs"]} if "kwargs" in payload else {})}
             if isinstance(step.signature.policy, Signature):
                 undo = _payload(chosen, step.signature.policy, None, None, now, keep, False)
                 described |= {"comp": encode(undo)[:-1], "comp_queue": undo["queue"], "comp_jid": undo["jid"],

@@ -59,8 +59,9 @@ class Workflow:
         return _status(self.id, stored)
 
     def steps(self) -> list[dict[str, Any]]:
-        """Every step in the order it was added: name, job, jid, status, after, policy, params,
-        and from its job's status record its result (or error)."""
+        """Every step in the order it was added: name, job, jid, status, after, policy, params
+        (its own arguments), kwargs, passed (what of its dependencies' results comes before them:
+        "none", "one", "list"), and from its job's status record its result (or error)."""
         _, graph_key, state_key, _ = keys.workflow_keys(self.id)
         pipe = self.redis.pipeline(transaction=False)
         pipe.hgetall(graph_key)
@@ -77,6 +78,7 @@ class Workflow:
                 "name": name, "job": step["job"], "jid": step["jid"],
                 "status": states.get(name.encode(), b"unknown").decode(), "after": step["after"],
                 "policy": step["policy"], "compensation": step.get("comp_job"), "params": step["params"],
+                "kwargs": step.get("kwargs") or {}, "passed": step.get("collect", "none"),
                 "result": json.loads(value) if value is not None else None,
                 "error": ": ".join(v.decode("utf-8", "replace") for v in (error_class, error_message) if v) or None,
             })
