@@ -387,6 +387,19 @@ def test_only_the_first_steps_are_pushed_and_arguments_are_checked_at_start(clie
     assert Workflow.find("0" * 24, client) is None
 
 
+def test_a_steps_arguments_are_checked_in_celerys_order_and_say_where_the_result_goes(client, r):
+    with pytest.raises(JobArgumentError, match=r"^step 2: job WfSub takes \(x, y\), got 3 arguments \[None, 2, 3\]: "
+                                               r"too many .* the place of its dependencies' results"):
+        chain(wf_sub.s(10, 1), wf_sub.s(2, 3)).perform_async(client=client)
+    with pytest.raises(JobArgumentError, match=r"^step 2: job WfNotify takes .* unexpected keyword argument 'urgnt'"):
+        chain(wf_sub.s(10, 1), wf_notify.s("ops", urgnt=True)).perform_async(client=client)
+    with pytest.raises(JobArgumentError, match=r"^job WfNotify: keyword argument 'urgent' is not native JSON"):
+        chain(wf_sub.s(10, 1), wf_notify.s("ops", urgent={1})).perform_async(client=client)
+    assert queue_items(r) == []
+    chain(wf_sub.s(10, 1), wf_notify.s(channel="ops")).perform_async(client=client)  # kwargs may fill a positional
+    assert [p["args"] for p in queue_items(r)] == [[10, 1]]
+
+
 def test_cancel_removes_waiting_steps_from_their_queue(client, r):
     workflow_id = group([wf_add.si(1, 0, "q"), wf_add.si(2, 0, "q")]).perform_async(client=client)
     assert Workflow.find(workflow_id, client).cancel() is True

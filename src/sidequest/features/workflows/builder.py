@@ -177,8 +177,16 @@ def _payload(client: Client, signature: Signature, workflow_id: str | None, step
         steer = {"workflow_id": workflow_id, "workflow_step": step}
         options.setdefault("result_ttl", keep)
     args = [None, *signature.args] if passed else list(signature.args)
-    job = _bound(signature, args) if signature.kwargs else signature.job
-    entries, _ = client.build(job, [args], [None], now, options, steer)
+    _check_kwargs(signature)
+    try:
+        job = _bound(signature, args) if signature.kwargs else signature.job
+        entries, _ = client.build(job, [args], [None], now, options, steer)
+    except JobArgumentError as exc:
+        if not passed:
+            raise
+        raise JobArgumentError(f"step {step}: {exc} (the first argument, None here, is the place of its "
+                               "dependencies' results, which a mutable step gets first, as in Celery; "
+                               ".si(...) runs a step with exactly its arguments)") from None
     if not entries:
         raise JobArgumentError(f"client middleware stopped the job {signature.label} of a workflow; a workflow's "
                                "steps cannot be left out")
@@ -205,16 +213,26 @@ class _Bound:
         return dict(self.job.payload_options())
 
 
-def _bound(signature: Signature, args: list[Any]) -> _Bound:
-    """The job of a step with keyword arguments, once they (native JSON, named by strings) and
-    `args` fit its parameters; JobArgumentError, saying which and why, if not."""
+def _check_kwargs(signature: Signature) -> None:
+    """JobArgumentError unless a step's keyword arguments are native JSON named by strings, for
+    a job of this codebase (a wire name's job may be Ruby's, which takes positional ones only)."""
+    if not signature.kwargs:
+        return
     if isinstance(signature.job, str):
         raise JobArgumentError(f"job {signature.job}: a job of another codebase (a wire name) takes positional "
                                "arguments only; pass them positionally")
     for key, value in signature.kwargs.items():
         if not isinstance(key, str) or not key:
             raise JobArgumentError(f"job {signature.label}: keyword argument names are strings, got {key!r}")
-        check_json_value(value, f"keyword argument {key!r}")
+        try:
+            check_json_value(value, f"keyword argument {key!r}")
+        except JobArgumentError as exc:
+            raise JobArgumentError(f"job {signature.label}: {exc}") from None
+
+
+def _bound(signature: Signature, args: list[Any]) -> _Bound:
+    """The job of a step with keyword arguments, once they and `args` fit its parameters;
+    JobArgumentError, saying why, if not."""
     params = getattr(getattr(signature.job, "job_class", signature.job), "_signature", None)
     if params is not None:
         try:
