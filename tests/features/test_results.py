@@ -1,6 +1,7 @@
 """The process-wide `result_ttl` default (`Config.result_ttl`): every job of this codebase keeps
 its state and return value unless it says otherwise, as a Celery app with a result backend."""
 
+import asyncio
 import time
 
 import pytest
@@ -8,7 +9,7 @@ from helpers import pttl_and_spent
 from jobs_for_tests import compute, plain
 
 import sidequest
-from sidequest import Client, Config, ConfigError, NoResultError
+from sidequest import AsyncClient, Client, Config, ConfigError, NoResultError
 
 
 def test_a_jobs_result_is_kept_by_the_configured_default(config, r, start):
@@ -34,6 +35,17 @@ def test_a_jobs_own_result_ttl_wins_and_none_turns_it_off(config, r, start):
     assert sidequest.result(own, timeout=30, client=client) == {"n": 2, "double": 4, "items": [2, None, True]}
     with pytest.raises(NoResultError):
         sidequest.result(off, timeout=30, client=client)
+
+
+def test_an_asyncio_push_keeps_the_default_too(config, r):
+    """The asyncio client builds its payloads with the same code (`Client.build`)."""
+
+    async def push() -> str | None:
+        async with AsyncClient(config.replace(result_ttl=90)) as client:
+            return await client.push(plain, [5])
+
+    jid = asyncio.run(push())
+    assert 0 < r.pttl(f"sidequest:status:{jid}") <= 90_000
 
 
 def test_the_default_is_off_and_comes_from_the_environment(redis_url):
