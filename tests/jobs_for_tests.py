@@ -532,29 +532,54 @@ class IterSliced(IterCount, name="IterSliced"):
 
 # -- workflow jobs ---------------------------------------------------------------------------------
 @sidequest.job(name="WfAdd")
-def wf_add(tag, x, y=0):
-    """Records its run under `tag`; returns x + y (in a chain, y is the previous step's result)."""
+def wf_add(x, y, tag):
+    """Records its run under `tag`; returns x + y (in a chain, x is the previous step's result, as
+    Celery passes it: first)."""
     record("wf", tag, "add", x, y)
     return x + y
 
 
+@sidequest.job(name="WfSub")
+def wf_sub(x, y):
+    """Celery's example: `chain(sub.s(10, 1), sub.s(100))` runs sub(9, 100) = -91."""
+    return x - y
+
+
 @sidequest.job(name="WfSum")
-def wf_sum(tag, values):
-    """A chord's callback: records the list it got and returns its sum (None counts as 0)."""
+def wf_sum(values, tag):
+    """A chord's callback: records the list it got (first, as Celery passes it) and returns its sum
+    (None counts as 0)."""
     record("wf", tag, "sum", values)
     return sum(v or 0 for v in values)
 
 
+@sidequest.job(name="WfNotify")
+def wf_notify(results, channel, *, urgent=False):
+    """A chord's callback as Celery's `notify.s("ops")`: returns what it was given, in order."""
+    return [results, channel, urgent]
+
+
+class WfPayloadKwargs(sidequest.Job, name="WfPayloadKwargs"):
+    """Returns its payload's positional arguments and its "kwargs" key (where keyword arguments travel)."""
+
+    def perform(self, *args, **kwargs):
+        return {"args": self.payload["args"], "kwargs": self.payload.get("kwargs")}
+
+
 @sidequest.job(name="WfStep")
-def wf_step(tag, name, *previous):
-    """Records that step `name` ran, with what it was given; returns the name (markup and all)."""
+def wf_step(*given):
+    """Records that step `name` ran, with what came before its own arguments (a mutable step's
+    dependencies' results, first); returns the name (markup and all). Its own arguments are the
+    last two: `.s(tag, name)`."""
+    *previous, tag, name = given
     record("wf", tag, name, *previous)
     return name
 
 
 @sidequest.job(name="WfFail", retry=False)
-def wf_fail(tag, name, *previous):
-    """Fails for good at once (a business failure, never retried)."""
+def wf_fail(*given):
+    """Fails for good at once (a business failure, never retried); `.s(tag, name)` as wf_step."""
+    *previous, tag, name = given
     record("wf", tag, name, *previous)
     raise sidequest.JobFailed(f"step {name} <failed> on purpose")
 

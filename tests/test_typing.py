@@ -27,6 +27,7 @@ def test_the_public_names_are_exactly_these():
         "Config",
         "ConfigError",
         "CurrentJob",
+        "GroupResult",
         "IterableJob",
         "Job",
         "JobArgumentError",
@@ -208,6 +209,61 @@ def test_reveal_type_shows_the_jobs_own_parameters(mypy_report: tuple[str, list[
     assert "def (user_id: int) -> str | None" in send_async
     assert "def (path: str, width: int) -> str | None" in resize_async
     assert "JobSetter[[path: str, width: int]]" in setter
+
+
+CANVAS_MODULE = '''
+import sidequest
+
+
+@sidequest.job
+def sub(x: int, y: int) -> int:
+    return x - y
+
+
+@sidequest.job
+def notify(results: list[int], channel: str, *, urgent: bool = False) -> None:
+    ...
+
+
+class Resize(sidequest.Job):
+    def perform(self, path: str, width: int) -> None:
+        ...
+
+
+sidequest.chain(sub.s(10, 1), sub.s(100))
+sidequest.chord([sub.s(1, 2), sub.s(3, 4)], notify.s("ops", urgent=True))
+Resize.s("a.png", 200)
+Resize.s(200)
+sub.set(queue="math").s(100)
+sub.si(1, 2)
+values: list[object] = sidequest.group([sub.si(1, 2)]).apply_async().get(timeout=10)
+again: list[object] = sidequest.GroupResult("id").get(timeout=None)
+
+sub.s("x")  # error
+sub.s(1, 2, 3)  # error
+notify.s("ops", urgnt=True)  # error
+notify.s(3)  # error
+Resize.s("a.png")  # error
+Resize.set(queue="big").s("wide")  # error
+sub.set(queue="math").s("x")  # error
+sub.si(1)  # error
+sidequest.chain(sub.s(1, 2)).apply_async()  # error
+'''
+
+
+def test_mypy_checks_a_steps_arguments_in_celerys_order(tmp_path: Path) -> None:
+    """Issue 30 item 2: `.s()` took `*args: Any`, as the result came last and typing cannot drop a
+    ParamSpec's last parameter. With the result first, `Concatenate` drops it: a step is checked
+    with all of its job's arguments (a first step) or all but the first (a step after others)."""
+    source = textwrap.dedent(CANVAS_MODULE).lstrip()
+    (tmp_path / "user_jobs.py").write_text(source, encoding="utf-8")
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-error-summary", "--hide-error-context",
+         "--show-error-codes", "--cache-dir", str(tmp_path / ".mypy_cache"), "user_jobs.py"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    marked = {n for n, text in enumerate(source.splitlines(), 1) if text.endswith("# error")}
+    assert set(_lines(result.stdout.splitlines(), "error")) == marked, result.stdout + result.stderr
+    assert len(marked) == 9
 
 
 def test_the_package_ships_py_typed() -> None:

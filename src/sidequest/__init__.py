@@ -68,7 +68,7 @@ from sidequest.features import registry as _features  # noqa: F401  (fills the w
 from sidequest.features.cancellation import cancel, cancelled
 from sidequest.features.lookup import result, status
 from sidequest.features.tasks import Task, task_message
-from sidequest.features.workflows import Signature, Workflow, chain, chord, group, workflow
+from sidequest.features.workflows import GroupResult, Signature, Workflow, chain, chord, group, workflow
 from sidequest.jobs.definition import Job, JobFunction, job
 from sidequest.jobs.middleware import Chain
 from sidequest.jobs.options import JobOptions
@@ -110,6 +110,7 @@ __all__ = [
     "Config",
     "ConfigError",
     "CurrentJob",
+    "GroupResult",
     "IterableJob",
     "Job",
     "JobArgumentError",

@@ -154,6 +154,9 @@ class Config:
     recovery_interval: float = 15.0
     max_recoveries: int = 3
     job_timeout: float | None = None  # worker default for the `timeout` job option
+    # seconds a job's state and return value are kept (`sidequest.result`) when it has no `result_ttl`
+    # option: the default of the jobs this process pushes; None keeps them only for jobs that ask
+    result_ttl: float | None = None
     max_retries: int = 25
     dead_max_jobs: int = 10_000
     dead_timeout: float = 180 * 24 * 3600.0
@@ -219,7 +222,7 @@ class Config:
                      "heartbeat_ttl", "recovery_interval", "dead_timeout", "task_retention",
                      "task_ttl", "periodic_ttl", "wait_timeout"):
             _positive_number(name, getattr(self, name))
-        for name in ("job_timeout", "max_memory"):
+        for name in ("job_timeout", "max_memory", "result_ttl"):
             if getattr(self, name) is not None:
                 _positive_number(name, getattr(self, name))
         if self.max_jobs is not None:

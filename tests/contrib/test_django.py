@@ -156,6 +156,16 @@ def test_sidequest_setting_maps_onto_config_and_round_trips_through_the_cli_envi
             assert getattr(read_back, key) == getattr(config, key), key
 
 
+def test_the_result_ttl_setting_is_every_jobs_default(shop_db):
+    """Issue 30 item 5: `SIDEQUEST = {"result_ttl": ...}` is the process-wide default of the job
+    option, and reaches the CLI's environment."""
+    from sidequest.contrib.django.conf import cli_environment, config_from_settings
+
+    config = config_from_settings({"result_ttl": 3600}, environ={})
+    assert config.result_ttl == 3600
+    assert Config.from_env(cli_environment({"result_ttl": 3600}, config)).result_ttl == 3600.0
+
+
 def test_an_unknown_setting_is_refused_naming_the_nearest(shop_db):
     from django.core.exceptions import ImproperlyConfigured
 

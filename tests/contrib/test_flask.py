@@ -92,6 +92,18 @@ def test_settings_come_from_app_config_on_top_of_the_environment(redis_url, monk
 
 
 @pytest.mark.usefixtures("isolated")
+def test_the_result_ttl_setting_keeps_every_jobs_result(redis_url, r):
+    """Issue 30 item 5: `SIDEQUEST_RESULT_TTL` is the process-wide default of the job option."""
+    from jobs_for_tests import plain
+
+    app = Flask("results")
+    app.config.update(SIDEQUEST_REDIS_URL=redis_url, SIDEQUEST_RESULT_TTL="600")
+    Sidequest(app)
+    jid = plain.perform_async(1)
+    assert 0 < r.pttl(f"sidequest:status:{jid}") <= 600_000 and sidequest.status(jid) == "queued"
+
+
+@pytest.mark.usefixtures("isolated")
 @pytest.mark.parametrize(("key", "value", "message"), [
     ("SIDEQUEST_CONCURENCY", 5, "app.config['SIDEQUEST_CONCURENCY'] is not a sidequest setting; "
                                 "did you mean SIDEQUEST_CONCURRENCY?"),

@@ -3,6 +3,7 @@ exactly once, the failure policies, cancel, and what the admin API and the CLI s
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import subprocess
@@ -14,7 +15,18 @@ import redis
 from click.testing import CliRunner
 from conftest import PYTHON, ROOT, STARTUP, python_env, wait_until
 from helpers import WorkerProcess, queue_items, ran
-from jobs_for_tests import wf_add, wf_fail, wf_flaky, wf_gate, wf_step, wf_sum, wf_until_cancelled
+from jobs_for_tests import (
+    WfPayloadKwargs,
+    wf_add,
+    wf_fail,
+    wf_flaky,
+    wf_gate,
+    wf_notify,
+    wf_step,
+    wf_sub,
+    wf_sum,
+    wf_until_cancelled,
+)
 
 import sidequest
 from sidequest import Client, Config, Workflow, chain, chord, group, workflow
@@ -77,31 +89,65 @@ def step_states(client: Client, workflow_id: str) -> dict[str, str]:
 
 # -- canvas -----------------------------------------------------------------------------------------
 def test_a_chain_passes_each_result_to_the_next_step_in_order(wclient, wr):
-    workflow_id = chain(wf_add.s("chain", 1, 2), wf_add.s("chain", 10), wf_add.s("chain", 100)).perform_async(
+    workflow_id = chain(wf_add.s(1, 2, "chain"), wf_add.s(10, "chain"), wf_add.s(100, "chain")).perform_async(
         name="add up", client=wclient)
     status = ended(wclient, workflow_id)
     assert status["state"] == "succeeded" and status["name"] == "add up"
     assert status["counts"]["done"] == 3 and status["total"] == 3
-    assert runs(wr, "chain") == [["add", 1, 2], ["add", 10, 3], ["add", 100, 13]]
+    assert runs(wr, "chain") == [["add", 1, 2], ["add", 3, 10], ["add", 13, 100]]
     flow = Workflow.find(workflow_id, wclient)
     assert [s["result"] for s in flow.steps()] == [3, 13, 113]
     assert flow.result("3", timeout=5) == 113 == sidequest.result(flow.steps()[2]["jid"], client=wclient)
 
 
 def test_a_group_of_100_runs_each_step_once(wclient, wr):
-    workflow_id = group([wf_add.si("group", i) for i in range(100)]).perform_async(client=wclient)
+    workflow_id = group([wf_add.si(i, 0, "group") for i in range(100)]).perform_async(client=wclient)
     status = ended(wclient, workflow_id)
     assert status["state"] == "succeeded" and status["counts"]["done"] == 100
     assert sorted(values[1] for values in runs(wr, "group")) == list(range(100))
 
 
 def test_a_chord_callback_gets_the_group_results_in_order_once(wclient, wr):
-    workflow_id = chord([wf_add.si("chord", i, i) for i in range(100)], wf_sum.s("chord")).perform_async(
+    workflow_id = chord([wf_add.si(i, i, "chord") for i in range(100)], wf_sum.s("chord")).perform_async(
         client=wclient)
     ended(wclient, workflow_id)
     sums = [values for values in runs(wr, "chord") if values[0] == "sum"]
     assert sums == [["sum", [2 * i for i in range(100)]]]
     assert Workflow.find(workflow_id, wclient).result("101") == 9900
+
+
+def test_a_chain_passes_the_previous_result_first_as_celery_does(wclient):
+    """Issue 30 item 2: a mutable step got its dependency's result as its last argument, so
+    Celery's `chain(sub.s(10, 1), sub.s(100))` ran sub(100, 9) = 91; Celery runs sub(9, 100) = -91."""
+    workflow_id = chain(wf_sub.s(10, 1), wf_sub.s(100)).perform_async(client=wclient)
+    flow = Workflow.find(workflow_id, wclient)
+    assert flow.result("2", timeout=DEADLINE) == -91
+    assert [s["params"] for s in flow.steps()] == [[10, 1], [100]]  # the arguments given, as written
+
+
+def test_a_chord_callback_and_a_step_after_a_group_get_the_list_first(wclient):
+    """Issue 30 item 2: Celery's `notify.s("ops")` as a chord's callback runs notify(results, "ops");
+    it ran notify("ops", results). The same for a step after a group in a chain; `.si` is unchanged."""
+    header = [wf_add.si(i, i, "notify") for i in (1, 2, 3)]
+    callback = Workflow.find(chord(header, wf_notify.s("ops")).perform_async(client=wclient), wclient)
+    after_group = Workflow.find(chain(wf_sub.s(10, 1), group([wf_sub.s(1), wf_sub.s(2)]),
+                                      wf_notify.s("ops")).perform_async(client=wclient), wclient)
+    immutable = Workflow.find(chord(header, wf_notify.si([0], "exact")).perform_async(client=wclient), wclient)
+    assert callback.result("4", timeout=DEADLINE) == [[2, 4, 6], "ops", False]
+    assert after_group.result("4", timeout=DEADLINE) == [[8, 7], "ops", False]
+    assert immutable.result("4", timeout=DEADLINE) == [[0], "exact", False]
+
+
+def test_a_steps_keyword_arguments_travel_in_its_payload(wclient):
+    """Issue 30 item 2: `.s()` and `.si()` refused keyword arguments; a step's kwargs are now its
+    payload's top-level "kwargs" (the wire form of keyword arguments), for a first step pushed at
+    start and for a step the workflow releases later."""
+    flow = Workflow.find(chain(WfPayloadKwargs.s(1, mode="first"), WfPayloadKwargs.s(mode="next"),
+                               WfPayloadKwargs.si(mode="exact")).perform_async(client=wclient), wclient)
+    assert flow.result("3", timeout=DEADLINE) == {"args": [], "kwargs": {"mode": "exact"}}
+    assert [s["result"] for s in flow.steps()[:2]] == [
+        {"args": [1], "kwargs": {"mode": "first"}}, {"args": [{"args": [1], "kwargs": {"mode": "first"}}],
+                                                      "kwargs": {"mode": "next"}}]
 
 
 def test_ten_dependencies_finishing_at_once_release_their_dependent_exactly_once(wclient, wr):
@@ -313,7 +359,7 @@ def test_cancel_stops_the_workflow_and_the_running_step_sees_the_flag(wclient, w
 
 
 def test_every_key_of_a_workflow_expires(wclient, wr):
-    workflow_id = chain(wf_add.s("ttl", 1), wf_add.s("ttl", 2)).perform_async(client=wclient, ttl=3600)
+    workflow_id = chain(wf_add.s(1, 0, "ttl"), wf_add.s(2, "ttl")).perform_async(client=wclient, ttl=3600)
     ended(wclient, workflow_id)
     for key in [*keys.workflow_keys(workflow_id), keys.WORKFLOWS_RECENT]:
         assert 0 < wr.ttl(key) <= 3600, key
@@ -323,26 +369,39 @@ def test_every_key_of_a_workflow_expires(wclient, wr):
 
 # -- without workers: building, checking, reading ---------------------------------------------------
 def test_only_the_first_steps_are_pushed_and_arguments_are_checked_at_start(client, r):
-    workflow_id = chain(wf_add.s("x", 1), wf_add.s("x", 2)).perform_async(client=client)
+    workflow_id = chain(wf_add.s(1, 0, "x"), wf_add.s(2, "x")).perform_async(client=client)
     [payload] = queue_items(r)
-    assert payload["class"] == "WfAdd" and payload["args"] == ["x", 1]
+    assert payload["class"] == "WfAdd" and payload["args"] == [1, 0, "x"]
     assert payload["workflow_id"] == workflow_id and payload["workflow_step"] == "1"
     second = Workflow.find(workflow_id, client).steps()[1]["jid"]
     assert sidequest.status(second, client=client) == "scheduled"  # waiting for its dependency
     assert Workflow.find(workflow_id, client).status()["counts"] == {
         "waiting": 1, "enqueued": 1, "running": 0, "done": 0, "failed": 0, "cancelled": 0, "skipped": 0}
     with pytest.raises(JobArgumentError):
-        chain(wf_add.s("x", 1), wf_add.s("x", 2, 3)).perform_async(client=client)  # no room for the result
+        chain(wf_add.s(1, 0, "x"), wf_add.s(2, 3, "x")).perform_async(client=client)  # no room for the result
     with pytest.raises(ValueError, match="not in the workflow yet"):
-        workflow().add("b", wf_add.si("x", 1), after=["a"])
+        workflow().add("b", wf_add.si(1, 0, "x"), after=["a"])
     with pytest.raises(ValueError, match="on_failure takes"):
-        wf_add.s("x").on_failure("ignore")  # type: ignore[arg-type]
+        wf_add.s(1, "x").on_failure("ignore")  # type: ignore[arg-type]
     assert len(queue_items(r)) == 1  # a refused workflow writes nothing
     assert Workflow.find("0" * 24, client) is None
 
 
+def test_a_steps_arguments_are_checked_in_celerys_order_and_say_where_the_result_goes(client, r):
+    with pytest.raises(JobArgumentError, match=r"^step 2: job WfSub takes \(x, y\), got 3 arguments \[None, 2, 3\]: "
+                                               r"too many .* the place of its dependencies' results"):
+        chain(wf_sub.s(10, 1), wf_sub.s(2, 3)).perform_async(client=client)
+    with pytest.raises(JobArgumentError, match=r"^step 2: job WfNotify takes .* unexpected keyword argument 'urgnt'"):
+        chain(wf_sub.s(10, 1), wf_notify.s("ops", urgnt=True)).perform_async(client=client)
+    with pytest.raises(JobArgumentError, match=r"^job WfNotify: keyword argument 'urgent' is not native JSON"):
+        chain(wf_sub.s(10, 1), wf_notify.s("ops", urgent={1})).perform_async(client=client)
+    assert queue_items(r) == []
+    chain(wf_sub.s(10, 1), wf_notify.s(channel="ops")).perform_async(client=client)  # kwargs may fill a positional
+    assert [p["args"] for p in queue_items(r)] == [[10, 1]]
+
+
 def test_cancel_removes_waiting_steps_from_their_queue(client, r):
-    workflow_id = group([wf_add.si("q", 1), wf_add.si("q", 2)]).perform_async(client=client)
+    workflow_id = group([wf_add.si(1, 0, "q"), wf_add.si(2, 0, "q")]).perform_async(client=client)
     assert Workflow.find(workflow_id, client).cancel() is True
     assert queue_items(r) == []
     status = Workflow.find(workflow_id, client).status()
@@ -350,7 +409,7 @@ def test_cancel_removes_waiting_steps_from_their_queue(client, r):
 
 
 def test_the_admin_api_and_the_cli_show_a_workflow(client, r, redis_url):
-    workflow_id = chord([wf_add.si("cli", 1)], wf_sum.s("cli")).perform_async(name="<b>report</b>", client=client)
+    workflow_id = chord([wf_add.si(1, 0, "cli")], wf_sum.s("cli")).perform_async(name="<b>report</b>", client=client)
     detail = workflow_detail(workflow_id, client)
     assert detail is not None and detail["name"] == "<b>report</b>"
     assert [(s["name"], s["status"], s["after"]) for s in detail["steps"]] == [
@@ -365,11 +424,28 @@ def test_the_admin_api_and_the_cli_show_a_workflow(client, r, redis_url):
     assert missing.exit_code == 2 and "no workflow" in missing.output
 
 
+def test_the_dashboard_shows_where_a_steps_results_go_and_its_kwargs(client, r):
+    """Issue 30 item 2: the Arguments of a step were its own, so `sub.s(100)` read as sub(100);
+    a step given its dependencies' results shows them first, and its kwargs after."""
+    from starlette.testclient import TestClient
+
+    from sidequest.web import create_app
+
+    workflow_id = chord([wf_sub.si(1, 2)], wf_notify.s("ops", urgent=True)).perform_async(client=client)
+    [first, callback] = Workflow.find(workflow_id, client).steps()
+    assert (first["passed"], first["kwargs"], callback["passed"], callback["kwargs"]) == (
+        "none", {}, "list", {"urgent": True})
+    page = TestClient(create_app(client)).get(f"/workflows/{workflow_id}", headers={"Accept": "text/html"}).text
+    row = page[page.index('<tr data-step="2">'):]
+    row = html.unescape(re.sub(r"<[^>]+>", "", row[:row.index("</tr>")]))
+    assert '[results], ["ops"] {"urgent": true}' in row, row
+
+
 def test_the_cli_lists_the_recent_workflows(client, r, redis_url):
     """Issue 28 item 15: `sidequest workflows` had `show ID` only, so finding a workflow's id took
     code. `workflows list` (and `workflows` alone) lists the recent ones, newest first."""
-    first = chord([wf_add.si("list", 1)], wf_sum.s("list")).perform_async(name="nightly report", client=client)
-    second = group([wf_add.si("list", 2), wf_add.si("list", 3)]).perform_async(client=client)
+    first = chord([wf_add.si(1, 0, "list")], wf_sum.s("list")).perform_async(name="nightly report", client=client)
+    second = group([wf_add.si(2, 0, "list"), wf_add.si(3, 0, "list")]).perform_async(client=client)
     Workflow.find(second, client).cancel()
     runner = CliRunner()
     listed = runner.invoke(main, ["workflows", "list", "--json", "--redis-url", redis_url])
@@ -405,5 +481,6 @@ def test_the_workflows_docs_examples_run(tmp_path, redis_url):
         worker.terminate()
         worker.wait(STARTUP)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == ["succeeded 113", "[2, 4, 6] 12", "failed skipped", "publish succeeded"]
+    assert done.stdout.splitlines() == ["succeeded -91", "[2, 4, 6] ['sum: 12']", "[2, 4, 6] True", "failed skipped",
+                                        "publish succeeded"]
 

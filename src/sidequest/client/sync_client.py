@@ -128,6 +128,8 @@ class Client:
         `steer`: the fields a feature sets on its own jobs (`options.FEATURE_FIELDS`), which no
         option may set."""
         name, base = self._describe(job, options)
+        if self.config.result_ttl is not None and "result_ttl" not in base and not isinstance(job, str):
+            base["result_ttl"] = self.config.result_ttl  # the default; a wire name may be a Ruby job's: none
         if steer:
             base.update(steer)
         # a job of this codebase binds each push to its signature; a bare name cannot be checked

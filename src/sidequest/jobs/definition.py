@@ -33,7 +33,20 @@ import functools
 import inspect
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, ParamSpec, Protocol, TypeVar, Unpack, cast, overload
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    ClassVar,
+    Concatenate,
+    Generic,
+    Literal,
+    ParamSpec,
+    Protocol,
+    TypeVar,
+    Unpack,
+    cast,
+    overload,
+)
 
 from sidequest.client.sync_client import default_client
 from sidequest.errors import JobArgumentError, JobDefinitionError
@@ -55,6 +68,7 @@ if TYPE_CHECKING:
     from sidequest.features.workflows.signature import Signature
 
 P = ParamSpec("P")
+Q = ParamSpec("Q")  # `s`: a job's parameters after the first, where its dependencies' results go (Celery's order)
 R = TypeVar("R")
 
 Delay = float | timedelta  # perform_in: seconds (int or float) or a timedelta
@@ -178,10 +192,20 @@ class Job:
 
     aio = _Aio()  # `await Resize.aio.perform_async(...)`: the same methods for asyncio code
 
+    # `s` is typed both ways: with every argument (a first step, which gets no result) or with all
+    # but the first (a step after others: their results come first, as Celery passes them).
+    @overload
     @classmethod
-    def s(cls, *args: Any) -> Signature:
-        """A workflow step whose dependencies' results come as its last argument (see `workflows`)."""
-        return _signature(cls, args, {}, {}, immutable=False)
+    def s(cls: type[_Performs[Concatenate[Any, Q]]], *args: Q.args, **kwargs: Q.kwargs) -> Signature: ...
+
+    @overload
+    @classmethod
+    def s(cls: type[_Performs[P]], *args: P.args, **kwargs: P.kwargs) -> Signature: ...
+
+    @classmethod
+    def s(cls, *args: Any, **kwargs: Any) -> Signature:
+        """A workflow step whose dependencies' results come as its first argument (see `workflows`)."""
+        return _signature(cls, args, kwargs, {}, immutable=False)
 
     @classmethod
     def si(cls: type[_Performs[P]], *args: P.args, **kwargs: P.kwargs) -> Signature:
@@ -206,12 +230,11 @@ class Job:
 
 def _signature(job_class: type[Job], args: tuple[Any, ...], kwargs: dict[str, Any], options: dict[str, Any],
                immutable: bool) -> Signature:
-    """A workflow step (`s` takes the leading arguments only: typing cannot drop a ParamSpec's last
-    parameter, so they are checked when the workflow starts)."""
+    """A workflow step (its arguments are checked when the workflow starts, where a mutable
+    step's place for its dependencies' results is known)."""
     from sidequest.features.workflows.signature import Signature  # loaded only by code that builds workflows
 
-    refuse_keywords(job_class.name, job_class._signature, "si" if immutable else "s", kwargs)
-    return Signature(job_class, tuple(args), dict(options), immutable=immutable)
+    return Signature(job_class, tuple(args), dict(options), immutable=immutable, kwargs=dict(kwargs))
 
 
 def _setter(job_class: type[_Performs[P]], options: dict[str, Any] | None = None) -> JobSetter[P]:
@@ -252,9 +275,15 @@ class JobSetter(Generic[P]):
                      spread: Delay | None = None) -> list[str | None]:
         return self._client().push_bulk(self.job_class, args_list, at=at, spread=spread, **self.options)
 
-    def s(self, *args: Any) -> Signature:
-        """A workflow step with these options, given its dependencies' results as its last argument."""
-        return _signature(self.job_class, args, {}, self.options, immutable=False)
+    @overload
+    def s(self: JobSetter[Concatenate[Any, Q]], *args: Q.args, **kwargs: Q.kwargs) -> Signature: ...
+
+    @overload
+    def s(self, *args: P.args, **kwargs: P.kwargs) -> Signature: ...
+
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """A workflow step with these options, given its dependencies' results as its first argument."""
+        return _signature(self.job_class, args, kwargs, self.options, immutable=False)
 
     def si(self, *args: P.args, **kwargs: P.kwargs) -> Signature:
         """A workflow step with these options and exactly these arguments."""
@@ -367,9 +396,15 @@ class JobFunction(Generic[P, R]):
                      spread: Delay | None = None) -> list[str | None]:
         return self.set().perform_bulk(args_list, at=at, spread=spread)
 
-    def s(self, *args: Any) -> Signature:
-        """A workflow step given its dependencies' results as its last argument (see `workflows`)."""
-        return self.set().s(*args)
+    @overload
+    def s(self: JobFunction[Concatenate[Any, Q], R], *args: Q.args, **kwargs: Q.kwargs) -> Signature: ...
+
+    @overload
+    def s(self, *args: P.args, **kwargs: P.kwargs) -> Signature: ...
+
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """A workflow step given its dependencies' results as its first argument (see `workflows`)."""
+        return _signature(self.job_class, args, kwargs, {}, immutable=False)
 
     def si(self, *args: P.args, **kwargs: P.kwargs) -> Signature:
         """A workflow step with exactly these arguments (see `workflows`)."""

@@ -15,7 +15,8 @@ Parts, by role:
                its failure policy (stop, continue, a compensating job)
     builder    WorkflowBuilder: named steps with `after=`, written and started in one transaction
     canvas     chain, group, chord: workflows built for you
-    handle     Workflow, the handle: status, steps with their results, result(step), cancel
+    handle     Workflow, the handle: status, steps with their results, result(step), results, cancel;
+               GroupResult, Celery's handle on a group (`group(...).apply_async()`)
     feature    WorkflowFeature, the lifecycle feature that records each step's fate and pushes its
                dependents in the move that files its job
     lua        the workflows' Lua: the shared library, the lifecycle operation, the cancel
@@ -24,7 +25,7 @@ Parts, by role:
 from sidequest.features.workflows.builder import STATUSES, TTL, WorkflowBuilder
 from sidequest.features.workflows.canvas import Chain, Group, chain, chord, group, workflow
 from sidequest.features.workflows.feature import WorkflowFeature
-from sidequest.features.workflows.handle import Workflow
+from sidequest.features.workflows.handle import GroupResult, Workflow
 from sidequest.features.workflows.signature import Signature
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "TTL",
     "Chain",
     "Group",
+    "GroupResult",
     "Signature",
     "Workflow",
     "WorkflowBuilder",

@@ -3,7 +3,7 @@
     flow = (sidequest.workflow("publish a.png")
             .add("resize", resize.s("a.png"))
             .add("thumb", thumbnail.s("a.png"))
-            .add("upload", upload.s(), after=["resize", "thumb"]))   # gets [resize's, thumb's result]
+            .add("upload", upload.s("s3"), after=["resize", "thumb"]))   # upload([resize's, thumb's], "s3")
     workflow_id = flow.perform_async()
 
 Steps are added after their dependencies (so the graph has no cycle by construction). At
@@ -27,8 +27,9 @@ from sidequest.client.sync_client import Client, Replicas, default_client
 from sidequest.errors import JobArgumentError
 from sidequest.features.recent import remember
 from sidequest.features.workflows.signature import Signature
+from sidequest.jobs.arguments import display
 from sidequest.jobs.options import check_options
-from sidequest.jobs.payload import encode
+from sidequest.jobs.payload import check_json_value, encode
 from sidequest.store import keys
 
 TTL = 7 * 24 * 3600  # seconds a workflow's records (and its steps' results) are kept after its last change
@@ -54,8 +55,9 @@ class WorkflowBuilder:
 
     def add(self, step: str, signature: Signature, *, after: Sequence[str] = ()) -> WorkflowBuilder:
         """Add a step that runs once every step named in `after` has finished. A mutable
-        signature (`.s`) gets the result of its one dependency as its last argument, or the list
-        of its dependencies' results (in `after` order); an immutable one (`.si`) gets nothing."""
+        signature (`.s`) gets the result of its one dependency as its first argument (Celery's
+        order), or the list of its dependencies' results (in `after` order); an immutable one
+        (`.si`) gets nothing."""
         collect: Collect = "none" if signature.immutable or not after else "one" if len(after) == 1 else "list"
         return self.add_step(step, signature, tuple(after), collect)
 
@@ -100,7 +102,7 @@ class WorkflowBuilder:
                 "order": order, "jid": payload["jid"], "job": step.signature.label, "after": list(step.after),
                 "dependents": dependents[name], "collect": step.collect, "queue": payload["queue"],
                 "policy": "compensate" if isinstance(step.signature.policy, Signature) else step.signature.policy,
-                "params": payload["args"]}
+                "params": payload["args"], **({"kwargs": payload["kwargs"]} if "kwargs" in payload else {})}
             if isinstance(step.signature.policy, Signature):
                 undo = _payload(chosen, step.signature.policy, None, None, now, keep, False)
                 described |= {"comp": encode(undo)[:-1], "comp_queue": undo["queue"], "comp_jid": undo["jid"],
@@ -166,19 +168,76 @@ def _declared_queue(signature: Signature) -> str:
 
 def _payload(client: Client, signature: Signature, workflow_id: str | None, step: str | None, now: float,
              keep: int, passed: bool) -> dict[str, Any]:
-    """The checked payload of a step's job (`passed`: with the place of its dependencies' results
-    filled for the check, then left out), or of a compensating job (no workflow fields)."""
+    """The checked payload of a step's job (`passed`: with the place of its dependencies' results,
+    the first argument, filled for the check, then left out), or of a compensating job (no
+    workflow fields). A step's keyword arguments are the payload's "kwargs"."""
     options = check_options(dict(signature.options))
     steer = None
     if workflow_id is not None and step is not None:
         steer = {"workflow_id": workflow_id, "workflow_step": step}
         options.setdefault("result_ttl", keep)
-    args = [*signature.args, None] if passed else list(signature.args)
-    entries, _ = client.build(signature.job, [args], [None], now, options, steer)
+    args = [None, *signature.args] if passed else list(signature.args)
+    _check_kwargs(signature)
+    try:
+        job = _bound(signature, args) if signature.kwargs else signature.job
+        entries, _ = client.build(job, [args], [None], now, options, steer)
+    except JobArgumentError as exc:
+        if not passed:
+            raise
+        raise JobArgumentError(f"step {step}: {exc} (the first argument, None here, is the place of its "
+                               "dependencies' results, which a mutable step gets first, as in Celery; "
+                               ".si(...) runs a step with exactly its arguments)") from None
     if not entries:
         raise JobArgumentError(f"client middleware stopped the job {signature.label} of a workflow; a workflow's "
                                "steps cannot be left out")
     payload = entries[0][0]
     if passed:
-        payload["args"] = payload["args"][:-1]
+        payload["args"] = payload["args"][1:]
+    if signature.kwargs:
+        payload["kwargs"] = dict(signature.kwargs)
     return payload
+
+
+@dataclass(frozen=True)
+class _Bound:
+    """A step's job whose arguments `_bound` has checked with its keyword arguments: `Client.build`
+    takes its name and options, and leaves its positional-only check out."""
+
+    job: Any
+
+    @property
+    def name(self) -> str:
+        return str(self.job.name)
+
+    def payload_options(self) -> dict[str, Any]:
+        return dict(self.job.payload_options())
+
+
+def _check_kwargs(signature: Signature) -> None:
+    """JobArgumentError unless a step's keyword arguments are native JSON named by strings, for
+    a job of this codebase (a wire name's job may be Ruby's, which takes positional ones only)."""
+    if not signature.kwargs:
+        return
+    if isinstance(signature.job, str):
+        raise JobArgumentError(f"job {signature.job}: a job of another codebase (a wire name) takes positional "
+                               "arguments only; pass them positionally")
+    for key, value in signature.kwargs.items():
+        if not isinstance(key, str) or not key:
+            raise JobArgumentError(f"job {signature.label}: keyword argument names are strings, got {key!r}")
+        try:
+            check_json_value(value, f"keyword argument {key!r}")
+        except JobArgumentError as exc:
+            raise JobArgumentError(f"job {signature.label}: {exc}") from None
+
+
+def _bound(signature: Signature, args: list[Any]) -> _Bound:
+    """The job of a step with keyword arguments, once they and `args` fit its parameters;
+    JobArgumentError, saying why, if not."""
+    params = getattr(getattr(signature.job, "job_class", signature.job), "_signature", None)
+    if params is not None:
+        try:
+            params.bind(*args, **signature.kwargs)
+        except TypeError as exc:
+            raise JobArgumentError(f"job {signature.label} takes {display(params)}, got {args!r} and "
+                                   f"{signature.kwargs!r}: {exc}") from None
+    return _Bound(signature.job)

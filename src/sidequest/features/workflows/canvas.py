@@ -1,12 +1,16 @@
 """Celery's canvas on workflows: `chain`, `group` and `chord`, each started with `perform_async`.
 
-    sidequest.chain(fetch.s(url), parse.s(), store.s()).perform_async()    # parse(html), store(parsed)
+    sidequest.chain(sub.s(10, 1), sub.s(100)).perform_async()              # sub(10, 1), then sub(9, 100)
     sidequest.group([resize.s(p) for p in paths]).perform_async()          # in parallel
-    sidequest.chord([price.s(sku) for sku in skus], total.s()).perform_async()   # total([p1, p2, ...])
+    sidequest.chord([price.s(sku) for sku in skus], notify.s("ops")).perform_async()  # notify([p1, ...], "ops")
+    sidequest.group([price.s(sku) for sku in skus]).apply_async().get(timeout=10)   # [p1, p2, ...]
 
-Each builds a `WorkflowBuilder` (`.workflow()`) whose steps are named "1", "2", ... in the order
-they run, and returns the workflow's id. They nest: a chain may hold groups (the step after a
-group gets the list of its results, as a chord's callback), a group may hold chains.
+Arguments follow Celery's order: a mutable step's dependencies' result (or list of results)
+comes first, before the arguments its signature gives. Each builds a `WorkflowBuilder`
+(`.workflow()`) whose steps are named "1", "2", ... in the order they run; `perform_async`
+returns the workflow's id, `apply_async` a `GroupResult` (Celery's handle: `.id`, `.get()`).
+They nest: a chain may hold groups (the step after a group gets the list of its results, as a
+chord's callback), a group may hold chains.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import Any
 
 from sidequest.client.sync_client import Client
 from sidequest.features.workflows.builder import TTL, Collect, WorkflowBuilder
+from sidequest.features.workflows.handle import GroupResult
 from sidequest.features.workflows.signature import Signature
 
 
@@ -53,7 +58,7 @@ def _place(item: Any, builder: WorkflowBuilder, after: tuple[str, ...], collect:
 
 
 class Chain(Canvas):
-    """Steps one after the other, each result passed on to the next mutable step (its last argument)."""
+    """Steps one after the other, each result passed on to the next mutable step (its first argument)."""
 
     def __init__(self, *items: Item) -> None:
         if not items:
@@ -89,6 +94,10 @@ class Group(Canvas):
 
     def ends_in_group(self) -> bool:
         return True
+
+    def apply_async(self, *, name: str = "", client: Client | None = None, ttl: float = TTL) -> GroupResult:
+        """Start it, as `perform_async`; return Celery's handle on it (`.id`, `.get(timeout=)`)."""
+        return GroupResult(self.perform_async(name=name, client=client, ttl=ttl), client)
 
 
 def chain(*items: Item) -> Chain:

@@ -1,10 +1,13 @@
-"""A workflow's handle: read its state and its steps, wait for a step's result, cancel it.
+"""A workflow's handle: read its state and its steps, wait for its results, cancel it; and
+Celery's `GroupResult` on it.
 
     flow = Workflow.find(workflow_id)            # None if unknown (or expired)
     flow.status()      # {"state": "running", "counts": {"done": 2, ...}, "done": False, ...}
     flow.steps()       # [{"name": "resize", "status": "done", "result": ..., "after": [], ...}, ...]
     flow.result("upload", timeout=30)            # that step's return value (`sidequest.result`)
+    flow.results(timeout=30)   # its final steps' return values, in order: a group's, [a chord's callback's]
     flow.cancel()      # no further step starts; running steps see `sidequest.cancelled()`
+    GroupResult(workflow_id).get(timeout=30)     # flow.results(), as Celery's GroupResult.get()
 
 States: running, succeeded (every step done), failed (a step failed: with policy "stop" or a
 compensating job at once, with "continue" once every step has ended), cancelled.
@@ -13,6 +16,7 @@ compensating job at once, with "continue" once every step has ended), cancelled.
 from __future__ import annotations
 
 import json
+import time
 from typing import Any, cast
 
 import redis
@@ -55,8 +59,9 @@ class Workflow:
         return _status(self.id, stored)
 
     def steps(self) -> list[dict[str, Any]]:
-        """Every step in the order it was added: name, job, jid, status, after, policy, params,
-        and from its job's status record its result (or error)."""
+        """Every step in the order it was added: name, job, jid, status, after, policy, params
+        (its own arguments), kwargs, passed (what of its dependencies' results comes before them:
+        "none", "one", "list"), and from its job's status record its result (or error)."""
         _, graph_key, state_key, _ = keys.workflow_keys(self.id)
         pipe = self.redis.pipeline(transaction=False)
         pipe.hgetall(graph_key)
@@ -73,6 +78,7 @@ class Workflow:
                 "name": name, "job": step["job"], "jid": step["jid"],
                 "status": states.get(name.encode(), b"unknown").decode(), "after": step["after"],
                 "policy": step["policy"], "compensation": step.get("comp_job"), "params": step["params"],
+                "kwargs": step.get("kwargs") or {}, "passed": step.get("collect", "none"),
                 "result": json.loads(value) if value is not None else None,
                 "error": ": ".join(v.decode("utf-8", "replace") for v in (error_class, error_message) if v) or None,
             })
@@ -88,6 +94,29 @@ class Workflow:
         if raw is None:
             raise LookupError(f"workflow {self.id} has no step {step!r} (or has expired)")
         return result(json.loads(cast("bytes", raw))["jid"], timeout, client=self.client)
+
+    def results(self, timeout: float | None = 10.0) -> list[Any]:
+        """Wait up to `timeout` s in all (None: no limit) for the final steps, those no step comes
+        after, to end; their return values in the order they were added: every step of a group,
+        the callback of a chord (a one-item list), the last step of a chain. Each is waited for as
+        `result` waits (blocked on its record's notify list) and raises as it does (JobFailed for
+        a failed step, Cancelled for a skipped one); TimeoutError names the step not ended."""
+        graph = cast("dict[bytes, bytes]", self.redis.hgetall(keys.workflow_keys(self.id)[1]))
+        if not graph:
+            raise LookupError(f"workflow {self.id} does not exist (or has expired)")
+        described = sorted(((k.decode(), json.loads(v)) for k, v in graph.items()), key=lambda s: s[1]["order"])
+        deadline = None if timeout is None else time.monotonic() + timeout
+        values = []
+        for name, step in described:
+            if step["dependents"]:
+                continue
+            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            try:
+                values.append(result(step["jid"], left, client=self.client))
+            except TimeoutError:
+                raise TimeoutError(f"workflow {self.id}: step {name!r} ({step['job']}) has not ended after "
+                                   f"{timeout:g} s") from None
+        return values
 
     def cancel(self) -> bool:
         """Cancel the workflow: no further step starts, waiting steps are skipped, enqueued ones
@@ -121,3 +150,29 @@ def _status(workflow_id: str, stored: dict[bytes, bytes]) -> dict[str, Any]:
         "created_at": float(raw["created_at"]) if "created_at" in raw else None,
         "finished_at": float(raw["finished_at"]) if "finished_at" in raw else None,
     }
+
+
+class GroupResult:
+    """Celery's GroupResult on a workflow: what `group(...).apply_async()` returns, and what
+    `GroupResult(workflow_id)` finds again (Celery's `GroupResult.restore`).
+
+        handle = sidequest.group([price.s(sku) for sku in skus]).apply_async()
+        handle.id                   # the workflow's id: Workflow.find(handle.id)
+        handle.get(timeout=10)      # [p1, p2, ...] in order, once all have ended (`Workflow.results`)
+        handle.ready()              # True once no step waits, is enqueued or runs
+    """
+
+    def __init__(self, workflow_id: str, client: Client | None = None) -> None:
+        self.id = workflow_id
+        self.workflow = Workflow(workflow_id, client)
+
+    def get(self, timeout: float | None = 10.0) -> list[Any]:
+        """The steps' results in order, waiting up to `timeout` s (None: no limit); raises as
+        `Workflow.results` does (the first failed step's JobFailed, as Celery's `propagate=True`)."""
+        return self.workflow.results(timeout)
+
+    def ready(self) -> bool:
+        return bool(self.workflow.status()["done"])
+
+    def __repr__(self) -> str:
+        return f"<GroupResult {self.id}>"

@@ -35,7 +35,8 @@ local function wf_graph(K, step)
 end
 -- Push a step whose dependencies are all resolved; a mutable step gets their results (JSON from
 -- their status records, null when there is none: a failed dependency under "continue") as its
--- last argument: the one result, or the list of them in `after` order.
+-- first argument, as Celery passes a parent's result: the one result, or the list of them in
+-- `after` order.
 local function wf_release(K, step, now)
   local g = wf_graph(K, step)
   local args = g['args']
@@ -46,7 +47,7 @@ local function wf_release(K, step, now)
     end
     local passed = values[1]
     if g['collect'] == 'list' then passed = '[' .. table.concat(values, ',') .. ']' end
-    if args == '[]' then args = '[' .. passed .. ']' else args = string.sub(args, 1, -2) .. ',' .. passed .. ']' end
+    if args == '[]' then args = '[' .. passed .. ']' else args = '[' .. passed .. ',' .. string.sub(args, 2) end
   end
   wf_list(g['queue'])
   local payload = '{"args":' .. args .. ',' .. g['rest'] .. ',"enqueued_at":' .. now .. '}'

@@ -1,14 +1,16 @@
 """A step to run: a job with its arguments and options (`job.s(...)`, `job.si(...)`), and how a
 failure of it is handled.
 
-    resize.s("a.png")          # mutable: the result(s) of its dependencies come as its last argument
+    sub.s(100)                 # mutable: the result(s) of its dependencies come first, sub(<result>, 100)
     upload.si("a.png", "s3")   # immutable: exactly these arguments
+    notify.s("ops", urgent=True)              # keyword arguments travel as the payload's "kwargs"
     charge.s(7).on_failure("continue")        # its dependents run anyway (its result is None)
     charge.s(7).on_failure(refund.si(7))      # run a compensating job, then stop the workflow
 
-`si` is typed with the job's parameters; `s` cannot be (Python's `Concatenate` only removes
-leading parameters, and the result is the last one), so its arguments are checked at
-`perform_async`, against the job's signature with the result's place filled.
+The order is Celery's: a parent's result is a mutable step's first argument. `si` is typed with
+the job's parameters; `s` with all of them (a first step, which gets no result) or all but the
+first (`Concatenate`). Both are checked again at `perform_async`, against the job's signature
+with the result's place filled, before anything is written.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ class Signature:
     options: dict[str, Any] = field(default_factory=dict)
     immutable: bool = False  # True: the dependencies' results are not passed on
     policy: Policy | Signature = "stop"  # on failure: stop, continue, or run this compensating job
+    kwargs: dict[str, Any] = field(default_factory=dict)  # keyword arguments: the payload's "kwargs"
 
     def on_failure(self, policy: Policy | Signature) -> Signature:
         """The same step with another failure policy: "stop" (the default), "continue", or a
