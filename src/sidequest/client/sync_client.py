@@ -52,7 +52,7 @@ from sidequest.jobs.options import (
     spread_times,
 )
 from sidequest.jobs.payload import Shapes, check_args, check_kwargs, encode, encode_fast, in_millis, new_jids, stamp
-from sidequest.jobs.registry import default_registry
+from sidequest.jobs.registry import Registry, default_registry
 from sidequest.store import direct as direct_path
 from sidequest.store import keys
 from sidequest.store.connection import connect, is_cluster_url
@@ -66,6 +66,8 @@ class Client:
     # Whether rate limits (`sidequest.limiter`) count on this client's Redis. The clients of
     # `sidequest.testing`'s fake and inline modes have none: a limiter on them lets everyone in.
     counts_limits: ClassVar[bool] = True
+    # Where a push by name with keyword arguments finds its Python job (testing's fakes: theirs).
+    job_registry: Registry = default_registry
 
     def __init__(self, config: Config | None = None, *, redis_client: redis.Redis | None = None,
                  clock: Callable[[], float] = time.time) -> None:
@@ -140,7 +142,7 @@ class Client:
         if kwargs:  # most pushes: none, and no other work
             keywords = check_kwargs(kwargs)
             if isinstance(job, str):
-                fits = _python_job(job, keywords).check_arguments
+                fits = _python_job(self.job_registry, job, keywords).check_arguments
         checked = []
         for index, args in enumerate(args_list):
             try:
@@ -351,12 +353,12 @@ def collection_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _python_job(name: str, kwargs: Mapping[str, Any]) -> Any:
+def _python_job(registry: Registry, name: str, kwargs: Mapping[str, Any]) -> Any:
     """The registered Python job a push by `name` with keyword arguments goes to; refused in
     one line for any other name: its worker (Ruby Sidekiq's, another codebase's) calls perform
     with `args` alone, so the keywords would be lost."""
-    if name in default_registry:
-        return default_registry.get(name)
+    if name in registry:
+        return registry.get(name)
     raise JobArgumentError(
         f"job {name}: keyword arguments ({', '.join(f'{key}=' for key in kwargs)}) cannot go to a job that is not "
         "a Python job of this codebase (its worker passes only the positional args to perform); "

@@ -299,6 +299,7 @@ class FakeClient(Client):
     def __init__(self, jobs: FakeJobs, config: Config) -> None:
         super().__init__(config)
         self.jobs = jobs
+        self.job_registry = jobs.registry
 
     @property
     def redis(self) -> redis.Redis:
