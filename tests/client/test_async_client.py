@@ -92,9 +92,9 @@ def test_async_pushes_carry_keyword_arguments_that_reach_the_job(config, r, star
             first = await compute.aio.set(client=client).perform_async(n=2)
             later = await compute.aio.set(client=client).perform_in(3600, 3, gate=None)
             by_client = await client.push(compute, [4], {"gate": None})
-            return first, later, by_client, await client.result(first, timeout=10), await client.result(by_client)
+            return later, await client.result(first, timeout=10), await client.result(by_client)
 
-    first, later, by_client, value, other = asyncio.run(produce())
+    later, value, other = asyncio.run(produce())
     assert (value, other["n"]) == ({"n": 2, "double": 4, "items": [2, None, True]}, 4)
     [(scheduled, _)] = zset_items(r, "schedule")
     assert (scheduled["jid"], scheduled["args"], scheduled["kwargs"]) == (later, [3], {"gate": None})
