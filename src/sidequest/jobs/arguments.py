@@ -99,8 +99,8 @@ def refuse_keywords(job_name: str, signature: inspect.Signature | None, method: 
         given = ", ".join(f"{key}=" for key in kwargs)
         order = "" if signature is None else f", in this order: {display(signature)}"
         raise JobArgumentError(
-            f"job {job_name}: {method} got keyword arguments ({given}), but a Sidekiq payload "
-            f"holds positional arguments only: pass them positionally{order}")
+            f"job {job_name}: {method} got keyword arguments ({given}), but a workflow step "
+            f"takes positional arguments only: pass them positionally{order}")
 
 
 class _Annotation:
