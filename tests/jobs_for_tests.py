@@ -691,3 +691,57 @@ async def async_count(key):
     await r.hset(key, mapping={"seen": 1})
     seen = {str(k): str(v) for k, v in (await r.hgetall(key)).items()}
     record("counted", await r.incr(f"{key}:n"), seen, await r.set(f"{key}:s", "x"))
+
+
+# -- keyword arguments (worker/test_executor, scenarios/test_ruby_client) -------------------------------
+@sidequest.job(name="KwSync")
+def kw_sync(user_id, *, template="welcome", extra=None):
+    record("kw", "sync", user_id, template, extra)
+
+
+@sidequest.job(name="KwAsync")
+async def kw_async(user_id, *, template="welcome", extra=None):
+    await asyncio.sleep(0)
+    record("kw", "async", user_id, template, extra)
+
+
+@sidequest.job(name="KwTimed", timeout=30)
+def kw_timed(user_id, *, template="welcome", extra=None):
+    """Timed: runs on a thread of its own (`executor.ThreadExecutor._run_timed`)."""
+    record("kw", "timed", user_id, template, extra)
+
+
+@sidequest.job(name="KwTimedAsync", timeout=30)
+async def kw_timed_async(user_id, *, template="welcome", extra=None):
+    await asyncio.sleep(0)
+    record("kw", "timed-async", user_id, template, extra)
+
+
+class KwClass(sidequest.Job, name="KwClass", retry=0, dead=False):
+    """A Job class given keyword arguments; its hooks get them too."""
+
+    def perform(self, user_id, template="welcome", *, fail=False, **rest):
+        record("kw", "class", user_id, template, rest)
+        if fail:
+            raise ValueError("asked to fail")
+
+    def after_succeeded(self, *args, **kwargs):
+        record("kw-after-ok", list(args), kwargs)
+
+    def after_failed(self, exc, *args, **kwargs):
+        record("kw-after-fail", type(exc).__name__, list(args), kwargs)
+
+
+def _kw_fn_ok(*args, **kwargs):
+    record("kw-fn-after-ok", list(args), kwargs)
+
+
+@sidequest.job(name="KwFnHooks", retry=0, dead=False, after_succeeded=_kw_fn_ok)
+def kw_fn_hooks(user_id, *, template="welcome"):
+    record("kw", "fn-hooks", user_id, template, None)
+
+
+@sidequest.job(name="KwEcho")
+def kw_echo(*args, **kwargs):
+    """Same wire name as the Ruby job in tests/ruby/jobs.rb, which records what Ruby passes to perform."""
+    record("kw-echo", list(args), kwargs)

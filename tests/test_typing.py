@@ -268,3 +268,70 @@ def test_mypy_checks_a_steps_arguments_in_celerys_order(tmp_path: Path) -> None:
 
 def test_the_package_ships_py_typed() -> None:
     assert (Path(sidequest.__file__).parent / "py.typed").is_file()
+
+
+KEYWORDS_MODULE = '''
+from datetime import datetime, timedelta, timezone
+
+import sidequest
+
+
+@sidequest.job
+def mail(user_id: int, *, template: str = "welcome") -> None:
+    ...
+
+
+class Resize(sidequest.Job):
+    def perform(self, path: str, *, width: int = 100) -> None:
+        ...
+
+
+mail.perform_async(1, template="reset")
+mail.perform_in(60, 1, template="reset")
+mail.set(queue="urgent").perform_async(1, template="reset")
+mail.delay(1, template="reset")
+mail.set(queue="urgent").delay(1)
+mail.apply_async([1], {"template": "reset"}, countdown=60, queue="urgent", expires=timedelta(hours=1))
+mail.apply_async((1,), eta=datetime.now(timezone.utc), expires=datetime.now(timezone.utc))
+Resize.perform_async("a.png", width=200)
+Resize.delay("a.png", width=200)
+Resize.apply_async(["a.png"], {"width": 200})
+Resize.set(queue="urgent").apply_async(["a.png"], countdown=5.5)
+sidequest.push("app.mail", [1], kwargs={"template": "reset"})
+jid: str | None = mail.delay(1)
+
+
+async def produce() -> None:
+    await mail.aio.perform_async(1, template="reset")
+
+
+mail.perform_async(1, template=2)  # error
+mail.perform_async(1, templat="reset")  # error
+mail.set(queue="urgent").perform_in(60, 1, template=None)  # error
+mail.delay("x")  # error
+mail.delay(1, template=3)  # error
+Resize.perform_async("a.png", width="wide")  # error
+Resize.delay("a.png", height=1)  # error
+mail.apply_async([1], countdown="soon")  # error
+mail.apply_async([1], queue=3)  # error
+
+
+async def produce_wrong() -> None:
+    await mail.aio.perform_async(1, template=2)  # error
+'''
+
+
+def test_mypy_flags_a_keyword_argument_of_the_wrong_type_or_name(tmp_path: Path) -> None:
+    """Keyword arguments are typed from the job's own parameters (the ParamSpec's P.kwargs), as
+    positional ones are; Celery's delay and apply_async are typed too."""
+    source = textwrap.dedent(KEYWORDS_MODULE).lstrip()
+    (tmp_path / "user_keywords.py").write_text(source, encoding="utf-8")
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-error-summary", "--hide-error-context",
+         "--show-error-codes", "--cache-dir", str(tmp_path / ".mypy_cache"), "user_keywords.py"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert "user_keywords.py" in result.stdout or result.returncode == 0, result.stdout + result.stderr
+    errors = {int(m.group(1)) for m in re.finditer(r"user_keywords\.py:(\d+): error", result.stdout)}
+    marked = {n for n, text in enumerate(source.splitlines(), 1) if text.endswith("# error")}
+    assert errors == marked and len(marked) == 10, result.stdout
+    assert 'Argument "template" to "perform_async" of "JobFunction" has incompatible type "int"' in result.stdout

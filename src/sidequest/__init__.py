@@ -42,6 +42,7 @@ def _import_redis() -> None:
 _import_redis()
 
 import importlib
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Unpack
 
 from sidequest import aio  # the documented path (a re-export of `sidequest.client.async_client`)
@@ -96,9 +97,11 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-def push(job_name: str, args: list[Any], **options: Unpack[JobOptions]) -> str | None:
-    """Push a job by name with the default client (e.g. a Ruby job: `push("HardWorker", [1])`)."""
-    return default_client().push(job_name, args, **options)
+def push(job_name: str, args: list[Any], kwargs: Mapping[str, Any] | None = None,
+         **options: Unpack[JobOptions]) -> str | None:
+    """Push a job by name with the default client (e.g. a Ruby job: `push("HardWorker", [1])`).
+    `kwargs` only for a registered Python job: a Ruby job's perform takes `args` alone."""
+    return default_client().push(job_name, args, kwargs, **options)
 
 
 __all__ = [

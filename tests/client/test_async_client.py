@@ -84,6 +84,22 @@ def test_async_pushes_write_what_sync_pushes_write(config, r):
     assert queue_items(r, "ruby")[0]["jid"] == by_name and r.smembers("queues") == {b"images", b"default", b"ruby"}
 
 
+def test_async_pushes_carry_keyword_arguments_that_reach_the_job(config, r, start):
+    start()
+
+    async def produce():
+        async with AsyncClient(config) as client:
+            first = await compute.aio.set(client=client).perform_async(n=2)
+            later = await compute.aio.set(client=client).perform_in(3600, 3, gate=None)
+            by_client = await client.push(compute, [4], {"gate": None})
+            return later, await client.result(first, timeout=10), await client.result(by_client)
+
+    later, value, other = asyncio.run(produce())
+    assert (value, other["n"]) == ({"n": 2, "double": 4, "items": [2, None, True]}, 4)
+    [(scheduled, _)] = zset_items(r, "schedule")
+    assert (scheduled["jid"], scheduled["args"], scheduled["kwargs"]) == (later, [3], {"gate": None})
+
+
 def test_concurrent_async_unique_pushes_write_one_job(config, r):
     async def produce():
         async with AsyncClient(config) as client:
@@ -112,8 +128,12 @@ def test_arguments_are_checked_before_anything_is_sent(config, r):
     async def produce():
         async with AsyncClient(config) as client:
             setter = compute.aio.set(client=client)
-            with pytest.raises(JobArgumentError):
-                await setter.perform_async(n=1)
+            with pytest.raises(JobArgumentError, match="unexpected keyword argument 'm'"):
+                await setter.perform_async(1, m=1)
+            with pytest.raises(JobArgumentError, match="kwargs\\['gate'\\] is a set"):
+                await setter.perform_async(1, gate={1})
+            with pytest.raises(JobArgumentError, match="not a Python job of this codebase"):
+                await client.push("RubyJob", [1], {"gate": "g"})
             with pytest.raises(JobArgumentError):
                 await setter.perform_async({1, 2})
             with pytest.raises(JobArgumentError):

@@ -214,9 +214,11 @@ def test_a_job_is_pushed_only_when_the_transaction_commits(shop, r):
         order = new_order()
         enqueue_on_commit(send_receipt, order.pk)
         after_commit(send_receipt.set(queue="default")).perform_in(60, order.pk)
+        enqueue_on_commit(send_receipt, order_id=order.pk)
         assert r.llen("queue:orders") == 0 and r.zcard("schedule") == 0
-    assert r.llen("queue:orders") == 1 and r.zcard("schedule") == 1
-    assert json.loads(r.lindex("queue:orders", 0))["args"] == [order.pk]
+    assert r.llen("queue:orders") == 2 and r.zcard("schedule") == 1
+    pushed = [json.loads(raw) for raw in r.lrange("queue:orders", 0, -1)]
+    assert [(p["args"], p.get("kwargs")) for p in pushed] == [([], {"order_id": order.pk}), ([order.pk], None)]
 
 
 def test_a_rolled_back_transaction_pushes_nothing(shop, r):
@@ -247,6 +249,8 @@ def test_arguments_are_checked_when_written_not_after_the_commit(shop, r):
         enqueue_on_commit(send_receipt, 1, 2)  # type: ignore[call-arg]
     with pytest.raises(JobArgumentError), transaction.atomic():
         enqueue_on_commit(send_receipt, object())  # type: ignore[arg-type]
+    with pytest.raises(JobArgumentError, match="unexpected keyword argument 'order'"), transaction.atomic():
+        enqueue_on_commit(send_receipt, 1, order=1)  # type: ignore[call-arg]
     assert r.llen("queue:orders") == 0
 
 

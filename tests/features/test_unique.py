@@ -56,6 +56,19 @@ def test_the_claim_is_per_class_args_and_queue(client, r):
     assert len(queue_items(r)) == 2 and len(queue_items(r, "other")) == 1
 
 
+def test_the_claim_is_per_keyword_arguments_too(client, r):
+    """Keyword arguments are part of what a job does: the digest includes them when there are some
+    (without any it is the digest of [class, args, queue], as before)."""
+    assert client.push(unique_work, [1]) is not None
+    assert client.push(unique_work, [1], {"gate": "a"}) is not None
+    assert client.push(unique_work, [1], {"gate": "b"}) is not None
+    assert unique_work.set(client=client).perform_async(1, gate="a") is None
+    assert client.push(unique_work, [1]) is None
+    digests = [p["unique_digest"] for p in queue_items(r)]
+    assert digests[-1] == digest("UniqueWork", [1], "default") and len(set(digests)) == 3
+    assert digest("J", [1], "q", {"b": 1, "a": [2]}) == digest("J", [1], "q", {"a": [2], "b": 1})
+
+
 def test_bulk_pushes_take_one_claim_each_in_one_call(client, r):
     jids = client.push_bulk(unique_work, [[1], [1], [2], [3]])
     assert jids[0] and jids[1] is None and jids[2] and jids[3]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -81,16 +81,89 @@ def test_arguments_that_fit_are_pushed(client, r):
     assert r.llen("queue:default") == 5 and r.zcard("schedule") == 1
 
 
+@sidequest.job(name="Def.mail", registry=REGISTRY)
+def mail(user_id: int, *, template: str = "welcome", locale: str | None = None) -> None:
+    pass
+
+
 @pytest.mark.parametrize("call", [
     lambda c: send.set(client=c).perform_async(user_id=1),
     lambda c: send.set(client=c).perform_in(60, user_id=1),
+    lambda c: mail.set(client=c).perform_async(7, template="reset"),
+    lambda c: mail.set(client=c).perform_at(time.time() + 60, 7, locale="fr", template="reset"),
     lambda c: Resize.set(client=c).perform_at(time.time() + 60, "a.png", width=1),
+    lambda c: c.push(mail, [7], {"template": "reset"}),
+    lambda c: mail.set(client=c).delay(7, template="reset"),
 ])
-def test_keyword_arguments_are_refused_with_a_hint_to_pass_them_positionally(client, r, call):
-    with pytest.raises(JobArgumentError, match="positional arguments only: pass them positionally") as caught:
+def test_keyword_arguments_are_pushed_as_the_payloads_kwargs(client, r, call):
+    jid = call(client)
+    raw = r.lrange("queue:default", 0, -1) or r.zrange("schedule", 0, -1)
+    [payload] = [json.loads(x) for x in raw]
+    assert payload["jid"] == jid and payload["args"] + list(payload["kwargs"].values()) != []
+    assert list(payload).index("kwargs") == list(payload).index("args") + 1  # after args, as a reader expects
+    assert all(isinstance(value, (int, str)) for value in payload["kwargs"].values())
+
+
+def test_a_push_without_keywords_has_no_kwargs_key(client, r):
+    mail.set(client=client).perform_async(7)
+    client.push(mail, [7], {})
+    assert [json.loads(x).get("kwargs", "none") for x in r.lrange("queue:default", 0, -1)] == ["none", "none"]
+
+
+@pytest.mark.parametrize(("call", "expected"), [
+    (lambda c: mail.set(client=c).perform_async(7, templat="reset"),
+     "job Def.mail takes (user_id: int, *, template: str = 'welcome', locale: str | None = None), "
+     "got 1 argument [7] and keywords (templat=): got an unexpected keyword argument 'templat'"),
+    (lambda c: send.set(client=c).perform_async(1, user_id=1), "multiple values for argument 'user_id'"),
+    (lambda c: Resize.set(client=c).perform_async("a.png", width=1, height=2), "unexpected keyword argument 'height'"),
+    (lambda c: c.push(mail, [], {"template": "x"}), "missing a required argument: 'user_id'"),
+    (lambda c: mail.set(client=c).perform_async(7, template=datetime.now(UTC)),
+     "keyword argument 'template' (datetime) is not native JSON: kwargs['template'] is a datetime"),
+    (lambda c: mail.set(client=c).perform_async(7, template=(1, 2)), "kwargs['template'] is a tuple"),
+    (lambda c: c.push(mail, [7], {1: "x"}), "keyword argument names must be strings, got 1 (int)"),
+    (lambda c: c.push(mail, [7], ["template", "x"]), "kwargs must be a dict of keyword arguments, got list"),
+])
+def test_keyword_arguments_that_do_not_fit_are_refused_and_nothing_is_written(client, r, call, expected):
+    with pytest.raises(JobArgumentError) as caught:
         call(client)
-    assert "=)" in str(caught.value) and "Def." in str(caught.value)
+    assert expected in str(caught.value)
     assert nothing_written(r)
+
+
+def test_a_required_keyword_only_parameter_is_given_by_keyword(client, r):
+    @sidequest.job(name="Def.keyed", registry=REGISTRY)
+    def keyed(*, token: str) -> None:
+        pass
+
+    assert keyed.set(client=client).perform_async(token="t")
+    with pytest.raises(JobArgumentError, match="missing a required argument: 'token'"):
+        keyed.set(client=client).perform_async()
+
+
+@pytest.mark.parametrize("push", [
+    lambda: sidequest.push("RubyMailer", [7], kwargs={"template": "reset"}),
+    lambda: Client().push("RubyMailer", [7], {"template": "reset"}),
+])
+def test_keywords_to_a_job_of_another_codebase_are_refused_in_one_line(push, r):
+    with pytest.raises(JobArgumentError) as caught:
+        push()
+    message = str(caught.value)
+    assert message.startswith("job RubyMailer: keyword arguments (template=) cannot go to a job that is not a "
+                              "Python job of this codebase"), message
+    assert "\n" not in message and "in args" in message
+    assert nothing_written(r)
+
+
+def test_keywords_to_a_registered_python_job_by_name_are_bound_to_its_signature(config, r):
+    client = Client(config)
+    sidequest.default_registry.register(mail.job_class)
+    try:
+        assert client.push("Def.mail", [7], {"template": "reset"})
+        with pytest.raises(JobArgumentError, match="unexpected keyword argument 'nope'"):
+            client.push("Def.mail", [7], {"nope": 1})
+    finally:
+        sidequest.default_registry.unregister("Def.mail")
+    assert r.llen("queue:default") == 1
 
 
 def test_a_bulk_with_one_bad_row_names_it_and_writes_nothing(client, r):
@@ -121,7 +194,7 @@ def test_the_signature_is_read_once_per_job_class(client, monkeypatch):
 
 
 def test_the_function_stays_callable_with_keywords():
-    """Only enqueueing is positional; calling the function here and now is plain Python."""
+    """Calling the function here and now is plain Python."""
     assert send(user_id=1) is None
 
 
@@ -245,4 +318,72 @@ def test_fields_that_steer_a_feature_cannot_be_set_by_a_push(client, r, field):
     for call in calls:
         with pytest.raises((JobArgumentError, JobDefinitionError), match=refused):
             call()
+    assert nothing_written(r)
+
+
+# -- Celery's shortcuts: delay and apply_async -----------------------------------------------------
+
+def pushed(r) -> list[tuple[dict, float | None]]:
+    """Every job written: (payload, its schedule time or None when enqueued now)."""
+    found = [(json.loads(raw), None) for queue in r.smembers("queues") for raw in r.lrange(b"queue:" + queue, 0, -1)]
+    return found + [(json.loads(raw), score) for raw, score in r.zrange("schedule", 0, -1, withscores=True)]
+
+
+def test_delay_is_perform_async_on_functions_classes_and_setters(config, r):
+    sidequest.configure(config)
+    jids = [mail.delay(7, template="reset"), Resize.delay("a.png", 100), mail.set(queue="urgent").delay(8),
+            Resize.set(queue="urgent").delay("b.png", width=5)]
+    found = {p["jid"]: (p["class"], p["queue"], p["args"], p.get("kwargs")) for p, _ in pushed(r)}
+    assert [found[jid] for jid in jids] == [
+        ("Def.mail", "default", [7], {"template": "reset"}), ("Def.Resize", "default", ["a.png", 100], None),
+        ("Def.mail", "urgent", [8], None), ("Def.Resize", "urgent", ["b.png"], {"width": 5})]
+
+
+def test_apply_async_maps_celerys_options_to_sidequests(client, r):
+    now = time.time()
+    eta = datetime.fromtimestamp(now + 3600, UTC)
+    jids = [
+        mail.set(client=client).apply_async((7,), {"template": "reset"}),
+        mail.set(client=client).apply_async([8], countdown=60, queue="urgent"),
+        mail.set(client=client).apply_async(args=[9], eta=eta, expires=7200),
+        mail.set(client=client).apply_async([10], expires=datetime.fromtimestamp(now + 600, UTC)),
+        mail.set(client=client).apply_async([11], countdown=30, expires=timedelta(minutes=2)),
+        Resize.set(client=client).apply_async(["a.png"], {"width": 3}),
+    ]
+    found = {p["jid"]: (p, at) for p, at in pushed(r)}
+    (first, at1), (second, at2), (third, at3), (fourth, at4), (fifth, at5), (sixth, at6) = (found[j] for j in jids)
+    assert at6 is None
+    assert (first["args"], first["kwargs"], at1) == ([7], {"template": "reset"}, None)
+    assert second["queue"] == "urgent" and at2 == pytest.approx(now + 60, abs=5)
+    assert at3 == pytest.approx(eta.timestamp(), abs=0.01)
+    # Celery's expires counts from the call (a number, a timedelta) or is a time (a datetime);
+    # sidequest's expires_in counts from the job's own time: the deadline is the same
+    assert third["expires_at"] == pytest.approx(now + 7200, abs=5) and third["expires_in"] == pytest.approx(3600, abs=5)
+    assert at4 is None and fourth["expires_at"] == pytest.approx(now + 600, abs=5)
+    assert at5 == pytest.approx(now + 30, abs=5) and fifth["expires_at"] == pytest.approx(now + 120, abs=5)
+    assert (sixth["class"], sixth["args"], sixth["kwargs"]) == ("Def.Resize", ["a.png"], {"width": 3})
+
+
+def test_apply_async_on_functions_and_classes_uses_the_default_client(config, r):
+    sidequest.configure(config)
+    jid = mail.apply_async([7], {"locale": "fr"}, queue="mail")
+    other = Resize.apply_async(("a.png", 1))
+    found = {p["jid"]: p for p, _ in pushed(r)}
+    assert (found[jid]["queue"], found[jid]["kwargs"]) == ("mail", {"locale": "fr"})
+    assert found[other]["args"] == ["a.png", 1]
+
+
+@pytest.mark.parametrize(("call", "expected"), [
+    (lambda c: mail.set(client=c).apply_async([1], countdown=5, eta=datetime.now(UTC)),
+     "apply_async takes countdown or eta, not both"),
+    (lambda c: mail.set(client=c).apply_async([1], expires=-5), "apply_async: expires"),
+    (lambda c: mail.set(client=c).apply_async([1], eta=datetime.now(UTC) + timedelta(hours=1), expires=60),
+     "apply_async: expires"),
+    (lambda c: mail.set(client=c).apply_async([1], {"nope": 2}), "unexpected keyword argument 'nope'"),
+    (lambda c: mail.set(client=c).apply_async("ab"), "apply_async takes args as a list or tuple, got str"),
+])
+def test_apply_async_refuses_what_it_cannot_map(client, r, call, expected):
+    with pytest.raises(JobArgumentError) as caught:
+        call(client)
+    assert expected in str(caught.value)
     assert nothing_written(r)

@@ -6,7 +6,7 @@ import pytest
 
 from sidequest.errors import JobArgumentError, PayloadError
 from sidequest.jobs import payload as payload_module
-from sidequest.jobs.payload import check_args, decode, encode, epoch, new_jid
+from sidequest.jobs.payload import NO_KWARGS, call_arguments, check_args, check_kwargs, decode, encode, epoch, new_jid
 
 
 def test_jid_is_24_lowercase_hex_and_unique():
@@ -56,6 +56,7 @@ def test_encode_is_compact_utf8_like_ruby_json():
     (b'{"args":[]}', "no 'class'"),
     (b'{"class":"X"}', "no 'args'"),
     (b'{"class":"X","args":{"a":1}}', "'args' is a JSON dict"),
+    (b'{"class":"X","args":[],"kwargs":[1]}', "'kwargs' is a JSON list, not an object"),
 ])
 def test_decode_says_what_is_wrong(raw, reason):
     with pytest.raises(PayloadError, match=reason.replace("(", r"\(")):
@@ -65,6 +66,24 @@ def test_decode_says_what_is_wrong(raw, reason):
 def test_decode_keeps_unknown_keys():
     raw = json.dumps({"class": "HardWorker", "args": [1], "wrapped": "X", "bid": "b1"})
     assert decode(raw.encode())["bid"] == "b1"
+
+
+def test_call_arguments_are_args_and_kwargs_and_kwargs_only_when_present():
+    assert call_arguments(decode(b'{"class":"X","args":[1],"kwargs":{"a":{"b":[2]}}}')) == ([1], {"a": {"b": [2]}})
+    args, kwargs = call_arguments(decode(b'{"class":"X","args":[1]}'))
+    assert (args, kwargs) == ([1], {}) and kwargs is NO_KWARGS  # no dict made per job
+
+
+def test_kwargs_are_checked_as_args_are():
+    assert check_kwargs({"a": [1, {"b": None}]}) == {"a": [1, {"b": None}]}
+    with pytest.raises(JobArgumentError, match=r"keyword argument 'when' \(list\) is not native JSON: "
+                                               r"kwargs\['when'\]\[0\] is a set"):
+        check_kwargs({"when": [{1}]})
+
+
+def test_a_payloads_kwargs_cannot_be_set_by_an_option(client):
+    with pytest.raises(JobArgumentError, match="kwargs"):
+        client.push("X", [1], custom={"kwargs": {"a": 1}})
 
 
 def test_epoch_reads_float_seconds_and_integer_milliseconds():

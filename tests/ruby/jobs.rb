@@ -29,3 +29,12 @@ class RubyBoom
     raise ArgumentError, "ruby boom"
   end
 end
+
+# Same wire name as sidequest's KwEcho, pushed with keyword arguments: records what perform receives.
+class KwEcho
+  include Sidekiq::Worker
+
+  def perform(*args, **kwargs)
+    Sidekiq.redis { |c| c.rpush("test:ruby-ran", JSON.generate({"jid" => jid, "args" => args, "kwargs" => kwargs})) }
+  end
+end

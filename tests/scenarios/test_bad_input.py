@@ -28,6 +28,7 @@ def launcher(config, monkeypatch, redis_url):
     (b'{"args": [1], "jid": "abc"}', "no 'class'"),
     (b'{"class": "Echo", "jid": "abc"}', "no 'args'"),
     (b'{"class": "Echo", "args": "nope", "jid": "abc"}', "'args' is a JSON str"),
+    (b'{"class": "Echo", "args": [], "kwargs": [1], "jid": "abc"}', "'kwargs' is a JSON list, not an object"),
     (b'{"class": "Echo", "args": [NaN], "jid": "abc"}', "NaN is not JSON"),
     (b'{"class": "Echo", "args": [1e999], "jid": "abc"}', "too large for a float"),
     (b'{"class": "Echo", "args": [' + b"9" * 5000 + b'], "jid": "abc"}', "not valid JSON"),

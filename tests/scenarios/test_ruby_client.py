@@ -4,7 +4,7 @@ import json
 
 import pytest
 from conftest import wait_until
-from jobs_for_tests import echo
+from jobs_for_tests import echo, kw_echo
 from ruby_peer import RubySidekiq, ruby_push
 
 
@@ -52,3 +52,18 @@ def test_ruby_sidekiq_runs_jobs_pushed_by_sidequest(ruby, client, r, redis_url):
     assert set(ran) == set(jids), log
     assert [ran[j]["args"] for j in jids] == args
     assert r.llen("queue:default") == 0 and r.zcard("retry") == 0
+
+
+def test_a_ruby_worker_gives_a_python_jobs_keyword_arguments_no_place_in_perform(ruby, client, r, redis_url):
+    """A job pushed with kwargs, run by Ruby Sidekiq for a Ruby class of the same name: perform
+    gets the positional args alone (Ruby keeps the unknown `kwargs` key, and never passes it)."""
+    jid = kw_echo.set(client=client).perform_async(1, {"a": 2}, template="reset", ids=[3])
+    assert only(r, "queue:default")["kwargs"] == {"template": "reset", "ids": [3]}
+    peer = RubySidekiq(redis_url)
+    try:
+        wait_until(lambda: r.llen("test:ruby-ran") == 1, 60, 0.1, "Ruby Sidekiq to run the job")
+    finally:
+        log = peer.stop()
+    ran = json.loads(r.lindex("test:ruby-ran", 0))
+    assert ran == {"jid": jid, "args": [1, {"a": 2}], "kwargs": {}}, log
+    assert r.llen("queue:default") == 0 and r.zcard("retry") == 0 and r.zcard("dead") == 0

@@ -431,6 +431,32 @@ def test_inline_runs_each_job_at_push() -> None:
         assert jobs.pushed() == [] and len(jobs.performed) == 10
 
 
+@sidequest.job(name="T.Mailer", registry=REG)
+def mailer(user_id: int, *, template: str = "welcome") -> None:
+    ran.append(("mailer", user_id, template))
+
+
+@sidequest.job(name="T.AsyncMailer", registry=REG, after_succeeded=lambda *a, **k: ran.append(("ok", a, k)))
+async def async_mailer(user_id: int, *, template: str = "welcome") -> None:
+    ran.append(("async mailer", user_id, template))
+
+
+def test_keyword_arguments_reach_jobs_and_hooks_in_fake_and_inline_modes() -> None:
+    with fake(registry=REG) as jobs:
+        mailer.perform_async(1, template="reset")
+        async_mailer.delay(2, template="reset")
+        assert [(p["args"], p["kwargs"]) for p in jobs.pushed()] == [([1], {"template": "reset"}),
+                                                                     ([2], {"template": "reset"})]
+        jobs.drain()
+    with inline(registry=REG):
+        mailer.perform_async(3, template="bye")
+        sidequest.push("T.Mailer", [4], kwargs={"template": "by name"})
+        with pytest.raises(JobArgumentError, match="not a Python job of this codebase"):
+            sidequest.push("RubyMailer", [5], kwargs={"template": "x"})
+    assert ran == [("mailer", 1, "reset"), ("async mailer", 2, "reset"), ("ok", (2,), {"template": "reset"}),
+                   ("mailer", 3, "bye"), ("mailer", 4, "by name")]
+
+
 def test_inline_exceptions_reach_the_caller() -> None:
     with inline(registry=REG):
         with pytest.raises(ValueError, match="now"):

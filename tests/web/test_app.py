@@ -13,7 +13,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from conftest import STARTUP, wait_until
 from helpers import beats, cpu_cost
-from jobs_for_tests import FastBoom, Tick, echo, signup
+from jobs_for_tests import FastBoom, Tick, echo, kw_echo, signup
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -187,6 +187,20 @@ def test_everything_shown_is_escaped(client, r):
     assert retry_jid in detail and "&lt;script&gt;alert(1)&lt;/script&gt;" in detail
     assert "&lt;b&gt;Bad&lt;/b&gt;" in http.get(f"/dead/{dead_key}", headers=HTML).text
     assert "&lt;script&gt;" in http.get(f"/tasks/{task.id}", headers=HTML).text
+
+
+def test_a_jobs_keyword_arguments_are_shown_with_its_arguments(client, r):
+    client.push(kw_echo, [1], {"template": XSS}, queue="mail")
+    _failed_job(client, r, "dead", [2], time.time(), kwargs={"locale": "fr"})
+    http = TestClient(create_app(client))
+    dead_key = next(iter(DeadSet(client))).key
+    listed = http.get("/queues/mail", headers=HTML).text
+    assert "[1] {&#34;template&#34;: &#34;&lt;script&gt;" in listed and "<script>alert" not in listed
+    detail = http.get(f"/dead/{dead_key}", headers=HTML).text
+    assert "Keyword arguments" in detail and "&#34;locale&#34;: &#34;fr&#34;" in detail
+    assert next(iter(DeadSet(client))).as_dict()["kwargs"] == {"locale": "fr"}
+    [queued] = Queue("mail", client)
+    assert (queued.args, queued.kwargs, queued.as_dict()["kwargs"]) == ([1], {"template": XSS}, {"template": XSS})
 
 
 # -- actions ------------------------------------------------------------------------------------------

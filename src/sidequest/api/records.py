@@ -64,6 +64,8 @@ class JobDict(TypedDict):
     """The job's registered name: the payload's `class`."""
     args: list[Any]
     """The job's arguments (for bytes that are not JSON: the text, as the only argument)."""
+    kwargs: dict[str, Any]
+    """A Python job's keyword arguments (the payload's `kwargs`); {} when it has none."""
     queue: str
     """The queue it is in, or will go to."""
     enqueued_at: float | None
@@ -135,6 +137,12 @@ class JobRecord:
         return [] if self.item else [self.value.decode("utf-8", "replace")]
 
     @property
+    def kwargs(self) -> dict[str, Any]:
+        """A Python job's keyword arguments (the payload's `kwargs`); {} when it has none."""
+        kwargs = self.item.get("kwargs")
+        return kwargs if isinstance(kwargs, dict) else {}
+
+    @property
     def enqueued_at(self) -> float | None:
         return epoch_of(self.item.get("enqueued_at"))
 
@@ -196,7 +204,7 @@ class JobRecord:
 
     def as_dict(self) -> JobDict:
         return {
-            "jid": self.jid, "class_name": self.klass, "args": self.args, "queue": self.queue,
+            "jid": self.jid, "class_name": self.klass, "args": self.args, "kwargs": self.kwargs, "queue": self.queue,
             "enqueued_at": self.enqueued_at, "created_at": self.created_at, "failed_at": self.failed_at,
             "retried_at": self.retried_at, "retry_count": self.retry_count, "error_class": self.error_class,
             "error_message": self.error_message, "score": None, "key": None, "invalid": self.invalid,

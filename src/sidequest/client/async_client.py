@@ -30,7 +30,7 @@ import asyncio
 import inspect
 import time
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Generic, ParamSpec, TypeVar, Unpack, cast
 
@@ -49,7 +49,6 @@ from sidequest.client.sync_client import Client
 from sidequest.config import Config
 from sidequest.errors import RedisURLError
 from sidequest.features.lookup import Command, Query, result_query, status_query
-from sidequest.jobs.arguments import refuse_keywords
 from sidequest.jobs.options import JobOptions, check_options, merge_options
 from sidequest.store.connection import (
     CONNECT_TIMEOUT,
@@ -233,13 +232,13 @@ class AsyncClient:
         await self.aclose()
 
     # -- pushing -----------------------------------------------------------------------------------
-    async def push(self, job: Any, args: Iterable[Any] = (), *, at: Any = None, in_: Any = None,
-                   **options: Unpack[JobOptions]) -> str | None:
+    async def push(self, job: Any, args: Iterable[Any] = (), kwargs: Mapping[str, Any] | None = None, *,
+                   at: Any = None, in_: Any = None, **options: Unpack[JobOptions]) -> str | None:
         """`Client.push`, awaited: the jid, or None (client middleware stopped it, or a unique
         job whose claim another copy holds)."""
         now = self.sync.clock()
         when = self.sync.schedule_time(at, in_, now)
-        entries, jids = self.sync.build(job, [args], [when], now, dict(options))
+        entries, jids = self.sync.build(job, [args], [when], now, dict(options), kwargs=kwargs)
         refused = await self.write(entries, now, self.sync.replicas(job, options))
         return None if jids[0] in refused else jids[0]
 
@@ -383,16 +382,13 @@ class AsyncJobSetter(Generic[P]):
         return default_client(self.client)
 
     async def perform_async(self, *args: P.args, **kwargs: P.kwargs) -> str | None:
-        refuse_keywords(self.job_class.name, self.job_class._signature, "perform_async", kwargs)
-        return await self._client().push(self.job_class, list(args), **self.options)
+        return await self._client().push(self.job_class, list(args), kwargs, **self.options)
 
     async def perform_in(self, delay: Delay, /, *args: P.args, **kwargs: P.kwargs) -> str | None:
-        refuse_keywords(self.job_class.name, self.job_class._signature, "perform_in", kwargs)
-        return await self._client().push(self.job_class, list(args), in_=delay, **self.options)
+        return await self._client().push(self.job_class, list(args), kwargs, in_=delay, **self.options)
 
     async def perform_at(self, when: When, /, *args: P.args, **kwargs: P.kwargs) -> str | None:
-        refuse_keywords(self.job_class.name, self.job_class._signature, "perform_at", kwargs)
-        return await self._client().push(self.job_class, list(args), at=when, **self.options)
+        return await self._client().push(self.job_class, list(args), kwargs, at=when, **self.options)
 
     async def perform_bulk(self, args_list: Iterable[Sequence[Any]], *, at: BulkAt = None,
                            spread: Delay | None = None) -> list[str | None]:
@@ -413,9 +409,10 @@ def redis() -> aioredis.Redis:
     return default_client().direct
 
 
-async def push(job_name: str, args: list[Any], **options: Unpack[JobOptions]) -> str | None:
+async def push(job_name: str, args: list[Any], kwargs: Mapping[str, Any] | None = None,
+               **options: Unpack[JobOptions]) -> str | None:
     """`sidequest.push`, awaited: a job by name (e.g. a Ruby job) with the loop's default client."""
-    return await default_client().push(job_name, args, **options)
+    return await default_client().push(job_name, args, kwargs, **options)
 
 
 async def status(jid: str, *, queue: str | None = None) -> str:

@@ -2,6 +2,7 @@
 
     client = Client(Config(redis_url="redis://localhost:6379/0"))
     client.push(Resize, ["a.png", 200])                       # by job class
+    client.push(send, [42], {"template": "reset"})            # keyword arguments: the payload's kwargs
     client.push("HardWorker", [1, 2], queue="ruby")           # by name: a job of another codebase
     client.push_bulk(Resize, [["a.png", 1], ["b.png", 2]])
 
@@ -50,7 +51,8 @@ from sidequest.jobs.options import (
     spread_seconds,
     spread_times,
 )
-from sidequest.jobs.payload import Shapes, check_args, encode, encode_fast, in_millis, new_jids, stamp
+from sidequest.jobs.payload import Shapes, check_args, check_kwargs, encode, encode_fast, in_millis, new_jids, stamp
+from sidequest.jobs.registry import Registry, default_registry
 from sidequest.store import direct as direct_path
 from sidequest.store import keys
 from sidequest.store.connection import connect, is_cluster_url
@@ -64,6 +66,8 @@ class Client:
     # Whether rate limits (`sidequest.limiter`) count on this client's Redis. The clients of
     # `sidequest.testing`'s fake and inline modes have none: a limiter on them lets everyone in.
     counts_limits: ClassVar[bool] = True
+    # Where a push by name with keyword arguments finds its Python job (testing's fakes: theirs).
+    job_registry: Registry = default_registry
 
     def __init__(self, config: Config | None = None, *, redis_client: redis.Redis | None = None,
                  clock: Callable[[], float] = time.time) -> None:
@@ -82,16 +86,18 @@ class Client:
         return self._redis
 
     # -- public --------------------------------------------------------------------------------
-    def push(self, job: Any, args: Iterable[Any] = (), *, at: Any = None, in_: Any = None,
-             **options: Unpack[JobOptions]) -> str | None:
+    def push(self, job: Any, args: Iterable[Any] = (), kwargs: Mapping[str, Any] | None = None, *,
+             at: Any = None, in_: Any = None, **options: Unpack[JobOptions]) -> str | None:
         """Push one job; return its jid, or None if client middleware stopped it.
 
         `job` is a Job class, a `@job` function, or a wire name (a job of another codebase).
-        `at` is an epoch time or aware datetime, `in_` a delay; both follow Sidekiq's rule.
+        `kwargs`: keyword arguments of a Python job (the payload's `kwargs`; refused for a
+        name that is not a registered Python job). `at` is an epoch time or aware datetime,
+        `in_` a delay; both follow Sidekiq's rule.
         """
         now = self.clock()
         when = self.schedule_time(at, in_, now)
-        entries, jids = self.build(job, [args], [when], now, dict(options))
+        entries, jids = self.build(job, [args], [when], now, dict(options), kwargs=kwargs)
         refused = self.write(entries, now, replicas=self.replicas(job, options))
         return None if jids[0] in refused else jids[0]
 
@@ -122,11 +128,11 @@ class Client:
                         chosen.get("wait_timeout", self.config.wait_timeout))
 
     def build(self, job: Any, args_list: list[Any], times: list[float | None], now: float,
-              options: dict[str, Any], steer: Mapping[str, Any] | None = None,
+              options: dict[str, Any], steer: Mapping[str, Any] | None = None, kwargs: Mapping[str, Any] | None = None,
               ) -> tuple[list[tuple[dict[str, Any], float | None]], list[str | None]]:
         """Checked payloads (through client middleware) with their times, and the jids in order.
         `steer`: the fields a feature sets on its own jobs (`options.FEATURE_FIELDS`), which no
-        option may set."""
+        option may set. `kwargs`: the keyword arguments of every job (a single push's)."""
         name, base = self._describe(job, options)
         if self.config.result_ttl is not None and "result_ttl" not in base and not isinstance(job, str):
             base["result_ttl"] = self.config.result_ttl  # the default; a wire name may be a Ruby job's: none
@@ -134,12 +140,17 @@ class Client:
             base.update(steer)
         # a job of this codebase binds each push to its signature; a bare name cannot be checked
         fits = None if isinstance(job, str) else getattr(job, "check_arguments", None)
+        keywords = None
+        if kwargs:  # most pushes: none, and no other work
+            keywords = check_kwargs(kwargs)
+            if isinstance(job, str):
+                fits = _python_job(self.job_registry, job, keywords).check_arguments
         checked = []
         for index, args in enumerate(args_list):
             try:
                 checked.append(check_args(list(args) if isinstance(args, tuple) else args))
                 if fits is not None:
-                    fits(checked[-1])
+                    fits(checked[-1], keywords) if keywords is not None else fits(checked[-1])
             except JobArgumentError as exc:
                 prefix = f"job {index} of the bulk: " if len(args_list) > 1 else ""
                 raise JobArgumentError(f"{prefix}{exc}") from None
@@ -151,6 +162,8 @@ class Client:
         for args, when, jid in zip(checked, times, new_jids(len(checked)), strict=True):
             payload = dict(base)
             payload["args"] = args  # Sidekiq 6.4 writes args before class; keep its field order
+            if keywords is not None:
+                payload["kwargs"] = keywords  # read by Python workers alone (see `payload`)
             payload["class"] = name
             payload["jid"] = jid
             payload["created_at"] = created
@@ -340,6 +353,18 @@ def collection_paused() -> Iterator[None]:
     finally:
         if was_on:
             gc.enable()
+
+
+def _python_job(registry: Registry, name: str, kwargs: Mapping[str, Any]) -> Any:
+    """The registered Python job a push by `name` with keyword arguments goes to; refused in
+    one line for any other name: its worker (Ruby Sidekiq's, another codebase's) calls perform
+    with `args` alone, so the keywords would be lost."""
+    if name in registry:
+        return registry.get(name)
+    raise JobArgumentError(
+        f"job {name}: keyword arguments ({', '.join(f'{key}=' for key in kwargs)}) cannot go to a job that is not "
+        "a Python job of this codebase (its worker passes only the positional args to perform); "
+        "pass them in args, e.g. a dict as the last argument")
 
 
 # payload fields whose feature keeps records outside the job's queue slot: not in Cluster mode yet

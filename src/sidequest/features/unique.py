@@ -6,12 +6,13 @@
     refresh.perform_async(7)      # -> jid
     refresh.perform_async(7)      # -> None: the first copy holds the claim; nothing is written
 
-A push of a job with `unique_for` first takes a claim, `sidequest:unique:<digest>` holding
-its jid, where the digest is the SHA-256 of the canonical JSON of `[class, args, queue]`. The
-claim is taken with `SET NX PX` in the same script call that writes the job (`PUSH_UNIQUE`,
-below), so among concurrent pushes exactly one writes; the others write nothing and
-return None. The digest travels in the payload (`unique_digest`), so a worker releases the
-very claim the push took even if the job moves to its `retry_queue`.
+A push of a job with `unique_for` first takes a claim, `sidequest:unique:<digest>` holding its
+jid, where the digest is the SHA-256 of the canonical JSON of `[class, args, queue]` (with
+`kwargs` last when the job has keyword arguments). The claim is taken with `SET NX PX` in the
+same script call that writes the job (`PUSH_UNIQUE`, below), so among concurrent pushes exactly
+one writes; the others write nothing and return None. The digest travels in the payload
+(`unique_digest`), so a worker releases the very claim the push took even if the job moves to
+its `retry_queue`.
 
 The claim expires after `unique_for` seconds (plus the delay, for a scheduled job) whatever
 happens; before that, `UniqueFeature` ends it through the job lifecycle (see `lifecycle`) in
@@ -79,13 +80,15 @@ end
 """
 
 
-def digest(name: str, args: list[Any], queue: str) -> str:
-    """The claim's name for a job: SHA-256 of the canonical JSON of `[class, args, queue]`.
+def digest(name: str, args: list[Any], queue: str, kwargs: dict[str, Any] | None = None) -> str:
+    """The claim's name for a job: SHA-256 of the canonical JSON of `[class, args, queue]`, with
+    its keyword arguments `[class, args, queue, kwargs]` when it has some.
 
     >>> digest("Refresh", [7], "default") == digest("Refresh", [7], "default")
     True
     """
-    text = _CANONICAL.encode([name, args, queue])  # args were checked at push; a bad one fails here too
+    shown = [name, args, queue, kwargs] if kwargs else [name, args, queue]
+    text = _CANONICAL.encode(shown)  # args were checked at push; a bad one fails here too
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
@@ -97,7 +100,8 @@ def claim(payload: dict[str, Any], when: float | None, now: float,
     hold = seconds_option(payload.get("unique_for"))
     if hold is None:
         return None
-    payload["unique_digest"] = key = digest(str(payload["class"]), payload["args"], str(payload["queue"]))
+    payload["unique_digest"] = key = digest(str(payload["class"]), payload["args"], str(payload["queue"]),
+                                            payload.get("kwargs"))
     delay = max(when - now, 0.0) if when is not None else 0.0
     return space.unique(key, str(payload["queue"])), max(int((hold + delay) * 1000), 1)
 

@@ -1,13 +1,13 @@
 """A job's parameters: read once from its signature, bound to every push's arguments.
 
-    signature = function_signature(send)                # (user_id: int)
+    signature = function_signature(send)                # (user_id: int, *, template: str = 'welcome')
     bind("app.send", signature, [1, 2, 3])              # JobArgumentError: ... too many positional arguments
+    bind("app.send", signature, [1], {"templat": "x"})  # JobArgumentError: ... unexpected keyword argument
 
-A Sidekiq payload holds a list of positional arguments and nothing else, so a push must fit
-the job's positional parameters, and keyword arguments cannot travel at all. Checking this at
-push, before anything is written, turns a job that would fail on every attempt in the worker
-into an error at the call site. A signature that cannot be read (some C callables) leaves
-pushes unchecked.
+A push's positional arguments (the payload's `args`) and keyword arguments (its `kwargs`) must
+fit the job's parameters. Checking this at push, before anything is written, turns a job that
+would fail on every attempt in the worker into an error at the call site. A signature that
+cannot be read (some C callables) leaves pushes unchecked.
 """
 
 from __future__ import annotations
@@ -72,31 +72,24 @@ def arity(signature: inspect.Signature) -> tuple[int, int | None] | None:
     return found
 
 
-def bind(job_name: str, signature: inspect.Signature | None, args: Sequence[Any]) -> None:
-    """Raise JobArgumentError naming the job, its parameters and `args` unless `args` fit."""
+def bind(job_name: str, signature: inspect.Signature | None, args: Sequence[Any],
+         kwargs: Mapping[str, Any] | None = None) -> None:
+    """Raise JobArgumentError naming the job, its parameters and what was given unless `args`
+    and `kwargs` fit."""
     if signature is None:
         return
-    fit = arity(signature)
-    if fit is not None and fit[0] <= len(args) and (fit[1] is None or len(args) <= fit[1]):
-        return  # every push's path: the count is all there is to check (Signature.bind costs ~3 µs)
+    if not kwargs:
+        fit = arity(signature)
+        if fit is not None and fit[0] <= len(args) and (fit[1] is None or len(args) <= fit[1]):
+            return  # every positional push's path: the count is all there is to check (Signature.bind ~3 µs)
     try:
-        signature.bind(*args)
+        signature.bind(*args, **(kwargs or {}))
     except TypeError as exc:
         count = f"{len(args)} argument{'' if len(args) == 1 else 's'}"
+        keywords = f" and keywords ({', '.join(f'{key}=' for key in kwargs)})" if kwargs else ""
         raise JobArgumentError(
-            f"job {job_name} takes {display(signature)}, got {count} {_shown.repr(list(args))}: {exc}"
+            f"job {job_name} takes {display(signature)}, got {count} {_shown.repr(list(args))}{keywords}: {exc}"
         ) from None
-
-
-def refuse_keywords(job_name: str, signature: inspect.Signature | None, method: str,
-                    kwargs: Mapping[str, Any]) -> None:
-    """Raise JobArgumentError if a push was given keyword arguments, which a payload cannot hold."""
-    if kwargs:
-        given = ", ".join(f"{key}=" for key in kwargs)
-        order = "" if signature is None else f", in this order: {display(signature)}"
-        raise JobArgumentError(
-            f"job {job_name}: {method} got keyword arguments ({given}), but a Sidekiq payload "
-            f"holds positional arguments only: pass them positionally{order}")
 
 
 class _Annotation:

@@ -7,6 +7,7 @@
         def perform(self, path: str, width: int) -> None: ...
 
     send_welcome.perform_async(42)                    # -> jid
+    send_welcome.perform_async(42, template="reset")  # keyword arguments too (a Python job's)
     Resize.perform_in(60, "a.png", 200)               # in a minute
     Resize.set(queue="urgent").perform_async("b.png", 100)
     send_welcome.perform_bulk([[1], [2], [3]])        # -> [jid, jid, jid]
@@ -23,15 +24,19 @@ is given); only registered names are ever run by a worker.
 The enqueue methods are typed from the job's own parameters (`ParamSpec`): the function's for
 `@job`, `perform`'s for a `Job` subclass (through the classmethods' self-type, `_Performs`), so
 a type checker flags `send_welcome.perform_async("x")`. At run time the arguments are bound to
-that same signature at push, before anything is written; keyword arguments are refused, since
-a Sidekiq payload holds positional arguments only.
+that same signature at push, before anything is written. Keyword arguments travel in the
+payload's `kwargs` (see `payload`), which a Ruby worker never passes to its `perform`.
+
+Celery's `delay` and `apply_async` are here too, as a porting aid: `delay` is `perform_async`,
+and `apply_async(args, kwargs, countdown=, eta=, queue=, expires=)` maps its options to
+`perform_in`/`perform_at`, `queue` and `expires_in`.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import (
     TYPE_CHECKING,
@@ -50,7 +55,7 @@ from typing import (
 
 from sidequest.client.sync_client import default_client
 from sidequest.errors import JobArgumentError, JobDefinitionError
-from sidequest.jobs.arguments import bind, function_signature, perform_signature, refuse_keywords
+from sidequest.jobs.arguments import bind, function_signature, perform_signature
 from sidequest.jobs.options import (
     DEFAULTS,
     PUSH_ONLY,
@@ -59,6 +64,7 @@ from sidequest.jobs.options import (
     check_options,
     merge_options,
     payload_fields,
+    schedule_at,
 )
 from sidequest.jobs.registry import Registry, default_registry
 
@@ -108,9 +114,9 @@ class Job:
     Override `retry_in(count, exc)` to choose retry delays (return seconds, None for the
     default backoff, "kill" to send the job to the dead set now, "discard" to drop it) and
     `retries_exhausted(payload, exc)` to act when retries run out;
-    `after_succeeded(*args)` and `after_failed(exc, *args)` run in the worker once the outcome
-    of a run has been handed to Redis (after_failed on every failed attempt). An exception in a
-    hook is logged, never a job failure.
+    `after_succeeded(*args, **kwargs)` and `after_failed(exc, *args, **kwargs)` run in the worker
+    once the outcome of a run has been handed to Redis (after_failed on every failed attempt),
+    with the job's arguments. An exception in a hook is logged, never a job failure.
     """
 
     name: ClassVar[str] = ""
@@ -161,10 +167,10 @@ class Job:
     def retries_exhausted(self, payload: dict[str, Any], exc: BaseException) -> None:
         """Called once when a job has failed its last allowed attempt."""
 
-    def after_succeeded(self, *args: Any) -> None:
+    def after_succeeded(self, *args: Any, **kwargs: Any) -> None:
         """Called after a run returned, with the job's arguments."""
 
-    def after_failed(self, exc: BaseException, *args: Any) -> None:
+    def after_failed(self, exc: BaseException, *args: Any, **kwargs: Any) -> None:
         """Called after each failed run (retried, dead or dropped), with the exception and the arguments."""
 
     # -- enqueueing (class-level) --------------------------------------------------------------
@@ -189,6 +195,19 @@ class Job:
     def perform_bulk(cls, args_list: Iterable[Sequence[Any]], *, at: BulkAt = None,
                      spread: Delay | None = None) -> list[str | None]:
         return JobSetter[Any](cls, {}).perform_bulk(args_list, at=at, spread=spread)
+
+    @classmethod
+    def delay(cls: type[_Performs[P]], *args: P.args, **kwargs: P.kwargs) -> str | None:
+        """Celery's name for `perform_async` (a porting aid)."""
+        return _setter(cls).perform_async(*args, **kwargs)
+
+    @classmethod
+    def apply_async(cls, args: Sequence[Any] | None = None, kwargs: Mapping[str, Any] | None = None, *,
+                    countdown: Delay | None = None, eta: When | None = None, queue: str | None = None,
+                    expires: Delay | datetime | None = None) -> str | None:
+        """Celery's `apply_async` mapped to a push (a porting aid; see `JobSetter.apply_async`)."""
+        return JobSetter[Any](cls, {}).apply_async(args, kwargs, countdown=countdown, eta=eta, queue=queue,
+                                                   expires=expires)
 
     aio = _Aio()  # `await Resize.aio.perform_async(...)`: the same methods for asyncio code
 
@@ -223,9 +242,9 @@ class Job:
         return {key: cls.options[key] for key in PUSH_ONLY if key in cls.options}
 
     @classmethod
-    def check_arguments(cls, args: Sequence[Any]) -> None:
-        """Raise JobArgumentError unless `args` fit the job's parameters (called at every push)."""
-        bind(cls.name, cls._signature, args)
+    def check_arguments(cls, args: Sequence[Any], kwargs: Mapping[str, Any] | None = None) -> None:
+        """Raise JobArgumentError unless `args` and `kwargs` fit the job's parameters (called at every push)."""
+        bind(cls.name, cls._signature, args, kwargs)
 
 
 def _signature(job_class: type[Job], args: tuple[Any, ...], kwargs: dict[str, Any], options: dict[str, Any],
@@ -235,6 +254,23 @@ def _signature(job_class: type[Job], args: tuple[Any, ...], kwargs: dict[str, An
     from sidequest.features.workflows.signature import Signature  # loaded only by code that builds workflows
 
     return Signature(job_class, tuple(args), dict(options), immutable=immutable, kwargs=dict(kwargs))
+
+
+def _expires_in(expires: Delay | datetime, countdown: Delay | None, eta: When | None, now: float) -> float:
+    """Celery's `expires` (a delay from now, or a deadline) as sidequest's `expires_in`: seconds
+    after the job's own time (its eta or countdown, else now), so the deadline is the same."""
+    if isinstance(expires, datetime):
+        deadline = schedule_at(expires, now, method="perform_at") or now
+    elif isinstance(expires, (int, float, timedelta)) and not isinstance(expires, bool):
+        deadline = now + (expires.total_seconds() if isinstance(expires, timedelta) else expires)
+    else:
+        raise JobArgumentError(f"apply_async: expires takes seconds, a timedelta or a datetime, got {expires!r}")
+    start = (schedule_at(eta, now, method="perform_at") if eta is not None
+             else schedule_at(countdown, now, method="perform_in") if countdown is not None else None) or now
+    if deadline <= start:
+        raise JobArgumentError(f"apply_async: expires ({expires!r}) is not after the job's own time, so it could "
+                               "never run; give a later expires, or none")
+    return deadline - start
 
 
 def _setter(job_class: type[_Performs[P]], options: dict[str, Any] | None = None) -> JobSetter[P]:
@@ -260,20 +296,39 @@ class JobSetter(Generic[P]):
         return self.client if self.client is not None else default_client()
 
     def perform_async(self, *args: P.args, **kwargs: P.kwargs) -> str | None:
-        refuse_keywords(self.job_class.name, self.job_class._signature, "perform_async", kwargs)
-        return self._client().push(self.job_class, list(args), **self.options)
+        return self._client().push(self.job_class, list(args), kwargs, **self.options)
 
     def perform_in(self, delay: Delay, /, *args: P.args, **kwargs: P.kwargs) -> str | None:
-        refuse_keywords(self.job_class.name, self.job_class._signature, "perform_in", kwargs)
-        return self._client().push(self.job_class, list(args), in_=delay, **self.options)
+        return self._client().push(self.job_class, list(args), kwargs, in_=delay, **self.options)
 
     def perform_at(self, when: When, /, *args: P.args, **kwargs: P.kwargs) -> str | None:
-        refuse_keywords(self.job_class.name, self.job_class._signature, "perform_at", kwargs)
-        return self._client().push(self.job_class, list(args), at=when, **self.options)
+        return self._client().push(self.job_class, list(args), kwargs, at=when, **self.options)
 
     def perform_bulk(self, args_list: Iterable[Sequence[Any]], *, at: BulkAt = None,
                      spread: Delay | None = None) -> list[str | None]:
         return self._client().push_bulk(self.job_class, args_list, at=at, spread=spread, **self.options)
+
+    def delay(self, *args: P.args, **kwargs: P.kwargs) -> str | None:
+        """Celery's name for `perform_async` (a porting aid)."""
+        return self.perform_async(*args, **kwargs)
+
+    def apply_async(self, args: Sequence[Any] | None = None, kwargs: Mapping[str, Any] | None = None, *,
+                    countdown: Delay | None = None, eta: When | None = None, queue: str | None = None,
+                    expires: Delay | datetime | None = None) -> str | None:
+        """Celery's `apply_async`, as a porting aid: `countdown` is `perform_in`'s delay, `eta`
+        `perform_at`'s time, `queue` the queue option, and `expires` (seconds or a timedelta from
+        now, or a datetime: Celery's deadline) the `expires_in` option, counted from the job's
+        own time. Returns the jid (Celery returns an AsyncResult: see `sidequest.result`)."""
+        if isinstance(args, (str, bytes)) or not isinstance(args, (Sequence, type(None))):
+            raise JobArgumentError(f"apply_async takes args as a list or tuple, got {type(args).__name__}")
+        if countdown is not None and eta is not None:
+            raise JobArgumentError("apply_async takes countdown or eta, not both")
+        setter = self if queue is None else self.set(queue=queue)
+        options = dict(setter.options)
+        client = setter._client()
+        if expires is not None:
+            options["expires_in"] = _expires_in(expires, countdown, eta, client.clock())
+        return client.push(self.job_class, list(args or ()), kwargs, at=eta, in_=countdown, **options)
 
     @overload
     def s(self: JobSetter[Concatenate[Any, Q]], *args: Q.args, **kwargs: Q.kwargs) -> Signature: ...
@@ -331,21 +386,21 @@ def job(func: Callable[P, R] | None = None, *, name: str | None = None,
         }
         call: Callable[..., Any] = fn  # P is the caller's concern; the worker passes a payload's args
         if inspect.iscoroutinefunction(fn):
-            async def perform_async_fn(self: Job, *args: Any) -> Any:
-                return await call(*args)
+            async def perform_async_fn(self: Job, *args: Any, **kwargs: Any) -> Any:
+                return await call(*args, **kwargs)
             body["perform"] = perform_async_fn
         else:
-            def perform(self: Job, *args: Any) -> Any:
-                return call(*args)
+            def perform(self: Job, *args: Any, **kwargs: Any) -> Any:
+                return call(*args, **kwargs)
             body["perform"] = perform
         if retry_in is not None:
             body["retry_in"] = lambda self, count, exc: retry_in(count, exc)
         if retries_exhausted is not None:
             body["retries_exhausted"] = lambda self, payload, exc: retries_exhausted(payload, exc)
         if after_succeeded is not None:
-            body["after_succeeded"] = lambda self, *args: after_succeeded(*args)
+            body["after_succeeded"] = lambda self, *args, **kwargs: after_succeeded(*args, **kwargs)
         if after_failed is not None:
-            body["after_failed"] = lambda self, exc, *args: after_failed(exc, *args)
+            body["after_failed"] = lambda self, exc, *args, **kwargs: after_failed(exc, *args, **kwargs)
         kwargs: dict[str, Any] = dict(options, name=name)
         if registry is not None:
             kwargs["registry"] = registry
@@ -380,8 +435,8 @@ class JobFunction(Generic[P, R]):
     def push_options(self) -> dict[str, Any]:
         return self.job_class.push_options()
 
-    def check_arguments(self, args: Sequence[Any]) -> None:
-        self.job_class.check_arguments(args)
+    def check_arguments(self, args: Sequence[Any], kwargs: Mapping[str, Any] | None = None) -> None:
+        self.job_class.check_arguments(args, kwargs)
 
     def perform_async(self, *args: P.args, **kwargs: P.kwargs) -> str | None:
         return self.set().perform_async(*args, **kwargs)
@@ -395,6 +450,16 @@ class JobFunction(Generic[P, R]):
     def perform_bulk(self, args_list: Iterable[Sequence[Any]], *, at: BulkAt = None,
                      spread: Delay | None = None) -> list[str | None]:
         return self.set().perform_bulk(args_list, at=at, spread=spread)
+
+    def delay(self, *args: P.args, **kwargs: P.kwargs) -> str | None:
+        """Celery's name for `perform_async` (a porting aid)."""
+        return self.set().perform_async(*args, **kwargs)
+
+    def apply_async(self, args: Sequence[Any] | None = None, kwargs: Mapping[str, Any] | None = None, *,
+                    countdown: Delay | None = None, eta: When | None = None, queue: str | None = None,
+                    expires: Delay | datetime | None = None) -> str | None:
+        """Celery's `apply_async` mapped to a push (a porting aid; see `JobSetter.apply_async`)."""
+        return self.set().apply_async(args, kwargs, countdown=countdown, eta=eta, queue=queue, expires=expires)
 
     @overload
     def s(self: JobFunction[Concatenate[Any, Q], R], *args: Q.args, **kwargs: Q.kwargs) -> Signature: ...

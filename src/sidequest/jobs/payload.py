@@ -8,6 +8,11 @@ A payload on the wire looks like Sidekiq's:
 Arguments must be native JSON (None, bool, int, finite float, str, list, dict with str keys),
 because a job is read back as JSON by this or another language; nothing else is accepted, so
 what a job receives is exactly what the caller passed.
+
+A Python job's keyword arguments travel in a top-level `"kwargs"` object, present only when
+there are some: `{"class":"app.send","args":[42],"kwargs":{"template":"reset"},...}`. Ruby
+Sidekiq keeps a key it does not know and passes only `args` to `perform`, so a Ruby worker never
+sees them as arguments. `call_arguments(payload)` is the one place a payload becomes a call.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import operator
 import os
 import secrets
 from collections import deque
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -26,7 +32,8 @@ from sidequest.errors import JobArgumentError, PayloadError
 
 # Keys the client sets itself; a job option of the same name would be overwritten or
 # would break the payload, so options may not use them.
-RESERVED_KEYS = frozenset({"class", "args", "jid", "created_at", "enqueued_at", "at", "unique_digest", "expires_at"})
+RESERVED_KEYS = frozenset({"class", "args", "kwargs", "jid", "created_at", "enqueued_at", "at", "unique_digest",
+                           "expires_at"})
 
 _SCALARS = (str, int, bool, type(None))
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
@@ -165,6 +172,48 @@ def check_args(args: Any) -> list[Any]:
     return args
 
 
+def check_kwargs(kwargs: Any) -> dict[str, Any]:
+    """Return `kwargs` as a new dict if it maps str names to native JSON; raise JobArgumentError
+    otherwise (the message names the keyword).
+
+    >>> check_kwargs({"template": "reset", "ids": [1, 2]})
+    {'template': 'reset', 'ids': [1, 2]}
+    """
+    if not isinstance(kwargs, Mapping):
+        raise JobArgumentError(f"kwargs must be a dict of keyword arguments, got {type(kwargs).__name__}")
+    checked = dict(kwargs)
+    for key, value in checked.items():
+        if type(key) is not str:
+            raise JobArgumentError(f"keyword argument names must be strings, got {key!r} ({type(key).__name__})")
+        if type(value) in _SCALARS:
+            continue
+        try:
+            problem = _json_problem(value, f"kwargs[{key!r}]")
+        except RecursionError:
+            problem = f"kwargs[{key!r}] is nested too deeply"
+        if problem:
+            raise JobArgumentError(
+                f"keyword argument {key!r} ({type(value).__name__}) is not native JSON: {problem}. "
+                "Pass only None, bool, int, finite float, str, list and dict with str keys."
+            )
+    return checked
+
+
+NO_KWARGS: dict[str, Any] = {}  # what a payload without "kwargs" gives: shared, so never changed
+
+
+def call_arguments(payload: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+    """(args, kwargs) a decoded payload's job is called with: `perform(*args, **kwargs)`, and
+    its hooks the same. The kwargs of a payload without any are `NO_KWARGS` (not to be changed).
+
+    >>> call_arguments({"class": "app.send", "args": [42], "kwargs": {"template": "reset"}})
+    ([42], {'template': 'reset'})
+    """
+    if "kwargs" not in payload:  # every job's path but a keyword push's: one key test
+        return payload["args"], NO_KWARGS
+    return payload["args"], payload["kwargs"]
+
+
 def check_json_value(value: Any, where: str) -> None:
     """Raise JobArgumentError if `value` (an option, say) is not native JSON."""
     try:
@@ -229,6 +278,8 @@ def decode(raw: bytes | str) -> dict[str, Any]:
         raise PayloadError("payload has no 'args'")
     if not isinstance(data["args"], list):
         raise PayloadError(f"payload 'args' is a JSON {type(data['args']).__name__}, not an array")
+    if "kwargs" in data and not isinstance(data["kwargs"], dict):
+        raise PayloadError(f"payload 'kwargs' is a JSON {type(data['kwargs']).__name__}, not an object")
     return data
 
 

@@ -48,7 +48,7 @@ from sidequest.client.sync_client import NO_REPLICAS, Client, Replicas, configur
 from sidequest.config import Config
 from sidequest.errors import JobArgumentError, RedisUnavailableError
 from sidequest.features.tasks import TaskFeature, TaskRecorder
-from sidequest.jobs.payload import decode
+from sidequest.jobs.payload import call_arguments, decode
 from sidequest.jobs.registry import Registry, default_registry
 from sidequest.store.connection import answers
 from sidequest.store.dev_server import server_binary
@@ -114,14 +114,15 @@ def _job_name(job: Any) -> str:
     raise TypeError(f"expected a job (a @job function, a Job class) or a job name, got {job!r}")
 
 
-def _hook(job: Any, name: str, *args: Any) -> None:
-    """A job's own `after_succeeded`/`after_failed`, as a worker calls it: an exception in it is
-    logged, never a job failure."""
+def _hook(job: Any, name: str, payload: dict[str, Any], *first: Any) -> None:
+    """A job's own `after_succeeded`/`after_failed`, as a worker calls it (`first`, then the
+    payload's arguments): an exception in it is logged, never a job failure."""
     hook = getattr(job, name, None)
     if hook is None:
         return
     try:
-        hook(*args)
+        args, kwargs = call_arguments(payload)
+        hook(*first, *args, **kwargs)
     except Exception:
         log.exception("%s of %s raised", name, getattr(job, "name", type(job).__name__))
 
@@ -242,13 +243,12 @@ class FakeJobs:
         except (Exception, SystemExit) as exc:  # SystemExit from a job is a job failure, as in a worker
             fetched = decode(blob)  # a failure is kept as pushed, not as middleware changed it
             self.failed.append(Failure(fetched, exc))
-            _hook(job, "after_failed", exc, *fetched["args"])
+            _hook(job, "after_failed", fetched, exc)
             if raise_errors:
                 raise
         else:
             self.performed.append(decode(blob))
-            args = payload.get("args")
-            _hook(job, "after_succeeded", *(args if isinstance(args, list) else []))
+            _hook(job, "after_succeeded", payload)
 
     def _job(self, payload: dict[str, Any]) -> Any:
         """The job object a worker would build for `payload`."""
@@ -261,7 +261,7 @@ class FakeJobs:
         """Run one job the way a worker's processor does: server middleware around `perform`."""
         depth = _depth.get()
         executor = self._executor(depth)
-        args = payload["args"]
+        args, kwargs = call_arguments(payload)
         limit = payload.get("timeout") or self.config.job_timeout
         limit = float(limit) if isinstance(limit, (int, float)) and limit > 0 else None
         queue = str(payload.get("queue") or "default")
@@ -270,7 +270,7 @@ class FakeJobs:
         try:
             with self._task_context(payload):
                 self.config.server_middleware.invoke(
-                    job, payload, queue, final=lambda: executor.run(job, args, limit))
+                    job, payload, queue, final=lambda: executor.run(job, args, limit, kwargs))
         finally:
             job_context.reset(run)
             _depth.reset(token)
@@ -302,6 +302,7 @@ class FakeClient(Client):
     def __init__(self, jobs: FakeJobs, config: Config) -> None:
         super().__init__(config)
         self.jobs = jobs
+        self.job_registry = jobs.registry
 
     @property
     def redis(self) -> redis.Redis:

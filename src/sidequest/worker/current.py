@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from sidequest.jobs.payload import call_arguments
 from sidequest.worker.job_run import job_context
 
 
@@ -41,6 +42,5 @@ def current_job() -> CurrentJob | None:
     # Sidekiq's `retry_count` is absent on the first run and 0 on the first retry
     count = payload.get("retry_count")
     retries = count + 1 if isinstance(count, int) and not isinstance(count, bool) and count >= 0 else 0
-    args = payload.get("args")
-    return CurrentJob(jid, name, queue, retries, args if isinstance(args, list) else [],
-                      dict(payload.get("kwargs") or {}), payload)
+    args, kwargs = call_arguments(payload)  # an ActiveJob's are its own, not the wrapper's
+    return CurrentJob(jid, name, queue, retries, list(args), dict(kwargs), payload)

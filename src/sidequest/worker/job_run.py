@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 
 from sidequest.config import Config
 from sidequest.errors import Cancelled, OverLimit, PayloadError, Retry, UnknownJobError
-from sidequest.jobs.payload import decode, overdue, trace_id
+from sidequest.jobs.payload import call_arguments, decode, overdue, trace_id
 from sidequest.jobs.registry import Registry
 from sidequest.store.outage import REDIS_ERRORS, Backoff, RedisOutage
 from sidequest.worker.counters import ProcessCounters
@@ -130,12 +130,12 @@ class JobRun:
         started = time.monotonic()
         try:
             job = self.job(job_class, payload)
-            args = payload["args"]
+            args, kwargs = call_arguments(payload)
             limit = time_limit(payload, self.rt.config)
             returned: list[Any] = []  # what the job itself returned (middleware may return anything)
             with self.rt.lifecycle.running(payload):
-                self.rt.config.server_middleware.invoke(
-                    job, payload, unit.queue, final=lambda: _kept(returned, self.rt.executor.run(job, args, limit)))
+                self.rt.config.server_middleware.invoke(job, payload, unit.queue, final=lambda: _kept(
+                    returned, self.rt.executor.run(job, args, limit, kwargs)))
         except BaseException as exc:  # SystemExit from a job's sys.exit() is a job failure too
             outcome = self.failed(unit, payload, job, exc, started)
         else:
@@ -293,8 +293,7 @@ class JobRun:
         applied = self.settle(lambda: unit.apply(outcome, ops))
         if applied:
             self.rt.lifecycle.observe(point, payload, outcome)
-            args = (payload or {}).get("args")
-            self.rt.retrier.after(outcome, job, args if isinstance(args, list) else [], unit.queue)
+            self.rt.retrier.after(outcome, job, payload, unit.queue)
         elif applied is False:
             log.warning("the %s outcome of %s was not written: this processor no longer held the job "
                         "(another process recovered it, and its copy is the live one)",

@@ -40,7 +40,7 @@ from typing import Any
 
 from sidequest.config import Config
 from sidequest.errors import JobFailed, Retry
-from sidequest.jobs.payload import encode, in_millis, stamp
+from sidequest.jobs.payload import NO_KWARGS, call_arguments, encode, in_millis, stamp
 from sidequest.worker.outcome import Kind, Outcome, error_class_name, invalid
 
 log = logging.getLogger(__name__)
@@ -215,16 +215,17 @@ class Retrier:
             return "moved to the dead set"
         return f"{outcome.kind} ({outcome.reason})" if outcome.reason else outcome.kind
 
-    def after(self, outcome: Outcome, job: Any, args: list[Any], queue: str) -> None:
+    def after(self, outcome: Outcome, job: Any, ran: dict[str, Any] | None, queue: str) -> None:
         """Hooks for an outcome that has been written (their errors are logged, never raised):
-        the job's `after_succeeded`/`after_failed`, the error handlers on every failure, and on
-        exhaustion the job's `retries_exhausted` and every death handler."""
+        the job's `after_succeeded`/`after_failed` with the arguments of payload `ran`, the error
+        handlers on every failure, and on exhaustion the job's `retries_exhausted` and every
+        death handler."""
         payload, exc = outcome.payload or {}, outcome.error
         if outcome.kind == "done":
-            _call("after_succeeded", job, *args)
+            _call("after_succeeded", job, ran)
             return
         if exc is not None and not outcome.requested:  # a retry the job asked for is not a failure
-            _call("after_failed", job, exc, *args)
+            _call("after_failed", job, ran, exc)
             context = {"job": payload, "queue": queue, "jid": payload.get("jid"), "class": payload.get("class"),
                        "retry_count": payload.get("retry_count")}
             for error_handler in self.error_handlers:
@@ -256,11 +257,13 @@ class Retrier:
                 log.exception("death handler %r raised", handler)
 
 
-def _call(hook: str, job: Any, *args: Any) -> None:
-    """Run one of a job's own hooks; an exception in it is logged, never a job failure."""
+def _call(hook: str, job: Any, payload: dict[str, Any] | None, *first: Any) -> None:
+    """Run one of a job's own hooks with `first` and the job's arguments (see `call_arguments`);
+    an exception in it is logged, never a job failure."""
     if job is None:
         return
     try:
-        getattr(job, hook)(*args)
+        args, kwargs = call_arguments(payload) if payload is not None else ([], NO_KWARGS)
+        getattr(job, hook)(*first, *args, **kwargs)
     except Exception:
         log.exception("%s of %s raised", hook, getattr(job, "name", type(job).__name__))

@@ -110,6 +110,8 @@ def job(entry: JobRecord, set_key: str | None) -> Table:
         ("jid", entry.jid), ("class", entry.klass), ("queue", entry.queue),
         ("args", render.brief(entry.args, 10_000)),
     ]
+    if entry.kwargs:
+        rows.append(("kwargs", render.brief(entry.kwargs, 10_000)))
     if isinstance(entry, SortedEntry):
         when = {"schedule": "runs at", "retry": "next retry", "dead": "died at"}.get(set_key or "", "score")
         rows.append((when, render.stamp(entry.score)))

@@ -22,7 +22,7 @@ from typing import Any, Generic, ParamSpec, Protocol
 from django.db import transaction
 
 from sidequest.jobs.definition import Delay, When
-from sidequest.jobs.payload import check_args
+from sidequest.jobs.payload import check_args, check_kwargs
 
 P = ParamSpec("P")
 
@@ -43,29 +43,28 @@ class AfterCommit(Generic[P]):
         self.using = using
         self.robust = robust
 
-    def _defer(self, push: Any, *args: Any) -> None:
-        transaction.on_commit(functools.partial(push, *args), using=self.using, robust=self.robust)
+    def _defer(self, push: Any, *args: Any, **kwargs: Any) -> None:
+        transaction.on_commit(functools.partial(push, *args, **kwargs), using=self.using, robust=self.robust)
 
     def perform_async(self, *args: P.args, **kwargs: P.kwargs) -> None:
         self._check(args, kwargs)
-        self._defer(self.job.perform_async, *args)
+        self._defer(self.job.perform_async, *args, **kwargs)
 
     def perform_in(self, delay: Delay, /, *args: P.args, **kwargs: P.kwargs) -> None:
         self._check(args, kwargs)
-        self._defer(self.job.perform_in, delay, *args)
+        self._defer(self.job.perform_in, delay, *args, **kwargs)
 
     def perform_at(self, when: When, /, *args: P.args, **kwargs: P.kwargs) -> None:
         self._check(args, kwargs)
-        self._defer(self.job.perform_at, when, *args)
+        self._defer(self.job.perform_at, when, *args, **kwargs)
 
     def _check(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        if kwargs:  # a Sidekiq payload holds positional arguments only; say so now, not after the commit
-            raise TypeError(f"jobs take positional arguments only; got keyword(s) {', '.join(sorted(kwargs))}")
         checked = check_args(list(args))  # JSON-native, as the push will check
+        keywords = check_kwargs(kwargs) if kwargs else None
         job_class = getattr(self.job, "job_class", self.job)  # a `.set(...)` checks through its class
         fits = getattr(job_class, "check_arguments", None)
         if callable(fits):
-            fits(checked)
+            fits(checked, keywords) if keywords else fits(checked)
 
 
 def after_commit(job: Enqueues[P], *, using: str | None = None, robust: bool = False) -> AfterCommit[P]:

@@ -27,9 +27,8 @@ from sidequest.client.sync_client import Client, Replicas, default_client
 from sidequest.errors import JobArgumentError
 from sidequest.features.recent import remember
 from sidequest.features.workflows.signature import Signature
-from sidequest.jobs.arguments import display
 from sidequest.jobs.options import check_options
-from sidequest.jobs.payload import check_json_value, encode
+from sidequest.jobs.payload import encode
 from sidequest.store import keys
 
 TTL = 7 * 24 * 3600  # seconds a workflow's records (and its steps' results) are kept after its last change
@@ -177,10 +176,8 @@ def _payload(client: Client, signature: Signature, workflow_id: str | None, step
         steer = {"workflow_id": workflow_id, "workflow_step": step}
         options.setdefault("result_ttl", keep)
     args = [None, *signature.args] if passed else list(signature.args)
-    _check_kwargs(signature)
     try:
-        job = _bound(signature, args) if signature.kwargs else signature.job
-        entries, _ = client.build(job, [args], [None], now, options, steer)
+        entries, _ = client.build(signature.job, [args], [None], now, options, steer, kwargs=signature.kwargs or None)
     except JobArgumentError as exc:
         if not passed:
             raise
@@ -193,51 +190,4 @@ def _payload(client: Client, signature: Signature, workflow_id: str | None, step
     payload = entries[0][0]
     if passed:
         payload["args"] = payload["args"][1:]
-    if signature.kwargs:
-        payload["kwargs"] = dict(signature.kwargs)
     return payload
-
-
-@dataclass(frozen=True)
-class _Bound:
-    """A step's job whose arguments `_bound` has checked with its keyword arguments: `Client.build`
-    takes its name and options, and leaves its positional-only check out."""
-
-    job: Any
-
-    @property
-    def name(self) -> str:
-        return str(self.job.name)
-
-    def payload_options(self) -> dict[str, Any]:
-        return dict(self.job.payload_options())
-
-
-def _check_kwargs(signature: Signature) -> None:
-    """JobArgumentError unless a step's keyword arguments are native JSON named by strings, for
-    a job of this codebase (a wire name's job may be Ruby's, which takes positional ones only)."""
-    if not signature.kwargs:
-        return
-    if isinstance(signature.job, str):
-        raise JobArgumentError(f"job {signature.job}: a job of another codebase (a wire name) takes positional "
-                               "arguments only; pass them positionally")
-    for key, value in signature.kwargs.items():
-        if not isinstance(key, str) or not key:
-            raise JobArgumentError(f"job {signature.label}: keyword argument names are strings, got {key!r}")
-        try:
-            check_json_value(value, f"keyword argument {key!r}")
-        except JobArgumentError as exc:
-            raise JobArgumentError(f"job {signature.label}: {exc}") from None
-
-
-def _bound(signature: Signature, args: list[Any]) -> _Bound:
-    """The job of a step with keyword arguments, once they and `args` fit its parameters;
-    JobArgumentError, saying why, if not."""
-    params = getattr(getattr(signature.job, "job_class", signature.job), "_signature", None)
-    if params is not None:
-        try:
-            params.bind(*args, **signature.kwargs)
-        except TypeError as exc:
-            raise JobArgumentError(f"job {signature.label} takes {display(params)}, got {args!r} and "
-                                   f"{signature.kwargs!r}: {exc}") from None
-    return _Bound(signature.job)
