@@ -42,11 +42,10 @@ def work() -> None:
     print("charge recorded its own id:", PAYMENTS[7] == payment)
     print("fetch_rate:", sidequest.result(fetch_rate.delay("USD"), timeout=10), "after", CALLS["rate USD"], "calls")
     flow = Workflow.find(chain(price.s("A-1", quantity=3), discount.s(10)).perform_async())
-    print("chain:", flow.result("2", timeout=10))  # a canvas's steps are named "1", "2"... in order
-    flow = Workflow.find(group(price.s(sku) for sku in ("A-1", "B-2", "C-3")).perform_async())
-    print("group:", flow.results(timeout=10))
+    print("chain:", *flow.results(timeout=10))  # its final steps' results: here the last step's, alone
+    print("group:", group(price.s(sku) for sku in ("A-1", "B-2", "C-3")).apply_async().get(timeout=10))
     basket = chord([price.s("A-1", 2), price.s("C-3")], total.s("basket 7", currency="EUR"))
-    print("chord:", Workflow.find(basket.perform_async()).result("3", timeout=10))
+    print("chord:", *Workflow.find(basket.perform_async()).results(timeout=10))
     digest = MORNING_DIGEST.job.delay(*MORNING_DIGEST.args)  # what the scheduler pushes at each tick
     print("beat:", sidequest.result(digest, timeout=10))
     at = datetime(2026, 3, 27, 12, 0, tzinfo=UTC).timestamp()  # a Friday
