@@ -17,17 +17,17 @@ app.conf.update(task_always_eager=True, task_eager_propagates=False, broker_url=
 
 
 def main() -> None:
-    print("send_email:", send_email.delay(42, template="reset", lang="fr").get(timeout=10))
+    print("send_email:", send_email.delay(42, template="reset", lang="fr").get(timeout=30))
     payment = charge.apply_async(args=(7, 1999), kwargs={"currency": "EUR"}, expires=600)
-    print("charge:", payment.get(timeout=10))
+    print("charge:", payment.get(timeout=30))
     print("charge recorded its own id:", PAYMENTS[7] == payment.id)
-    print("fetch_rate:", fetch_rate.delay("USD").get(timeout=10), "after", CALLS["rate USD"], "calls")
-    print("chain:", chain(price.s("A-1", quantity=3), discount.s(10)).apply_async().get(timeout=10))
-    print("group:", group(price.s(sku) for sku in ("A-1", "B-2", "C-3")).apply_async().get(timeout=10))
+    print("fetch_rate:", fetch_rate.delay("USD").get(timeout=30), "after", CALLS["rate USD"], "calls")
+    print("chain:", chain(price.s("A-1", quantity=3), discount.s(10)).apply_async().get(timeout=30))
+    print("group:", group(price.s(sku) for sku in ("A-1", "B-2", "C-3")).apply_async().get(timeout=30))
     basket = chord([price.s("A-1", 2), price.s("C-3")], total.s("basket 7", currency="EUR"))
-    print("chord:", basket.apply_async().get(timeout=10))
+    print("chord:", basket.apply_async().get(timeout=30))
     entry = app.conf.beat_schedule["morning-digest"]
-    print("beat:", app.tasks[entry["task"]].apply_async(args=entry["args"]).get(timeout=10))
+    print("beat:", app.tasks[entry["task"]].apply_async(args=entry["args"]).get(timeout=30))
     at = datetime(2026, 3, 27, 12, 0, tzinfo=UTC)  # a Friday
     runs = []
     for _ in range(3):

@@ -36,18 +36,18 @@ def main() -> None:
 
 
 def work() -> None:
-    print("send_email:", sidequest.result(send_email.delay(42, template="reset", lang="fr"), timeout=10))
+    print("send_email:", sidequest.result(send_email.delay(42, template="reset", lang="fr"), timeout=30))
     payment = charge.apply_async(args=(7, 1999), kwargs={"currency": "EUR"}, expires=600)
-    print("charge:", sidequest.result(payment, timeout=10))
+    print("charge:", sidequest.result(payment, timeout=30))
     print("charge recorded its own id:", PAYMENTS[7] == payment)
-    print("fetch_rate:", sidequest.result(fetch_rate.delay("USD"), timeout=10), "after", CALLS["rate USD"], "calls")
+    print("fetch_rate:", sidequest.result(fetch_rate.delay("USD"), timeout=30), "after", CALLS["rate USD"], "calls")
     flow = Workflow.find(chain(price.s("A-1", quantity=3), discount.s(10)).perform_async())
-    print("chain:", *flow.results(timeout=10))  # its final steps' results: here the last step's, alone
-    print("group:", group(price.s(sku) for sku in ("A-1", "B-2", "C-3")).apply_async().get(timeout=10))
+    print("chain:", *flow.results(timeout=30))  # its final steps' results: here the last step's, alone
+    print("group:", group(price.s(sku) for sku in ("A-1", "B-2", "C-3")).apply_async().get(timeout=30))
     basket = chord([price.s("A-1", 2), price.s("C-3")], total.s("basket 7", currency="EUR"))
-    print("chord:", *Workflow.find(basket.perform_async()).results(timeout=10))
+    print("chord:", *Workflow.find(basket.perform_async()).results(timeout=30))
     digest = MORNING_DIGEST.job.delay(*MORNING_DIGEST.args)  # what the scheduler pushes at each tick
-    print("beat:", sidequest.result(digest, timeout=10))
+    print("beat:", sidequest.result(digest, timeout=30))
     at = datetime(2026, 3, 27, 12, 0, tzinfo=UTC).timestamp()  # a Friday
     runs = []
     for _ in range(3):
