@@ -28,7 +28,7 @@ from sidequest.errors import JobArgumentError
 from sidequest.features.recent import remember
 from sidequest.features.workflows.signature import Signature
 from sidequest.jobs.options import check_options
-from sidequest.jobs.payload import encode
+from sidequest.jobs.payload import check_kwargs, encode
 from sidequest.store import keys
 
 TTL = 7 * 24 * 3600  # seconds a workflow's records (and its steps' results) are kept after its last change
@@ -176,6 +176,11 @@ def _payload(client: Client, signature: Signature, workflow_id: str | None, step
         steer = {"workflow_id": workflow_id, "workflow_step": step}
         options.setdefault("result_ttl", keep)
     args = [None, *signature.args] if passed else list(signature.args)
+    if signature.kwargs:  # their own fault, not the result's place: said without the step's note below
+        try:
+            check_kwargs(signature.kwargs)
+        except JobArgumentError as exc:
+            raise JobArgumentError(f"job {signature.label}: {exc}") from None
     try:
         entries, _ = client.build(signature.job, [args], [None], now, options, steer, kwargs=signature.kwargs or None)
     except JobArgumentError as exc:
