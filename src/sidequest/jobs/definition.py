@@ -287,12 +287,12 @@ def job(func: Callable[P, R] | None = None, *, name: str | None = None,
         }
         call: Callable[..., Any] = fn  # P is the caller's concern; the worker passes a payload's args
         if inspect.iscoroutinefunction(fn):
-            async def perform_async_fn(self: Job, *args: Any) -> Any:
-                return await call(*args)
+            async def perform_async_fn(self: Job, *args: Any, **kwargs: Any) -> Any:
+                return await call(*args, **kwargs)
             body["perform"] = perform_async_fn
         else:
-            def perform(self: Job, *args: Any) -> Any:
-                return call(*args)
+            def perform(self: Job, *args: Any, **kwargs: Any) -> Any:
+                return call(*args, **kwargs)
             body["perform"] = perform
         if retry_in is not None:
             body["retry_in"] = lambda self, count, exc: retry_in(count, exc)

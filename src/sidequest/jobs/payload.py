@@ -23,6 +23,7 @@ from typing import Any
 import orjson
 
 from sidequest.errors import JobArgumentError, PayloadError
+from sidequest.jobs.active_job import WRAPPERS, job_data, unwrap
 
 # Keys the client sets itself; a job option of the same name would be overwritten or
 # would break the payload, so options may not use them.
@@ -230,6 +231,16 @@ def decode(raw: bytes | str) -> dict[str, Any]:
     if not isinstance(data["args"], list):
         raise PayloadError(f"payload 'args' is a JSON {type(data['args']).__name__}, not an array")
     return data
+
+
+def call_arguments(payload: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+    """The arguments a decoded payload's job is called with: (positional, keyword). An ActiveJob
+    wrapper's are its ActiveJob arguments, deserialized (see `active_job`)."""
+    if payload["class"] in WRAPPERS:  # every job's path: one set lookup
+        data = job_data(payload)
+        if data is not None:
+            return unwrap(data)
+    return payload["args"], payload.get("kwargs") or {}
 
 
 def queue_of(payload: dict[str, Any]) -> str:

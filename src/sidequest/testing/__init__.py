@@ -48,7 +48,8 @@ from sidequest.client.sync_client import NO_REPLICAS, Client, Replicas, configur
 from sidequest.config import Config
 from sidequest.errors import JobArgumentError, RedisUnavailableError
 from sidequest.features.tasks import TaskFeature, TaskRecorder
-from sidequest.jobs.payload import decode
+from sidequest.jobs.active_job import job_name
+from sidequest.jobs.payload import call_arguments, decode
 from sidequest.jobs.registry import Registry, default_registry
 from sidequest.store.connection import answers
 from sidequest.store.dev_server import server_binary
@@ -251,7 +252,7 @@ class FakeJobs:
 
     def _job(self, payload: dict[str, Any]) -> Any:
         """The job object a worker would build for `payload`."""
-        job_class = self.registry.get(payload["class"])  # UnknownJobError, as in a worker
+        job_class = self.registry.get(job_name(payload))  # UnknownJobError, as in a worker
         job = job_class()
         job.jid, job.payload = str(payload.get("jid", "")), payload
         return job
@@ -260,7 +261,7 @@ class FakeJobs:
         """Run one job the way a worker's processor does: server middleware around `perform`."""
         depth = _depth.get()
         executor = self._executor(depth)
-        args = payload["args"]
+        args, kwargs = call_arguments(payload)
         limit = payload.get("timeout") or self.config.job_timeout
         limit = float(limit) if isinstance(limit, (int, float)) and limit > 0 else None
         queue = str(payload.get("queue") or "default")
@@ -268,7 +269,7 @@ class FakeJobs:
         try:
             with self._task_context(payload):
                 self.config.server_middleware.invoke(
-                    job, payload, queue, final=lambda: executor.run(job, args, limit))
+                    job, payload, queue, final=lambda: executor.run(job, args, limit, kwargs))
         finally:
             _depth.reset(token)
 

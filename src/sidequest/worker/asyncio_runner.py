@@ -47,7 +47,7 @@ import redis
 
 from sidequest.config import Config
 from sidequest.errors import JobTimeoutError, PayloadError
-from sidequest.jobs.payload import decode
+from sidequest.jobs.payload import call_arguments, decode
 from sidequest.store.direct import AsyncDirectPath, DirectPath
 from sidequest.store.outage import REDIS_ERRORS
 from sidequest.store.scripts import Scripts
@@ -303,7 +303,8 @@ class AsyncioRunner(StagedShutdown):
             job = step.job(job_class, payload)
             limit = time_limit(payload, self.rt.config)
             with self.rt.lifecycle.running(payload):
-                result = await (job.perform(*payload["args"]) if limit is None else _timed(job, payload, limit))
+                args, kwargs = call_arguments(payload)
+                result = await (job.perform(*args, **kwargs) if limit is None else _timed(job, payload, limit))
         except BaseException as exc:  # a cancellation too, unless a hard stop put the job back
             if unit.done:
                 job_context.reset(token)
@@ -358,7 +359,8 @@ async def _timed(job: Any, payload: dict[str, Any], limit: float) -> Any:
     """The job's coroutine, cancelled for real past `limit` seconds."""
     try:
         async with asyncio.timeout(limit) as deadline:
-            return await job.perform(*payload["args"])
+            args, kwargs = call_arguments(payload)
+            return await job.perform(*args, **kwargs)
     except TimeoutError:
         if deadline.expired():
             raise JobTimeoutError(f"job ran longer than its {limit:g} s time limit (cancelled)") from None

@@ -26,7 +26,8 @@ from sidequest.errors import JobTimeoutError
 
 
 class Executor(Protocol):
-    def run(self, job: Any, args: list[Any], timeout: float | None = None) -> Any: ...
+    def run(self, job: Any, args: list[Any], timeout: float | None = None,
+            kwargs: dict[str, Any] | None = None) -> Any: ...
     def close(self) -> None: ...
 
 
@@ -54,31 +55,33 @@ class ThreadExecutor:
                 self._loop, self._thread = loop, thread
             return self._loop
 
-    def run(self, job: Any, args: list[Any], timeout: float | None = None) -> Any:
+    def run(self, job: Any, args: list[Any], timeout: float | None = None,
+            kwargs: dict[str, Any] | None = None) -> Any:
+        kwargs = kwargs or {}
         kind = type(job)
         is_async = self._async.get(kind)
         if is_async is None:  # looked up once per job class: this is every job's path
             is_async = self._async[kind] = inspect.iscoroutinefunction(job.perform)
         if is_async:
-            future = asyncio.run_coroutine_threadsafe(job.perform(*args), self._event_loop())
+            future = asyncio.run_coroutine_threadsafe(job.perform(*args, **kwargs), self._event_loop())
             try:
                 return future.result(timeout)
             except concurrent.futures.TimeoutError:
                 future.cancel()
                 raise JobTimeoutError(f"job ran longer than its {timeout:g} s time limit (cancelled)") from None
         if timeout is None:
-            result = job.perform(*args)
+            result = job.perform(*args, **kwargs)
             if inspect.iscoroutine(result):  # a sync perform that returned a coroutine
                 return asyncio.run_coroutine_threadsafe(result, self._event_loop()).result()
             return result
-        return self._run_timed(job, args, timeout)
+        return self._run_timed(job, args, timeout, kwargs)
 
-    def _run_timed(self, job: Any, args: list[Any], timeout: float) -> Any:
+    def _run_timed(self, job: Any, args: list[Any], timeout: float, kwargs: dict[str, Any]) -> Any:
         outcome: dict[str, Any] = {}
 
         def target() -> None:
             try:
-                outcome["value"] = job.perform(*args)
+                outcome["value"] = job.perform(*args, **kwargs)
             except BaseException as exc:  # handed to the processor thread below
                 outcome["error"] = exc
 

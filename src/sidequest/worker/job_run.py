@@ -36,7 +36,8 @@ from typing import Any, TypeVar
 
 from sidequest.config import Config
 from sidequest.errors import Cancelled, OverLimit, PayloadError, UnknownJobError
-from sidequest.jobs.payload import decode, overdue, trace_id
+from sidequest.jobs.active_job import job_name
+from sidequest.jobs.payload import call_arguments, decode, overdue, trace_id
 from sidequest.jobs.registry import Registry
 from sidequest.store.outage import REDIS_ERRORS, Backoff, RedisOutage
 from sidequest.worker.counters import ProcessCounters
@@ -129,12 +130,12 @@ class JobRun:
         started = time.monotonic()
         try:
             job = self.job(job_class, payload)
-            args = payload["args"]
+            args, kwargs = call_arguments(payload)
             limit = time_limit(payload, self.rt.config)
             returned: list[Any] = []  # what the job itself returned (middleware may return anything)
             with self.rt.lifecycle.running(payload):
-                self.rt.config.server_middleware.invoke(
-                    job, payload, unit.queue, final=lambda: _kept(returned, self.rt.executor.run(job, args, limit)))
+                self.rt.config.server_middleware.invoke(job, payload, unit.queue, final=lambda: _kept(
+                    returned, self.rt.executor.run(job, args, limit, kwargs)))
         except BaseException as exc:  # SystemExit from a job's sys.exit() is a job failure too
             outcome = self.failed(unit, payload, job, exc, started)
         else:
@@ -166,7 +167,7 @@ class JobRun:
         if "expires_at" in payload and overdue(payload, self.rt.retrier.clock()) is not None:  # most: no clock
             return None
         try:
-            return self.rt.registry.get(payload["class"])
+            return self.rt.registry.get(job_name(payload))
         except UnknownJobError:
             return None
 
@@ -180,7 +181,7 @@ class JobRun:
             self.finish(unit, payload, None, Outcome("dropped", payload=payload, reason=EXPIRED))
             return
         try:
-            self.rt.registry.get(payload["class"])
+            self.rt.registry.get(job_name(payload))
         except UnknownJobError as exc:
             self._unknown(unit, payload, exc)
             return
@@ -198,7 +199,7 @@ class JobRun:
         shows it with this message."""
         self.rt.counters.failed.incr()
         outcome = self._decide(None, unit, exc)
-        log.warning("%s %s: %s; %s", payload["class"], payload.get("jid"), exc, self.rt.retrier.fate(outcome))
+        log.warning("%s %s: %s; %s", job_name(payload), payload.get("jid"), exc, self.rt.retrier.fate(outcome))
         self.finish(unit, outcome.payload or payload, None, dataclasses.replace(outcome, logged=True))
 
     def take(self, unit: UnitOfWork, payload: dict[str, Any], ops: list[Any]) -> bool:
@@ -220,7 +221,7 @@ class JobRun:
 
     def enter(self, unit: UnitOfWork, payload: dict[str, Any]) -> contextvars.Token[Any]:
         """Enter the job's log context (see `job_context`); reset it with the token returned."""
-        token = job_context.set((payload["class"], str(payload.get("jid", "")), unit.queue,
+        token = job_context.set((job_name(payload), str(payload.get("jid", "")), unit.queue,
                                  trace_id(payload) if "traceparent" in payload else None))
         log.info("start")
         return token
