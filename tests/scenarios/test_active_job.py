@@ -58,6 +58,19 @@ class FailingReceiptJob(sidequest.Job, name="FailingReceiptJob", registry=REGIST
             raise ValueError("receipt failed in Python")
 
 
+ASYNC_REGISTRY = Registry()  # the same name as an `async def` job, for the asyncio runner
+
+
+@sidequest.job(name="SendReceiptJob", registry=ASYNC_REGISTRY)
+async def send_receipt_async(*args: Any, **kwargs: Any) -> None:
+    record("async SendReceiptJob", described(list(args)), described(kwargs))
+
+
+@sidequest.job(name="SendReceiptJob", active_job=True, registry=Registry(), queue="receipts")
+def receipt_for_rails(order_id: int, currency: str) -> None:
+    """Run by Rails: this side only pushes it (its signature checks each push)."""
+
+
 @pytest.fixture
 def rails(ruby: str) -> str:
     """Skip (or, under CI, fail) when Rails' ActiveJob is not installed beside Ruby Sidekiq."""
@@ -110,6 +123,14 @@ def test_rails_perform_later_runs_in_sidequest_under_its_name_exactly_once(rails
                             ["date", "2024-01-02"], ["timedelta", 90.0], {"k": 1}, "gid://shop/User/7"], {}],
     ]))
     assert r.zcard("retry") == 0 and r.zcard("dead") == 0 and set(jids) == set(pushed)
+
+
+def test_the_asyncio_runner_runs_a_rails_job_with_its_keywords(rails, r, redis_url, start):
+    rails_push(redis_url, "push")
+    worker = start(registry=ASYNC_REGISTRY, runner="asyncio")
+    wait_until(lambda: len(ran(r)) >= 2 and r.llen("queue:default") == 0, 30, 0.05, "both Rails jobs to run")
+    worker.stop()
+    assert ["async SendReceiptJob", [42, "eur"], {"note": "x"}] in ran(r) and len(ran(r)) == 2
 
 
 def test_a_failing_rails_job_retries_with_its_wrapper_and_ruby_runs_the_retry(rails, r, redis_url, start,
@@ -194,3 +215,19 @@ def test_a_failing_pushed_active_job_retries_in_ruby_with_its_wrapper_and_sidequ
     assert ran(r) == [["FailingReceiptJob", jid, [7, "usd"], {"note": "retry me"}]]
     assert r.zcard("retry") == 0 and r.zcard("dead") == 0
 
+
+
+def test_a_job_declared_active_job_is_pushed_for_rails_to_run(rails, r, redis_url, default_client):
+    jid = receipt_for_rails.set(client=default_client).perform_async(43, "gbp")
+    [pushed] = queued(r, "receipts")
+    assert (pushed["class"], pushed["wrapped"], pushed["args"][0]["arguments"]) == (WRAPPER, "SendReceiptJob",
+                                                                                     [43, "gbp"])
+    peer = RubySidekiq(redis_url, queues=("receipts",), require=RAILS)
+    try:
+        wait_until(lambda: r.llen("test:aj-ran") >= 1 and r.llen("queue:receipts") == 0, 60, 0.1,
+                   "Rails to run the job")
+    finally:
+        log = peer.stop()
+    [done] = rails_ran(r)
+    assert (done["job_class"], done["provider_job_id"], done["queue_name"]) == ("SendReceiptJob", jid, "receipts"), log
+    assert done["args"] == [{"class": "Integer", "value": 43}, {"class": "String", "value": "gbp"}]

@@ -88,6 +88,7 @@ class Job:
     name: ClassVar[str] = ""
     options: ClassVar[dict[str, Any]] = {}  # checked (`options.check_options`), `custom` nested
     registry: ClassVar[Registry] = default_registry
+    active_job: ClassVar[bool] = False  # pushed as Rails' ActiveJob wrapper, for a Rails worker (see `active_job`)
     # perform's parameters without self (the function's, for @job), computed once per class and
     # bound to every push's arguments; None when they cannot be read (pushes go unchecked).
     _signature: ClassVar[inspect.Signature | None] = None
@@ -96,10 +97,13 @@ class Job:
     payload: dict[str, Any]
 
     def __init_subclass__(cls, *, name: str | None = None, abstract: bool = False,
-                          registry: Registry | None = None, **options: Unpack[JobOptions]) -> None:
+                          registry: Registry | None = None, active_job: bool | None = None,
+                          **options: Unpack[JobOptions]) -> None:
         super().__init_subclass__()
         if registry is not None:
             cls.registry = registry
+        if active_job is not None:
+            cls.active_job = active_job is True
         try:
             merged = merge_options(cls.options, check_options(options))
         except JobArgumentError as exc:
@@ -263,7 +267,7 @@ def job(*, name: str | None = None,
         retries_exhausted: Callable[[dict[str, Any], BaseException], None] | None = None,
         after_succeeded: Callable[..., None] | None = None,
         after_failed: Callable[..., None] | None = None,
-        registry: Registry | None = None,
+        registry: Registry | None = None, active_job: bool | None = None,
         **options: Unpack[JobOptions]) -> Callable[[Callable[P, R]], JobFunction[P, R]]: ...
 
 
@@ -272,7 +276,7 @@ def job(func: Callable[P, R] | None = None, *, name: str | None = None,
         retries_exhausted: Callable[[dict[str, Any], BaseException], None] | None = None,
         after_succeeded: Callable[..., None] | None = None,
         after_failed: Callable[..., None] | None = None,
-        registry: Registry | None = None,
+        registry: Registry | None = None, active_job: bool | None = None,
         **options: Unpack[JobOptions]) -> JobFunction[P, R] | Callable[[Callable[P, R]], JobFunction[P, R]]:
     """Turn a function (sync or `async def`) into a job. Usable bare (`@job`) or with options."""
 
@@ -305,6 +309,8 @@ def job(func: Callable[P, R] | None = None, *, name: str | None = None,
         kwargs: dict[str, Any] = dict(options, name=name)
         if registry is not None:
             kwargs["registry"] = registry
+        if active_job is not None:
+            kwargs["active_job"] = active_job
         job_class = cast("type[Job]", type(fn.__name__, (Job,), body, **kwargs))
         job_class._signature = function_signature(fn)  # the function's, not the wrapper's (*args)
         return JobFunction(fn, job_class)
@@ -320,6 +326,7 @@ class JobFunction(Generic[P, R]):
         self._fn = fn
         self.job_class = job_class
         self.name = job_class.name
+        self.active_job = job_class.active_job
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self._fn(*args, **kwargs)
