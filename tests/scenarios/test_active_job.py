@@ -231,3 +231,17 @@ def test_a_job_declared_active_job_is_pushed_for_rails_to_run(rails, r, redis_ur
     [done] = rails_ran(r)
     assert (done["job_class"], done["provider_job_id"], done["queue_name"]) == ("SendReceiptJob", jid, "receipts"), log
     assert done["args"] == [{"class": "Integer", "value": 43}, {"class": "String", "value": "gbp"}]
+
+
+def test_the_dashboard_and_api_show_a_rails_job_by_its_activejob_name(rails, r, redis_url, client):
+    from starlette.testclient import TestClient
+
+    from sidequest.api import Queue
+    from sidequest.web import create_app
+
+    rails_push(redis_url, "push")
+    records = list(Queue("default", client))
+    assert {(j.klass, j.display_class) for j in records} == {(WRAPPER, "SendReceiptJob")}
+    assert [42, "eur", {"note": "x", "_aj_ruby2_keywords": ["note"]}] in [j.display_args for j in records]
+    page = TestClient(create_app(client)).get("/queues/default", headers={"Accept": "text/html"}).text
+    assert page.count("SendReceiptJob") == 2 and "JobWrapper" not in page and "eur" in page

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from sidequest.errors import PayloadError
+from sidequest.jobs.active_job import job_data, job_name
 from sidequest.jobs.payload import decode, epoch
 from sidequest.worker.retry import decompress_backtrace
 
@@ -126,6 +127,18 @@ class JobRecord:
         """The job's registered name (the payload's `class`; Sidekiq's `klass`)."""
         name = self.item.get("class")
         return name if isinstance(name, str) else None
+
+    @property
+    def display_class(self) -> str | None:
+        """The name to show: an ActiveJob wrapper's ActiveJob class, else `klass` (Sidekiq's)."""
+        return job_name(self.item) if self.klass is not None and isinstance(self.item.get("args"), list) else None
+
+    @property
+    def display_args(self) -> list[Any]:
+        """The arguments to show: an ActiveJob wrapper's ActiveJob arguments (as Sidekiq 6/7
+        show them, serialized), else `args`."""
+        data = job_data(self.item) if self.klass is not None and isinstance(self.item.get("args"), list) else None
+        return data["arguments"] if data is not None else self.args
 
     @property
     def args(self) -> list[Any]:
