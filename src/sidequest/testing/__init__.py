@@ -319,7 +319,7 @@ class FakeClient(Client):
                 blob = self._encode(payload)  # the UTF-8 JSON bytes Redis would store
             except JobArgumentError as exc:
                 raise JobArgumentError(f"job {index} of the bulk: {exc}" if len(entries) > 1 else str(exc)) from None
-            encoded.append((blob, when, str(payload["class"])))
+            encoded.append((blob, when, job_name(payload)))  # an ActiveJob wrapper: its class
         if self.jobs.mode == "inline":
             for blob, _, _ in encoded:
                 self.jobs._run(blob, raise_errors=True)
