@@ -16,8 +16,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from sidequest.errors import PayloadError
-from sidequest.jobs.active_job import job_data, job_name
-from sidequest.jobs.payload import decode, epoch
+from sidequest.jobs.active_job import job_data
+from sidequest.jobs.payload import decode, display_name, epoch
 from sidequest.worker.retry import decompress_backtrace
 
 if TYPE_CHECKING:
@@ -130,8 +130,9 @@ class JobRecord:
 
     @property
     def display_class(self) -> str | None:
-        """The name to show: an ActiveJob wrapper's ActiveJob class, else `klass` (Sidekiq's)."""
-        return job_name(self.item) if self.klass is not None and isinstance(self.item.get("args"), list) else None
+        """The name to show: the class a payload wraps (an ActiveJob's, a Django task's), else
+        `klass` (Sidekiq's `display_class`)."""
+        return display_name(self.item) if self.klass is not None else None
 
     @property
     def display_args(self) -> list[Any]:

@@ -243,6 +243,14 @@ def call_arguments(payload: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
     return payload["args"], payload.get("kwargs") or {}
 
 
+def display_name(payload: dict[str, Any]) -> str:
+    """The name to show for a payload's job (traces, error reports, the dashboard): the class it
+    wraps, `wrapped` (an ActiveJob's class, a Django task's path), else its `class`, as
+    Sidekiq's `display_class` shows it."""
+    wrapped = payload.get("wrapped")
+    return wrapped if isinstance(wrapped, str) and wrapped else str(payload.get("class"))
+
+
 def queue_of(payload: dict[str, Any]) -> str:
     """The queue a payload names, or `default` when it names none (a hand-written payload)."""
     queue = payload.get("queue")
