@@ -245,3 +245,21 @@ def test_the_dashboard_and_api_show_a_rails_job_by_its_activejob_name(rails, r, 
     assert [42, "eur", {"note": "x", "_aj_ruby2_keywords": ["note"]}] in [j.display_args for j in records]
     page = TestClient(create_app(client)).get("/queues/default", headers={"Accept": "text/html"}).text
     assert page.count("SendReceiptJob") == 2 and "JobWrapper" not in page and "eur" in page
+
+
+HOOKED = Registry()
+
+
+@sidequest.job(name="SendReceiptJob", registry=HOOKED,
+               after_succeeded=lambda *args, **kwargs: record("after_succeeded", list(args), kwargs))
+def hooked_receipt(order_id: int, currency: str, note: str = "") -> None:
+    record("hooked", order_id, currency, note)
+
+
+def test_a_wrapped_jobs_hooks_get_its_activejob_arguments(r, start, default_client):
+    sidequest.push_active_job("SendReceiptJob", [42, "eur"], {"note": "x"})
+    worker = start(registry=HOOKED)
+    wait_until(lambda: len(ran(r)) >= 2, 30, 0.05, "the job and its hook")
+    worker.stop()
+    assert ran(r)[0] == ["hooked", 42, "eur", "x"]
+    assert ran(r)[1][:2] == ["after_succeeded", [42, "eur"]]  # keywords: helper "kwargs"'s hooks

@@ -242,12 +242,12 @@ class FakeJobs:
         except (Exception, SystemExit) as exc:  # SystemExit from a job is a job failure, as in a worker
             fetched = decode(blob)  # a failure is kept as pushed, not as middleware changed it
             self.failed.append(Failure(fetched, exc))
-            _hook(job, "after_failed", exc, *fetched["args"])
+            _hook(job, "after_failed", exc, *call_arguments(fetched)[0])
             if raise_errors:
                 raise
         else:
             self.performed.append(decode(blob))
-            args = payload.get("args")
+            args = call_arguments(payload)[0]
             _hook(job, "after_succeeded", *(args if isinstance(args, list) else []))
 
     def _job(self, payload: dict[str, Any]) -> Any:

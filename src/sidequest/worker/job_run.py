@@ -280,7 +280,7 @@ class JobRun:
         applied = self.settle(lambda: unit.apply(outcome, ops))
         if applied:
             self.rt.lifecycle.observe(point, payload, outcome)
-            args = (payload or {}).get("args")
+            args = call_arguments(payload)[0] if payload else None
             self.rt.retrier.after(outcome, job, args if isinstance(args, list) else [], unit.queue)
         elif applied is False:
             log.warning("the %s outcome of %s was not written: this processor no longer held the job "
