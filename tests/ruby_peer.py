@@ -36,8 +36,9 @@ def ruby_api(redis_url: str, *actions: str) -> dict:
 class RubySidekiq:
     """A real `sidekiq` process working the given queues."""
 
-    def __init__(self, redis_url: str, queues: tuple[str, ...] = ("default",), concurrency: int = 2):
-        args = ["sidekiq", "-r", str(RUBY_DIR / "jobs.rb"), "-c", str(concurrency), "-t", "3"]
+    def __init__(self, redis_url: str, queues: tuple[str, ...] = ("default",), concurrency: int = 2,
+                 require: Path = RUBY_DIR / "jobs.rb"):
+        args = ["sidekiq", "-r", str(require), "-c", str(concurrency), "-t", "3"]
         for q in queues:
             args += ["-q", q]
         self.proc = subprocess.Popen(args, env=ruby_env(redis_url), stdout=subprocess.PIPE,

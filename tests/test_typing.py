@@ -63,6 +63,7 @@ def test_the_public_names_are_exactly_these():
         "limiter",
         "periodic",
         "push",
+        "push_active_job",
         "redis",
         "result",
         "status",
@@ -139,6 +140,7 @@ Resize.set(queue="urgent", retry=False).perform_async("b.png", 100)
 Resize.perform_bulk([["a.png", 1]])
 send.set(expires_in=timedelta(hours=1), custom={"trace": "t"}, result_ttl=60).perform_async(1)
 sidequest.push("HardWorker", [1], queue="ruby", expires_in=60)
+aj_jid: str | None = sidequest.push_active_job("SendReceiptJob", [42, "eur"], {"note": "x"}, queue="mail", priority=5)
 
 send.perform_async("x")  # error
 send.perform_async(1, 2)  # error
@@ -159,6 +161,8 @@ send.aio.set(max_retries=3)  # error
 send.set(queue=3)  # error
 sidequest.push("HardWorker", [1], retries=3)  # error
 send.set(retry_on=(ValueError,))  # error
+sidequest.push_active_job("SendReceiptJob", [1], retries=3)  # error
+sidequest.push_active_job("SendReceiptJob", [1], priority="high")  # error
 '''
 
 
@@ -195,7 +199,7 @@ def test_mypy_reports_exactly_the_wrong_calls(mypy_report: tuple[str, list[str]]
     marked = {n for n, text in enumerate(source.splitlines(), 1) if text.endswith("# error")}
     errors = _lines(report, "error")
     assert set(errors) == marked, "\n".join(report)
-    assert len(marked) == 21
+    assert len(marked) == 23
 
 
 def test_reveal_type_shows_the_jobs_own_parameters(mypy_report: tuple[str, list[str]]) -> None:

@@ -70,6 +70,7 @@ from sidequest.features.cancellation import cancel, cancelled
 from sidequest.features.lookup import result, status
 from sidequest.features.tasks import Task, task_message
 from sidequest.features.workflows import GroupResult, Signature, Workflow, chain, chord, group, workflow
+from sidequest.jobs import active_job as _active_job
 from sidequest.jobs.definition import Job, JobFunction, job
 from sidequest.jobs.middleware import Chain
 from sidequest.jobs.options import JobOptions
@@ -102,6 +103,25 @@ def push(job_name: str, args: list[Any], kwargs: Mapping[str, Any] | None = None
     """Push a job by name with the default client (e.g. a Ruby job: `push("HardWorker", [1])`).
     `kwargs` only for a registered Python job: a Ruby job's perform takes `args` alone."""
     return default_client().push(job_name, args, kwargs, **options)
+
+
+def push_active_job(job_class: str, args: list[Any] | tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None, *,
+                    priority: int | None = None, job_id: str | None = None, at: Any = None, in_: Any = None,
+                    client: Client | None = None, **options: Unpack[JobOptions]) -> str | None:
+    """Push a job a Rails worker runs as the ActiveJob `job_class` (Rails' Sidekiq adapter's
+    wrapper); return its Sidekiq jid, the job's `provider_job_id` there. `kwargs` reach
+    `perform` as Ruby keyword arguments; the arguments are serialized as ActiveJob 6.1 does
+    (docs/sidekiq-compatibility.md has the table). `job_id` (the ActiveJob id) is a new UUID
+    unless given; `at`/`in_` schedule it and `queue=` (default "default") and the other job
+    options apply, as for `push`.
+
+        sidequest.push_active_job("SendReceiptJob", [42, "eur"], {"note": "x"})
+    """
+    chosen = client or default_client()
+    data = _active_job.job_data_for(job_class, args, kwargs, queue=options.get("queue") or "default",
+                                    priority=priority, job_id=job_id, now=chosen.clock())
+    options["custom"] = {**options.get("custom", {}), "wrapped": job_class}
+    return chosen.push(_active_job.RAILS_WRAPPER, [data], at=at, in_=in_, **options)
 
 
 __all__ = [
@@ -149,6 +169,7 @@ __all__ = [
     "limiter",
     "periodic",
     "push",
+    "push_active_job",
     "redis",
     "result",
     "status",

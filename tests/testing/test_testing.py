@@ -595,3 +595,19 @@ def test_the_example_runs(pytester: pytest.Pytester) -> None:
         pytester.makepyfile(**{path.stem: path.read_text(encoding="utf-8")})
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     result.assert_outcomes(passed=7)
+
+
+def test_fake_mode_finds_and_drains_activejob_pushes_under_their_activejob_name():
+    seen = []
+    registry = Registry()
+
+    @sidequest.job(name="SendReceiptJob", active_job=True, registry=registry)
+    def receipt(order_id: int, currency: str, note: str = "") -> None:
+        seen.append((order_id, currency, note))
+
+    with sidequest.testing.fake(registry=registry) as jobs:
+        receipt.perform_async(43, "gbp")
+        sidequest.push_active_job("SendReceiptJob", [42, "eur"], {"note": "x"})
+        assert [p["args"][0]["arguments"][:2] for p in jobs.pushed(receipt)] == [[43, "gbp"], [42, "eur"]]
+        jobs.drain()
+    assert seen == [(43, "gbp", ""), (42, "eur", "x")]

@@ -16,7 +16,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from sidequest.errors import PayloadError
-from sidequest.jobs.payload import decode, epoch
+from sidequest.jobs.active_job import job_data
+from sidequest.jobs.payload import decode, display_name, epoch
 from sidequest.worker.retry import decompress_backtrace
 
 if TYPE_CHECKING:
@@ -128,6 +129,19 @@ class JobRecord:
         """The job's registered name (the payload's `class`; Sidekiq's `klass`)."""
         name = self.item.get("class")
         return name if isinstance(name, str) else None
+
+    @property
+    def display_class(self) -> str | None:
+        """The name to show: the class a payload wraps (an ActiveJob's, a Django task's), else
+        `klass` (Sidekiq's `display_class`)."""
+        return display_name(self.item) if self.klass is not None else None
+
+    @property
+    def display_args(self) -> list[Any]:
+        """The arguments to show: an ActiveJob wrapper's ActiveJob arguments (as Sidekiq 6/7
+        show them, serialized), else `args`."""
+        data = job_data(self.item) if self.klass is not None and isinstance(self.item.get("args"), list) else None
+        return data["arguments"] if data is not None else self.args
 
     @property
     def args(self) -> list[Any]:

@@ -40,6 +40,7 @@ from sidequest.client.push_plan import Replicas as Replicas
 from sidequest.config import Config
 from sidequest.errors import JobArgumentError
 from sidequest.features import results, unique
+from sidequest.jobs import active_job
 from sidequest.jobs.options import (
     DEFAULTS,
     PUSH_ONLY,
@@ -154,6 +155,9 @@ class Client:
             except JobArgumentError as exc:
                 prefix = f"job {index} of the bulk: " if len(args_list) > 1 else ""
                 raise JobArgumentError(f"{prefix}{exc}") from None
+        if getattr(job, "active_job", False) is True:  # for a Rails worker: Rails' wrapper (see `active_job`)
+            checked = [[active_job.job_data_for(name, args, None, queue=base["queue"], now=now)] for args in checked]
+            base["wrapped"], name = name, active_job.RAILS_WRAPPER
         entries: list[tuple[dict[str, Any], float | None]] = []
         jids: list[str | None] = []
         middleware = len(self.config.client_middleware) > 0

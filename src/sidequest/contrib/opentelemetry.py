@@ -40,6 +40,7 @@ from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 from sidequest import __version__
 from sidequest.errors import Cancelled, OverLimit
 from sidequest.jobs.middleware import PROCESS_CLIENT, PROCESS_SERVER
+from sidequest.jobs.payload import display_name
 from sidequest.worker.outcome import error_class_name
 
 STYLES = ("link", "child", "none")
@@ -59,11 +60,6 @@ DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 
 CONTROL = (OverLimit, Cancelled)
 
 
-def job_class(payload: dict[str, Any]) -> str:
-    """The job's class; a Ruby ActiveJob payload names its real class in `wrapped`."""
-    return str(payload.get("wrapped") or payload.get("class"))
-
-
 @dataclass(frozen=True)
 class Telemetry:
     """What both hooks use: the tracer, the instruments, and the propagation style."""
@@ -76,7 +72,7 @@ class Telemetry:
 
     def attributes(self, payload: dict[str, Any], queue: str, operation: str) -> dict[str, Any]:
         return {MESSAGING_SYSTEM: SYSTEM, DESTINATION: queue, OPERATION_NAME: operation,
-                OPERATION_TYPE: "send" if operation == "publish" else operation, JOB_CLASS: job_class(payload)}
+                OPERATION_TYPE: "send" if operation == "publish" else operation, JOB_CLASS: display_name(payload)}
 
 
 class ProducerHook:

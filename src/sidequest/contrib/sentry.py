@@ -41,7 +41,7 @@ from sentry_sdk.utils import capture_internal_exceptions, event_from_exception
 
 from sidequest.errors import Cancelled, JobFailed, OverLimit
 from sidequest.jobs.middleware import PROCESS_CLIENT, PROCESS_SERVER
-from sidequest.jobs.payload import epoch
+from sidequest.jobs.payload import display_name, epoch
 from sidequest.worker.launcher import WorkerSetup, configure_worker
 
 HEADERS = "trace_propagation_headers"  # the payload key sentry-ruby's Sidekiq middleware writes
@@ -105,11 +105,6 @@ def _integration() -> SidequestIntegration | None:
     return sentry_sdk.get_client().get_integration(SidequestIntegration)
 
 
-def job_class(payload: dict[str, Any]) -> str:
-    """The job's class; a Ruby ActiveJob payload names its real class in `wrapped`."""
-    return str(payload.get("wrapped") or payload.get("class"))
-
-
 # -- producer --------------------------------------------------------------------------------------
 def _producer(job_name: str, payload: dict[str, Any], queue: str, call_next: Callable[[], Any]) -> Any:
     integration = _integration()
@@ -117,7 +112,7 @@ def _producer(job_name: str, payload: dict[str, Any], queue: str, call_next: Cal
         return call_next()
     publishing: AbstractContextManager[Any] = nullcontext()
     if sentry_sdk.get_current_span() is not None:  # a span of its own only inside a transaction
-        publishing = sentry_sdk.start_span(op="queue.publish", name=job_class(payload), origin=integration.origin)
+        publishing = sentry_sdk.start_span(op="queue.publish", name=display_name(payload), origin=integration.origin)
     with publishing as span:
         if span is not None:
             _describe_span(span, payload, queue)
@@ -131,7 +126,7 @@ def _consumer(job: Any, payload: dict[str, Any], queue: str, call_next: Callable
     integration = _integration()
     if integration is None:
         return call_next()
-    name = job_class(payload)
+    name = display_name(payload)
     with sentry_sdk.isolation_scope() as scope:
         scope.clear_breadcrumbs()  # the processor thread's breadcrumbs belong to earlier jobs
         scope.add_event_processor(_job_details(payload, queue))
@@ -188,9 +183,9 @@ def _job_details(payload: dict[str, Any], queue: str) -> Callable[[Any, Any], An
     def add(event: Any, hint: Any) -> Any:
         with capture_internal_exceptions():
             event.setdefault("tags", {}).update(
-                sidequest_job=job_class(payload), sidequest_jid=payload.get("jid"), sidequest_queue=queue)
+                sidequest_job=display_name(payload), sidequest_jid=payload.get("jid"), sidequest_queue=queue)
             event.setdefault("contexts", {})["sidequest"] = {
-                "class": job_class(payload), "jid": payload.get("jid"), "queue": queue,
+                "class": display_name(payload), "jid": payload.get("jid"), "queue": queue,
                 "retry_count": payload.get("retry_count"), "args": _args(payload)}
         return event
     return add

@@ -122,6 +122,7 @@ class Job:
     name: ClassVar[str] = ""
     options: ClassVar[dict[str, Any]] = {}  # checked (`options.check_options`), `custom` nested
     registry: ClassVar[Registry] = default_registry
+    active_job: ClassVar[bool] = False  # pushed as Rails' ActiveJob wrapper, for a Rails worker (see `active_job`)
     # perform's parameters without self (the function's, for @job), computed once per class and
     # bound to every push's arguments; None when they cannot be read (pushes go unchecked).
     _signature: ClassVar[inspect.Signature | None] = None
@@ -130,10 +131,13 @@ class Job:
     payload: dict[str, Any]
 
     def __init_subclass__(cls, *, name: str | None = None, abstract: bool = False,
-                          registry: Registry | None = None, **options: Unpack[DefinitionOptions]) -> None:
+                          registry: Registry | None = None, active_job: bool | None = None,
+                          **options: Unpack[DefinitionOptions]) -> None:
         super().__init_subclass__()
         if registry is not None:
             cls.registry = registry
+        if active_job is not None:
+            cls.active_job = active_job is True
         try:
             merged = merge_options(cls.options, check_options(options, definition=True))
         except JobArgumentError as exc:
@@ -362,7 +366,7 @@ def job(*, name: str | None = None,
         retries_exhausted: Callable[[dict[str, Any], BaseException], None] | None = None,
         after_succeeded: Callable[..., None] | None = None,
         after_failed: Callable[..., None] | None = None,
-        registry: Registry | None = None,
+        registry: Registry | None = None, active_job: bool | None = None,
         **options: Unpack[DefinitionOptions]) -> Callable[[Callable[P, R]], JobFunction[P, R]]: ...
 
 
@@ -371,7 +375,7 @@ def job(func: Callable[P, R] | None = None, *, name: str | None = None,
         retries_exhausted: Callable[[dict[str, Any], BaseException], None] | None = None,
         after_succeeded: Callable[..., None] | None = None,
         after_failed: Callable[..., None] | None = None,
-        registry: Registry | None = None,
+        registry: Registry | None = None, active_job: bool | None = None,
         **options: Unpack[DefinitionOptions]) -> JobFunction[P, R] | Callable[[Callable[P, R]], JobFunction[P, R]]:
     """Turn a function (sync or `async def`) into a job. Usable bare (`@job`) or with options."""
 
@@ -404,6 +408,8 @@ def job(func: Callable[P, R] | None = None, *, name: str | None = None,
         kwargs: dict[str, Any] = dict(options, name=name)
         if registry is not None:
             kwargs["registry"] = registry
+        if active_job is not None:
+            kwargs["active_job"] = active_job
         job_class = cast("type[Job]", type(fn.__name__, (Job,), body, **kwargs))
         job_class._signature = function_signature(fn)  # the function's, not the wrapper's (*args)
         return JobFunction(fn, job_class)
@@ -419,6 +425,7 @@ class JobFunction(Generic[P, R]):
         self._fn = fn
         self.job_class = job_class
         self.name = job_class.name
+        self.active_job = job_class.active_job
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self._fn(*args, **kwargs)

@@ -29,6 +29,7 @@ from typing import Any
 import orjson
 
 from sidequest.errors import JobArgumentError, PayloadError
+from sidequest.jobs.active_job import WRAPPERS, job_data, unwrap
 
 # Keys the client sets itself; a job option of the same name would be overwritten or
 # would break the payload, so options may not use them.
@@ -205,10 +206,15 @@ NO_KWARGS: dict[str, Any] = {}  # what a payload without "kwargs" gives: shared,
 def call_arguments(payload: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
     """(args, kwargs) a decoded payload's job is called with: `perform(*args, **kwargs)`, and
     its hooks the same. The kwargs of a payload without any are `NO_KWARGS` (not to be changed).
+    An ActiveJob wrapper's are its ActiveJob arguments, deserialized (see `active_job`).
 
     >>> call_arguments({"class": "app.send", "args": [42], "kwargs": {"template": "reset"}})
     ([42], {'template': 'reset'})
     """
+    if payload["class"] in WRAPPERS:  # every job's path: one set lookup
+        data = job_data(payload)
+        if data is not None:
+            return unwrap(data)
     if "kwargs" not in payload:  # every job's path but a keyword push's: one key test
         return payload["args"], NO_KWARGS
     return payload["args"], payload["kwargs"]
@@ -281,6 +287,14 @@ def decode(raw: bytes | str) -> dict[str, Any]:
     if "kwargs" in data and not isinstance(data["kwargs"], dict):
         raise PayloadError(f"payload 'kwargs' is a JSON {type(data['kwargs']).__name__}, not an object")
     return data
+
+
+def display_name(payload: dict[str, Any]) -> str:
+    """The name to show for a payload's job (traces, error reports, the dashboard): the class it
+    wraps, `wrapped` (an ActiveJob's class, a Django task's path), else its `class`, as
+    Sidekiq's `display_class` shows it."""
+    wrapped = payload.get("wrapped")
+    return wrapped if isinstance(wrapped, str) and wrapped else str(payload.get("class"))
 
 
 def queue_of(payload: dict[str, Any]) -> str:

@@ -48,12 +48,14 @@ from sidequest.client.sync_client import NO_REPLICAS, Client, Replicas, configur
 from sidequest.config import Config
 from sidequest.errors import JobArgumentError, RedisUnavailableError
 from sidequest.features.tasks import TaskFeature, TaskRecorder
+from sidequest.jobs.active_job import job_name
 from sidequest.jobs.payload import call_arguments, decode
 from sidequest.jobs.registry import Registry, default_registry
 from sidequest.store.connection import answers
 from sidequest.store.dev_server import server_binary
 from sidequest.worker.executor import ThreadExecutor
 from sidequest.worker.job_run import job_context
+from sidequest.worker.retry import call_hook
 
 __all__ = [
     "DRAIN_LIMIT",
@@ -112,19 +114,6 @@ def _job_name(job: Any) -> str:
     if isinstance(name, str) and name:
         return name
     raise TypeError(f"expected a job (a @job function, a Job class) or a job name, got {job!r}")
-
-
-def _hook(job: Any, name: str, payload: dict[str, Any], *first: Any) -> None:
-    """A job's own `after_succeeded`/`after_failed`, as a worker calls it (`first`, then the
-    payload's arguments): an exception in it is logged, never a job failure."""
-    hook = getattr(job, name, None)
-    if hook is None:
-        return
-    try:
-        args, kwargs = call_arguments(payload)
-        hook(*first, *args, **kwargs)
-    except Exception:
-        log.exception("%s of %s raised", name, getattr(job, "name", type(job).__name__))
 
 
 class _NoRedisRecorder:
@@ -243,16 +232,16 @@ class FakeJobs:
         except (Exception, SystemExit) as exc:  # SystemExit from a job is a job failure, as in a worker
             fetched = decode(blob)  # a failure is kept as pushed, not as middleware changed it
             self.failed.append(Failure(fetched, exc))
-            _hook(job, "after_failed", fetched, exc)
+            call_hook("after_failed", job, fetched, exc)
             if raise_errors:
                 raise
         else:
             self.performed.append(decode(blob))
-            _hook(job, "after_succeeded", payload)
+            call_hook("after_succeeded", job, payload)
 
     def _job(self, payload: dict[str, Any]) -> Any:
         """The job object a worker would build for `payload`."""
-        job_class = self.registry.get(payload["class"])  # UnknownJobError, as in a worker
+        job_class = self.registry.get(job_name(payload))  # UnknownJobError, as in a worker
         job = job_class()
         job.jid, job.payload = str(payload.get("jid", "")), payload
         return job
@@ -322,7 +311,7 @@ class FakeClient(Client):
                 blob = self._encode(payload)  # the UTF-8 JSON bytes Redis would store
             except JobArgumentError as exc:
                 raise JobArgumentError(f"job {index} of the bulk: {exc}" if len(entries) > 1 else str(exc)) from None
-            encoded.append((blob, when, str(payload["class"])))
+            encoded.append((blob, when, job_name(payload)))  # an ActiveJob wrapper: its class
         if self.jobs.mode == "inline":
             for blob, _, _ in encoded:
                 self.jobs._run(blob, raise_errors=True)

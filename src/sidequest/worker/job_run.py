@@ -36,6 +36,7 @@ from typing import Any, TypeVar
 
 from sidequest.config import Config
 from sidequest.errors import Cancelled, OverLimit, PayloadError, Retry, UnknownJobError
+from sidequest.jobs.active_job import job_name
 from sidequest.jobs.payload import call_arguments, decode, overdue, trace_id
 from sidequest.jobs.registry import Registry
 from sidequest.store.outage import REDIS_ERRORS, Backoff, RedisOutage
@@ -167,7 +168,7 @@ class JobRun:
         if "expires_at" in payload and overdue(payload, self.rt.retrier.clock()) is not None:  # most: no clock
             return None
         try:
-            return self.rt.registry.get(payload["class"])
+            return self.rt.registry.get(job_name(payload))
         except UnknownJobError:
             return None
 
@@ -181,7 +182,7 @@ class JobRun:
             self.finish(unit, payload, None, Outcome("dropped", payload=payload, reason=EXPIRED))
             return
         try:
-            self.rt.registry.get(payload["class"])
+            self.rt.registry.get(job_name(payload))
         except UnknownJobError as exc:
             self._unknown(unit, payload, exc)
             return
@@ -199,7 +200,7 @@ class JobRun:
         shows it with this message."""
         self.rt.counters.failed.incr()
         outcome = self._decide(None, unit, exc)
-        log.warning("%s %s: %s; %s", payload["class"], payload.get("jid"), exc, self.rt.retrier.fate(outcome))
+        log.warning("%s %s: %s; %s", job_name(payload), payload.get("jid"), exc, self.rt.retrier.fate(outcome))
         self.finish(unit, outcome.payload or payload, None, dataclasses.replace(outcome, logged=True))
 
     def take(self, unit: UnitOfWork, payload: dict[str, Any], ops: list[Any]) -> bool:
@@ -221,7 +222,7 @@ class JobRun:
 
     def enter(self, unit: UnitOfWork, payload: dict[str, Any]) -> contextvars.Token[Any]:
         """Enter the job's log context (see `job_context`); reset it with the token returned."""
-        token = job_context.set((payload["class"], str(payload.get("jid", "")), unit.queue,
+        token = job_context.set((job_name(payload), str(payload.get("jid", "")), unit.queue,
                                  trace_id(payload) if "traceparent" in payload else None, payload))
         log.info("start")
         return token

@@ -222,10 +222,10 @@ class Retrier:
         death handler."""
         payload, exc = outcome.payload or {}, outcome.error
         if outcome.kind == "done":
-            _call("after_succeeded", job, ran)
+            call_hook("after_succeeded", job, ran)
             return
         if exc is not None and not outcome.requested:  # a retry the job asked for is not a failure
-            _call("after_failed", job, ran, exc)
+            call_hook("after_failed", job, ran, exc)
             context = {"job": payload, "queue": queue, "jid": payload.get("jid"), "class": payload.get("class"),
                        "retry_count": payload.get("retry_count")}
             for error_handler in self.error_handlers:
@@ -257,9 +257,9 @@ class Retrier:
                 log.exception("death handler %r raised", handler)
 
 
-def _call(hook: str, job: Any, payload: dict[str, Any] | None, *first: Any) -> None:
+def call_hook(hook: str, job: Any, payload: dict[str, Any] | None, *first: Any) -> None:
     """Run one of a job's own hooks with `first` and the job's arguments (see `call_arguments`);
-    an exception in it is logged, never a job failure."""
+    an exception in it is logged, never a job failure. A worker's and `sidequest.testing`'s."""
     if job is None:
         return
     try:
