@@ -159,17 +159,8 @@ def check_args(args: Any) -> list[Any]:
     if not isinstance(args, list):
         raise JobArgumentError(f"job args must be a list, got {type(args).__name__}")
     for position, value in enumerate(args):
-        if type(value) in _SCALARS:
-            continue
-        try:
-            problem = _json_problem(value, f"args[{position}]")
-        except RecursionError:
-            problem = f"args[{position}] is nested too deeply"
-        if problem:
-            raise JobArgumentError(
-                f"argument {position} ({type(value).__name__}) is not native JSON: {problem}. "
-                "Pass only None, bool, int, finite float, str, list and dict with str keys."
-            )
+        if type(value) not in _SCALARS:  # most arguments: no further look
+            _refuse_unless_json(value, f"args[{position}]", f"argument {position}")
     return args
 
 
@@ -186,17 +177,8 @@ def check_kwargs(kwargs: Any) -> dict[str, Any]:
     for key, value in checked.items():
         if type(key) is not str:
             raise JobArgumentError(f"keyword argument names must be strings, got {key!r} ({type(key).__name__})")
-        if type(value) in _SCALARS:
-            continue
-        try:
-            problem = _json_problem(value, f"kwargs[{key!r}]")
-        except RecursionError:
-            problem = f"kwargs[{key!r}] is nested too deeply"
-        if problem:
-            raise JobArgumentError(
-                f"keyword argument {key!r} ({type(value).__name__}) is not native JSON: {problem}. "
-                "Pass only None, bool, int, finite float, str, list and dict with str keys."
-            )
+        if type(value) not in _SCALARS:
+            _refuse_unless_json(value, f"kwargs[{key!r}]", f"keyword argument {key!r}")
     return checked
 
 
@@ -218,6 +200,19 @@ def call_arguments(payload: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
     if "kwargs" not in payload:  # every job's path but a keyword push's: one key test
         return payload["args"], NO_KWARGS
     return payload["args"], payload["kwargs"]
+
+
+def _refuse_unless_json(value: Any, path: str, what: str) -> None:
+    """Raise JobArgumentError, naming `what` and the part that is not native JSON, unless
+    `value` (an argument of a push) is native JSON."""
+    try:
+        problem = _json_problem(value, path)
+    except RecursionError:
+        problem = f"{path} is nested too deeply"
+    if problem:
+        raise JobArgumentError(
+            f"{what} ({type(value).__name__}) is not native JSON: {problem}. "
+            "Pass only None, bool, int, finite float, str, list and dict with str keys.")
 
 
 def check_json_value(value: Any, where: str) -> None:

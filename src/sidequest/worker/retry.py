@@ -40,6 +40,7 @@ from typing import Any
 
 from sidequest.config import Config
 from sidequest.errors import JobFailed, Retry
+from sidequest.jobs.definition import Job
 from sidequest.jobs.payload import NO_KWARGS, call_arguments, encode, in_millis, stamp
 from sidequest.worker.outcome import Kind, Outcome, error_class_name, invalid
 
@@ -257,10 +258,14 @@ class Retrier:
                 log.exception("death handler %r raised", handler)
 
 
+# the base class's no-op hooks: a job that keeps them has nothing to call
+_UNSET_HOOKS = {name: getattr(Job, name) for name in ("after_succeeded", "after_failed")}
+
+
 def call_hook(hook: str, job: Any, payload: dict[str, Any] | None, *first: Any) -> None:
     """Run one of a job's own hooks with `first` and the job's arguments (see `call_arguments`);
     an exception in it is logged, never a job failure. A worker's and `sidequest.testing`'s."""
-    if job is None:
+    if job is None or getattr(type(job), hook, None) is _UNSET_HOOKS.get(hook):  # most jobs: no hook of their own
         return
     try:
         args, kwargs = call_arguments(payload) if payload is not None else ([], NO_KWARGS)
