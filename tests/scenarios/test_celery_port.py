@@ -38,8 +38,10 @@ def snippets(tmp_path: Path) -> dict[str, str]:
 
 
 def run(args: list[str], cwd: Path, env: dict[str, str]) -> str:
+    """Run a reader's command: it succeeds, and says nothing on stderr (no warning either)."""
     done = subprocess.run([PYTHON, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=4 * STARTUP)
     assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stderr == "", done.stderr
     return done.stdout
 
 
@@ -92,7 +94,7 @@ def test_the_pages_test_of_the_port_passes(tmp_path, redis_url):
 
 def test_the_switch_pushes_a_moved_job_to_sidequest_with_its_keywords(tmp_path, redis_url, r):
     snippets(tmp_path)
-    env = snippet_env(tmp_path, redis_url, SIDEQUEST_JOBS="send_email charge")
+    env = snippet_env(tmp_path, redis_url, MOVED_TO_SIDEQUEST="send_email charge")
     jid = run(["-c", "import switch; print(switch.delay('send_email', 42, template='reset'))"], tmp_path, env)
     [payload] = [json.loads(raw) for raw in r.lrange("queue:emails", 0, -1)]
     assert (payload["jid"], payload["class"]) == (jid.strip(), "shop.send_email")
