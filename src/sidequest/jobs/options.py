@@ -103,11 +103,21 @@ ELSEWHERE = {"retries": "retry", "max_retries": "retry", "queue_name": "queue", 
              "soft_time_limit": "timeout", "job_timeout": "timeout", "ttl": "expires_in",
              "expires": "expires_in", "expire_in": "expires_in", "expiry": "expires_in",
              "expiration": "expires_in", "unique": "unique_for", "unique_in": "unique_for",
-             "result_ttl_seconds": "result_ttl", "dead_letter": "dead"}
-# Words that are not options at all in sidequest, with where the thing lives instead.
+             "result_ttl_seconds": "result_ttl", "dead_letter": "dead", "autoretry_for": "retry_on"}
+# Words that are not options at all in sidequest, with where the thing lives instead (Celery's
+# task options among them: docs/coming-from-celery.md).
+_RETRY_IN = "give the job retry_in=lambda count, exc: seconds (a Job class: a retry_in method)"
 NOT_OPTIONS = {"countdown": "to run it later, push it with perform_in(seconds, ...)",
                "eta": "to run it at a time, push it with perform_at(when, ...)",
-               "delay": "to run it later, push it with perform_in(seconds, ...)"}
+               "delay": "to run it later, push it with perform_in(seconds, ...)",
+               "bind": "a job asks sidequest.current_job() for its jid, retry count and queue (Celery's self.request)",
+               "default_retry_delay": _RETRY_IN, "retry_backoff": _RETRY_IN, "retry_jitter": _RETRY_IN,
+               "rate_limit": "make a limiter, sidequest.limiter.window(name, 10, per=60), and take it with `with` "
+                             "inside the job",
+               "ignore_result": "no result is kept unless the job (or Config) has result_ttl",
+               "acks_late": "reliable fetch, the default, keeps a running job in Redis until it ends",
+               "priority": "sidequest has no priorities: give urgent jobs a queue of their own, worked first "
+                           "(sidequest worker -q urgent -q default)"}
 
 
 def _is_number(value: Any) -> bool:
