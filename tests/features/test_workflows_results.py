@@ -67,3 +67,17 @@ def test_a_failed_step_raises_as_celery_does_with_propagate(wclient):  # noqa: F
     with pytest.raises(LookupError, match="does not exist"):
         GroupResult("0" * 24, wclient).get(timeout=1)
     assert sidequest.GroupResult is GroupResult
+
+
+def test_a_step_that_never_ran_says_which_step_failed(wclient):  # noqa: F811
+    """A chord whose header step failed never runs its callback: `results()` says so, naming the
+    step that failed, not "job <jid> was cancelled" (nobody cancelled anything)."""
+    chord_id = chord([wf_add.si(1, 1, "results"), wf_fail.si("results", "header")],
+                     wf_notify.s("ops")).perform_async(client=wclient)
+    flow = Workflow.find(chord_id, wclient)
+    with pytest.raises(sidequest.Cancelled) as caught:
+        flow.results(timeout=DEADLINE)
+    assert str(caught.value) == (f"workflow {chord_id}: step '3' (WfNotify) never ran: "
+                                 "step '2' failed (sidequest.errors.JobFailed: step header <failed> on purpose)")
+    with pytest.raises(sidequest.Cancelled, match=r"step '3' .* never ran: step '2' failed"):
+        flow.result("3", timeout=DEADLINE)

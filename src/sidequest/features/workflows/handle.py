@@ -22,6 +22,7 @@ from typing import Any, cast
 import redis
 
 from sidequest.client.sync_client import Client, default_client
+from sidequest.errors import Cancelled
 from sidequest.features.lookup import result
 from sidequest.features.recent import newest
 from sidequest.features.workflows.builder import STATUSES
@@ -93,14 +94,15 @@ class Workflow:
         raw = self.redis.hget(keys.workflow_keys(self.id)[1], step)
         if raw is None:
             raise LookupError(f"workflow {self.id} has no step {step!r} (or has expired)")
-        return result(json.loads(cast("bytes", raw))["jid"], timeout, client=self.client)
+        return self._wait(step, json.loads(cast("bytes", raw)), timeout)
 
     def results(self, timeout: float | None = 10.0) -> list[Any]:
         """Wait up to `timeout` s in all (None: no limit) for the final steps, those no step comes
         after, to end; their return values in the order they were added: every step of a group,
         the callback of a chord (a one-item list), the last step of a chain. Each is waited for as
         `result` waits (blocked on its record's notify list) and raises as it does (JobFailed for
-        a failed step, Cancelled for a skipped one); TimeoutError names the step not ended."""
+        a failed step, Cancelled naming the failed step for a skipped one); TimeoutError names
+        the step not ended."""
         graph = cast("dict[bytes, bytes]", self.redis.hgetall(keys.workflow_keys(self.id)[1]))
         if not graph:
             raise LookupError(f"workflow {self.id} does not exist (or has expired)")
@@ -112,11 +114,30 @@ class Workflow:
                 continue
             left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
             try:
-                values.append(result(step["jid"], left, client=self.client))
+                values.append(self._wait(name, step, left))
             except TimeoutError:
                 raise TimeoutError(f"workflow {self.id}: step {name!r} ({step['job']}) has not ended after "
                                    f"{timeout:g} s") from None
         return values
+
+    def _wait(self, name: str, step: dict[str, Any], timeout: float | None) -> Any:
+        """One step's return value, as `sidequest.result` waits for it; a step the workflow
+        skipped raises Cancelled saying which step stopped it (its job's record only says
+        "cancelled", and nobody cancelled anything)."""
+        try:
+            return result(step["jid"], timeout, client=self.client)
+        except Cancelled as exc:
+            raise Cancelled(self._never_ran(name, step) or str(exc)) from None
+
+    def _never_ran(self, name: str, step: dict[str, Any]) -> str | None:
+        steps = {each["name"]: each for each in self.steps()}
+        if steps.get(name, {}).get("status") != "skipped":
+            return None  # its own job was cancelled: the record says so
+        status = self.status()
+        failed = status["failed_step"]
+        cause = (f"step {failed!r} failed ({steps[failed]['error']})" if failed in steps
+                 else f"the workflow was {'cancelled' if status['state'] == 'cancelled' else 'stopped'}")
+        return f"workflow {self.id}: step {name!r} ({step['job']}) never ran: {cause}"
 
     def cancel(self) -> bool:
         """Cancel the workflow: no further step starts, waiting steps are skipped, enqueued ones
