@@ -105,7 +105,7 @@ def test_what_a_push_writes_reads_back_as_it_was_given():
 
 @pytest.mark.parametrize(("value", "says"), [
     ((1, 2), "tuple"),
-    ({1: "a"}, "int key"),
+    ({1: "a"}, r"the key 1 \(int\)"),
     ({"_aj_globalid": "x"}, "reserves"),
     (datetime(2024, 1, 2), "naive datetime"),
     (float("nan"), "JSON cannot hold"),
@@ -116,3 +116,11 @@ def test_a_push_refuses_what_activejob_could_not_read_back(value, says):
         serialize(value, "args[0]")
     with pytest.raises(JobArgumentError, match=says):
         job_data_for("SendReceiptJob", [], {"note": value}, queue="default", now=0.0)
+
+
+@pytest.mark.parametrize("kwargs", [[("note", "x")], "note=x"])
+def test_keyword_arguments_that_are_not_a_dict_are_refused_in_one_line(kwargs):
+    """push_active_job("SendReceiptJob", [42], ["x"]): the keywords' place holds a list (a third
+    positional argument meant as args): one line saying what kwargs must be, not an AttributeError."""
+    with pytest.raises(JobArgumentError, match=r"^kwargs must be a dict of keyword arguments, got (list|str)$"):
+        job_data_for("SendReceiptJob", [42], kwargs, queue="default", now=0.0)

@@ -162,6 +162,8 @@ def job_data_for(job_class: str, args: list[Any] | tuple[Any, ...], kwargs: dict
 def _keywords(kwargs: dict[str, Any]) -> dict[str, Any]:
     """Keyword arguments as ActiveJob writes a Ruby method's keywords: a hash flagged with every
     key as a symbol, so `perform(..., note:)` receives them as keywords."""
+    if not isinstance(kwargs, dict):  # the words of payload.check_kwargs, whose JSON check differs
+        raise JobArgumentError(f"kwargs must be a dict of keyword arguments, got {type(kwargs).__name__}")
     hash_ = _hash(kwargs, "kwargs")
     hash_[RUBY2_KEYWORDS] = list(kwargs)
     return hash_
@@ -206,7 +208,8 @@ def _hash(value: dict[Any, Any], where: str) -> dict[str, Any]:
     hash_: dict[str, Any] = {}
     for key, item in value.items():
         if type(key) is not str:
-            raise JobArgumentError(f"{where} has a {type(key).__name__} key {key!r}; ActiveJob hash keys are strings")
+            raise JobArgumentError(f"{where} has the key {key!r} ({type(key).__name__}); ActiveJob hash keys are "
+                                   "strings")
         if key in RESERVED:
             raise JobArgumentError(f"{where} has the key {key!r}, which ActiveJob reserves for its own markers")
         hash_[key] = serialize(item, f"{where}[{key!r}]")
