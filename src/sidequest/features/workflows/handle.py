@@ -22,7 +22,7 @@ from typing import Any, cast
 import redis
 
 from sidequest.client.sync_client import Client, default_client
-from sidequest.errors import Cancelled
+from sidequest.errors import Cancelled, JobFailed
 from sidequest.features.lookup import result
 from sidequest.features.recent import newest
 from sidequest.features.workflows.builder import STATUSES
@@ -101,8 +101,8 @@ class Workflow:
         after, to end; their return values in the order they were added: every step of a group,
         the callback of a chord (a one-item list), the last step of a chain. Each is waited for as
         `result` waits (blocked on its record's notify list) and raises as it does (JobFailed for
-        a failed step, Cancelled naming the failed step for a skipped one); TimeoutError names
-        the step not ended."""
+        a failed step, and for a step skipped because another failed, naming that one; Cancelled
+        for a cancelled workflow's); TimeoutError names the step not ended."""
         graph = cast("dict[bytes, bytes]", self.redis.hgetall(keys.workflow_keys(self.id)[1]))
         if not graph:
             raise LookupError(f"workflow {self.id} does not exist (or has expired)")
@@ -121,23 +121,24 @@ class Workflow:
         return values
 
     def _wait(self, name: str, step: dict[str, Any], timeout: float | None) -> Any:
-        """One step's return value, as `sidequest.result` waits for it; a step the workflow
-        skipped raises Cancelled saying which step stopped it (its job's record only says
-        "cancelled", and nobody cancelled anything)."""
+        """One step's return value, as `sidequest.result` waits for it. A step the workflow
+        skipped (its job's record only says "cancelled") raises what stopped it: JobFailed naming
+        the step that failed (as Celery's chord raises its header's failure), else Cancelled."""
         try:
             return result(step["jid"], timeout, client=self.client)
         except Cancelled as exc:
-            raise Cancelled(self._never_ran(name, step) or str(exc)) from None
+            raise self._never_ran(name, step) or exc from None
 
-    def _never_ran(self, name: str, step: dict[str, Any]) -> str | None:
+    def _never_ran(self, name: str, step: dict[str, Any]) -> JobFailed | Cancelled | None:
         steps = {each["name"]: each for each in self.steps()}
         if steps.get(name, {}).get("status") != "skipped":
             return None  # its own job was cancelled: the record says so
         status = self.status()
         failed = status["failed_step"]
-        cause = (f"step {failed!r} failed ({steps[failed]['error']})" if failed in steps
-                 else f"the workflow was {'cancelled' if status['state'] == 'cancelled' else 'stopped'}")
-        return f"workflow {self.id}: step {name!r} ({step['job']}) never ran: {cause}"
+        prefix = f"workflow {self.id}: step {name!r} ({step['job']}) never ran: "
+        if failed in steps:
+            return JobFailed(f"{prefix}step {failed!r} failed ({steps[failed]['error']})")
+        return Cancelled(f"{prefix}the workflow was {'cancelled' if status['state'] == 'cancelled' else 'stopped'}")
 
     def cancel(self) -> bool:
         """Cancel the workflow: no further step starts, waiting steps are skipped, enqueued ones
