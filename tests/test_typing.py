@@ -23,6 +23,7 @@ def test_the_public_names_are_exactly_these():
         "Cancelled",
         "Capsule",
         "Chain",
+        "ChainResult",
         "Client",
         "Config",
         "ConfigError",
@@ -242,6 +243,7 @@ sub.set(queue="math").s(100)
 sub.si(1, 2)
 values: list[object] = sidequest.group([sub.si(1, 2)]).apply_async().get(timeout=10)
 again: list[object] = sidequest.GroupResult("id").get(timeout=None)
+last: sidequest.ChainResult = sidequest.chain(sub.s(10, 1), sub.s(100)).apply_async()
 
 sub.s("x")  # error
 sub.s(1, 2, 3)  # error

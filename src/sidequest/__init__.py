@@ -69,7 +69,7 @@ from sidequest.features import registry as _features  # noqa: F401  (fills the w
 from sidequest.features.cancellation import cancel, cancelled
 from sidequest.features.lookup import result, status
 from sidequest.features.tasks import Task, task_message
-from sidequest.features.workflows import GroupResult, Signature, Workflow, chain, chord, group, workflow
+from sidequest.features.workflows import ChainResult, GroupResult, Signature, Workflow, chain, chord, group, workflow
 from sidequest.jobs import active_job as _active_job
 from sidequest.jobs.definition import Job, JobFunction, job
 from sidequest.jobs.middleware import Chain
@@ -129,6 +129,7 @@ __all__ = [
     "Cancelled",
     "Capsule",
     "Chain",
+    "ChainResult",
     "Client",
     "Config",
     "ConfigError",

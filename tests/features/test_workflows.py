@@ -481,6 +481,7 @@ def test_the_workflows_docs_examples_run(tmp_path, redis_url):
         worker.terminate()
         worker.wait(STARTUP)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == ["succeeded -91", "[2, 4, 6] ['sum: 12']", "[2, 4, 6] True", "failed skipped",
+    assert done.stdout.splitlines() == ["succeeded -91", "[2, 4, 6] ['sum: 12']", "[2, 4, 6] True", "sum: 12",
+                                        "failed skipped",
                                         "publish succeeded"]
 

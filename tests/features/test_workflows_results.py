@@ -38,6 +38,19 @@ def test_a_chord_or_a_chains_results_are_its_last_steps(wclient):  # noqa: F811
     assert Workflow.find(graph_id, wclient).results(timeout=DEADLINE) == ["b", "c"]  # the steps nothing follows
 
 
+def test_a_chains_and_a_chords_handle_gets_the_last_value_as_celerys_asyncresult(wclient):  # noqa: F811
+    """`chain(...).apply_async().get()` is Celery's last value, not a list: -91; a chord's is its
+    callback's; a chain that ends in a group gives that group's list; `ChainResult(id)` finds it again."""
+    handle = chain(wf_sub.s(10, 1), wf_sub.s(100)).apply_async(client=wclient)
+    assert isinstance(handle, sidequest.ChainResult)
+    assert handle.get(timeout=DEADLINE) == -91
+    assert handle.ready() and sidequest.ChainResult(handle.id, wclient).get(timeout=0) == -91
+    chorded = chord([wf_add.si(i, 1, "results") for i in (1, 2)], wf_notify.s("ops")).apply_async(client=wclient)
+    assert chorded.get(timeout=DEADLINE) == [[2, 3], "ops", False]
+    fanned = chain(wf_sub.s(10, 1), group([wf_sub.s(1), wf_sub.s(2)])).apply_async(client=wclient)
+    assert fanned.get(timeout=DEADLINE) == [8, 7]
+
+
 def test_waiting_for_a_groups_results_blocks_until_the_last_ends(wf_url, wclient, wr):  # noqa: F811
     """It waits on the steps' notify lists (as `result` does), not in a polling loop: the waiter's
     connection sits in a blocking BLMOVE until the last step ends, and a deadline that passes

@@ -16,7 +16,8 @@ Parts, by role:
     builder    WorkflowBuilder: named steps with `after=`, written and started in one transaction
     canvas     chain, group, chord: workflows built for you
     handle     Workflow, the handle: status, steps with their results, result(step), results, cancel;
-               GroupResult, Celery's handle on a group (`group(...).apply_async()`)
+               GroupResult and ChainResult, Celery's handles (`group(...).apply_async()`,
+               `chain(...).apply_async()`)
     feature    WorkflowFeature, the lifecycle feature that records each step's fate and pushes its
                dependents in the move that files its job
     lua        the workflows' Lua: the shared library, the lifecycle operation, the cancel
@@ -25,13 +26,14 @@ Parts, by role:
 from sidequest.features.workflows.builder import STATUSES, TTL, WorkflowBuilder
 from sidequest.features.workflows.canvas import Chain, Group, chain, chord, group, workflow
 from sidequest.features.workflows.feature import WorkflowFeature
-from sidequest.features.workflows.handle import GroupResult, Workflow
+from sidequest.features.workflows.handle import ChainResult, GroupResult, Workflow
 from sidequest.features.workflows.signature import Signature
 
 __all__ = [
     "STATUSES",
     "TTL",
     "Chain",
+    "ChainResult",
     "Group",
     "GroupResult",
     "Signature",

@@ -4,11 +4,13 @@
     sidequest.group([resize.s(p) for p in paths]).perform_async()          # in parallel
     sidequest.chord([price.s(sku) for sku in skus], notify.s("ops")).perform_async()  # notify([p1, ...], "ops")
     sidequest.group([price.s(sku) for sku in skus]).apply_async().get(timeout=10)   # [p1, p2, ...]
+    sidequest.chain(sub.s(10, 1), sub.s(100)).apply_async().get(timeout=10)         # -91
 
 Arguments follow Celery's order: a mutable step's dependencies' result (or list of results)
 comes first, before the arguments its signature gives. Each builds a `WorkflowBuilder`
 (`.workflow()`) whose steps are named "1", "2", ... in the order they run; `perform_async`
-returns the workflow's id, `apply_async` a `GroupResult` (Celery's handle: `.id`, `.get()`).
+returns the workflow's id; `apply_async` (or `delay`) Celery's handle, `.id` and `.get()`: a
+group's `GroupResult` (the list), a chain's or chord's `ChainResult` (the last step's value).
 They nest: a chain may hold groups (the step after a group gets the list of its results, as a
 chord's callback), a group may hold chains.
 """
@@ -20,7 +22,7 @@ from typing import Any
 
 from sidequest.client.sync_client import Client
 from sidequest.features.workflows.builder import TTL, Collect, WorkflowBuilder
-from sidequest.features.workflows.handle import GroupResult
+from sidequest.features.workflows.handle import ChainResult, GroupResult
 from sidequest.features.workflows.signature import Signature
 
 
@@ -77,6 +79,15 @@ class Chain(Canvas):
         last = self.items[-1]
         return isinstance(last, Canvas) and last.ends_in_group()
 
+    def apply_async(self, *, name: str = "", client: Client | None = None, ttl: float = TTL) -> ChainResult:
+        """Start it, as `perform_async`; return Celery's handle on it (`.id`, `.get(timeout=)`:
+        the last step's value, a chord's callback's)."""
+        return ChainResult(self.perform_async(name=name, client=client, ttl=ttl), client)
+
+    def delay(self) -> ChainResult:
+        """Celery's `chain(...).delay()`: `apply_async()` with the defaults."""
+        return self.apply_async()
+
 
 class Group(Canvas):
     """Steps in parallel; the step after a group gets their results as one list, in order."""
@@ -98,6 +109,10 @@ class Group(Canvas):
     def apply_async(self, *, name: str = "", client: Client | None = None, ttl: float = TTL) -> GroupResult:
         """Start it, as `perform_async`; return Celery's handle on it (`.id`, `.get(timeout=)`)."""
         return GroupResult(self.perform_async(name=name, client=client, ttl=ttl), client)
+
+    def delay(self) -> GroupResult:
+        """Celery's `group(...).delay()`: `apply_async()` with the defaults."""
+        return self.apply_async()
 
 
 def chain(*items: Item) -> Chain:

@@ -197,4 +197,31 @@ class GroupResult:
         return bool(self.workflow.status()["done"])
 
     def __repr__(self) -> str:
-        return f"<GroupResult {self.id}>"
+        return f"<{type(self).__name__} {self.id}>"
+
+
+class ChainResult:
+    """Celery's AsyncResult of a chain or a chord: what their `apply_async()` returns. `get`
+    gives the last step's return value (a chord's callback's), as Celery's does; a chain that
+    ends in a group gives that group's list, as Celery's GroupResult would.
+
+        handle = sidequest.chain(sub.s(10, 1), sub.s(100)).apply_async()
+        handle.get(timeout=10)      # -91
+    """
+
+    def __init__(self, workflow_id: str, client: Client | None = None) -> None:
+        self.id = workflow_id
+        self.group = GroupResult(workflow_id, client)
+        self.workflow = self.group.workflow
+
+    def get(self, timeout: float | None = 10.0) -> Any:
+        """The final step's return value, waiting up to `timeout` s (None: no limit); the list of
+        them when the chain ends in several steps at once (a group). Raises as `Workflow.results`."""
+        values = self.group.get(timeout)
+        return values[0] if len(values) == 1 else values
+
+    def ready(self) -> bool:
+        return self.group.ready()
+
+    def __repr__(self) -> str:
+        return f"<ChainResult {self.id}>"
