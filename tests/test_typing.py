@@ -170,15 +170,19 @@ sidequest.push_active_job("SendReceiptJob", [1], priority="high")  # error
 @pytest.fixture(scope="module")
 def mypy_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, list[str]]:
     """mypy --strict on USER_MODULE: (the module's text, mypy's output lines)."""
-    folder = tmp_path_factory.mktemp("typing")
-    source = textwrap.dedent(USER_MODULE).lstrip()
-    (folder / "user_jobs.py").write_text(source, encoding="utf-8")
-    result = subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict", "--no-error-summary", "--hide-error-context",
-         "--show-error-codes", "--cache-dir", str(folder / ".mypy_cache"), "user_jobs.py"],
-        cwd=folder, capture_output=True, text=True, timeout=300)
+    source, result = run_mypy(USER_MODULE, tmp_path_factory.mktemp("typing"), "user_jobs.py")
     assert "user_jobs.py" in result.stdout, f"mypy did not run: {result.stdout}{result.stderr}"
     return source, result.stdout.splitlines()
+
+
+def run_mypy(module: str, folder: Path, name: str) -> tuple[str, subprocess.CompletedProcess[str]]:
+    """mypy --strict, as a user runs it, on `module`'s text saved as `folder/name`: (the text, the run)."""
+    source = textwrap.dedent(module).lstrip()
+    (folder / name).write_text(source, encoding="utf-8")
+    return source, subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-error-summary", "--hide-error-context",
+         "--show-error-codes", "--cache-dir", str(folder / ".mypy_cache"), name],
+        cwd=folder, capture_output=True, text=True, timeout=300)
 
 
 def _lines(report: list[str], kind: str) -> dict[int, list[str]]:
@@ -260,12 +264,7 @@ def test_mypy_checks_a_steps_arguments_in_celerys_order(tmp_path: Path) -> None:
     """Issue 30 item 2: `.s()` took `*args: Any`, as the result came last and typing cannot drop a
     ParamSpec's last parameter. With the result first, `Concatenate` drops it: a step is checked
     with all of its job's arguments (a first step) or all but the first (a step after others)."""
-    source = textwrap.dedent(CANVAS_MODULE).lstrip()
-    (tmp_path / "user_jobs.py").write_text(source, encoding="utf-8")
-    result = subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict", "--no-error-summary", "--hide-error-context",
-         "--show-error-codes", "--cache-dir", str(tmp_path / ".mypy_cache"), "user_jobs.py"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    source, result = run_mypy(CANVAS_MODULE, tmp_path, "user_jobs.py")
     marked = {n for n, text in enumerate(source.splitlines(), 1) if text.endswith("# error")}
     assert set(_lines(result.stdout.splitlines(), "error")) == marked, result.stdout + result.stderr
     assert len(marked) == 8
@@ -329,12 +328,7 @@ async def produce_wrong() -> None:
 def test_mypy_flags_a_keyword_argument_of_the_wrong_type_or_name(tmp_path: Path) -> None:
     """Keyword arguments are typed from the job's own parameters (the ParamSpec's P.kwargs), as
     positional ones are; Celery's delay and apply_async are typed too."""
-    source = textwrap.dedent(KEYWORDS_MODULE).lstrip()
-    (tmp_path / "user_keywords.py").write_text(source, encoding="utf-8")
-    result = subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict", "--no-error-summary", "--hide-error-context",
-         "--show-error-codes", "--cache-dir", str(tmp_path / ".mypy_cache"), "user_keywords.py"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    source, result = run_mypy(KEYWORDS_MODULE, tmp_path, "user_keywords.py")
     assert "user_keywords.py" in result.stdout or result.returncode == 0, result.stdout + result.stderr
     errors = {int(m.group(1)) for m in re.finditer(r"user_keywords\.py:(\d+): error", result.stdout)}
     marked = {n for n, text in enumerate(source.splitlines(), 1) if text.endswith("# error")}
