@@ -332,8 +332,7 @@ def _limiter(kind: str, name: str, limit: int, seconds: float):
     key = (kind, name, limit, seconds, url)
     if key not in _limiters:
         client = sidequest.Client(sidequest.Config(redis_url=url))
-        make = sidequest.limiter.concurrent if kind == "concurrent" else sidequest.limiter.window
-        _limiters[key] = make(name, limit, seconds, client=client)
+        _limiters[key] = getattr(sidequest.limiter, kind)(name, limit, seconds, client=client)
     return _limiters[key]
 
 
@@ -352,6 +351,13 @@ class Limited(sidequest.Job, name="Limited", retry=3):
 def windowed(n, name, limit, per):
     with _limiter("window", name, limit, per):
         record("windowed-start", n, time.time())
+
+
+@sidequest.job(name="Bucketed", retry=3)
+def bucketed(n, name, limit, interval):
+    with _limiter("bucket", name, limit, interval):
+        payload = sidequest.current_job().payload
+        record("bucketed-start", n, time.time(), payload.get("retry_count"), payload.get("snoozed"))
 
 
 @sidequest.job(name="HoldSlot")

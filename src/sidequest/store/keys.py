@@ -33,6 +33,9 @@ sidequest's own keys live under the `sidequest:` prefix so Ruby Sidekiq never tr
                                     cron, every, tz, class, queue, missed, seen)
     sidequest:limit:concurrent:<name>  zset of the slots held in a concurrent limiter: token -> lease expiry
     sidequest:limit:window:<name>   zset of a window limiter's recent starts: token -> start time
+    sidequest:limit:bucket:<name>   hash of a bucket limiter's current interval: b (its number), n (entries)
+    sidequest:limit:leaky:<name>    hash of a leaky limiter's bucket: level (entries), at (when last drained)
+    sidequest:limit:points:<name>   hash of a points limiter's bucket: level (points), at (when last drained)
     sidequest:cancel:<jid>          flag: a running job was cancelled (`sidequest.cancelled()`)
     sidequest:unique:<digest>       a unique job's claim: the jid holding it
     sidequest:status:<jid>          hash of a `result_ttl` job's state (and result or error)
@@ -61,6 +64,8 @@ also keeps forever:
     sidequest:periodic, :periodic:<id> periodic_ttl after a periodic scheduler last described the entry
     sidequest:limit:concurrent:<name>  the longest lease held, plus a second
     sidequest:limit:window:<name>      the window, plus a second
+    sidequest:limit:bucket:<name>      the rest of its interval, plus a second
+    sidequest:limit:leaky:<name>, :points:<name>  until the bucket has drained empty, plus a second
     sidequest:cancel:<jid>             24 hours
     sidequest:unique:<digest>          unique_for (after the job's time, for a scheduled one)
     sidequest:status:<jid>[:notify]    result_ttl after the job's last change
@@ -167,6 +172,21 @@ def limit_concurrent(name: str) -> str:
 def limit_window(name: str) -> str:
     """The recent starts of window limiter `name` (see `limiter`)."""
     return f"{PREFIX}:limit:window:{name}"
+
+
+def limit_bucket(name: str) -> str:
+    """The count of bucket limiter `name` in its current interval (see `limiter`)."""
+    return f"{PREFIX}:limit:bucket:{name}"
+
+
+def limit_leaky(name: str) -> str:
+    """The level of leaky limiter `name` (see `limiter`)."""
+    return f"{PREFIX}:limit:leaky:{name}"
+
+
+def limit_points(name: str) -> str:
+    """The level of points limiter `name` (see `limiter`)."""
+    return f"{PREFIX}:limit:points:{name}"
 
 
 def cancel_flag(jid: str) -> str:
