@@ -339,12 +339,38 @@ async def cluster_async(n: int) -> None:
 
 LIMIT = sidequest.limiter.concurrent("cluster-stripe", 2)
 WINDOW = sidequest.limiter.window("cluster-geocode", 100, per=60)
+BUCKET = sidequest.limiter.bucket("cluster-github", 1000, "minute")
+LEAKY = sidequest.limiter.leaky("cluster-shopify", 100, 1)
+POINTS = sidequest.limiter.points("cluster-graphql", 1000, 1)
 
 
 @sidequest.job(name="ClusterLimited")
 def cluster_limited(n: int) -> None:
-    with LIMIT, WINDOW:
+    with LIMIT, WINDOW, BUCKET, LEAKY, POINTS.within_limit(estimate=5) as used:
+        used(1)
         _note(f"limited:{n}")
+
+
+def test_each_limiter_kind_holds_its_limit_on_a_cluster(url):
+    """Each kind keeps its state in one key (one slot): no CROSSSLOT, the same semantics."""
+    client = Client(Config(redis_url=url))
+    limiter = sidequest.limiter
+    kinds = [limiter.concurrent("c", 2, client=client), limiter.window("w", 2, per=60, client=client),
+             limiter.bucket("b", 2, "hour", client=client), limiter.leaky("l", 2, 60, client=client),
+             limiter.points("p", 2, 60, client=client)]
+    for kind in kinds:
+        with kind, kind:
+            with pytest.raises(sidequest.OverLimit) as over, kind:
+                pass
+            assert (over.value.delay is None) == (kind is kinds[0]), kind  # all but concurrent know the wait
+    graphql = limiter.points("gql", 10, 100, client=client)
+    with graphql.within_limit(estimate=8) as used:
+        used(1)
+    with graphql.within_limit(estimate=8):  # the estimate was corrected: 1 + 8 fits
+        pass
+    waits = limiter.leaky("drip", 1, 0.3, wait_timeout=5, client=client)
+    with waits, waits:  # the second waited for its drip
+        pass
 
 
 @sidequest.job(name="ClusterWaitsForCancel")

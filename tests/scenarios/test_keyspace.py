@@ -16,7 +16,7 @@ from jobs_for_tests import FastBoom, Tick, boom, compute, cooperative, echo, noo
 import sidequest
 from sidequest import Task
 from sidequest.api import DeadSet, Queue
-from sidequest.features.limiter import concurrent, window
+from sidequest.features.limiter import bucket, concurrent, leaky, points, window
 from sidequest.features.periodic import PeriodicRegistry, PeriodicScheduler, status
 from sidequest.store import keys
 from sidequest.worker.background.heartbeat import STATS_TTL
@@ -124,6 +124,12 @@ def test_limiters(client, r):
     with concurrent("api", 2, client=client), window("geocode", 5, per=10, client=client):
         assert unexpiring(r) == []
         assert r.ttl(keys.limit_concurrent("api")) > 0 and r.ttl(keys.limit_window("geocode")) > 0
+    with bucket("b", 5, "minute", client=client), leaky("l", 5, 10, client=client), \
+            points("p", 100, 10, client=client).within_limit(estimate=50):
+        assert unexpiring(r) == []
+    assert 0 < r.pttl(keys.limit_bucket("b")) <= 61_000  # the rest of the minute, and a second
+    assert 0 < r.pttl(keys.limit_leaky("l")) <= 3_000  # 1 of 5 drains in 2 s, and a second
+    assert 0 < r.pttl(keys.limit_points("p")) <= 6_000  # 50 of 100 drain in 5 s, and a second
 
 
 def test_cancellation_of_a_running_job(start, client, r):
