@@ -215,7 +215,7 @@ def test_the_limiter_is_exported_as_documented():
 
 
 # -- the docs ----------------------------------------------------------------------------------
-DOC_FILES = {"geo.py", "limits_demo.py", "geocode_demo.py", "cancel_demo.py"}
+DOC_FILES = {"geo.py", "limits_demo.py", "kinds_demo.py", "geocode_demo.py", "cancel_demo.py"}
 
 
 def test_the_rate_limit_and_cancel_docs_examples_run(tmp_path, redis_url, r):
@@ -234,6 +234,7 @@ def test_the_rate_limit_and_cancel_docs_examples_run(tmp_path, redis_url, r):
         return done.stdout.splitlines()
 
     assert run("limits_demo.py") == ["rate limit 'exports' is full", "[]"]
+    assert run("kinds_demo.py") == ["BucketLimiter True", "LeakyLimiter True", "waited", "fits", "unlimited"]
     worker = WorkerProcess(redis_url, "-r", "geo", "-q", "geo", "-c", "8", cwd=str(tmp_path))
     try:
         worker.wait_registered(r)
