@@ -189,8 +189,8 @@ class Retrier:
 
     def snooze(self, payload: dict[str, Any], raw: bytes, queue: str, delay: float | None) -> Outcome:
         """The outcome of a job that met a full rate limit (`OverLimit`): back to `schedule`,
-        `retry_count` untouched. `delay` is the limiter's own wait when it knows one (a window
-        limiter); else it grows with each consecutive snooze, counted in the payload's
+        `retry_count` untouched. `delay` is the limiter's own wait when it knows one (all kinds
+        but concurrent); else it grows with each consecutive snooze, counted in the payload's
         `snoozed`: 1, 2, 4, 8 ... seconds (plus up to 1 s of jitter), at most `MAX_SNOOZE`."""
         now = self.clock()
         count = payload.get("snoozed")
