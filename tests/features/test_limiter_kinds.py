@@ -4,6 +4,7 @@ semantics on a real Redis (a Cluster's in tests/scenarios/test_cluster.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 import random
 import threading
@@ -179,6 +180,40 @@ def test_a_concurrent_wait_timeout_raises_when_no_slot_frees_in_time(client):
             pass
         assert time.monotonic() - began >= 0.3
     assert over.value.delay is None
+
+
+@pytest.mark.parametrize("make", [
+    lambda c: leaky("l", 1, 0.4, wait_timeout=5, client=c),
+    lambda c: points("p", 1, 0.4, wait_timeout=5, client=c).within_limit(estimate=1),
+    lambda c: concurrent("c", 1, wait_timeout=5, client=c),
+], ids=["leaky", "points", "concurrent"])
+def test_async_with_waits_without_blocking_the_event_loop(client, make):
+    async def scenario() -> tuple[int, float]:
+        ticks = 0
+
+        async def tick() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.01)
+                ticks += 1
+        ticker = asyncio.create_task(tick())
+        release = asyncio.Event()
+
+        async def hold() -> None:  # the first entry; a concurrent slot is held until released
+            async with make(client):
+                await release.wait()
+        holder = asyncio.create_task(hold())
+        await asyncio.sleep(0.05)
+        asyncio.get_running_loop().call_later(0.3, release.set)
+        began = time.monotonic()
+        async with make(client):
+            waited = time.monotonic() - began
+        await holder
+        ticker.cancel()
+        return ticks, waited
+    ticks, waited = asyncio.run(scenario())
+    assert waited >= 0.2  # it did wait for room ...
+    assert ticks >= 10  # ... while the loop kept running
 
 
 def test_lock_timeout_is_the_enterprise_name_of_the_lease(client):

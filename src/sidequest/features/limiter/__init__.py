@@ -18,7 +18,8 @@ processor moves on to other work. Anywhere else it is an ordinary exception.
 
 `wait_timeout` (every kind; default 0, unlike Enterprise's 5 s, so a processor never waits on a
 limit: the job is snoozed instead): wait up to that long inside `with` for room before raising.
-`concurrent`'s `lock_timeout` is Enterprise's name for its `lease`. `unlimited()` admits all.
+`async with limiter:` waits on the event loop instead. `concurrent`'s `lock_timeout` is
+Enterprise's name for its `lease`. `unlimited()` admits all.
 
 Every kind reads the Redis server's clock (TIME), so hosts whose clocks disagree share one limit,
 and each keeps its state in one key (`keys.limit_*`): one slot of a Cluster.

@@ -9,11 +9,13 @@ leaves, so it asks again after a pause that doubles up to `POLL_MAX`. Nothing sp
 
 from __future__ import annotations
 
+import asyncio
 import math
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import TracebackType
+from typing import Self
 
 import redis
 
@@ -79,10 +81,17 @@ class Limiter:
         """False on a client that has no Redis to count in (`sidequest.testing`): enter freely."""
         return (self._client or default_client()).counts_limits
 
-    def _admit(self, attempt: Callable[[], float | None], spread: float) -> None:
-        """Enter through `attempt` (None: admitted; else the seconds until room, if `exact`),
-        waiting up to `wait_timeout`. Over the limit, raise OverLimit with the exact wait plus up
-        to `spread` of jitter, so jobs snoozed together do not all come back at one instant."""
+    @property
+    def spread(self) -> float:
+        """The jitter added to a known wait, so jobs snoozed together do not all come back at one
+        instant: a tenth of the span the limit is spread over, at most 1 s."""
+        return 0.0
+
+    def _pauses(self, attempt: Callable[[], float | None]) -> Iterator[float]:
+        """The decisions of entering through `attempt` (None: admitted; else the seconds until
+        room, if `exact`) within `wait_timeout`: the pauses to sleep between attempts, ending on
+        admission, or OverLimit with the exact wait (and jitter). `_admit` and `_admit_async`
+        only sleep them, on a thread or on the event loop."""
         deadline = self.clock() + self.wait_timeout
         pause = POLL_FIRST
         while True:
@@ -92,24 +101,51 @@ class Limiter:
             left = deadline - self.clock()
             if self.exact:
                 if wait > left:  # room comes too late for this wait: say when it comes
-                    raise OverLimit(self.name, max(wait, 0.0) + self.rng.uniform(0, spread))
-                self.sleep(max(wait, 0.0))
+                    raise OverLimit(self.name, max(wait, 0.0) + self.rng.uniform(0, self.spread))
+                yield max(wait, 0.0)
             else:
                 if left <= 0:
                     raise OverLimit(self.name)
-                self.sleep(min(pause, left))
+                yield min(pause, left)
                 pause = min(pause * 2, POLL_MAX)
 
-    def within_limit(self) -> Limiter:
+    def _admit(self, attempt: Callable[[], float | None]) -> None:
+        for pause in self._pauses(attempt):
+            self.sleep(pause)
+
+    async def _admit_async(self, attempt: Callable[[], float | None]) -> None:
+        for pause in self._pauses(attempt):
+            await asyncio.sleep(pause)
+
+    def within_limit(self) -> Self:
         """Sidekiq's spelling: `with limiter.within_limit():` is `with limiter:`."""
         return self
 
-    def __enter__(self) -> Limiter:
+    def _attempt(self) -> Callable[[], float | None] | None:
+        """One try at entering (one Lua call), or None on a client that counts nothing."""
         raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        attempt = self._attempt()
+        if attempt is not None:
+            self._admit(attempt)
+        return self
+
+    async def __aenter__(self) -> Self:
+        """`async with`: the same short call on the event loop, but a wait (`wait_timeout`)
+        sleeps without blocking the loop."""
+        attempt = self._attempt()
+        if attempt is not None:
+            await self._admit_async(attempt)
+        return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         """A rate counts entries, not holders: nothing to give back (concurrent overrides)."""
+
+    async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        self.__exit__(kind, exc, tb)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} limit={self.limit}>"
@@ -129,6 +165,13 @@ class UnlimitedLimiter:
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
+        return None
+
+    async def __aenter__(self) -> Callable[[int], None]:
+        return self.__enter__()
+
+    async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
         return None
 
     def __repr__(self) -> str:

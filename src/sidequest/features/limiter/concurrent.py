@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import cast
+from typing import Self, cast
 
 import redis
 
@@ -49,21 +49,37 @@ class ConcurrentLimiter(Limiter):
         self._tokens: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar(
             f"sidequest_limit_{name}", default=())
 
-    def __enter__(self) -> ConcurrentLimiter:
+    def __enter__(self) -> Self:
+        token, attempt = self._start()
+        if attempt is not None:
+            self._admit(attempt)
+        self._hold(token)
+        return self
+
+    async def __aenter__(self) -> Self:
+        token, attempt = self._start()
+        if attempt is not None:
+            await self._admit_async(attempt)
+        self._hold(token)
+        return self
+
+    def _start(self) -> tuple[str, Callable[[], float | None] | None]:
+        """A new holder's token and its try at a slot ("" and None: this client counts nothing)."""
         if not self.counts:
-            self._tokens.set((*self._tokens.get(), ""))  # holds nothing; its exit releases nothing
-            return self
-        client = self.redis
+            return "", None
         token = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(6)}"
-        acquire = client.register_script(LIMIT_ACQUIRE)
+        acquire = self.redis.register_script(LIMIT_ACQUIRE)
 
         def attempt() -> float | None:
             taken = acquire(keys=[self.key], args=[token, self.limit, self.lease])
             return None if int(cast("int", taken)) == 1 else 0.0
-        self._admit(attempt, 0.0)
-        _leases.add(token, _Lease(self, client))
-        self._tokens.set((*self._tokens.get(), token))
-        return self
+        return token, attempt
+
+    def _hold(self, token: str) -> None:
+        """Admitted: the slot's lease is extended until `__exit__` gives it back."""
+        if token:
+            _leases.add(token, _Lease(self, self.redis))
+        self._tokens.set((*self._tokens.get(), token))  # "" holds nothing; its exit releases nothing
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:

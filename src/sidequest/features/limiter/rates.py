@@ -31,15 +31,28 @@ class RateLimiter(Limiter):
     """A kind whose script answers {1} (in) or {0, seconds until room}."""
 
     script = ""
-    per = 1.0  # the span the limit is spread over: the jitter on a snooze is a tenth of it, 1 s at most
+    key = ""
+    per = 1.0  # the span the limit is spread over (a window, an interval, a drip)
 
-    def _enter_with(self, key: str, *args: str | int | float) -> None:
-        run = self.redis.register_script(self.script)
+    @property
+    def spread(self) -> float:
+        return min(1.0, self.per / 10)
+
+    def _args(self) -> list[str | int | float]:
+        raise NotImplementedError
+
+    def _attempt(self) -> Callable[[], float | None] | None:
+        return self._attempt_with(self._args())
+
+    def _attempt_with(self, args: list[str | int | float]) -> Callable[[], float | None] | None:
+        if not self.counts:
+            return None
+        run, key = self.redis.register_script(self.script), self.key
 
         def attempt() -> float | None:
-            got = cast("list[Any]", run(keys=[key], args=list(args)))
+            got = cast("list[Any]", run(keys=[key], args=args))
             return None if int(got[0]) == 1 else float(got[1])
-        self._admit(attempt, min(1.0, self.per / 10))
+        return attempt
 
 
 class WindowLimiter(RateLimiter):
@@ -53,10 +66,8 @@ class WindowLimiter(RateLimiter):
         self.key = keys.limit_window(name)
         self.script = WINDOW_ACQUIRE
 
-    def __enter__(self) -> WindowLimiter:
-        if self.counts:
-            self._enter_with(self.key, f"{os.getpid()}:{secrets.token_hex(6)}", self.limit, self.per)
-        return self
+    def _args(self) -> list[str | int | float]:
+        return [f"{os.getpid()}:{secrets.token_hex(6)}", self.limit, self.per]
 
 
 class BucketLimiter(RateLimiter):
@@ -71,10 +82,8 @@ class BucketLimiter(RateLimiter):
         self.key = keys.limit_bucket(name)
         self.script = BUCKET_ACQUIRE
 
-    def __enter__(self) -> BucketLimiter:
-        if self.counts:
-            self._enter_with(self.key, self.limit, self.interval)
-        return self
+    def _args(self) -> list[str | int | float]:
+        return [self.limit, self.interval]
 
 
 class LeakyLimiter(RateLimiter):
@@ -95,13 +104,8 @@ class LeakyLimiter(RateLimiter):
     def _key(name: str) -> str:
         return keys.limit_leaky(name)
 
-    def _enter_cost(self, cost: int) -> None:
-        if self.counts:
-            self._enter_with(self.key, self.limit, self.interval, cost, 0)
-
-    def __enter__(self) -> LeakyLimiter:
-        self._enter_cost(1)
-        return self
+    def _args(self, cost: int = 1) -> list[str | int | float]:
+        return [self.limit, self.interval, cost, 0]  # a plain `with` costs 1
 
 
 class PointsLimiter(LeakyLimiter):
@@ -145,13 +149,25 @@ class PointsEntry:
         self.actual = points
 
     def __enter__(self) -> Callable[[int], None]:
-        self.limiter._enter_cost(self.estimate)
+        attempt = self.limiter._attempt_with(self.limiter._args(self.estimate))
+        if attempt is not None:
+            self.limiter._admit(attempt)
+        return self.used
+
+    async def __aenter__(self) -> Callable[[int], None]:
+        attempt = self.limiter._attempt_with(self.limiter._args(self.estimate))
+        if attempt is not None:
+            await self.limiter._admit_async(attempt)
         return self.used
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         if self.actual != self.estimate and self.limiter.counts:
             self.limiter.correct(self.actual - self.estimate)
+
+    async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        self.__exit__(kind, exc, tb)
 
 
 # -- Lua --------------------------------------------------------------------------------------
