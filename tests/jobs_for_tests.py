@@ -355,9 +355,19 @@ def windowed(n, name, limit, per):
 
 @sidequest.job(name="Bucketed", retry=3)
 def bucketed(n, name, limit, interval):
-    with _limiter("bucket", name, limit, interval):
+    """Records Redis's clock just before and just after entering a bucket limiter: it admitted
+    this job in between."""
+    limiter = _limiter("bucket", name, limit, interval)
+    before = _redis_seconds(limiter.redis)
+    with limiter:
         payload = sidequest.current_job().payload
-        record("bucketed-start", n, time.time(), payload.get("retry_count"), payload.get("snoozed"))
+        record("bucketed-start", n, before, _redis_seconds(limiter.redis), payload.get("retry_count"),
+               payload.get("snoozed"))
+
+
+def _redis_seconds(client) -> float:
+    seconds, micros = client.time()
+    return seconds + micros / 1_000_000
 
 
 @sidequest.job(name="HoldSlot")
