@@ -266,3 +266,12 @@ def test_without_redis_in_fake_mode_every_kind_lets_every_entry_through():
                 pass
         with kinds[2].within_limit(estimate=1) as used, kinds[2].within_limit(estimate=1):
             used(1)
+
+
+def test_a_correction_that_redis_refuses_is_logged_and_keeps_the_blocks_own_error(client, r, caplog):
+    graphql = points("broken", 10, 1.0, client=client)
+    with pytest.raises(KeyError), graphql.within_limit(estimate=5) as used:
+        used(1)
+        r.set(keys.limit_points("broken"), "not a hash")  # WRONGTYPE for the correction
+        raise KeyError("the job's own error")
+    assert "could not correct limiter 'broken' by -4 point(s)" in caplog.text

@@ -15,6 +15,7 @@ Each entry is one Lua call that either records it or answers the exact wait unti
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import secrets
@@ -22,9 +23,13 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any, cast
 
+import redis
+
 from sidequest.client.sync_client import Client
 from sidequest.features.limiter.base import Limiter, check, interval_seconds
 from sidequest.store import keys
+
+log = logging.getLogger(__name__)
 
 
 class RateLimiter(Limiter):
@@ -162,8 +167,13 @@ class PointsEntry:
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        if self.actual != self.estimate and self.limiter.counts:
+        if self.actual == self.estimate or not self.limiter.counts:
+            return
+        try:
             self.limiter.correct(self.actual - self.estimate)
+        except (redis.RedisError, OSError) as error:  # the estimate stands; the block's own fate is kept
+            log.warning("could not correct limiter %r by %d point(s) (%s); its estimate stands",
+                        self.limiter.name, self.actual - self.estimate, error)
 
     async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                         tb: TracebackType | None) -> None:
