@@ -7,8 +7,8 @@ exchange and gives the replies back (`drive` for the sync client, `adrive` on re
 both clients send the same commands and judge their replies alike:
 
 - the jobs: MULTI, the push's commands (and a task's or workflow's records), EXEC; with unique
-  jobs, one EVALSHA of `unique.PUSH_UNIQUE` (with SCRIPT LOAD before it once Redis says it lost
-  the script).
+  jobs (and debounced or throttled ones, `flow`), one EVALSHA of `unique.PUSH_UNIQUE` (with
+  SCRIPT LOAD before it once Redis says it lost the script).
 - `wait_replicas` (`Replicas`): a WAIT in the same exchange, right after the EXEC or the script
   call. WAIT counts the writes of the connection it is sent on: on any other connection it
   returns at once and confirms nothing. Without it nothing is added, and the push stays one
@@ -75,13 +75,15 @@ class Batch:
         self.jobs: list[tuple[dict[str, Any], float | None, bytes]] = []  # payload, schedule time or None, JSON
         self.claims: list[tuple[str, int] | None] = []  # unique claim key and milliseconds, per job
         self.records: list[tuple[str, int, str, str] | None] = []  # status key, milliseconds, state, due time
+        self.flows: list[tuple[str, str, str] | None] = []  # debounce/throttle: script code, counts key, class
         self.unique = False  # some job has a claim: the push is one PUSH_UNIQUE call
 
     def add(self, payload: dict[str, Any], when: float | None, blob: bytes, claim: tuple[str, int] | None,
-            record: tuple[str, int, str, str] | None) -> None:
+            record: tuple[str, int, str, str] | None, flow: tuple[str, str, str] | None = None) -> None:
         self.jobs.append((payload, when, blob))
         self.claims.append(claim)
         self.records.append(record)
+        self.flows.append(flow)
         self.unique = self.unique or claim is not None
 
     def per_slot(self) -> list[Batch]:
@@ -89,11 +91,12 @@ class Batch:
         `keys.group_of`), in order of first job; with unique jobs, by queue (their script
         writes one queue's sets)."""
         parts: dict[str, Batch] = {}
-        for (payload, when, blob), claim, record in zip(self.jobs, self.claims, self.records, strict=True):
+        for (payload, when, blob), claim, record, flow in zip(self.jobs, self.claims, self.records, self.flows,
+                                                              strict=True):
             queue = payload["queue"]
             where = queue if self.unique else keys.group_of(queue)
             part = parts.get(where) or parts.setdefault(where, Batch(queue))
-            part.add(payload, when, blob, claim, record)
+            part.add(payload, when, blob, claim, record, flow)
         return list(parts.values())
 
     def commands(self, pipe: Any, space: keys.Keyspace = keys.DEFAULT) -> None:
@@ -124,9 +127,10 @@ class Batch:
         """KEYS and ARGV of `unique.PUSH_UNIQUE`, every job in order (Cluster mode: of one queue's
         part, without `queues`)."""
         args: list[Any] = [len(self.jobs)]
-        for (payload, when, blob), claim, record in zip(self.jobs, self.claims, self.records, strict=True):
+        for (payload, when, blob), claim, record, flow in zip(self.jobs, self.claims, self.records, self.flows,
+                                                              strict=True):
             args += [*(claim or ("", 0)), payload["jid"], space.queue(payload["queue"]) if when is None else "",
-                     payload["queue"], when or 0, blob, *(record or ("", 0, "", ""))]
+                     payload["queue"], when or 0, blob, *(record or ("", 0, "", "")), *(flow or ("", "", ""))]
         return [space.schedule(self.queue), keys.QUEUES], args
 
     def refused(self, written: list[Any]) -> frozenset[str]:
@@ -158,8 +162,8 @@ def plan(batch: Batch, space: keys.Keyspace, replicas: Replicas = NO_REPLICAS, a
     if not space.cluster:
         if batch.unique:
             if also is not None:
-                raise JobArgumentError("unique_for is not available for the jobs of a task; "
-                                       "push them with unique_for=None")
+                raise JobArgumentError("unique_for, debounce and throttle are not available for the jobs of a task; "
+                                       "push them with unique_for=None (debounce=None, throttle=None)")
             return (yield from _script(batch, "", space, tail, replicas))
         commands = _multi(batch, space, also, tail)
         judge(batch, (yield "", commands, False), replicas)
@@ -167,7 +171,7 @@ def plan(batch: Batch, space: keys.Keyspace, replicas: Replicas = NO_REPLICAS, a
     parts = batch.per_slot()
     if also is not None and (len(parts) != 1 or parts[0].unique):
         raise JobArgumentError("in Cluster mode the jobs of one task or workflow are pushed to one queue, or "
-                               "the queues of one group, without unique_for")
+                               "the queues of one group, without unique_for, debounce or throttle")
     refused: set[str] = set()
     for part in parts:
         names = to_list(list(dict.fromkeys(payload["queue"] for payload, _, _ in part.jobs)))
