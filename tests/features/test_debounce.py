@@ -2,11 +2,14 @@
 
 import asyncio
 import json
+import re
+import subprocess
 import time
 from datetime import timedelta
 
 import pytest
-from conftest import wait_until
+from conftest import PYTHON, ROOT, STARTUP, python_env, wait_until
+from helpers import WorkerProcess
 
 import sidequest
 from sidequest import JobArgumentError
@@ -160,3 +163,21 @@ def test_a_job_without_them_keeps_sidekiqs_payload_layout(client, r):
 
 def test_flow_counts_is_empty_without_pushes(client):
     assert flow_counts(Client(client.config)) == {}
+
+
+def test_the_docs_example_runs(tmp_path, redis_url, r):
+    doc = (ROOT / "docs" / "flow-control.md").read_text(encoding="utf-8")
+    for block in re.findall(r"```python\n(.*?)```", doc, re.S):
+        name = block.splitlines()[0].removeprefix("# ").split(" ")[0]
+        if name in ("search.py", "debounce_demo.py"):
+            (tmp_path / name).write_text(block, encoding="utf-8")
+    worker = WorkerProcess(redis_url, "-r", "search", "-q", "search", cwd=str(tmp_path))
+    try:
+        worker.wait_registered(r)
+        done = subprocess.run([PYTHON, "debounce_demo.py"], cwd=tmp_path, env=python_env(REDIS_URL=redis_url),
+                              capture_output=True, text=True, timeout=2 * STARTUP + 15)
+    finally:
+        worker.stop()
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["reindexed account 42 after edit 49", "[True, False, False]",
+                                        "{'replaced': 49, 'dropped': 0}", "{'replaced': 0, 'dropped': 2}"]
