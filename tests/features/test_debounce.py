@@ -12,7 +12,7 @@ from conftest import PYTHON, ROOT, STARTUP, python_env, wait_until
 from helpers import WorkerProcess
 
 import sidequest
-from sidequest import JobArgumentError
+from sidequest import JobArgumentError, JobDefinitionError, Task
 from sidequest.aio import AsyncClient
 from sidequest.api import flow_counts
 from sidequest.client import Client
@@ -144,12 +144,25 @@ def test_options_are_checked_and_refused_where_they_cannot_apply(client):
         client.push(plain, [1, "x"], debounce=1, throttle=1)
     with pytest.raises(JobArgumentError, match="unique_for"):
         client.push(plain, [1, "x"], debounce=1, unique_for=10)
+    assert client.push(throttled, [1, "x"], unique_for=None) and not client.push(throttled, [1, "y"], unique_for=None)
     with pytest.raises(JobArgumentError, match="bulk"):
         client.push_bulk(debounced, [[1, "x"], [2, "y"]])
     with pytest.raises(JobArgumentError, match="in_"):
         client.push(debounced, [1, "x"], in_=5)
     with pytest.raises(JobArgumentError, match="key"):
         client.push(plain, [1, "x"], key=lambda a, n: a)  # key without debounce or throttle
+
+
+def test_a_definition_a_task_and_a_workflow_refuse_them_in_one_line(client):
+    with pytest.raises(JobDefinitionError, match="option 'key'"):
+        @sidequest.job(name="KeyAlone", key=lambda a: a)
+        def key_alone(a): ...
+    with pytest.raises(JobDefinitionError, match="'throttle' must be a duration"):
+        @sidequest.job(name="BadThrottle", throttle="5s")
+        def bad(a): ...
+    task = Task.create("flows", client=client)
+    with pytest.raises(JobArgumentError, match="debounce and throttle are not available for the jobs of a task"):
+        task.add(throttled, 1, "x")
 
 
 def test_a_job_without_them_keeps_sidekiqs_payload_layout(client, r):

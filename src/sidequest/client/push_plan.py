@@ -73,17 +73,18 @@ class Batch:
     def __init__(self, queue: str = "") -> None:
         self.queue = queue  # Cluster mode: the (first) queue of this part of a push (see `per_slot`)
         self.jobs: list[tuple[dict[str, Any], float | None, bytes]] = []  # payload, schedule time or None, JSON
-        self.claims: list[tuple[str, int] | None] = []  # unique claim key and milliseconds, per job
+        # per job: a unique claim's key and milliseconds; for debounce/throttle (`flow.claim`) its
+        # record's, then the script's flow code, counts key and the class
+        self.claims: list[tuple[str, int] | tuple[str, int, str, str, str] | None] = []
         self.records: list[tuple[str, int, str, str] | None] = []  # status key, milliseconds, state, due time
-        self.flows: list[tuple[str, str, str] | None] = []  # debounce/throttle: script code, counts key, class
         self.unique = False  # some job has a claim: the push is one PUSH_UNIQUE call
 
-    def add(self, payload: dict[str, Any], when: float | None, blob: bytes, claim: tuple[str, int] | None,
-            record: tuple[str, int, str, str] | None, flow: tuple[str, str, str] | None = None) -> None:
+    def add(self, payload: dict[str, Any], when: float | None, blob: bytes,
+            claim: tuple[str, int] | tuple[str, int, str, str, str] | None,
+            record: tuple[str, int, str, str] | None) -> None:
         self.jobs.append((payload, when, blob))
         self.claims.append(claim)
         self.records.append(record)
-        self.flows.append(flow)
         self.unique = self.unique or claim is not None
 
     def per_slot(self) -> list[Batch]:
@@ -91,12 +92,11 @@ class Batch:
         `keys.group_of`), in order of first job; with unique jobs, by queue (their script
         writes one queue's sets)."""
         parts: dict[str, Batch] = {}
-        for (payload, when, blob), claim, record, flow in zip(self.jobs, self.claims, self.records, self.flows,
-                                                              strict=True):
+        for (payload, when, blob), claim, record in zip(self.jobs, self.claims, self.records, strict=True):
             queue = payload["queue"]
             where = queue if self.unique else keys.group_of(queue)
             part = parts.get(where) or parts.setdefault(where, Batch(queue))
-            part.add(payload, when, blob, claim, record, flow)
+            part.add(payload, when, blob, claim, record)
         return list(parts.values())
 
     def commands(self, pipe: Any, space: keys.Keyspace = keys.DEFAULT) -> None:
@@ -127,10 +127,10 @@ class Batch:
         """KEYS and ARGV of `unique.PUSH_UNIQUE`, every job in order (Cluster mode: of one queue's
         part, without `queues`)."""
         args: list[Any] = [len(self.jobs)]
-        for (payload, when, blob), claim, record, flow in zip(self.jobs, self.claims, self.records, self.flows,
-                                                              strict=True):
-            args += [*(claim or ("", 0)), payload["jid"], space.queue(payload["queue"]) if when is None else "",
-                     payload["queue"], when or 0, blob, *(record or ("", 0, "", "")), *(flow or ("", "", ""))]
+        for (payload, when, blob), claim, record in zip(self.jobs, self.claims, self.records, strict=True):
+            taken = claim or ("", 0)
+            args += [*taken[:2], payload["jid"], space.queue(payload["queue"]) if when is None else "",
+                     payload["queue"], when or 0, blob, *(record or ("", 0, "", "")), *(taken[2:] or ("", "", ""))]
         return [space.schedule(self.queue), keys.QUEUES], args
 
     def refused(self, written: list[Any]) -> frozenset[str]:

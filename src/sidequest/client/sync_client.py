@@ -300,18 +300,15 @@ class Client:
                 if space.cluster:
                     cluster_problem(payload)
                 try:
-                    claim = unique.claim(payload, when, now, space) if "unique_for" in payload else None
-                    flows = flow.claim(payload, now, space) if "flow_key" in payload else None
+                    claim = (flow.claim(payload, now, space) if "flow_key" in payload  # never with unique_for
+                             else unique.claim(payload, when, now, space) if "unique_for" in payload else None)
                 except (TypeError, ValueError, RecursionError) as exc:  # client middleware added something
                     raise JobArgumentError(f"payload of job {payload.get('class')!r} is not JSON: {exc}") from None
                 blob = self._encode(payload, shapes)
             except JobArgumentError as exc:
                 raise JobArgumentError(f"job {index} of the bulk: {exc}" if len(entries) > 1 else str(exc)) from None
             record = results.at_push(payload, when, now, space) if "result_ttl" in payload else None
-            how = None
-            if flows is not None:  # a debounced or throttled job: its record takes the claim's place
-                claim, how = flows
-            batch.add(payload, when, blob, claim, record, how)
+            batch.add(payload, when, blob, claim, record)
         return batch
 
     @cached_property

@@ -80,14 +80,15 @@ def flow_digest(name: str, args: list[Any], queue: str, kwargs: dict[str, Any] |
 
 
 def claim(payload: dict[str, Any], now: float, space: keys.Keyspace = keys.DEFAULT
-          ) -> tuple[tuple[str, int], tuple[str, str, str]] | None:
-    """For a payload about to be pushed with `flow_key`: its record's (key, milliseconds) for the
-    push script, and the script's (code, counts key, class); None when it has no flow option."""
+          ) -> tuple[str, int, str, str, str] | None:
+    """For a payload about to be pushed with `flow_key`, what `unique.PUSH_UNIQUE` takes in a
+    claim's place: its record's key and milliseconds, its flow code, counts key and class; None
+    when it has no flow option (turned off for this push)."""
     queue, name = str(payload["queue"]), str(payload["class"])
     for option, code, counted in KINDS:
         seconds = seconds_option(payload.get(option))
         if seconds is not None:
             hold = seconds + FLOW_SLACK if option == "debounce" else seconds
             record = space.flow(option, str(payload["flow_key"]), queue)
-            return (record, max(int(hold * 1000), 1)), (code, space.flow_counts(counted, queue), name)
+            return record, max(int(hold * 1000), 1), code, space.flow_counts(counted, queue), name
     return None
