@@ -118,6 +118,18 @@ def test_throttle_runs_once_per_period_with_the_first_arguments(client, r, start
     assert flow_counts(client)["Throttled"] == {"replaced": 0, "dropped": 60 - total}
 
 
+def test_the_dashboard_shows_the_counts(client):
+    from starlette.testclient import TestClient
+
+    from sidequest.web import create_app
+
+    for n in range(3):
+        throttled.set(client=client).perform_async(8, f"call {n}")
+    page = TestClient(create_app(client)).get("/job-metrics").text
+    assert "Debounced and throttled pushes" in page
+    assert re.search(r"Throttled</td><td[^>]*>0</td><td[^>]*>2</td>", page), page
+
+
 def test_the_asyncio_client_debounces_alike(config, r, start):
     start()
 
