@@ -206,3 +206,20 @@ def test_the_docs_example_runs(tmp_path, redis_url, r):
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["reindexed account 42 after edit 49", "[True, False, False]",
                                         "{'replaced': 49, 'dropped': 0}", "{'replaced': 0, 'dropped': 2}"]
+
+
+def test_a_ruby_sidekiq_worker_runs_a_debounced_job_once_it_is_due(ruby, client, r, redis_url):
+    """Item 5: the run is an ordinary scheduled job (two more payload fields Ruby ignores)."""
+    from ruby_peer import RubySidekiq
+
+    jids = [client.push("Echo", [1, "same"], debounce=0.5) for _ in range(5)]
+    [(member, _)] = r.zrange("schedule", 0, -1, withscores=True)
+    assert json.loads(member)["jid"] == jids[-1]
+    peer = RubySidekiq(redis_url)
+    try:
+        wait_until(lambda: r.llen("test:ruby-ran") == 1 and r.zcard("schedule") == 0, 60, 0.1,
+                   "Ruby Sidekiq to run the due job")
+    finally:
+        log = peer.stop()
+    assert [json.loads(x)["jid"] for x in r.lrange("test:ruby-ran", 0, -1)] == [jids[-1]], log
+    assert r.llen("queue:default") == 0 and r.zcard("retry") == 0 and r.zcard("dead") == 0
