@@ -118,6 +118,16 @@ def test_throttle_runs_once_per_period_with_the_first_arguments(client, r, start
     assert flow_counts(client)["Throttled"] == {"replaced": 0, "dropped": 60 - total}
 
 
+def test_a_replaced_push_leaves_no_status_record(client, r):
+    """With result_ttl, the replaced push's record goes with it (its jid never runs); the newest is scheduled."""
+    first = per_account.set(client=client, result_ttl=60).perform_async(1, "a")
+    assert r.hget(f"sidequest:status:{first}", "state") == b"scheduled"
+    second = per_account.set(client=client, result_ttl=60).perform_async(1, "b")
+    assert not r.exists(f"sidequest:status:{first}")
+    assert r.hget(f"sidequest:status:{second}", "state") == b"scheduled"
+    assert sidequest.status(first, client=client) == "unknown"
+
+
 def test_the_dashboard_shows_the_counts(client):
     from starlette.testclient import TestClient
 

@@ -49,7 +49,7 @@ _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_asci
 # status hash when it keeps one; a job whose claim is held by another copy writes nothing.
 # A throttled job's claim is its period's (counted when refused); a debounced job's record holds
 # its pending run's payload, which it removes from the schedule (counted when it was there: it
-# is replaced) before it takes its place, so one run per key is pending.
+# is replaced, and its status record goes) before it takes its place, so one run per key is pending.
 # Returns 1 (written) or 0 (refused) per job, in order.
 PUSH_UNIQUE = """
 local written = {}
@@ -60,6 +60,11 @@ for j = 1, tonumber(ARGV[1]) do
     local pending = redis.call('get', ARGV[i])
     if pending and redis.call('zrem', KEYS[1], pending) == 1 then
       redis.call('hincrby', ARGV[i + 12], ARGV[i + 13], 1)
+      if ARGV[i + 7] ~= '' then  -- the replaced jid never runs: its status record (same prefix) goes
+        local prefix = string.sub(ARGV[i + 7], 1, #ARGV[i + 7] - #ARGV[i + 2])
+        local old = prefix .. cjson.decode(pending)['jid']
+        redis.call('del', old, old .. ':notify')
+      end
     end
     redis.call('set', ARGV[i], ARGV[i + 6], 'PX', ARGV[i + 1])
   elseif ARGV[i] ~= '' and not redis.call('set', ARGV[i], ARGV[i + 2], 'NX', 'PX', ARGV[i + 1]) then
