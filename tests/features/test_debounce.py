@@ -4,6 +4,7 @@ import asyncio
 import json
 import re
 import subprocess
+import threading
 import time
 from datetime import timedelta
 
@@ -116,6 +117,24 @@ def test_throttle_runs_once_per_period_with_the_first_arguments(client, r, start
     for account, kept in written.items():  # the first call of each period, with its arguments
         assert [n for a, n, _ in runs(r, "throttled") if a == account] == [f"call {n}" for n in kept]
     assert flow_counts(client)["Throttled"] == {"replaced": 0, "dropped": 60 - total}
+
+
+def test_twenty_threads_debouncing_one_key_leave_exactly_one_pending_run(client, r):
+    barrier = threading.Barrier(20)
+
+    def push(n):
+        barrier.wait()
+        per_account.set(client=client).perform_async(7, f"thread {n}")
+
+    threads = [threading.Thread(target=push, args=(n,)) for n in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    [member] = r.zrange("schedule", 0, -1)
+    record = r.get(next(iter(r.scan_iter("sidequest:debounce:*"))))
+    assert record == member  # the record names the one pending run
+    assert flow_counts(client)["DebouncedPerAccount"]["replaced"] == 19
 
 
 def test_a_replaced_push_leaves_no_status_record(client, r):
