@@ -192,6 +192,14 @@ def test_options_are_checked_and_refused_where_they_cannot_apply(client):
         client.push(debounced, [1, "x"], in_=5)
     with pytest.raises(JobArgumentError, match="key"):
         client.push(plain, [1, "x"], key=lambda a, n: a)  # key without debounce or throttle
+    with pytest.raises(JobArgumentError, match="not JSON"):
+        client.push(plain, [1, "x"], throttle=1, key=lambda a, n: {a})
+    @sidequest.job(name="RailsDebounced", active_job=True, debounce=1)
+    def rails(a): ...
+    with pytest.raises(JobArgumentError, match="active_job"):
+        client.push(rails, [1])
+    for_one_push = plain.set(client=client, throttle=60, key=lambda a, n: a)
+    assert for_one_push.perform_async(1, "x") and for_one_push.perform_async(1, "y") is None
 
 
 def test_a_definition_a_task_and_a_workflow_refuse_them_in_one_line(client):

@@ -162,7 +162,7 @@ class Client:
         flowing = key = None
         if "debounce" in base or "throttle" in base or "key" in options:  # most pushes: none, no other work
             key = options.get("key") or self._declared(job).get("key")
-            flowing = flow.check(base, key, len(checked), times)
+            flowing = flow.check(base, key, len(checked), times, getattr(job, "active_job", False) is True)
             if flowing == "debounce":  # each push (re)schedules the one run: debounce after it
                 times = [now + float(base["debounce"])]
         if getattr(job, "active_job", False) is True:  # for a Rails worker: Rails' wrapper (see `active_job`)

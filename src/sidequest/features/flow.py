@@ -41,9 +41,11 @@ FLOW_SLACK = 600.0  # seconds a debounce record outlives its run's time: the pol
 KINDS = (("debounce", "d", "replaced"), ("throttle", "t", "dropped"))  # option, script's code, what is counted
 
 
-def check(base: dict[str, Any], key: Callable[..., Any] | None, count: int, times: list[float | None]) -> str | None:
+def check(base: dict[str, Any], key: Callable[..., Any] | None, count: int, times: list[float | None],
+          rails: bool = False) -> str | None:
     """The flow option of a push ("debounce", "throttle" or None), refused in one line where it
-    cannot apply. `base`: its checked payload fields; `count`: how many jobs; `times`: theirs."""
+    cannot apply. `base`: its checked payload fields; `count`: how many jobs; `times`: theirs;
+    `rails`: an `active_job=True` job (its arguments are wrapped with a fresh job_id each push)."""
     chosen = [option for option, _, _ in KINDS if seconds_option(base.get(option)) is not None]
     if not chosen:
         if key is not None and "debounce" not in base and "throttle" not in base:  # not turned off for a push
@@ -59,6 +61,9 @@ def check(base: dict[str, Any], key: Callable[..., Any] | None, count: int, time
     if count != 1:
         raise JobArgumentError(f"{chosen[0]} applies to single pushes (perform_async), not a bulk push: push the "
                                "jobs one by one")
+    if rails:
+        raise JobArgumentError(f"{chosen[0]} is not available for an active_job=True job (Rails' wrapper gives each "
+                               "push its own job_id); push it without")
     if chosen[0] == "debounce" and times[0] is not None:
         raise JobArgumentError("a debounced job runs debounce seconds after its last push, so it takes no at or in_: "
                                "push it with perform_async, or set a longer debounce")
