@@ -212,6 +212,8 @@ def test_a_definition_a_task_and_a_workflow_refuse_them_in_one_line(client):
     task = Task.create("flows", client=client)
     with pytest.raises(JobArgumentError, match="debounce and throttle are not available for the jobs of a task"):
         task.add(throttled, 1, "x")
+    with pytest.raises(JobArgumentError, match="not available for a workflow's steps"):
+        sidequest.chain(plain.si(1, "x"), throttled.si(1, "y")).apply_async(client=client)
 
 
 def test_a_job_without_them_keeps_sidekiqs_payload_layout(client, r):
