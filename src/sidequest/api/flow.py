@@ -21,7 +21,7 @@ def flow_counts(client: Client | None = None) -> dict[str, dict[str, int]]:
     queues = sorted(map(_text, chosen.redis.smembers(keys.QUEUES))) if space.cluster else [""]
     counts: dict[str, dict[str, int]] = {}
     for _, _, counted in KINDS:
-        for where in dict.fromkeys(space.flow_counts(counted, queue) for queue in queues):
+        for where in dict.fromkeys(space.flow(counted, queue) for queue in queues):
             for name, value in chosen.redis.hgetall(where).items():
                 entry = counts.setdefault(_text(name), {kind: 0 for _, _, kind in KINDS})
                 entry[counted] += int(value)

@@ -94,6 +94,6 @@ def claim(payload: dict[str, Any], now: float, space: keys.Keyspace = keys.DEFAU
         seconds = seconds_option(payload.get(option))
         if seconds is not None:
             hold = seconds + FLOW_SLACK if option == "debounce" else seconds
-            record = space.flow(option, str(payload["flow_key"]), queue)
-            return record, max(int(hold * 1000), 1), code, space.flow_counts(counted, queue), name
+            record = space.flow(option, queue, str(payload["flow_key"]))
+            return record, max(int(hold * 1000), 1), code, space.flow(counted, queue), name
     return None

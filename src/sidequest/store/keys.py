@@ -35,9 +35,7 @@ sidequest's own keys live under the `sidequest:` prefix so Ruby Sidekiq never tr
     sidequest:limit:window:<name>   zset of a window limiter's recent starts: token -> start time
     sidequest:cancel:<jid>          flag: a running job was cancelled (`sidequest.cancelled()`)
     sidequest:unique:<digest>       a unique job's claim: the jid holding it
-    sidequest:debounce:<digest>     a debounced key's pending run: its payload, as in `schedule` (`flow`)
-    sidequest:throttle:<digest>     a throttled key's period: the jid of the run it let through
-    sidequest:flow:replaced, :dropped  hashes class -> pushes debounce replaced / throttle dropped
+    sidequest:debounce|throttle:<d>  a debounced key's pending run (payload), a throttled one's jid (`flow`)
     sidequest:status:<jid>          hash of a `result_ttl` job's state (and result or error)
     sidequest:status:<jid>:notify   list holding one token once that job has ended (waiters block on it)
     sidequest:django-task:<jid>     hash: a Django task's result record (`contrib.django`: its task,
@@ -66,7 +64,7 @@ also keeps forever:
     sidequest:limit:window:<name>      the window, plus a second
     sidequest:cancel:<jid>             24 hours
     sidequest:unique:<digest>          unique_for (after the job's time, for a scheduled one)
-    sidequest:debounce/throttle:<d>    debounce plus flow.FLOW_SLACK s (its run is due before); the period
+    sidequest:debounce|throttle:<d>    debounce + flow.FLOW_SLACK s; the throttle period
     sidequest:status:<jid>[:notify]    result_ttl after the job's last change
     sidequest:django-task:<jid>        result_ttl after the task's last change (as its status record)
     sidequest:workflow:<id>[:...]      the workflow's ttl (7 days by default) after its last change
@@ -183,14 +181,6 @@ def unique(digest: str) -> str:
     return f"{PREFIX}:unique:{digest}"
 
 
-def flow(kind: str, digest: str) -> str:  # a debounced ("debounce") or throttled key's record (`flow`)
-    return f"{PREFIX}:{kind}:{digest}"
-
-
-def flow_counts(counted: str) -> str:  # class -> pushes debounce "replaced" or throttle "dropped"
-    return f"{PREFIX}:flow:{counted}"
-
-
 def status(jid: str) -> str:
     """The state of a job pushed with `result_ttl` (see `results`)."""
     return f"{PREFIX}:status:{jid}"
@@ -296,7 +286,6 @@ def workflow_keys(workflow_id: str) -> list[str]:
 #     sidequest:recovered:{<q>}:<identity>   what recovery took from a dead process's lists
 #     sidequest:unique:{<q>}:<digest>        a unique job's claim (for a queue of a group, the
 #                                            group's tag: the same key whichever queue of the group)
-#     sidequest:{debounce,throttle}:{<q>}:<digest>, sidequest:flow:{replaced,dropped}:{<q>}  (`flow`)
 #     sidequest:periodic:{<q>}:<entry id>    a periodic entry's claimed ticks (`last`), expiring as
 #                                            its record does
 #     sidequest:status:{<q>}:<jid>[:notify]  a `result_ttl` job's record, beside the job
@@ -347,11 +336,9 @@ class Keyspace:
     def unique(self, digest: str, queue: str) -> str:
         return unique(digest)
 
-    def flow(self, kind: str, digest: str, queue: str) -> str:
-        return flow(kind, digest)
-
-    def flow_counts(self, counted: str, queue: str) -> str:
-        return flow_counts(counted)
+    def flow(self, kind: str, queue: str, digest: str = "") -> str:  # `flow`'s records; counts: no digest
+        tag = f"{{{group_of(queue)}}}:" if self.cluster else ""  # Cluster mode: in the queue's slot
+        return f"{PREFIX}:{kind}:{tag}{digest}" if digest else f"{PREFIX}:flow:{tag}{kind}"
 
     def periodic_claim(self, entry_id: str, queue: str) -> str:
         """Where a periodic entry's newest handled tick (`last`) is claimed: its record."""
@@ -428,12 +415,6 @@ class ClusterKeyspace(Keyspace):
     def unique(self, digest: str, queue: str) -> str:
         return f"{PREFIX}:unique:{self.slot_tag(queue)}:{digest}"
 
-    def flow(self, kind: str, digest: str, queue: str) -> str:
-        return f"{PREFIX}:{kind}:{self.slot_tag(queue)}:{digest}"
-
-    def flow_counts(self, counted: str, queue: str) -> str:
-        return f"{PREFIX}:flow:{counted}:{self.slot_tag(queue)}"
-
     def periodic_claim(self, entry_id: str, queue: str) -> str:
         """The claim of a periodic entry's ticks, in its queue's slot (its record, with the entry's
         description and last run, stays at `sidequest:periodic:<id>`)."""
@@ -487,7 +468,7 @@ KEPT: dict[str, str] = {
     PROCESSES: "Sidekiq's set of processes; readers drop identities whose heartbeat hash expired",
     STAT_PROCESSED: "all-time total, kept forever as Sidekiq keeps it",
     STAT_FAILED: "all-time total, kept forever as Sidekiq keeps it",
-    flow_counts("*"): "all-time totals of debounced and throttled pushes, kept as stat:processed is",
+    f"{PREFIX}:flow:*": "all-time totals of pushes debounce replaced and throttle dropped, per class (`flow`)",
     reserved("*", "*"): "jobs a process took and has not settled; recovery puts back a dead process's",
     RESERVATIONS: "the index of reserved lists, which recovery reads instead of a SCAN",
     PAUSED: "queues an operator paused: paused until resumed",
