@@ -53,12 +53,14 @@ JOB_DEFINITION_PUSHES = frozenset({
     ("jobs.definition", "features.workflows.signature"),
 })
 
-# The push carries two features in its own MULTI: a unique job's claim (`unique.PUSH_UNIQUE`) and
-# a result_ttl job's status record; `AsyncClient.status`/`result` read the record back. They go
+# The push carries three features in its own MULTI: a unique job's claim (`unique.PUSH_UNIQUE`), a
+# debounced or throttled job's record (`flow`, in the same script call) and a result_ttl job's status
+# record; `AsyncClient.status`/`result` read the record back. They go
 # when the push takes its features from a registry, as the worker's lifecycle does.
 PUSH_NAMES_FEATURES = frozenset({
     ("client.push_plan", "features.unique"),
     ("client.sync_client", "features.unique"),
+    ("client.sync_client", "features.flow"),
     ("client.sync_client", "features.results"),
     ("client.async_client", "features.lookup"),
 })

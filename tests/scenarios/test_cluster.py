@@ -630,3 +630,37 @@ def test_a_push_no_replica_of_its_slot_confirms_raises_not_replicated_on_every_p
         runner.close()
         admin.close()
         cluster.wait_settled()
+
+
+def test_debounce_and_throttle_settle_in_their_queues_slot_and_run_once(url, rc):
+    """Issue 31 item 3 on a Cluster: a debounced job's record and counts live beside its
+    queue's `schedule:{q}`, so the push is one script call in one slot; the run happens once."""
+    from sidequest.api import flow_counts
+
+    @sidequest.job(name="ClusterDebounced", debounce=0.5, key=lambda n: "one")
+    def debounced(n: int) -> None:
+        _note(f"debounced:{n}")
+
+    @sidequest.job(name="ClusterThrottled", throttle=60)
+    def throttled(n: int) -> None:
+        _note(f"throttled:{n}")
+
+    config = Config(redis_url=url, queues=["q04", "q33"], concurrency=2, **FAST)
+    client = Client(config)
+    for n in range(20):
+        assert client.push(debounced, [n], queue="q04") is not None
+    assert [client.push(throttled, [1], queue="q33") is not None for _ in range(3)] == [True, False, False]
+    assert rc.zcard(CLUSTER.schedule("q04")) == 1  # the 19 replaced runs are gone
+    records = list(rc.scan_iter(match="sidequest:debounce:*", target_nodes="primaries"))
+    assert [rc.keyslot(k) for k in records] == [rc.keyslot(CLUSTER.schedule("q04"))]
+    launcher = Launcher(config)
+    launcher.run()
+    try:
+        wait_until(lambda: RAN["debounced:19"] == 1 and RAN["throttled:1"] == 1, STARTUP, 0.05, "both to run")
+        wait_until(lambda: rc.zcard(CLUSTER.schedule("q04")) == 0 and rc.llen(CLUSTER.queue("q04")) == 0,
+                   STARTUP, 0.05, "nothing pending")
+    finally:
+        launcher.stop()
+    assert sorted(RAN) == ["debounced:19", "throttled:1"]
+    counts = flow_counts(client)
+    assert counts["ClusterDebounced"]["replaced"] == 19 and counts["ClusterThrottled"]["dropped"] == 2

@@ -45,6 +45,8 @@ are epoch seconds whether Sidekiq 6/7 (float seconds) or Sidekiq 8 (integer ms) 
                                        runtime per_item) or None; running() -> {jid: state}
     MetricsQuery()                     top_jobs(minutes, limit) for_job(name, minutes) ->
                                        JobSummary (runs failed total_ms p50/p95/p99_ms series)
+    flow_counts()                      {class: {"replaced": n, "dropped": n}}: pushes debounce
+                                       replaced and throttle dropped (`features.flow`)
     Cluster(usage=True)                Cluster mode only: shards (Shard: primary replicas slots
                                        keys memory queues) queues (name -> primary) node_of(queue)
 
@@ -55,6 +57,7 @@ its actions stay in that slot), and `Stats` adds them up.
 """
 
 from sidequest.api.cluster import Cluster, Shard, ShardDict
+from sidequest.api.flow import flow_counts
 from sidequest.api.iteration import Iteration
 from sidequest.api.job_metrics import JobSummary, MetricsQuery, MinutePoint
 from sidequest.api.processes import Process, ProcessDict, ProcessSet, Work, Workers, WorkSet
@@ -89,4 +92,5 @@ __all__ = [
     "Work",
     "WorkSet",
     "Workers",
+    "flow_counts",
 ]

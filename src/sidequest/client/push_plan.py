@@ -7,8 +7,8 @@ exchange and gives the replies back (`drive` for the sync client, `adrive` on re
 both clients send the same commands and judge their replies alike:
 
 - the jobs: MULTI, the push's commands (and a task's or workflow's records), EXEC; with unique
-  jobs, one EVALSHA of `unique.PUSH_UNIQUE` (with SCRIPT LOAD before it once Redis says it lost
-  the script).
+  jobs (and debounced or throttled ones, `flow`), one EVALSHA of `unique.PUSH_UNIQUE` (with
+  SCRIPT LOAD before it once Redis says it lost the script).
 - `wait_replicas` (`Replicas`): a WAIT in the same exchange, right after the EXEC or the script
   call. WAIT counts the writes of the connection it is sent on: on any other connection it
   returns at once and confirms nothing. Without it nothing is added, and the push stays one
@@ -73,11 +73,14 @@ class Batch:
     def __init__(self, queue: str = "") -> None:
         self.queue = queue  # Cluster mode: the (first) queue of this part of a push (see `per_slot`)
         self.jobs: list[tuple[dict[str, Any], float | None, bytes]] = []  # payload, schedule time or None, JSON
-        self.claims: list[tuple[str, int] | None] = []  # unique claim key and milliseconds, per job
+        # per job: a unique claim's key and milliseconds; for debounce/throttle (`flow.claim`) its
+        # record's, then the script's flow code, counts key and the class
+        self.claims: list[tuple[str, int] | tuple[str, int, str, str, str] | None] = []
         self.records: list[tuple[str, int, str, str] | None] = []  # status key, milliseconds, state, due time
         self.unique = False  # some job has a claim: the push is one PUSH_UNIQUE call
 
-    def add(self, payload: dict[str, Any], when: float | None, blob: bytes, claim: tuple[str, int] | None,
+    def add(self, payload: dict[str, Any], when: float | None, blob: bytes,
+            claim: tuple[str, int] | tuple[str, int, str, str, str] | None,
             record: tuple[str, int, str, str] | None) -> None:
         self.jobs.append((payload, when, blob))
         self.claims.append(claim)
@@ -125,8 +128,9 @@ class Batch:
         part, without `queues`)."""
         args: list[Any] = [len(self.jobs)]
         for (payload, when, blob), claim, record in zip(self.jobs, self.claims, self.records, strict=True):
-            args += [*(claim or ("", 0)), payload["jid"], space.queue(payload["queue"]) if when is None else "",
-                     payload["queue"], when or 0, blob, *(record or ("", 0, "", ""))]
+            taken = claim or ("", 0)
+            args += [*taken[:2], payload["jid"], space.queue(payload["queue"]) if when is None else "",
+                     payload["queue"], when or 0, blob, *(record or ("", 0, "", "")), *(taken[2:] or ("", "", ""))]
         return [space.schedule(self.queue), keys.QUEUES], args
 
     def refused(self, written: list[Any]) -> frozenset[str]:
@@ -158,8 +162,8 @@ def plan(batch: Batch, space: keys.Keyspace, replicas: Replicas = NO_REPLICAS, a
     if not space.cluster:
         if batch.unique:
             if also is not None:
-                raise JobArgumentError("unique_for is not available for the jobs of a task; "
-                                       "push them with unique_for=None")
+                raise JobArgumentError("unique_for, debounce and throttle are not available for the jobs of a task; "
+                                       "push them with unique_for=None (debounce=None, throttle=None)")
             return (yield from _script(batch, "", space, tail, replicas))
         commands = _multi(batch, space, also, tail)
         judge(batch, (yield "", commands, False), replicas)
@@ -167,7 +171,7 @@ def plan(batch: Batch, space: keys.Keyspace, replicas: Replicas = NO_REPLICAS, a
     parts = batch.per_slot()
     if also is not None and (len(parts) != 1 or parts[0].unique):
         raise JobArgumentError("in Cluster mode the jobs of one task or workflow are pushed to one queue, or "
-                               "the queues of one group, without unique_for")
+                               "the queues of one group, without unique_for, debounce or throttle")
     refused: set[str] = set()
     for part in parts:
         names = to_list(list(dict.fromkeys(payload["queue"] for payload, _, _ in part.jobs)))

@@ -39,7 +39,7 @@ from sidequest.client.push_plan import NO_REPLICAS as NO_REPLICAS  # where `test
 from sidequest.client.push_plan import Replicas as Replicas
 from sidequest.config import Config
 from sidequest.errors import JobArgumentError
-from sidequest.features import results, unique
+from sidequest.features import flow, results, unique
 from sidequest.jobs import active_job
 from sidequest.jobs.options import (
     DEFAULTS,
@@ -122,11 +122,15 @@ class Client:
     def replicas(self, job: Any, options: Mapping[str, Any]) -> Replicas:
         """How many replicas a push of `job` waits for, and how long: the push's options, then
         the job's, then the configuration's."""
-        declared = getattr(job, "push_options", None)
-        chosen = {**(declared() if callable(declared) and not isinstance(job, str) else {}),
-                  **{key: options[key] for key in PUSH_ONLY if key in options}}
+        chosen = {**self._declared(job), **{key: options[key] for key in PUSH_ONLY if key in options}}
         return Replicas(chosen.get("wait_replicas", self.config.wait_replicas),
                         chosen.get("wait_timeout", self.config.wait_timeout))
+
+    @staticmethod
+    def _declared(job: Any) -> dict[str, Any]:
+        """The options of how `job` is pushed given where it is defined (`push_options`), or none."""
+        declared = getattr(job, "push_options", None)
+        return declared() if callable(declared) and not isinstance(job, str) else {}
 
     def build(self, job: Any, args_list: list[Any], times: list[float | None], now: float,
               options: dict[str, Any], steer: Mapping[str, Any] | None = None, kwargs: Mapping[str, Any] | None = None,
@@ -155,6 +159,12 @@ class Client:
             except JobArgumentError as exc:
                 prefix = f"job {index} of the bulk: " if len(args_list) > 1 else ""
                 raise JobArgumentError(f"{prefix}{exc}") from None
+        flowing = key = None
+        if "debounce" in base or "throttle" in base or "key" in options:  # most pushes: none, no other work
+            key = options.get("key") or self._declared(job).get("key")
+            flowing = flow.check(base, key, len(checked), times, getattr(job, "active_job", False) is True)
+            if flowing == "debounce":  # each push (re)schedules the one run: debounce after it
+                times = [now + float(base["debounce"])]
         if getattr(job, "active_job", False) is True:  # for a Rails worker: Rails' wrapper (see `active_job`)
             checked = [[active_job.job_data_for(name, args, None, queue=base["queue"], now=now)] for args in checked]
             base["wrapped"], name = name, active_job.RAILS_WRAPPER
@@ -171,6 +181,8 @@ class Client:
             payload["class"] = name
             payload["jid"] = jid
             payload["created_at"] = created
+            if flowing is not None:
+                payload["flow_key"] = flow.flow_digest(name, args, base["queue"], keywords, key)
             if expiring:  # the deadline counts from the job's own time, as Sidekiq Pro's
                 payload["expires_at"] = expires_at(payload, when, now)
             if middleware:
@@ -288,7 +300,8 @@ class Client:
                 if space.cluster:
                     cluster_problem(payload)
                 try:
-                    claim = unique.claim(payload, when, now, space) if "unique_for" in payload else None
+                    claim = (flow.claim(payload, now, space) if "flow_key" in payload  # never with unique_for
+                             else unique.claim(payload, when, now, space) if "unique_for" in payload else None)
                 except (TypeError, ValueError, RecursionError) as exc:  # client middleware added something
                     raise JobArgumentError(f"payload of job {payload.get('class')!r} is not JSON: {exc}") from None
                 blob = self._encode(payload, shapes)

@@ -41,17 +41,37 @@ _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_asci
 # -- Lua: the push of unique jobs (run by `client` and `aio`), the lifecycle operation ----------
 
 # KEYS: schedule, queues (not in Cluster mode, where the client adds the name apart)
-# ARGV: job count, then 11 values per job: claim key ('' for none), claim ms, jid, queue key ('' when
-# scheduled), queue name, score, payload, status key ('' for none), status ms, state, due time.
+# ARGV: job count, then 14 values per job: claim key ('' for none), claim ms, jid, queue key ('' when
+# scheduled), queue name, score, payload, status key ('' for none), status ms, state, due time, flow
+# code ('', 'd' debounce or 't' throttle, see `flow`), its counts key and the job's class.
 # A push with unique jobs, in one call: each job whose claim is taken (SET NX, the value its jid)
 # or that has none is written as the client's MULTI writes it (SADD + LPUSH, or ZADD), with its
 # status hash when it keeps one; a job whose claim is held by another copy writes nothing.
+# A throttled job's claim is its period's (counted when refused); a debounced job's record holds
+# its pending run's payload, which it removes from the schedule (counted when it was there: it
+# is replaced, and its status record goes) before it takes its place, so one run per key is pending.
 # Returns 1 (written) or 0 (refused) per job, in order.
 PUSH_UNIQUE = """
 local written = {}
 local i = 2
 for j = 1, tonumber(ARGV[1]) do
-  if ARGV[i] == '' or redis.call('set', ARGV[i], ARGV[i + 2], 'NX', 'PX', ARGV[i + 1]) then
+  local flow, ok = ARGV[i + 11], true
+  if flow == 'd' then
+    local pending = redis.call('get', ARGV[i])
+    if pending and redis.call('zrem', KEYS[1], pending) == 1 then
+      redis.call('hincrby', ARGV[i + 12], ARGV[i + 13], 1)
+      if ARGV[i + 7] ~= '' then  -- the replaced jid never runs: its status record (same prefix) goes
+        local prefix = string.sub(ARGV[i + 7], 1, #ARGV[i + 7] - #ARGV[i + 2])
+        local old = prefix .. cjson.decode(pending)['jid']
+        redis.call('del', old, old .. ':notify')
+      end
+    end
+    redis.call('set', ARGV[i], ARGV[i + 6], 'PX', ARGV[i + 1])
+  elseif ARGV[i] ~= '' and not redis.call('set', ARGV[i], ARGV[i + 2], 'NX', 'PX', ARGV[i + 1]) then
+    ok = false
+    if flow == 't' then redis.call('hincrby', ARGV[i + 12], ARGV[i + 13], 1) end
+  end
+  if ok then
     if ARGV[i + 3] ~= '' then
       if KEYS[2] then redis.call('sadd', KEYS[2], ARGV[i + 4]) end
       redis.call('lpush', ARGV[i + 3], ARGV[i + 6])
@@ -66,7 +86,7 @@ for j = 1, tonumber(ARGV[1]) do
   else
     written[j] = 0
   end
-  i = i + 11
+  i = i + 14
 end
 return written
 """

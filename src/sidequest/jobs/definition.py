@@ -142,6 +142,9 @@ class Job:
             merged = merge_options(cls.options, check_options(options, definition=True))
         except JobArgumentError as exc:
             raise JobDefinitionError(f"job {cls.__module__}.{cls.__qualname__}: {exc}") from None
+        if merged.get("key") is not None and merged.get("debounce") is None and merged.get("throttle") is None:
+            raise JobDefinitionError(f"job {cls.__module__}.{cls.__qualname__}: option 'key' says which pushes are the "
+                                     "same for debounce or throttle; give debounce=... or throttle=... too")
         cls.options = merged
         if name is not None and (not isinstance(name, str) or not name):
             raise JobDefinitionError(f"job name must be a non-empty string, got {name!r}")

@@ -18,6 +18,13 @@ Known options and their types (`JobOptions` spells them for a type checker):
     expires_in   seconds > 0 or a timedelta: a job not started this long after its time is
                  dropped unstarted (Sidekiq Pro's option; the push stores the deadline,
                  `expires_at`, in epoch seconds)
+    debounce     seconds > 0 or a timedelta: a push (re)schedules ONE run this long after it,
+                 with its arguments; a pending run of the same key is replaced (`flow`)
+    throttle     seconds > 0 or a timedelta: at most one run per period per key, the first
+                 call's; the other pushes write nothing and return None (`flow`)
+    key          with debounce or throttle: a function of the job's arguments (called as the
+                 job is) whose JSON value says which pushes are "the same" (default: the class,
+                 args, kwargs and queue); not stored in the payload
     wait_replicas  int >= 0: the push returns once this many replicas hold it (Redis WAIT),
                  or raises NotReplicatedError after wait_timeout (default: the client's
                  configuration, 0); not stored in the payload
@@ -43,7 +50,7 @@ travel as a payload field while the real `retry` kept its default.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, Literal, TypedDict
 
@@ -52,7 +59,7 @@ from sidequest.errors import ConfigError, JobArgumentError
 from sidequest.jobs.payload import RESERVED_KEYS, check_json_value
 
 DEFAULTS: dict[str, Any] = {"retry": True, "queue": "default"}
-PUSH_ONLY = ("wait_replicas", "wait_timeout")  # options of how a push is written, not payload fields
+PUSH_ONLY = ("wait_replicas", "wait_timeout", "key")  # options of how a push is written, not payload fields
 WORKER_SIDE = ("retry_on", "discard_on")  # options of the definition, read by the worker: not payload fields
 UNIQUE_UNTIL = ("success", "start")  # when a unique job's claim ends (besides expiring), see `unique`
 
@@ -80,6 +87,9 @@ class JobOptions(TypedDict, total=False):
     unique_until: Literal["success", "start"]  # when a unique job's claim ends
     result_ttl: float | None  # seconds to keep the job's state and return value (`results`)
     expires_in: float | timedelta | None  # not started this long after its time: dropped unstarted
+    debounce: float | timedelta | None  # run once, this long after the last push of a burst (`flow`)
+    throttle: float | timedelta | None  # at most one run per this long per key, the first push's (`flow`)
+    key: Callable[..., Any] | None  # what counts as "the same" push for debounce or throttle
     wait_replicas: int  # the push waits until this many replicas hold it (see `Config.wait_replicas`)
     wait_timeout: float  # ... at most this many seconds, then raises NotReplicatedError
     custom: Mapping[str, Any]  # payload fields of your own, native JSON
@@ -228,6 +238,17 @@ def check_option(key: str, value: Any, *, definition: bool = False) -> Any:
             return seconds  # None turns it off for one push
         raise JobArgumentError(f"option 'expires_in' must be a duration (seconds above 0 or a timedelta; "
                                f"not an epoch time), or None, got {value!r}")
+    if key in ("debounce", "throttle"):
+        seconds = value.total_seconds() if isinstance(value, timedelta) else value
+        if seconds is None or (_is_number(seconds) and 0 < seconds < EPOCH_THRESHOLD):
+            return seconds  # None turns it off for one push
+        raise JobArgumentError(f"option {key!r} must be a duration (seconds above 0 or a timedelta), or None, "
+                               f"got {value!r}")
+    if key == "key":
+        if value is None or callable(value):
+            return value
+        raise JobArgumentError(f"option 'key' must be a function of the job's arguments (e.g. key=lambda account_id, "
+                               f"**_: account_id), got {value!r}")
     if key in WORKER_SIDE:
         return _check_exceptions(key, value, definition)
     return _check_custom(value)  # the last known option: `custom`

@@ -38,6 +38,7 @@ sidequest's own keys live under the `sidequest:` prefix so Ruby Sidekiq never tr
     sidequest:limit:points:<name>   hash of a points limiter's bucket: level (points), at (when last drained)
     sidequest:cancel:<jid>          flag: a running job was cancelled (`sidequest.cancelled()`)
     sidequest:unique:<digest>       a unique job's claim: the jid holding it
+    sidequest:debounce|throttle:<d>  a debounced key's pending run (payload), a throttled one's jid (`flow`)
     sidequest:status:<jid>          hash of a `result_ttl` job's state (and result or error)
     sidequest:status:<jid>:notify   list holding one token once that job has ended (waiters block on it)
     sidequest:django-task:<jid>     hash: a Django task's result record (`contrib.django`: its task,
@@ -68,6 +69,7 @@ also keeps forever:
     sidequest:limit:leaky:<name>, :points:<name>  until the bucket has drained empty, plus a second
     sidequest:cancel:<jid>             24 hours
     sidequest:unique:<digest>          unique_for (after the job's time, for a scheduled one)
+    sidequest:debounce|throttle:<d>    debounce + flow.FLOW_SLACK s; the throttle period
     sidequest:status:<jid>[:notify]    result_ttl after the job's last change
     sidequest:django-task:<jid>        result_ttl after the task's last change (as its status record)
     sidequest:workflow:<id>[:...]      the workflow's ttl (7 days by default) after its last change
@@ -354,6 +356,10 @@ class Keyspace:
     def unique(self, digest: str, queue: str) -> str:
         return unique(digest)
 
+    def flow(self, kind: str, queue: str, digest: str = "") -> str:  # `flow`'s records; counts: no digest
+        tag = f"{{{group_of(queue)}}}:" if self.cluster else ""  # Cluster mode: in the queue's slot
+        return f"{PREFIX}:{kind}:{tag}{digest}" if digest else f"{PREFIX}:flow:{tag}{kind}"
+
     def periodic_claim(self, entry_id: str, queue: str) -> str:
         """Where a periodic entry's newest handled tick (`last`) is claimed: its record."""
         return periodic(entry_id)
@@ -482,6 +488,7 @@ KEPT: dict[str, str] = {
     PROCESSES: "Sidekiq's set of processes; readers drop identities whose heartbeat hash expired",
     STAT_PROCESSED: "all-time total, kept forever as Sidekiq keeps it",
     STAT_FAILED: "all-time total, kept forever as Sidekiq keeps it",
+    f"{PREFIX}:flow:*": "all-time totals of pushes debounce replaced and throttle dropped, per class (`flow`)",
     reserved("*", "*"): "jobs a process took and has not settled; recovery puts back a dead process's",
     RESERVATIONS: "the index of reserved lists, which recovery reads instead of a SCAN",
     PAUSED: "queues an operator paused: paused until resumed",

@@ -193,6 +193,9 @@ def _payload(client: Client, signature: Signature, workflow_id: str | None, step
         raise JobArgumentError(f"client middleware stopped the job {signature.label} of a workflow; a workflow's "
                                "steps cannot be left out")
     payload = entries[0][0]
+    if "flow_key" in payload:  # its dependents are pushed by the workflow's Lua, not the push script
+        raise JobArgumentError(f"job {signature.label}: debounce and throttle are not available for a workflow's "
+                               "steps; push it with debounce=None, throttle=None")
     if passed:
         payload["args"] = payload["args"][1:]
     return payload

@@ -1,5 +1,6 @@
 """The dashboard's Job metrics pages: per job name over a window (1 h to 72 h), throughput,
-failure rate and run-time percentiles; one job's runs per minute and its run-time histogram.
+failure rate and run-time percentiles; one job's runs per minute and its run-time histogram;
+the pushes debounce replaced and throttle dropped, per job (`api.flow_counts`).
 
 Worker processes write these counts with their heartbeat (the feature, `sidequest.features.job_metrics`),
 so the numbers move every few seconds; the pages refresh every `REFRESH_MS`. They read them
@@ -16,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from sidequest.api import JobSummary, MetricsQuery, MinutePoint
+from sidequest.api import JobSummary, MetricsQuery, MinutePoint, flow_counts
 from sidequest.features.job_metrics import BUCKETS, read
 from sidequest.web.site import Site, whole
 
@@ -72,8 +73,9 @@ def routes(site: Site) -> list[Route]:
         minutes = _window(request)
         jobs = MetricsQuery(site.client).top_jobs(minutes)
         chart = _per_minute_chart(jobs[:TOP], minutes)
+        flows = sorted(flow_counts(site.client).items())  # since ever: debounce replaced, throttle dropped
         return site.page(request, "job_metrics.html", page="job-metrics", title="Job metrics", jobs=jobs,
-                         minutes=minutes, windows=WINDOWS, chart=chart, refresh_ms=REFRESH_MS)
+                         minutes=minutes, windows=WINDOWS, chart=chart, refresh_ms=REFRESH_MS, flows=flows)
 
     def one(request: Request) -> Response:
         minutes = _window(request)
