@@ -159,6 +159,22 @@ def test_the_dashboard_shows_the_counts(client):
     assert re.search(r"Throttled</td><td[^>]*>0</td><td[^>]*>2</td>", page), page
 
 
+def test_prometheus_counts_the_replaced_and_dropped_pushes(client):
+    from prometheus_client.parser import text_string_to_metric_families
+    from starlette.testclient import TestClient
+
+    from sidequest.web import create_app
+
+    for n in range(3):
+        throttled.set(client=client).perform_async(8, f"call {n}")
+    text = TestClient(create_app(client)).get("/metrics").text
+    scraped = {f.name: f.samples for f in text_string_to_metric_families(text)}
+    [sample] = [s for s in scraped["sidequest_job_throttled"] if s.labels["job"] == throttled.name]
+    assert sample.name == "sidequest_job_throttled_total" and sample.value == 2
+    [replaced] = [s for s in scraped["sidequest_job_debounced"] if s.labels["job"] == throttled.name]
+    assert replaced.value == 0
+
+
 def test_the_asyncio_client_debounces_alike(config, r, start):
     start()
 

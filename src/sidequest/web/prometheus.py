@@ -8,6 +8,7 @@ official client library (`prometheus_client`), every name `sidequest_`.
     sidequest_processes, sidequest_busy, sidequest_concurrency
     sidequest_job_processed_total{job}, sidequest_job_failed_total{job},
     sidequest_job_runtime_seconds_total{job}, sidequest_job_expired_total{job}
+    sidequest_job_debounced_total{job}, sidequest_job_throttled_total{job}   all time (`api.flow_counts`)
 
 Per-job counts exist in Redis only per minute, kept 72 hours (see `sidequest.features.job_metrics`): a sum
 over them would fall as old minutes expire, which Prometheus reads as counter resets. So each
@@ -28,7 +29,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from sidequest.api import MetricsQuery, ProcessSet, Stats
+from sidequest.api import MetricsQuery, ProcessSet, Stats, flow_counts
 from sidequest.client.sync_client import Client
 
 RECENT_MINUTES = 10
@@ -120,6 +121,22 @@ class SidequestCollector(Collector):
         yield fails
         yield seconds
         yield expired
+        yield from _flow(self.client)
+
+
+def _flow(client: Client) -> Iterator[Metric]:
+    """The pushes debounce replaced and throttle dropped, per job: kept totals in Redis, so
+    counters as they are (no per-exporter bookkeeping)."""
+    counts = flow_counts(client)
+    replaced = CounterMetricFamily("sidequest_job_debounced", "Pushes a later push of the same key replaced "
+                                   "(debounce), all time.", labels=["job"])
+    dropped = CounterMetricFamily("sidequest_job_throttled", "Pushes dropped within a throttle period, all time.",
+                                  labels=["job"])
+    for name in sorted(counts):
+        replaced.add_metric([name], counts[name]["replaced"])
+        dropped.add_metric([name], counts[name]["dropped"])
+    yield replaced
+    yield dropped
 
 
 def routes(client: Client) -> list[Route]:
