@@ -6,6 +6,7 @@ import threading
 import time
 
 import pytest
+import redis
 from conftest import PYTHON, ROOT, STARTUP, python_env, wait_until
 from helpers import WorkerProcess, pttl_and_spent
 from jobs_for_tests import (
@@ -22,7 +23,7 @@ from jobs_for_tests import (
 )
 
 import sidequest
-from sidequest import Cancelled, JobFailed, NoResultError
+from sidequest import Cancelled, Client, JobFailed, NoResultError
 from sidequest.api import DeadSet, Queue, RetrySet
 from sidequest.features.lookup import WAIT_STEP, run, status_query
 
@@ -132,15 +133,18 @@ def test_result_wakes_as_soon_as_the_job_ends_and_every_waiter_gets_it(client, r
     jid = client.push(compute, [3, "gate"])
     start()
     got = []
+    named = Client(client.config, redis_client=redis.Redis.from_url(client.config.redis_url, client_name="waiter"))
 
     def wait():
-        got.append(result(client, jid, timeout=20))
+        got.append(result(named, jid, timeout=20))
 
     waiters = [threading.Thread(target=wait) for _ in range(3)]
     for w in waiters:
         w.start()
     wait_until(lambda: status(client, jid) == "running", message="running")
-    time.sleep(0.2)
+    # every waiter blocked in Redis on the job's notify list before the job is let end
+    wait_until(lambda: sum(c.get("name") == "waiter" and "b" in c["flags"] for c in r.client_list()) == 3,
+               STARTUP, 0.01, "the three waiters to block")
     released = time.monotonic()
     r.set("gate", 1)
     for w in waiters:
