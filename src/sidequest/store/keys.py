@@ -39,6 +39,8 @@ sidequest's own keys live under the `sidequest:` prefix so Ruby Sidekiq never tr
     sidequest:cancel:<jid>          flag: a running job was cancelled (`sidequest.cancelled()`)
     sidequest:unique:<digest>       a unique job's claim: the jid holding it
     sidequest:debounce|throttle:<d>  a debounced key's pending run (payload), a throttled one's jid (`flow`)
+    sidequest:lanes:<q>[:...]       a queue's lanes: jobs pushed with a group or a priority wait there
+                                    until staged into queue:<q> (`lanes`: the sub-keys and their use)
     sidequest:status:<jid>          hash of a `result_ttl` job's state (and result or error)
     sidequest:status:<jid>:notify   list holding one token once that job has ended (waiters block on it)
     sidequest:django-task:<jid>     hash: a Django task's result record (`contrib.django`: its task,
@@ -281,6 +283,7 @@ def workflow_keys(workflow_id: str) -> list[str]:
 #     sidequest:reserved:{<q>}:<identity>:<slot>  what a process took from it, per queue
 #     sidequest:reservations:{<q>}           the index of those lists (recovery reads it)
 #     sidequest:recovered:{<q>}:<identity>   what recovery took from a dead process's lists
+#     sidequest:lanes:{<q>}[:...]            its lanes (jobs with a group or a priority, see `lanes`)
 #     sidequest:unique:{<q>}:<digest>        a unique job's claim (for a queue of a group, the
 #                                            group's tag: the same key whichever queue of the group)
 #     sidequest:periodic:{<q>}:<entry id>    a periodic entry's claimed ticks (`last`), expiring as
@@ -336,6 +339,10 @@ class Keyspace:
     def flow(self, kind: str, queue: str, digest: str = "") -> str:  # `flow`'s records; counts: no digest
         tag = f"{{{group_of(queue)}}}:" if self.cluster else ""  # Cluster mode: in the queue's slot
         return f"{PREFIX}:{kind}:{tag}{digest}" if digest else f"{PREFIX}:flow:{tag}{kind}"
+
+    def lanes(self, queue: str) -> str:
+        """The base name of a queue's lanes (`lanes.LaneKeys` names the keys under it)."""
+        return f"{PREFIX}:lanes:{queue}"
 
     def periodic_claim(self, entry_id: str, queue: str) -> str:
         """Where a periodic entry's newest handled tick (`last`) is claimed: its record."""
@@ -411,6 +418,9 @@ class ClusterKeyspace(Keyspace):
 
     def unique(self, digest: str, queue: str) -> str:
         return f"{PREFIX}:unique:{self.slot_tag(queue)}:{digest}"
+
+    def lanes(self, queue: str) -> str:
+        return f"{PREFIX}:lanes:{self.tagged(queue)}"
 
     def periodic_claim(self, entry_id: str, queue: str) -> str:
         """The claim of a periodic entry's ticks, in its queue's slot (its record, with the entry's

@@ -1,6 +1,6 @@
-"""How long each Redis key lives (see `keys` for what each holds). Every key expires by itself (its
-writer sets the TTL, and refreshes it), except those in `KEPT`, which hold jobs, an operator's choice, or a total that Sidekiq
-also keeps forever:
+"""How long each Redis key lives (see `keys` for what each holds). Every key expires by itself
+(its writer sets the TTL, and refreshes it), except those in `KEPT`, which hold jobs, an
+operator's choice, or a total that Sidekiq also keeps forever:
 
     <identity>, <identity>:work(ers)   heartbeat_ttl after the last beat (a clean stop deletes them)
     <identity>-signals                 60 s (Sidekiq's)
