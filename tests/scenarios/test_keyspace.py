@@ -18,7 +18,7 @@ from sidequest import Task
 from sidequest.api import DeadSet, Queue
 from sidequest.features.limiter import bucket, concurrent, leaky, points, window
 from sidequest.features.periodic import PeriodicRegistry, PeriodicScheduler, status
-from sidequest.store import keys, lifetimes
+from sidequest.store import keys, lanes, lifetimes
 from sidequest.worker.background.heartbeat import STATS_TTL
 
 # keys the tests themselves write (not sidequest's): jobs_for_tests.record's lists, gates
@@ -170,3 +170,18 @@ def test_periodic_entries(client, r):
     assert scheduler.run_due(now + 1.01) == 1
     assert status(client, registry=PeriodicRegistry())[0].last_run is not None
     assert r.ttl(keys.PERIODIC) > 0 and all(ttl > 0 for ttl in ttls(r, "sidequest:periodic:*").values())
+
+
+def test_lanes_leave_nothing_behind_but_a_paused_group(start, client, r):
+    for n in range(40):
+        client.push("Echo", [n], group=f"t{n % 3}", group_concurrency=2, group_rate=(100, 60))
+    client.push("Echo", ["urgent"], priority=9)
+    paused = lanes.LaneKeys(keys.DEFAULT.lanes("default")).paused
+    r.sadd(paused, "nobody")
+    start()
+
+    def kept() -> list[str]:  # the lanes' keys without a TTL (the rate windows and `head` expire)
+        return [key for key, ttl in ttls(r, "sidequest:lanes:*").items() if ttl == -1]
+
+    wait_until(lambda: len(ran(r, "echo")) == 41 and kept() == [paused], message="the lanes to empty")
+    assert all(0 < ttl <= 3600 for ttl in ttls(r, "sidequest:lanes:*").values() if ttl != -1)

@@ -40,7 +40,7 @@ Keys, under the base B = `Keyspace.lanes(queue)` (in Cluster mode in the queue's
     B:limits               hash: group -> "<concurrency> <rate count> <rate ms>" (0: none), its last push's
     B:paused               set: groups an operator paused
     B:rate:<group>         the group's count in its current rate window (expires with it)
-    B:head                 the job staged deepest in the last batch at the head
+    B:head                 the job staged deepest in the last batch at the head (expires: HEAD_TTL_MS)
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ from sidequest.store import keys
 LANE_DEPTH = 32  # laned jobs staged into a queue at once (the fairness grain)
 DEFAULT_LEVEL = 5  # a job with a group and no priority; above it: staged at the head
 LEVELS = range(10)
+HEAD_TTL_MS = 3_600_000  # `B:head` outlives its batch an hour at most (untaken that long: no one works the queue)
 
 LaneArgs = tuple[str, str, str, str]  # lanes base, level, group, limits: what the scripts take
 
@@ -117,7 +118,7 @@ NO_LANE = ("", "", "", "")
 # The lanes' Lua, shared by the scripts that push, stage and end laned jobs (`scripts.core_lib`,
 # the push's script, ENQUEUE_DUE). Paths under B are built by suffix here, as `LaneKeys` builds them.
 LANES_LUA = """
-local LANE_DEPTH, LANE_HIGH = {depth}, {default}
+local LANE_DEPTH, LANE_HIGH, HEAD_TTL = {depth}, {default}, {head_ttl}
 local function lane_limits(base, group)
   local limits = redis.call('hget', base .. ':limits', group)
   if not limits then return 0, 0, 0 end
@@ -196,7 +197,7 @@ local function stage(base, queue)
     local reversed = {}
     for i = #high, 1, -1 do reversed[#reversed + 1] = high[i] end
     redis.call('rpush', queue, unpack(reversed))
-    redis.call('set', base .. ':head', high[#high])
+    redis.call('set', base .. ':head', high[#high], 'PX', HEAD_TTL)
   end
   return staged + #high
 end
@@ -219,7 +220,9 @@ local function lane_done(base, group, jid)
     end
   end
 end
-""".replace("{depth}", str(LANE_DEPTH)).replace("{default}", str(DEFAULT_LEVEL))
+"""
+for _name, _value in (("depth", LANE_DEPTH), ("default", DEFAULT_LEVEL), ("head_ttl", HEAD_TTL_MS)):
+    LANES_LUA = LANES_LUA.replace("{" + _name + "}", str(_value))
 
 # KEYS: the queue's lanes base, queue:<q>. Stage what may be (the poller's pass, a resumed group).
 STAGE = LANES_LUA + """

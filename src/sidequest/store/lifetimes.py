@@ -53,6 +53,8 @@ KEPT: dict[str, str] = {
     PROCESSES: "Sidekiq's set of processes; readers drop identities whose heartbeat hash expired",
     STAT_PROCESSED: "all-time total, kept forever as Sidekiq keeps it",
     STAT_FAILED: "all-time total, kept forever as Sidekiq keeps it",
+    f"{PREFIX}:lanes:*": "jobs waiting in a queue's lanes and their bookkeeping (levels, turns, counts, groups' "
+                         "running jids and limits), each gone once empty; paused groups until resumed (`lanes`)",
     f"{PREFIX}:flow:*": "all-time totals of pushes debounce replaced and throttle dropped, per class (`flow`)",
     reserved("*", "*"): "jobs a process took and has not settled; recovery puts back a dead process's",
     RESERVATIONS: "the index of reserved lists, which recovery reads instead of a SCAN",
