@@ -1,44 +1,39 @@
-"""A queue's lanes written as the core's scripts leave them (API31.md's key layout), so a test of
-what the admin API, the dashboard or the CLI reads knows each number exactly."""
+"""Laned jobs pushed for the tests of what the admin API, the dashboard and the CLI show of a
+queue's lanes: a queue full of plain jobs (so jobs of levels 0..5 stay in their lanes) and a
+known mix of groups, priorities and limits."""
 
 from __future__ import annotations
 
-import json
+from jobs_for_tests import echo
 
 from sidequest import Client
+from sidequest.store.lanes import LANE_DEPTH
 
 
-class LaneState:
-    """Writes a queue's lanes as the core's scripts keep them (`sidequest:lanes:<q>`, or the
-    queue's hash tag in Cluster mode)."""
+def fill(client: Client, queue: str) -> None:
+    """LANE_DEPTH plain jobs: the queue has no room, so laned jobs of levels 0..5 wait in their lanes."""
+    client.push_bulk(echo, [[queue, n] for n in range(LANE_DEPTH)], queue=queue)
 
-    def __init__(self, client: Client, queue: str) -> None:
-        self.redis = client.redis
-        self.queue = queue
-        self.base = f"sidequest:lanes:{{{queue}}}" if client.keys.cluster else f"sidequest:lanes:{queue}"
-        self.count = 0
 
-    def waiting(self, group: str, n: int, level: int = 5) -> None:
-        rotation, lane = f"{self.base}:{level}", f"{self.base}:{level}:{group}"
-        self.redis.sadd(self.base, str(level))
-        if group.encode() not in self.redis.lrange(rotation, 0, -1):
-            self.redis.rpush(rotation, group)
-        for _ in range(n):
-            self.count += 1
-            payload = {"class": "Echo", "args": [self.count], "queue": self.queue, "jid": f"{self.count:024x}",
-                       "group": group, "priority": level}
-            self.redis.lpush(lane, json.dumps(payload))
-        self.redis.hincrby(f"{self.base}:waiting", group, n)
+def laned(client: Client, queue: str, n: int, **options: object) -> None:
+    client.push_bulk(echo, [[queue, i] for i in range(n)], queue=queue, **options)
 
-    def running(self, group: str, n: int) -> None:
-        self.redis.sadd(f"{self.base}:busy", group)
-        self.redis.sadd(f"{self.base}:running:{group}", *(f"run-{group}-{i}" for i in range(n)))
 
-    def limits(self, group: str, concurrency: int = 0, count: int = 0, period_ms: int = 0) -> None:
-        self.redis.hset(f"{self.base}:limits", group, f"{concurrency} {count} {period_ms}")
-        if count:
-            self.redis.set(f"{self.base}:rate:{group}", 1, px=period_ms)
+def scene(client: Client, queue: str) -> int:
+    """On a full queue: tenant-a has 1 job staged at the head (priority 9) and 5 waiting;
+    tenant-b 10 waiting at priority 9 (behind the head batch), limited to 10 a minute; tenant-c
+    3 waiting, at most 2 at once; 7 jobs with a priority (0) and no group. How many were pushed."""
+    fill(client, queue)
+    laned(client, queue, 1, group="tenant-a", priority=9)
+    laned(client, queue, 5, group="tenant-a")
+    laned(client, queue, 10, group="tenant-b", priority=9, group_rate=(10, 60))
+    laned(client, queue, 3, group="tenant-c", group_concurrency=2)
+    laned(client, queue, 7, priority=0)
+    return LANE_DEPTH + 1 + 5 + 10 + 3 + 7
 
-    def keys(self) -> list[str]:
-        found = [k.decode() for k in self.redis.scan_iter(match=f"{self.base}:*", count=1000)]
-        return sorted(found + ([self.base] if self.redis.exists(self.base) else []))
+
+def lane_keys(client: Client, queue: str) -> list[str]:
+    """Every key of the queue's lanes (a SCAN: tests only)."""
+    base = client.keys.lanes(queue)
+    found = [k.decode() for k in client.redis.scan_iter(match=f"{base}:*", count=1000)]
+    return sorted(found + ([base] if client.redis.exists(base) else []))

@@ -14,7 +14,7 @@ import pytest
 import redis
 from click.testing import CliRunner
 from conftest import redis_server_binary
-from lane_state import LaneState
+from lane_state import lane_keys, scene
 from starlette.testclient import TestClient
 from topology import ClusterSet
 
@@ -380,17 +380,11 @@ def test_the_cli_reads_and_acts_on_the_whole_cluster(cluster, client, spread, cl
 
 
 def test_a_queues_groups_are_read_paused_and_cleared_in_its_slot(cluster, client, cli):
-    lanes_of = {name: LaneState(client, name) for name in ("q07", "q31")}  # on two primaries
-    assert cluster.node_of(lanes_of["q07"].base) != cluster.node_of(lanes_of["q31"].base)
-    for name, state in lanes_of.items():
-        state.waiting("tenant-a", 3, level=9)
-        state.waiting("tenant-b", 5)
-        state.running("tenant-b", 2)
-        state.limits("tenant-b", concurrency=2)
-        client.push("Echo", [name], queue=name)
+    assert cluster.node_of(client.keys.lanes("q07")) != cluster.node_of(client.keys.lanes("q31"))  # two primaries
+    pushed = {name: scene(client, name) for name in ("q07", "q31")}
     assert [(g.name, g.waiting, g.running, g.concurrency) for g in groups("q07", client=client)] == [
-        ("tenant-b", 5, 2, 2), ("tenant-a", 3, 0, None)]
-    assert lanes("q07", client=client) == {9: 3, 5: 5}
+        ("tenant-b", 10, 0, None), ("tenant-a", 5, 1, None), ("tenant-c", 3, 0, 2)]
+    assert lanes("q07", client=client) == {9: 10, 5: 5 + 3, 0: 7}
     pause_group("q07", "tenant-a", client=client)
     assert [g.name for g in groups("q07", client=client) if g.paused] == ["tenant-a"]
     assert "paused" in cli("groups", "q07") and "tenant-b" in cli("groups", "q07")
@@ -398,9 +392,9 @@ def test_a_queues_groups_are_read_paused_and_cleared_in_its_slot(cluster, client
     assert not any(g.paused for g in groups("q07", client=client))
     http = TestClient(create_app(client), headers={"Accept": "text/html"})
     assert "tenant-b" in http.get("/queues/q07").text.split('id="groups"')[1]
-    assert Queue("q07", client).clear() == 1 + 8
-    assert lanes_of["q07"].keys() == [] and groups("q07", client=client) == []
-    assert len(lanes_of["q31"].keys()) > 5 and lanes("q31", client=client) == {9: 3, 5: 5}
+    assert Queue("q07", client).clear() == pushed["q07"]
+    assert lane_keys(client, "q07") == [] and groups("q07", client=client) == []
+    assert len(lane_keys(client, "q31")) > 5 and lanes("q31", client=client) == {9: 10, 5: 8, 0: 7}
 
 
 # -- last: it switches a primary and its replica ------------------------------------------------

@@ -7,27 +7,24 @@ The browser, page and `sidequest web` fixtures are the dashboard tests' (tests/s
 
 from __future__ import annotations
 
-from lane_state import LaneState
+from lane_state import laned, scene
 
 from scenarios.test_web_browser import SHOTS, XSS, _shoot, browser, page, web  # noqa: F401  (fixtures)
 from sidequest.api import groups
 
 
 def test_the_queue_page_lists_groups_and_pauses_one(page, web, client):  # noqa: F811
-    mail = LaneState(client, "mail")
-    mail.waiting("tenant-42", 9_000)
-    mail.running("tenant-42", 2)
-    mail.limits("tenant-42", concurrency=2, count=100, period_ms=60_000)
-    mail.waiting(XSS, 120, level=9)
-    mail.waiting("tenant-7", 10)
-    mail.running("tenant-7", 1)
-    mail.waiting("", 30, level=0)
-    client.push("Echo", [1], queue="mail")
+    scene(client, "mail")
+    laned(client, "mail", 2_000, group="tenant-42", group_concurrency=2, group_rate=(100, 60))
+    laned(client, "mail", 12, group=XSS)
+    laned(client, "mail", 4, group="tenant-7", priority=2)
 
     page.goto(f"{web.url}/queues/mail")
     names = page.locator("#groups tbody td.lead")
-    assert [names.nth(i).text_content().strip() for i in range(names.count())] == ["tenant-42", XSS, "tenant-7"]
-    assert page.locator("#levels .card .label").all_text_contents() == ["Priority 9", "Priority 5", "Priority 0"]
+    shown = [names.nth(i).text_content().strip() for i in range(names.count())]
+    assert shown == ["tenant-42", XSS, "tenant-b", "tenant-a", "tenant-7", "tenant-c"]
+    levels = page.locator("#levels .card .label").all_text_contents()
+    assert levels == ["Priority 9", "Priority 5", "Priority 2", "Priority 0"]
     assert page.locator("script:text('alert(1)')").count() == 0
     page.locator("#groups tr", has_text="tenant-7").get_by_role("button", name="Pause").click()
     page.wait_for_selector("#groups tr:has-text('tenant-7') .tag:text('paused')")

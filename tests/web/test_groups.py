@@ -7,10 +7,10 @@ from __future__ import annotations
 import re
 
 import pytest
-from lane_state import LaneState
+from lane_state import fill, laned, scene
 from starlette.testclient import TestClient
 
-from sidequest.api import groups
+from sidequest.api import groups, pause_group
 from sidequest.web import create_app
 from sidequest.web.security import COOKIE
 
@@ -31,27 +31,20 @@ def rows(page: str, section: str) -> list[str]:
 
 
 @pytest.fixture
-def mail(client) -> LaneState:
-    state = LaneState(client, "mail")
-    state.waiting("tenant-a", 120)
-    state.running("tenant-a", 2)
-    state.limits("tenant-a", concurrency=2, count=10, period_ms=60_000)
-    state.waiting("tenant-b", 3, level=9)
-    state.waiting("", 4, level=0)
-    state.running("tenant-c", 1)
-    client.redis.sadd(f"{state.base}:paused", "tenant-c")
-    return state
+def mail(client) -> None:
+    scene(client, "mail")
+    pause_group("mail", "tenant-c", client=client)
 
 
 def test_the_queue_page_shows_groups_and_waiting_by_priority(client, mail):
     page = TestClient(create_app(client)).get("/queues/mail", headers=HTML).text
     assert rows(page, "groups") == [
-        "tenant-a 120 2 2 at once · 10 per 60 s Pause",
-        "tenant-b 3 0 \N{EN DASH} Pause",
-        "tenant-c paused 0 1 \N{EN DASH} Resume",
+        "tenant-b 10 0 10 per 60 s Pause",
+        "tenant-a 5 1 \N{EN DASH} Pause",
+        "tenant-c paused 3 0 2 at once Resume",
     ]
     cards = re.findall(r'<div class="label">Priority (\d)</div><div class="value">([\d,]+)</div>', page)
-    assert cards == [("9", "3"), ("5", "120"), ("0", "4")]
+    assert cards == [("9", "10"), ("5", "8"), ("0", "7")]
 
 
 def test_a_queue_without_lanes_shows_neither(client, mail):
@@ -61,9 +54,9 @@ def test_a_queue_without_lanes_shows_neither(client, mail):
 
 
 def test_the_50_largest_groups_are_shown(client):
-    state = LaneState(client, "big")
+    fill(client, "big")
     for n in range(1, 61):
-        state.waiting(f"g{n:02d}", n)
+        laned(client, "big", n, group=f"g{n:02d}")
     page = TestClient(create_app(client)).get("/queues/big", headers=HTML).text
     shown = [row.split()[0] for row in rows(page, "groups")]
     assert shown == [f"g{n:02d}" for n in range(60, 10, -1)]
@@ -80,7 +73,7 @@ def test_pause_and_resume_a_group_with_the_token(client, mail):
     assert done.status_code == 303 and done.headers["location"] == "/queues/mail"
     assert {g.name for g in groups("mail", client=client) if g.paused} == {"tenant-a", "tenant-c"}
     page = http.get("/queues/mail", headers=HTML).text
-    assert rows(page, "groups")[0].startswith("tenant-a paused")
+    assert "tenant-a paused 5 1 \N{EN DASH} Resume" in rows(page, "groups")
     http.post("/queues/group-actions", data={"csrf": token, "name": "mail", "group": "tenant-c", "do": "resume"})
     assert {g.name for g in groups("mail", client=client) if g.paused} == {"tenant-a"}
     wrong = http.post("/queues/group-actions", data={"csrf": token, "name": "mail", "group": "tenant-a", "do": "x"})
@@ -88,9 +81,9 @@ def test_pause_and_resume_a_group_with_the_token(client, mail):
 
 
 def test_a_group_name_is_shown_and_acted_on_as_text(client):
-    state = LaneState(client, "mail")
-    state.waiting(XSS, 2)
-    state.waiting("<b>bold</b>", 1, level=9)
+    fill(client, "mail")
+    laned(client, "mail", 2, group=XSS)
+    laned(client, "mail", 1, group="<b>bold</b>", priority=9)
     http = TestClient(create_app(client))
     page = http.get("/queues/mail", headers=HTML).text
     assert "<script>alert" not in page and "<b>bold" not in page
@@ -105,5 +98,5 @@ def test_a_group_name_is_shown_and_acted_on_as_text(client):
 def test_read_only_shows_the_groups_without_buttons(client, mail):
     http = TestClient(create_app(client, read_only=True))
     page = http.get("/queues/mail", headers=HTML).text
-    assert rows(page, "groups")[0] == "tenant-a 120 2 2 at once · 10 per 60 s"
+    assert rows(page, "groups")[0] == "tenant-b 10 0 10 per 60 s"
     assert "group-actions" not in page

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, cast
 
 from sidequest.client.sync_client import Client, default_client
-from sidequest.store import keys
+from sidequest.store.lanes import STAGE, LaneKeys
 
 NO_GROUP = ""  # the `B:waiting` field of laned jobs without a group (priority only): not a group
 
@@ -28,7 +28,8 @@ NO_GROUP = ""  # the `B:waiting` field of laned jobs without a group (priority o
 # a lane list that no rotation names. KEYS[1] = B, `sidequest:lanes:<q>` (in Cluster mode
 # `sidequest:lanes:{<q>}`): every other key is B plus a suffix, in B's slot: B:<level> (rotation),
 # B:<level>:<group> (the lanes the rotations name), B:running:<group> (the groups of B:busy),
-# B:rate:<group> (the groups of B:limits), B:waiting, B:busy, B:limits, B:paused, B:head.
+# B:rate:<group> (the groups of B:limits and B:waiting; a drained group's expires with its
+# window), B:waiting, B:busy, B:limits, B:paused, B:head.
 # Returns how many waiting jobs it deleted.
 CLEAR_LANES = """
 local base = KEYS[1]
@@ -45,8 +46,10 @@ end
 for _, group in ipairs(redis.call('SMEMBERS', base .. ':busy')) do
   redis.call('DEL', base .. ':running:' .. group)
 end
-for _, group in ipairs(redis.call('HKEYS', base .. ':limits')) do
-  redis.call('DEL', base .. ':rate:' .. group)
+for _, counts in ipairs({'limits', 'waiting'}) do
+  for _, group in ipairs(redis.call('HKEYS', base .. ':' .. counts)) do
+    redis.call('DEL', base .. ':rate:' .. group)
+  end
 end
 redis.call('DEL', base, base .. ':waiting', base .. ':busy', base .. ':limits', base .. ':paused', base .. ':head')
 return deleted
@@ -68,49 +71,18 @@ class GroupInfo:
         return asdict(self)
 
 
-class _LaneKeys:
-    """TEMPORARY (until the core's `store.lanes.LaneKeys` and `Keyspace.lanes` land): the names
-    of API31.md's contract, built on the queue's lane base `B`."""
-
-    def __init__(self, client: Client, queue: str) -> None:
-        space = client.keys
-        tag = f"{{{keys.group_of(queue)}}}" if space.cluster and not queue.startswith("{") else queue
-        self.base = f"{keys.PREFIX}:lanes:{tag}"
-
-    def rotation(self, level: str) -> str:
-        return f"{self.base}:{level}"
-
-    def lane(self, level: str, group: str) -> str:
-        return f"{self.base}:{level}:{group}"
-
-    def waiting(self) -> str:
-        return f"{self.base}:waiting"
-
-    def busy(self) -> str:
-        return f"{self.base}:busy"
-
-    def running(self, group: str) -> str:
-        return f"{self.base}:running:{group}"
-
-    def limits(self) -> str:
-        return f"{self.base}:limits"
-
-    def paused(self) -> str:
-        return f"{self.base}:paused"
-
-
 def groups(queue: str, limit: int = 100, client: Client | None = None) -> list[GroupInfo]:
     """The queue's groups with jobs waiting or running (or paused), the largest (waiting +
     running) first, then by name; at most `limit`."""
     if limit < 1:
         raise ValueError("limit must be >= 1")
     chosen = client or default_client()
-    lane = _LaneKeys(chosen, queue)
+    lane = _lane_keys(chosen, queue)
     pipe = chosen.redis.pipeline(transaction=False)
-    pipe.hgetall(lane.waiting())
-    pipe.smembers(lane.busy())
-    pipe.smembers(lane.paused())
-    pipe.hgetall(lane.limits())
+    pipe.hgetall(lane.waiting)
+    pipe.smembers(lane.busy)
+    pipe.smembers(lane.paused)
+    pipe.hgetall(lane.limits)
     waiting_raw, busy_raw, paused_raw, limits_raw = pipe.execute()
     waiting = {_text(g): int(n) for g, n in cast("dict[bytes, bytes]", waiting_raw).items() if int(n) > 0}
     paused = {_text(g) for g in cast("set[bytes]", paused_raw)}
@@ -127,13 +99,13 @@ def pause_group(queue: str, group: str, client: Client | None = None) -> None:
     """Staging skips the group from now on: its waiting jobs stay in their lanes (those already
     staged into the queue, and those running, go on)."""
     chosen = client or default_client()
-    chosen.redis.sadd(_LaneKeys(chosen, queue).paused(), group)
+    chosen.redis.sadd(_lane_keys(chosen, queue).paused, group)
 
 
 def resume_group(queue: str, group: str, client: Client | None = None) -> None:
     """The group takes turns again, at once: the queue's lanes are staged after the SREM."""
     chosen = client or default_client()
-    chosen.redis.srem(_LaneKeys(chosen, queue).paused(), group)
+    chosen.redis.srem(_lane_keys(chosen, queue).paused, group)
     _stage(chosen, queue)
 
 
@@ -141,8 +113,8 @@ def lanes(queue: str, client: Client | None = None) -> dict[int, int]:
     """Jobs waiting in the queue's lanes per priority level (9 runs first), highest level first;
     levels without waiting jobs are absent. Jobs already staged into `queue:<q>` are the queue's."""
     chosen = client or default_client()
-    lane = _LaneKeys(chosen, queue)
-    levels = sorted((_text(v) for v in cast("set[bytes]", chosen.redis.smembers(lane.base))), key=int, reverse=True)
+    lane = _lane_keys(chosen, queue)
+    levels = sorted((_text(v) for v in cast("set[bytes]", chosen.redis.smembers(lane.levels))), key=int, reverse=True)
     pipe = chosen.redis.pipeline(transaction=False)
     for level in levels:
         pipe.lrange(lane.rotation(level), 0, -1)
@@ -161,15 +133,21 @@ def clear_lanes(queue: str, client: Client | None = None) -> int:
     so staging cannot refill the queue meanwhile. Jobs already running end as usual."""
     chosen = client or default_client()
     script = chosen.redis.register_script(CLEAR_LANES)
-    return int(cast("int", script(keys=[_LaneKeys(chosen, queue).base])))
+    return int(cast("int", script(keys=[_lane_keys(chosen, queue).base])))
+
+
+def _lane_keys(client: Client, queue: str) -> LaneKeys:
+    return LaneKeys(client.keys.lanes(queue))
 
 
 def _stage(client: Client, queue: str) -> None:
-    """TODO(core31): run the core's STAGE script (`sidequest.store.lanes`) for `queue`, so a
-    resumed group's jobs are staged now rather than at the next push, job end or poller pass."""
+    """Stage the queue's lanes now (the core's STAGE, as the poller's pass does), so a resumed
+    group's jobs are in the queue at once rather than at the next push, job end or pass."""
+    script = client.redis.register_script(STAGE)
+    script(keys=[client.keys.lanes(queue), client.keys.queue(queue)])
 
 
-def _running(client: Client, lane: _LaneKeys, busy: list[str]) -> dict[str, int]:
+def _running(client: Client, lane: LaneKeys, busy: list[str]) -> dict[str, int]:
     """Jobs staged or running per busy group: one SCARD each, in one round trip."""
     if not busy:
         return {}
