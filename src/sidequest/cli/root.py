@@ -88,7 +88,7 @@ def main(ctx: click.Context) -> None:
 
     Set REDIS_URL to use your Redis (redis://, rediss:// for TLS). Without it, `worker`
     and `demo` start an embedded redis-server in ./.sidequest/redis; `web` and the admin
-    commands (stats, queues, retries, scheduled, dead, processes, enqueue, tasks, top)
+    commands (stats, queues, groups, retries, scheduled, dead, processes, enqueue, tasks, top)
     use the Redis on localhost:6379 and never start one.
     """
     if ctx.invoked_subcommand == "worker":
