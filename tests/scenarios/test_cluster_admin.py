@@ -14,12 +14,26 @@ import pytest
 import redis
 from click.testing import CliRunner
 from conftest import redis_server_binary
+from lane_state import lane_keys, scene
 from starlette.testclient import TestClient
 from topology import ClusterSet
 
 import sidequest
 from sidequest import Client, Config
-from sidequest.api import Cluster, DeadSet, History, ProcessSet, Queue, RetrySet, ScheduledSet, Stats, Workers
+from sidequest.api import (
+    Cluster,
+    DeadSet,
+    History,
+    ProcessSet,
+    Queue,
+    RetrySet,
+    ScheduledSet,
+    Stats,
+    Workers,
+    groups,
+    lanes,
+    pause_group,
+)
 from sidequest.cli import main
 from sidequest.web import create_app
 from sidequest.web.security import COOKIE
@@ -363,6 +377,24 @@ def test_the_cli_reads_and_acts_on_the_whole_cluster(cluster, client, spread, cl
     assert "q05" in cli("queues", "show", "q05")
     assert "40 more queues" in cli("top", "--once")
     cli("processes")
+
+
+def test_a_queues_groups_are_read_paused_and_cleared_in_its_slot(cluster, client, cli):
+    assert cluster.node_of(client.keys.lanes("q07")) != cluster.node_of(client.keys.lanes("q31"))  # two primaries
+    pushed = {name: scene(client, name) for name in ("q07", "q31")}
+    assert [(g.name, g.waiting, g.running, g.concurrency) for g in groups("q07", client=client)] == [
+        ("tenant-b", 10, 0, None), ("tenant-a", 5, 1, None), ("tenant-c", 3, 0, 2)]
+    assert lanes("q07", client=client) == {9: 10, 5: 5 + 3, 0: 7}
+    pause_group("q07", "tenant-a", client=client)
+    assert [g.name for g in groups("q07", client=client) if g.paused] == ["tenant-a"]
+    assert "paused" in cli("groups", "q07") and "tenant-b" in cli("groups", "q07")
+    cli("groups", "q07", "--resume", "tenant-a")
+    assert not any(g.paused for g in groups("q07", client=client))
+    http = TestClient(create_app(client), headers={"Accept": "text/html"})
+    assert "tenant-b" in http.get("/queues/q07").text.split('id="groups"')[1]
+    assert Queue("q07", client).clear() == pushed["q07"]
+    assert lane_keys(client, "q07") == [] and groups("q07", client=client) == []
+    assert len(lane_keys(client, "q31")) > 5 and lanes("q31", client=client) == {9: 10, 5: 8, 0: 7}
 
 
 # -- last: it switches a primary and its replica ------------------------------------------------

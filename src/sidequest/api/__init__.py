@@ -45,6 +45,10 @@ are epoch seconds whether Sidekiq 6/7 (float seconds) or Sidekiq 8 (integer ms) 
                                        runtime per_item) or None; running() -> {jid: state}
     MetricsQuery()                     top_jobs(minutes, limit) for_job(name, minutes) ->
                                        JobSummary (runs failed total_ms p50/p95/p99_ms series)
+    groups(queue, limit=100)           GroupInfo (name waiting running paused concurrency rate) of
+                                       a queue's fairness groups, largest (waiting + running) first
+    pause_group(queue, group)          staging skips the group; resume_group(queue, group)
+    lanes(queue)                       {level: waiting} of a queue's priority lanes, highest first
     flow_counts()                      {class: {"replaced": n, "dropped": n}}: pushes debounce
                                        replaced and throttle dropped (`features.flow`)
     Cluster(usage=True)                Cluster mode only: shards (Shard: primary replicas slots
@@ -58,6 +62,7 @@ its actions stay in that slot), and `Stats` adds them up.
 
 from sidequest.api.cluster import Cluster, Shard, ShardDict
 from sidequest.api.flow import flow_counts
+from sidequest.api.groups import GroupInfo, groups, lanes, pause_group, resume_group
 from sidequest.api.iteration import Iteration
 from sidequest.api.job_metrics import JobSummary, MetricsQuery, MinutePoint
 from sidequest.api.processes import Process, ProcessDict, ProcessSet, Work, Workers, WorkSet
@@ -69,6 +74,7 @@ from sidequest.api.stats import History, QueueSummary, Stats, StatsDict
 __all__ = [
     "Cluster",
     "DeadSet",
+    "GroupInfo",
     "History",
     "Iteration",
     "JobDict",
@@ -93,4 +99,8 @@ __all__ = [
     "WorkSet",
     "Workers",
     "flow_counts",
+    "groups",
+    "lanes",
+    "pause_group",
+    "resume_group",
 ]

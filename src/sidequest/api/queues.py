@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import cast
 
 from sidequest.api.actions import Actions
+from sidequest.api.groups import clear_lanes
 from sidequest.api.records import JobRecord, epoch_of, parse
 from sidequest.client.sync_client import Client, default_client
 from sidequest.store import keys
@@ -112,8 +113,9 @@ class Queue:
         """Delete every job, oldest first, each with its own atomic call (so a task job's event
         says so), and drop the name from `queues` once empty (in Cluster mode, once its
         scheduled, retry and dead jobs are gone too: see `Actions.forget_queue`); how many this
-        call deleted. Jobs pushed while it runs may survive it."""
-        deleted = 0
+        call deleted. Jobs pushed while it runs may survive it. The queue's lanes (laned jobs
+        not yet staged, see `groups`) go first, in one call, so staging cannot refill it."""
+        deleted = clear_lanes(self.name, self.client)
         budget = self.size
         while budget > 0:
             values = cast("list[bytes]", self.redis.lrange(self.key, -CLEAR_BATCH, -1))

@@ -1,5 +1,7 @@
 """The Queues pages: every queue with its size and latency; one queue's jobs, page by page; pause,
-resume, clear, and deleting one job. Each read is one page of the list (LRANGE) and its length."""
+resume, clear, and deleting one job. Each read is one page of the list (LRANGE) and its length.
+A queue with lanes also shows its largest groups (pause and resume each) and its jobs waiting
+per priority level (`api.groups`), a few round trips whatever the number of groups."""
 
 from __future__ import annotations
 
@@ -9,9 +11,11 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
-from sidequest.api import Queue, Stats
+from sidequest.api import Queue, Stats, groups, lanes, pause_group, resume_group
 from sidequest.web.render import back
 from sidequest.web.site import PER_PAGE, Site, field, pager, whole
+
+GROUPS_SHOWN = 50  # the largest groups (waiting + running) a queue's page lists
 
 
 def routes(site: Site) -> list[Route]:
@@ -26,7 +30,22 @@ def routes(site: Site) -> list[Route]:
         paging = pager(request, size)
         jobs = queue.page(paging.offset, PER_PAGE) if size else []
         return site.page(request, "queue.html", page="queues", title=f"Queue {queue.name}", name=queue.name,
-                         size=size, latency=queue.latency, paused=queue.paused, jobs=jobs, pager=paging)
+                         size=size, latency=queue.latency, paused=queue.paused, jobs=jobs, pager=paging,
+                         groups=groups(queue.name, GROUPS_SHOWN, site.client), groups_shown=GROUPS_SHOWN,
+                         levels=lanes(queue.name, site.client))
+
+    def act_on_group(request: Request) -> Response:
+        name, group, action = field(request, "name"), field(request, "group"), field(request, "do")
+        if not name or not group:
+            return PlainTextResponse("no queue or group named", status_code=400)
+        here = f"/queues/{quote(name, safe='')}"
+        if action == "pause":
+            pause_group(name, group, site.client)
+            return back(request, here, f"Paused group {group}: no more of its jobs are staged into {name}.")
+        if action == "resume":
+            resume_group(name, group, site.client)
+            return back(request, here, f"Resumed group {group}.")
+        return PlainTextResponse(f"unknown action {action!r}", status_code=400)
 
     def act(request: Request) -> Response:
         name, action = field(request, "name"), field(request, "do")
@@ -59,5 +78,6 @@ def routes(site: Site) -> list[Route]:
     return [
         Route("/queues", listing, name="queues"),
         Route("/queues/actions", act, methods=["POST"]),
+        Route("/queues/group-actions", act_on_group, methods=["POST"]),
         Route("/queues/{name:path}", one),
     ]

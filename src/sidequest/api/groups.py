@@ -1,0 +1,169 @@
+"""A queue's lanes as an operator sees them: its fairness groups (waiting, running, limits,
+paused) and its jobs waiting per priority level; pausing and resuming a group; clearing lanes.
+
+Laned jobs (pushed with `group=` or `priority=`) wait in the queue's lanes until staging moves
+them into `queue:<q>` (see `store.lanes`). What is read here is the lanes' own bookkeeping, kept
+by the core's scripts: `B:waiting` (group -> waiting), `B:busy` and `B:running:<g>` (staged or
+running), `B:limits`, `B:paused`; a few round trips whatever the number of groups.
+
+    groups("mail")                 # [GroupInfo(name="tenant-42", waiting=9000, running=2, ...), ...]
+    pause_group("mail", "tenant-42"); resume_group("mail", "tenant-42")
+    lanes("mail")                  # {9: 3, 5: 120}: waiting jobs per priority level, highest first
+
+In Cluster mode every key of a queue's lanes shares the queue's hash tag, so each call here
+stays in the queue's slot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, cast
+
+from sidequest.client.sync_client import Client, default_client
+from sidequest.store.lanes import STAGE, LaneKeys
+
+NO_GROUP = ""  # the `B:waiting` field of laned jobs without a group (priority only): not a group
+
+# Delete every key of one queue's lanes, atomically, so a push or a staging meanwhile cannot leave
+# a lane list that no rotation names. KEYS[1] = B, `sidequest:lanes:<q>` (in Cluster mode
+# `sidequest:lanes:{<q>}`): every other key is B plus a suffix, in B's slot: B:<level> (rotation),
+# B:<level>:<group> (the lanes the rotations name), B:running:<group> (the groups of B:busy),
+# B:rate:<group> (the groups of B:limits and B:waiting; a drained group's expires with its
+# window), B:waiting, B:busy, B:limits, B:paused, B:head.
+# Returns how many waiting jobs it deleted.
+CLEAR_LANES = """
+local base = KEYS[1]
+local deleted = 0
+for level = 0, 9 do
+  local rotation = base .. ':' .. level
+  for _, group in ipairs(redis.call('LRANGE', rotation, 0, -1)) do
+    local lane = rotation .. ':' .. group
+    deleted = deleted + redis.call('LLEN', lane)
+    redis.call('DEL', lane)
+  end
+  redis.call('DEL', rotation)
+end
+for _, group in ipairs(redis.call('SMEMBERS', base .. ':busy')) do
+  redis.call('DEL', base .. ':running:' .. group)
+end
+for _, counts in ipairs({'limits', 'waiting'}) do
+  for _, group in ipairs(redis.call('HKEYS', base .. ':' .. counts)) do
+    redis.call('DEL', base .. ':rate:' .. group)
+  end
+end
+redis.call('DEL', base, base .. ':waiting', base .. ':busy', base .. ':limits', base .. ':paused', base .. ':head')
+return deleted
+"""
+
+
+@dataclass(frozen=True)
+class GroupInfo:
+    """One fairness group of a queue."""
+
+    name: str
+    waiting: int  # jobs in its lanes, not yet staged into the queue
+    running: int  # jobs staged into the queue or running (what `concurrency` caps)
+    paused: bool  # skipped by staging until resumed; its staged and running jobs go on
+    concurrency: int | None  # at most this many staged or running at once, across the fleet
+    rate: tuple[int, float] | None  # at most (count, per period seconds) staged
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def groups(queue: str, limit: int = 100, client: Client | None = None) -> list[GroupInfo]:
+    """The queue's groups with jobs waiting or running (or paused), the largest (waiting +
+    running) first, then by name; at most `limit`."""
+    if limit < 1:
+        raise ValueError("limit must be >= 1")
+    chosen = client or default_client()
+    lane = _lane_keys(chosen, queue)
+    pipe = chosen.redis.pipeline(transaction=False)
+    pipe.hgetall(lane.waiting)
+    pipe.smembers(lane.busy)
+    pipe.smembers(lane.paused)
+    pipe.hgetall(lane.limits)
+    waiting_raw, busy_raw, paused_raw, limits_raw = pipe.execute()
+    waiting = {_text(g): int(n) for g, n in cast("dict[bytes, bytes]", waiting_raw).items() if int(n) > 0}
+    paused = {_text(g) for g in cast("set[bytes]", paused_raw)}
+    running = _running(chosen, lane, sorted(_text(g) for g in cast("set[bytes]", busy_raw)))
+    limits = {_text(g): _text(v) for g, v in cast("dict[bytes, bytes]", limits_raw).items()}
+    names = (set(waiting) | {g for g, n in running.items() if n} | paused) - {NO_GROUP}
+    found = [GroupInfo(name, waiting.get(name, 0), running.get(name, 0), name in paused, *_limits(limits.get(name)))
+             for name in names]
+    found.sort(key=lambda g: (-(g.waiting + g.running), g.name))
+    return found[:limit]
+
+
+def pause_group(queue: str, group: str, client: Client | None = None) -> None:
+    """Staging skips the group from now on: its waiting jobs stay in their lanes (those already
+    staged into the queue, and those running, go on)."""
+    chosen = client or default_client()
+    chosen.redis.sadd(_lane_keys(chosen, queue).paused, group)
+
+
+def resume_group(queue: str, group: str, client: Client | None = None) -> None:
+    """The group takes turns again, at once: the queue's lanes are staged after the SREM."""
+    chosen = client or default_client()
+    chosen.redis.srem(_lane_keys(chosen, queue).paused, group)
+    _stage(chosen, queue)
+
+
+def lanes(queue: str, client: Client | None = None) -> dict[int, int]:
+    """Jobs waiting in the queue's lanes per priority level (9 runs first), highest level first;
+    levels without waiting jobs are absent. Jobs already staged into `queue:<q>` are the queue's."""
+    chosen = client or default_client()
+    lane = _lane_keys(chosen, queue)
+    levels = sorted((_text(v) for v in cast("set[bytes]", chosen.redis.smembers(lane.levels))), key=int, reverse=True)
+    pipe = chosen.redis.pipeline(transaction=False)
+    for level in levels:
+        pipe.lrange(lane.rotation(level), 0, -1)
+    rotations = pipe.execute()
+    for level, members in zip(levels, rotations, strict=True):
+        for group in cast("list[bytes]", members):
+            pipe.llen(lane.lane(level, _text(group)))
+    sizes = iter(pipe.execute())
+    counts = {int(level): sum(next(sizes) for _ in members) for level, members in zip(levels, rotations, strict=True)}
+    return {level: n for level, n in counts.items() if n}
+
+
+def clear_lanes(queue: str, client: Client | None = None) -> int:
+    """Delete the queue's lanes (waiting jobs, rotations, counts, limits, paused groups) in one
+    atomic call; how many waiting jobs went. `Queue.clear` calls it before emptying the list,
+    so staging cannot refill the queue meanwhile. Jobs already running end as usual."""
+    chosen = client or default_client()
+    script = chosen.redis.register_script(CLEAR_LANES)
+    return int(cast("int", script(keys=[_lane_keys(chosen, queue).base])))
+
+
+def _lane_keys(client: Client, queue: str) -> LaneKeys:
+    return LaneKeys(client.keys.lanes(queue))
+
+
+def _stage(client: Client, queue: str) -> None:
+    """Stage the queue's lanes now (the core's STAGE, as the poller's pass does), so a resumed
+    group's jobs are in the queue at once rather than at the next push, job end or pass."""
+    script = client.redis.register_script(STAGE)
+    script(keys=[client.keys.lanes(queue), client.keys.queue(queue)])
+
+
+def _running(client: Client, lane: LaneKeys, busy: list[str]) -> dict[str, int]:
+    """Jobs staged or running per busy group: one SCARD each, in one round trip."""
+    if not busy:
+        return {}
+    pipe = client.redis.pipeline(transaction=False)
+    for group in busy:
+        pipe.scard(lane.running(group))
+    return {group: int(n) for group, n in zip(busy, pipe.execute(), strict=True)}
+
+
+def _limits(stored: str | None) -> tuple[int | None, tuple[int, float] | None]:
+    """`B:limits`' "<concurrency> <rate count> <rate ms>" (0 = none) as (concurrency, rate)."""
+    if not stored:
+        return None, None
+    concurrency, count, period_ms = (int(part) for part in stored.split())
+    return concurrency or None, ((count, period_ms / 1000) if count else None)
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)

@@ -1,0 +1,106 @@
+"""`sidequest groups QUEUE`: a queue's fairness groups (the largest first: waiting, running,
+limits, paused) and its laned jobs waiting per priority level; `--pause G` / `--resume G`.
+
+It acts only through the admin API (`sidequest.api.groups`); a table for people, one JSON
+document with `--json`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import click
+
+from sidequest.cli.admin.connect import AdminCommand, admin_client, json_option, redis_errors, redis_url_option
+from sidequest.cli.root import UserError, main
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from sidequest.api import GroupInfo
+    from sidequest.client.sync_client import Client
+
+
+@main.command(cls=AdminCommand)
+@click.argument("queue")
+@click.option("--pause", "to_pause", metavar="GROUP", help="Pause this group: no job of it is staged until resumed.")
+@click.option("--resume", "to_resume", metavar="GROUP", help="Resume this group: it takes turns again at once.")
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(min=1), help="Groups to list.")
+@json_option
+@redis_url_option
+@redis_errors
+def groups(queue: str, to_pause: str | None, to_resume: str | None, limit: int, as_json: bool,
+           redis_url: str | None) -> None:
+    """List a queue's groups, the largest (waiting + running) first, and its jobs waiting per
+    priority level; pause or resume one group.
+
+    \b
+    Examples:
+      sidequest groups mail                     # GROUP WAITING RUNNING CONCURRENCY RATE PAUSED
+      sidequest groups mail --pause tenant-42   # its waiting jobs stay waiting
+      sidequest groups mail --resume tenant-42
+    """
+    if to_pause is not None and to_resume is not None:
+        raise UserError("give either --pause or --resume, not both")
+    group = to_pause if to_pause is not None else to_resume
+    if group == "":
+        raise UserError("GROUP must not be empty (`sidequest groups QUEUE` lists the groups)")
+    client = admin_client(redis_url)
+    if group is None:
+        list_groups(client, queue, limit, as_json)
+    else:
+        change_group(client, queue, group, pause=to_pause is not None, as_json=as_json)
+
+
+def list_groups(client: Client, queue: str, limit: int, as_json: bool) -> None:
+    from sidequest.api import Queue, lanes
+    from sidequest.api import groups as groups_of
+    from sidequest.cli.admin import render
+
+    found, levels = groups_of(queue, limit, client), lanes(queue, client)
+    if not found and not levels and queue not in {q.name for q in Queue.all(client)}:
+        raise UserError(f"no queue named {queue!r} (`sidequest queues` lists them)")
+    if as_json:
+        render.emit_json({"queue": queue, "levels": levels, "groups": [g.as_dict() for g in found]})
+        return
+    if not found and not levels:
+        click.echo(f"queue {queue} has no groups and no laned jobs waiting")
+        return
+    waiting = ", ".join(f"{level}: {n:,}" for level, n in levels.items()) or "none"
+    out = render.console()
+    out.print(f"queue {queue}: {render.plural(len(found), 'group')}; waiting by priority: {waiting}")
+    if found:
+        out.print(table(found))
+
+
+def table(found: list[GroupInfo]) -> Table:
+    from rich.text import Text
+
+    from sidequest.cli.admin import render
+
+    grid = render.table("GROUP", "WAITING", "RUNNING", "CONCURRENCY", "RATE", "PAUSED",
+                        right=("WAITING", "RUNNING", "CONCURRENCY"))
+    for g in found:
+        rate = f"{g.rate[0]:,} per {g.rate[1]:g} s" if g.rate else None
+        render.row(grid, g.name, f"{g.waiting:,}", f"{g.running:,}", g.concurrency, rate,
+                   Text("paused", style="yellow") if g.paused else Text(""))
+    return grid
+
+
+def change_group(client: Client, queue: str, group: str, *, pause: bool, as_json: bool) -> None:
+    from sidequest.api import groups as groups_of
+    from sidequest.api import pause_group, resume_group
+    from sidequest.cli.admin import render
+
+    if pause:
+        pause_group(queue, group, client)
+        message = f"paused group {group} of queue {queue}: none of its jobs are staged until it is resumed"
+    else:
+        resume_group(queue, group, client)
+        message = f"resumed group {group} of queue {queue}"
+    if as_json:
+        render.emit_json({"queue": queue, "group": group, "paused": pause})
+        return
+    click.echo(message)
+    if pause and group not in {g.name for g in groups_of(queue, 10**9, client) if g.waiting or g.running}:
+        click.echo(f"note: group {group!r} has no jobs in queue {queue} now; it is paused all the same", err=True)

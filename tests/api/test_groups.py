@@ -1,0 +1,89 @@
+"""The admin API of a queue's lanes: its fairness groups (largest first, limits, paused), pausing
+and resuming one (which stages it at once), its waiting jobs per priority level, and clearing
+the queue with its lanes; on real laned pushes and a real worker."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import wait_until
+from jobs_for_tests import work
+from lane_state import fill, lane_keys, laned, scene
+
+from sidequest.api import GroupInfo, Queue, groups, lanes, pause_group, resume_group
+
+GATE = "test:gate"  # the held `work` jobs end once this key exists
+
+
+def test_groups_are_listed_largest_first_with_their_limits_and_pause(client):
+    scene(client, "mail")
+    pause_group("mail", "tenant-d", client=client)  # paused while it has nothing
+    found = groups("mail", client=client)
+    assert found == [
+        GroupInfo("tenant-b", waiting=10, running=0, paused=False, concurrency=None, rate=(10, 60.0)),
+        GroupInfo("tenant-a", waiting=5, running=1, paused=False, concurrency=None, rate=None),
+        GroupInfo("tenant-c", waiting=3, running=0, paused=False, concurrency=2, rate=None),
+        GroupInfo("tenant-d", waiting=0, running=0, paused=True, concurrency=None, rate=None),
+    ]
+    assert [g.name for g in groups("mail", limit=2, client=client)] == ["tenant-b", "tenant-a"]
+    assert found[0].as_dict() == {"name": "tenant-b", "waiting": 10, "running": 0, "paused": False,
+                                  "concurrency": None, "rate": (10, 60.0)}
+    with pytest.raises(ValueError, match="limit"):
+        groups("mail", limit=0, client=client)
+
+
+def test_waiting_per_priority_level_highest_first(client):
+    scene(client, "mail")
+    found = lanes("mail", client=client)
+    assert found == {9: 10, 5: 8, 0: 7}
+    assert list(found) == [9, 5, 0]
+
+
+def test_a_queue_without_lanes_has_no_groups_and_no_levels(client):
+    scene(client, "mail")
+    client.push("Echo", [1], queue="other")
+    assert groups("other", client=client) == [] and lanes("other", client=client) == {}
+
+
+def test_running_jobs_count_until_they_end_then_the_group_leaves_the_list(client, r, start):
+    client.push(work, [1, 0, GATE], group="tenant-r")
+    client.push(work, [2, 0, GATE], group="tenant-r", priority=9)
+    start(concurrency=4)
+    wait_until(lambda: len([x for x in r.lrange("test:ran", 0, -1) if b"work-start" in x]) == 2,
+               message="both jobs running")
+    assert groups("default", client=client) == [GroupInfo("tenant-r", 0, 2, False, None, None)]
+    r.set(GATE, 1)
+    wait_until(lambda: groups("default", client=client) == [], message="the group to drain")
+
+
+def test_a_paused_group_is_not_staged_and_resuming_stages_it_at_once(client, r):
+    pause_group("mail", "tenant-a", client=client)
+    laned(client, "mail", 3, group="tenant-a")
+    assert r.llen(client.keys.queue("mail")) == 0
+    assert [(g.waiting, g.paused) for g in groups("mail", client=client)] == [(3, True)]
+    assert client.redis.smembers(client.keys.lanes("mail") + ":paused") == {b"tenant-a"}
+    resume_group("mail", "tenant-a", client=client)
+    assert r.llen(client.keys.queue("mail")) == 3  # at once: not at the next poller pass
+    assert [(g.waiting, g.running, g.paused) for g in groups("mail", client=client)] == [(0, 3, False)]
+    resume_group("mail", "never-paused", client=client)  # no error: nothing to resume
+
+
+def test_group_names_are_kept_as_given(client):
+    fill(client, "mail")
+    odd = ["<script>alert(1)</script>", "tenant:42:eu", "überall", "42"]
+    for n, name in enumerate(odd, start=1):
+        laned(client, "mail", n, group=name)
+    assert {g.name: g.waiting for g in groups("mail", client=client)} == dict(zip(odd, [1, 2, 3, 4], strict=True))
+    laned(client, "mail", 1, group=42)  # an int group is its text
+    assert {g.name: g.waiting for g in groups("mail", client=client)}["42"] == 5
+
+
+def test_clearing_a_queue_deletes_its_lanes_and_no_other_queues(client):
+    pushed = scene(client, "mail")
+    pause_group("mail", "tenant-b", client=client)
+    scene(client, "mailer")  # its lanes' names begin with mail's: untouched
+    before = lane_keys(client, "mailer")
+    assert len(lane_keys(client, "mail")) > 10
+    assert Queue("mail", client).clear() == pushed
+    assert lane_keys(client, "mail") == [] and Queue("mail", client).size == 0
+    assert lane_keys(client, "mailer") == before and lanes("mailer", client=client) == {9: 10, 5: 8, 0: 7}
+    assert groups("mail", client=client) == [] and lanes("mail", client=client) == {}
