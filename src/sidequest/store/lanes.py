@@ -125,20 +125,20 @@ local function lane_limits(base, group)
   local c, n, ms = string.match(limits, '^(%d+) (%d+) (%d+)')
   return tonumber(c) or 0, tonumber(n) or 0, tonumber(ms) or 0
 end
-local function lane_open(base, group)
-  if group == '' then return true end
-  if redis.call('sismember', base .. ':paused', group) == 1 then return false end
-  local concurrency, count = lane_limits(base, group)
+-- Whether `group` may stage one more now, and its rate (count, ms) to count it against.
+local function lane_open(base, group, paused)
+  if paused and redis.call('sismember', base .. ':paused', group) == 1 then return false end
+  local concurrency, count, ms = lane_limits(base, group)
   if concurrency > 0 and redis.call('scard', base .. ':running:' .. group) >= concurrency then return false end
-  return count == 0 or tonumber(redis.call('get', base .. ':rate:' .. group) or '0') < count
+  if count > 0 and tonumber(redis.call('get', base .. ':rate:' .. group) or '0') >= count then return false end
+  return true, count, ms
 end
-local function lane_count(base, group, job)
+local function lane_count(base, group, job, count, ms)
   local jid = string.match(job, '"jid":%s*"([^"]+)"')
   if jid then
     redis.call('sadd', base .. ':running:' .. group, jid)
     redis.call('sadd', base .. ':busy', group)
   end
-  local _, count, ms = lane_limits(base, group)
   if count > 0 and redis.call('incr', base .. ':rate:' .. group) == 1 then
     redis.call('pexpire', base .. ':rate:' .. group, ms)
   end
@@ -148,14 +148,17 @@ end
 local function lane_take(base, level, budget, out)
   local rotation = base .. ':' .. level
   local groups, passed = redis.call('llen', rotation), 0
+  local paused = redis.call('exists', base .. ':paused') == 1
   while #out < budget and groups > 0 and passed < groups do
     local group = redis.call('lmove', rotation, rotation, 'LEFT', 'RIGHT')
-    if lane_open(base, group) then
+    local open, count, ms = true, 0, 0
+    if group ~= '' then open, count, ms = lane_open(base, group, paused) end
+    if open then
       local lane = base .. ':' .. level .. ':' .. group
       local job = redis.call('rpop', lane)
       if job then
         out[#out + 1] = job
-        if group ~= '' then lane_count(base, group, job) end
+        if group ~= '' then lane_count(base, group, job, count, ms) end
         local waiting = base .. ':waiting'
         if redis.call('hincrby', waiting, group, -1) <= 0 then redis.call('hdel', waiting, group) end
       end
