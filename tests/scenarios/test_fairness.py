@@ -14,13 +14,15 @@ what the workers take is an ordinary job, so nothing here is a worker option.
 from __future__ import annotations
 
 import json
+import re
 import signal
+import subprocess
 import time
 from collections import defaultdict
 
 import pytest
-from conftest import STARTUP, wait_until
-from helpers import beats, ran
+from conftest import PYTHON, ROOT, STARTUP, python_env, wait_until
+from helpers import WorkerProcess, beats, ran
 from jobs_for_tests import echo, stamp, timed, work
 
 from scenarios.test_reliability import done_set, no_reserved_left, reserved_keys, runs, worker_factory
@@ -315,3 +317,32 @@ def test_a_stopped_worker_puts_its_laned_jobs_back_and_the_next_one_runs_them(pr
     wait_until(lambda: done_set(r) == set(range(12)), STARTUP, 0.05, "every job to run")
     assert [len(v["start"]) for n, v in sorted(runs(r).items())] == [2, 2] + [1] * 10
     all_settled(r)
+
+
+# -- the docs -----------------------------------------------------------------------------------------
+DOC_FILES = {"tenants.py", "fair_demo.py", "priorities_demo.py"}
+
+
+def test_the_groups_and_priorities_docs_examples_run(tmp_path, redis_url, r):
+    doc = (ROOT / "docs" / "flow-control.md").read_text(encoding="utf-8")
+    for block in re.findall(r"```python\n(.*?)```", doc, re.S):
+        name = block.splitlines()[0].removeprefix("# ").split(" ")[0]
+        if name in DOC_FILES:
+            (tmp_path / name).write_text(block, encoding="utf-8")
+    assert {p.name for p in tmp_path.iterdir()} >= DOC_FILES
+    env = python_env(REDIS_URL=redis_url)
+
+    def run(name: str) -> list[str]:
+        done = subprocess.run([PYTHON, name], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=2 * STARTUP)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.splitlines()
+
+    worker = WorkerProcess(redis_url, "-r", "tenants", "-q", "tenants", cwd=str(tmp_path))
+    try:
+        worker.wait_registered(r)
+        assert run("fair_demo.py") == ["exported invoices of account 2", "True"]
+        assert run("priorities_demo.py") == ["told user 7: your password was reset", "True"]
+    finally:
+        output = worker.stop()
+    assert "Traceback" not in output, output
