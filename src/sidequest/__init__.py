@@ -106,20 +106,21 @@ def push(job_name: str, args: list[Any], kwargs: Mapping[str, Any] | None = None
 
 
 def push_active_job(job_class: str, args: list[Any] | tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None, *,
-                    priority: int | None = None, job_id: str | None = None, at: Any = None, in_: Any = None,
+                    rails_priority: int | None = None, job_id: str | None = None, at: Any = None, in_: Any = None,
                     client: Client | None = None, **options: Unpack[JobOptions]) -> str | None:
     """Push a job a Rails worker runs as the ActiveJob `job_class` (Rails' Sidekiq adapter's
     wrapper); return its Sidekiq jid, the job's `provider_job_id` there. `kwargs` reach
     `perform` as Ruby keyword arguments; the arguments are serialized as ActiveJob 6.1 does
     (docs/sidekiq-compatibility.md has the table). `job_id` (the ActiveJob id) is a new UUID
-    unless given; `at`/`in_` schedule it and `queue=` (default "default") and the other job
-    options apply, as for `push`.
+    unless given; `rails_priority` is ActiveJob's own `priority` field (a Ruby Sidekiq ignores it);
+    `at`/`in_` schedule it and `queue=` (default "default") and the other job options apply, as for
+    `push` (`priority=` among them: sidequest's lanes, see `store.lanes`).
 
         sidequest.push_active_job("SendReceiptJob", [42, "eur"], {"note": "x"})
     """
     chosen = client or default_client()
     data = _active_job.job_data_for(job_class, args, kwargs, queue=options.get("queue") or "default",
-                                    priority=priority, job_id=job_id, now=chosen.clock())
+                                    priority=rails_priority, job_id=job_id, now=chosen.clock())
     options["custom"] = {**options.get("custom", {}), "wrapped": job_class}
     return chosen.push(_active_job.RAILS_WRAPPER, [data], at=at, in_=in_, **options)
 

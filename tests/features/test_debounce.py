@@ -226,7 +226,7 @@ def test_a_definition_a_task_and_a_workflow_refuse_them_in_one_line(client):
         @sidequest.job(name="BadThrottle", throttle="5s")
         def bad(a): ...
     task = Task.create("flows", client=client)
-    with pytest.raises(JobArgumentError, match="debounce and throttle are not available for the jobs of a task"):
+    with pytest.raises(JobArgumentError, match="debounce, throttle, group and priority are not available for the jobs of a task"):
         task.add(throttled, 1, "x")
     with pytest.raises(JobArgumentError, match="not available for a workflow's steps"):
         sidequest.chain(plain.si(1, "x"), throttled.si(1, "y")).apply_async(client=client)

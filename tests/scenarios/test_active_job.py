@@ -168,7 +168,7 @@ def test_a_failing_rails_job_retries_with_its_wrapper_and_ruby_runs_the_retry(ra
 def test_push_active_job_runs_in_rails_as_that_job_exactly_once(rails, r, redis_url, default_client):
     when = datetime(2024, 1, 2, 3, 4, 5, tzinfo=timezone(timedelta(hours=1)))
     jid = sidequest.push_active_job("SendReceiptJob", [42, "eur", {"a": [1, None]}, when, date(2024, 1, 2),
-                                                       timedelta(seconds=90)], {"note": "x"}, priority=5)
+                                                       timedelta(seconds=90)], {"note": "x"}, rails_priority=5)
     [pushed] = queued(r)
     assert (pushed["class"], pushed["wrapped"], pushed["jid"]) == (WRAPPER, "SendReceiptJob", jid)
     job_data = pushed["args"][0]

@@ -1,6 +1,6 @@
 """Nothing sidequest writes lives forever by accident: each test runs a feature end to end, and
 after it (and at chosen moments inside it) every key of the test's database must either have a
-TTL or match a pattern of `keys.KEPT`, the keys meant to stay (each with its reason there)."""
+TTL or match a pattern of `lifetimes.KEPT`, the keys meant to stay (each with its reason there)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from sidequest import Task
 from sidequest.api import DeadSet, Queue
 from sidequest.features.limiter import bucket, concurrent, leaky, points, window
 from sidequest.features.periodic import PeriodicRegistry, PeriodicScheduler, status
-from sidequest.store import keys
+from sidequest.store import keys, lifetimes
 from sidequest.worker.background.heartbeat import STATS_TTL
 
 # keys the tests themselves write (not sidequest's): jobs_for_tests.record's lists, gates
@@ -26,8 +26,8 @@ TEST_KEYS = {"test:*": "the tests' own records and gates"}
 
 
 def unexpiring(r) -> list[str]:
-    """Keys with no TTL that no pattern of keys.KEPT (or TEST_KEYS) allows."""
-    allowed = [*keys.KEPT, *TEST_KEYS]
+    """Keys with no TTL that no pattern of lifetimes.KEPT (or TEST_KEYS) allows."""
+    allowed = [*lifetimes.KEPT, *TEST_KEYS]
     names = (key.decode() for key in r.scan_iter(count=1000))
     return sorted(name for name in names
                   if r.ttl(name) == -1 and not any(fnmatchcase(name, pattern) for pattern in allowed))
@@ -45,13 +45,13 @@ def ttls(r, pattern: str) -> dict[str, int]:
 
 
 def test_the_kept_keys_are_documented_with_a_reason():
-    assert all(reason.strip() for reason in keys.KEPT.values())
+    assert all(reason.strip() for reason in lifetimes.KEPT.values())
     for name in ("queues", "queue:default", "schedule", "retry", "dead", "processes", "stat:processed",
                  "stat:failed", keys.reserved("host:1:ab", 3), keys.RESERVATIONS, keys.PAUSED):
-        assert any(fnmatchcase(name, pattern) for pattern in keys.KEPT), name
+        assert any(fnmatchcase(name, pattern) for pattern in lifetimes.KEPT), name
     for name in (keys.stat_daily("processed", "2026-01-01"), keys.task("t"), keys.periodic("p"), keys.PERIODIC,
                  keys.metrics("202601010000"), keys.unique("d"), keys.status("j"), "host:1:ab"):
-        assert not any(fnmatchcase(name, pattern) for pattern in keys.KEPT), name
+        assert not any(fnmatchcase(name, pattern) for pattern in lifetimes.KEPT), name
 
 
 def test_jobs_retries_dead_and_a_worker_start_and_stop(start, client, r):

@@ -26,7 +26,7 @@ from redis.exceptions import AskError, ClusterDownError, TryAgainError
 from sidequest.client.sync_client import Client
 from sidequest.errors import PayloadError
 from sidequest.jobs.payload import encode, in_millis, stamp
-from sidequest.store import faults, keys
+from sidequest.store import faults, keys, lanes
 from sidequest.store.scripts import ADMIN_DELETE, ADMIN_FORGET_QUEUE, ADMIN_KILL, ADMIN_REQUEUE, core_lib
 from sidequest.worker.lifecycle import operator_lifecycle
 
@@ -91,10 +91,12 @@ class Actions:
         ops = self.lifecycle.ops("requeued", job)
         if self.space.cluster:  # into the queue of the set it is in: the same slot
             queue = home or queue
-            return Call(self._requeue, [source, self.space.queue(queue)], [value, blob, queue, now, "requeued", *ops],
-                        listed=queue)
+        lane = lanes.route(job, self.space, queue) or lanes.NO_LANE
+        if self.space.cluster:
+            return Call(self._requeue, [source, self.space.queue(queue)],
+                        [value, blob, queue, now, "requeued", *lane, *ops], listed=queue)
         return Call(self._requeue, [source, keys.queue(queue), keys.QUEUES],
-                    [value, blob, queue, now, "requeued", *ops])
+                    [value, blob, queue, now, "requeued", *lane, *ops])
 
     def kill(self, source: str, value: bytes, payload: dict[str, Any] | None, home: str | None = None) -> Call:
         """Move an entry of `source` (a sorted set), unchanged, to the dead set, trimmed as a death is."""

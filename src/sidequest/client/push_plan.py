@@ -7,8 +7,8 @@ exchange and gives the replies back (`drive` for the sync client, `adrive` on re
 both clients send the same commands and judge their replies alike:
 
 - the jobs: MULTI, the push's commands (and a task's or workflow's records), EXEC; with unique
-  jobs (and debounced or throttled ones, `flow`), one EVALSHA of `unique.PUSH_UNIQUE` (with
-  SCRIPT LOAD before it once Redis says it lost the script).
+  jobs (and debounced or throttled ones, `flow`, and laned ones, `lanes`), one EVALSHA of
+  `unique.PUSH_UNIQUE` (with SCRIPT LOAD before it once Redis says it lost the script).
 - `wait_replicas` (`Replicas`): a WAIT in the same exchange, right after the EXEC or the script
   call. WAIT counts the writes of the connection it is sent on: on any other connection it
   returns at once and confirms nothing. Without it nothing is added, and the push stays one
@@ -31,7 +31,7 @@ from redis.exceptions import AskError, NoScriptError, ResponseError
 
 from sidequest.errors import JobArgumentError, NotReplicatedError
 from sidequest.features import unique
-from sidequest.store import keys
+from sidequest.store import keys, lanes
 from sidequest.store.direct import Command, Recorder
 
 BULK_BATCH = 1000  # payloads per LPUSH/ZADD, as Sidekiq's push_bulk batches
@@ -77,26 +77,29 @@ class Batch:
         # record's, then the script's flow code, counts key and the class
         self.claims: list[tuple[str, int] | tuple[str, int, str, str, str] | None] = []
         self.records: list[tuple[str, int, str, str] | None] = []  # status key, milliseconds, state, due time
-        self.unique = False  # some job has a claim: the push is one PUSH_UNIQUE call
+        self.lanes: list[lanes.LaneArgs | None] = []  # a laned job pushed now: its lane (`lanes.route`)
+        self.unique = False  # some job has a claim or a lane: the push is one PUSH_UNIQUE call
 
     def add(self, payload: dict[str, Any], when: float | None, blob: bytes,
             claim: tuple[str, int] | tuple[str, int, str, str, str] | None,
-            record: tuple[str, int, str, str] | None) -> None:
+            record: tuple[str, int, str, str] | None, lane: lanes.LaneArgs | None = None) -> None:
         self.jobs.append((payload, when, blob))
         self.claims.append(claim)
         self.records.append(record)
-        self.unique = self.unique or claim is not None
+        self.lanes.append(lane)
+        self.unique = self.unique or claim is not None or lane is not None
 
     def per_slot(self) -> list[Batch]:
         """Cluster mode: this push split by slot (a queue, or the queues of a group: see
         `keys.group_of`), in order of first job; with unique jobs, by queue (their script
         writes one queue's sets)."""
         parts: dict[str, Batch] = {}
-        for (payload, when, blob), claim, record in zip(self.jobs, self.claims, self.records, strict=True):
+        for (payload, when, blob), claim, record, lane in zip(self.jobs, self.claims, self.records, self.lanes,
+                                                               strict=True):
             queue = payload["queue"]
             where = queue if self.unique else keys.group_of(queue)
             part = parts.get(where) or parts.setdefault(where, Batch(queue))
-            part.add(payload, when, blob, claim, record)
+            part.add(payload, when, blob, claim, record, lane)
         return list(parts.values())
 
     def commands(self, pipe: Any, space: keys.Keyspace = keys.DEFAULT) -> None:
@@ -125,12 +128,14 @@ class Batch:
 
     def script_args(self, space: keys.Keyspace = keys.DEFAULT) -> tuple[list[str], list[Any]]:
         """KEYS and ARGV of `unique.PUSH_UNIQUE`, every job in order (Cluster mode: of one queue's
-        part, without `queues`)."""
+        part, without `queues`); a laned job's lane last."""
         args: list[Any] = [len(self.jobs)]
-        for (payload, when, blob), claim, record in zip(self.jobs, self.claims, self.records, strict=True):
+        for (payload, when, blob), claim, record, lane in zip(self.jobs, self.claims, self.records, self.lanes,
+                                                               strict=True):
             taken = claim or ("", 0)
             args += [*taken[:2], payload["jid"], space.queue(payload["queue"]) if when is None else "",
-                     payload["queue"], when or 0, blob, *(record or ("", 0, "", "")), *(taken[2:] or ("", "", ""))]
+                     payload["queue"], when or 0, blob, *(record or ("", 0, "", "")), *(taken[2:] or ("", "", "")),
+                     *(lane or lanes.NO_LANE)]
         return [space.schedule(self.queue), keys.QUEUES], args
 
     def refused(self, written: list[Any]) -> frozenset[str]:
@@ -162,8 +167,8 @@ def plan(batch: Batch, space: keys.Keyspace, replicas: Replicas = NO_REPLICAS, a
     if not space.cluster:
         if batch.unique:
             if also is not None:
-                raise JobArgumentError("unique_for, debounce and throttle are not available for the jobs of a task; "
-                                       "push them with unique_for=None (debounce=None, throttle=None)")
+                raise JobArgumentError("unique_for, debounce, throttle, group and priority are not available for the "
+                                       "jobs of a task or workflow; push them without (e.g. .set(unique_for=None))")
             return (yield from _script(batch, "", space, tail, replicas))
         commands = _multi(batch, space, also, tail)
         judge(batch, (yield "", commands, False), replicas)
@@ -171,7 +176,7 @@ def plan(batch: Batch, space: keys.Keyspace, replicas: Replicas = NO_REPLICAS, a
     parts = batch.per_slot()
     if also is not None and (len(parts) != 1 or parts[0].unique):
         raise JobArgumentError("in Cluster mode the jobs of one task or workflow are pushed to one queue, or "
-                               "the queues of one group, without unique_for, debounce or throttle")
+                               "the queues of one group, without unique_for, debounce, throttle, group or priority")
     refused: set[str] = set()
     for part in parts:
         names = to_list(list(dict.fromkeys(payload["queue"] for payload, _, _ in part.jobs)))

@@ -47,6 +47,8 @@ from sidequest.jobs.options import (
     JobOptions,
     check_options,
     expires_at,
+    group_value,
+    lane_group,
     payload_fields,
     schedule_at,
     spread_seconds,
@@ -55,7 +57,7 @@ from sidequest.jobs.options import (
 from sidequest.jobs.payload import Shapes, check_args, check_kwargs, encode, encode_fast, in_millis, new_jids, stamp
 from sidequest.jobs.registry import Registry, default_registry
 from sidequest.store import direct as direct_path
-from sidequest.store import keys
+from sidequest.store import keys, lanes
 from sidequest.store.connection import connect, is_cluster_url
 
 PlainRedis = redis.Redis  # the name `redis` is a property inside Client
@@ -165,6 +167,11 @@ class Client:
             flowing = flow.check(base, key, len(checked), times, getattr(job, "active_job", False) is True)
             if flowing == "debounce":  # each push (re)schedules the one run: debounce after it
                 times = [now + float(base["debounce"])]
+        groups: list[str] | None = None
+        if "group" in base or "priority" in base or "group_concurrency" in base or "group_rate" in base:
+            function = lane_group(base)  # most pushes: none of these, no other work
+            if function is not None:
+                groups = [group_value(function, args, keywords, name) for args in checked]
         if getattr(job, "active_job", False) is True:  # for a Rails worker: Rails' wrapper (see `active_job`)
             checked = [[active_job.job_data_for(name, args, None, queue=base["queue"], now=now)] for args in checked]
             base["wrapped"], name = name, active_job.RAILS_WRAPPER
@@ -173,8 +180,10 @@ class Client:
         middleware = len(self.config.client_middleware) > 0
         created = stamp(now, self.config.sidekiq_version >= 8)
         expiring = base.get("expires_in") is not None
-        for args, when, jid in zip(checked, times, new_jids(len(checked)), strict=True):
+        for index, (args, when, jid) in enumerate(zip(checked, times, new_jids(len(checked)), strict=True)):
             payload = dict(base)
+            if groups is not None:
+                payload["group"] = groups[index]
             payload["args"] = args  # Sidekiq 6.4 writes args before class; keep its field order
             if keywords is not None:
                 payload["kwargs"] = keywords  # read by Python workers alone (see `payload`)
@@ -308,7 +317,8 @@ class Client:
             except JobArgumentError as exc:
                 raise JobArgumentError(f"job {index} of the bulk: {exc}" if len(entries) > 1 else str(exc)) from None
             record = results.at_push(payload, when, now, space) if "result_ttl" in payload else None
-            batch.add(payload, when, blob, claim, record)
+            lane = lanes.route(payload, space) if when is None else None  # a scheduled one: when it is due
+            batch.add(payload, when, blob, claim, record, lane)
         return batch
 
     @cached_property

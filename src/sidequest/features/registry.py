@@ -16,6 +16,7 @@ from typing import Any
 from sidequest.client.sync_client import Client
 from sidequest.features.cancellation import CancelFeature
 from sidequest.features.job_metrics import JobMetricsFeature
+from sidequest.features.lanes import LanesFeature
 from sidequest.features.periodic import PeriodicRegistry, PeriodicScheduler, default_periodic, entries_from_config
 from sidequest.features.results import StatusFeature
 from sidequest.features.tasks import TaskFeature, TaskRecorder
@@ -50,6 +51,7 @@ PLUGINS = (
     Plugin("job_metrics", feature=lambda s: JobMetricsFeature(clock=s.clock), flush=_metrics_flush),
     Plugin("cancel", feature=lambda s: CancelFeature(s.redis)),  # the running job's flag (a waiting job: ADMIN_DELETE)
     Plugin("unique", feature=lambda s: UniqueFeature(s.keys), operator=True),
+    Plugin("lanes", feature=lambda s: LanesFeature(s.keys), operator=True),  # a laned job's end stages more
     Plugin("status", feature=lambda s: StatusFeature(s.clock, s.config.max_payload_size, s.keys), operator=True),
     Plugin("workflow", feature=lambda s: WorkflowFeature(s.keys), operator=True),  # after status: reads the results
     Plugin("periodic", service=_periodic),

@@ -30,7 +30,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from sidequest.jobs.options import seconds_option
-from sidequest.store import keys
+from sidequest.store import keys, lanes
 from sidequest.worker.outcome import Outcome
 
 # Points where a job stops being pending (see `lifecycle.POINTS`); 'taken' too with unique_until="start".
@@ -41,18 +41,20 @@ _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_asci
 # -- Lua: the push of unique jobs (run by `client` and `aio`), the lifecycle operation ----------
 
 # KEYS: schedule, queues (not in Cluster mode, where the client adds the name apart)
-# ARGV: job count, then 14 values per job: claim key ('' for none), claim ms, jid, queue key ('' when
+# ARGV: job count, then 18 values per job: claim key ('' for none), claim ms, jid, queue key ('' when
 # scheduled), queue name, score, payload, status key ('' for none), status ms, state, due time, flow
-# code ('', 'd' debounce or 't' throttle, see `flow`), its counts key and the job's class.
+# code ('', 'd' debounce or 't' throttle, see `flow`), its counts key, the job's class, and its lane
+# (`lanes.route`: base, level, group, limits; four '' for a plain job).
 # A push with unique jobs, in one call: each job whose claim is taken (SET NX, the value its jid)
 # or that has none is written as the client's MULTI writes it (SADD + LPUSH, or ZADD), with its
 # status hash when it keeps one; a job whose claim is held by another copy writes nothing.
 # A throttled job's claim is its period's (counted when refused); a debounced job's record holds
 # its pending run's payload, which it removes from the schedule (counted when it was there: it
 # is replaced, and its status record goes) before it takes its place, so one run per key is pending.
+# A laned job pushed now goes to its lane, and the queue's lanes are staged (`lanes`).
 # Returns 1 (written) or 0 (refused) per job, in order.
-PUSH_UNIQUE = """
-local written = {}
+PUSH_UNIQUE = lanes.LANES_LUA + """
+local written, laned = {}, {}
 local i = 2
 for j = 1, tonumber(ARGV[1]) do
   local flow, ok = ARGV[i + 11], true
@@ -74,7 +76,12 @@ for j = 1, tonumber(ARGV[1]) do
   if ok then
     if ARGV[i + 3] ~= '' then
       if KEYS[2] then redis.call('sadd', KEYS[2], ARGV[i + 4]) end
-      redis.call('lpush', ARGV[i + 3], ARGV[i + 6])
+      if ARGV[i + 14] ~= '' then
+        lane_push(ARGV[i + 14], ARGV[i + 15], ARGV[i + 16], ARGV[i + 6], ARGV[i + 17])
+        laned[ARGV[i + 14]] = ARGV[i + 3]
+      else
+        redis.call('lpush', ARGV[i + 3], ARGV[i + 6])
+      end
     else
       redis.call('zadd', KEYS[1], ARGV[i + 5], ARGV[i + 6])
     end
@@ -86,8 +93,9 @@ for j = 1, tonumber(ARGV[1]) do
   else
     written[j] = 0
   end
-  i = i + 14
+  i = i + 18
 end
+for base, queue in pairs(laned) do stage(base, queue) end
 return written
 """
 

@@ -25,6 +25,11 @@ Known options and their types (`JobOptions` spells them for a type checker):
     key          with debounce or throttle: a function of the job's arguments (called as the
                  job is) whose JSON value says which pushes are "the same" (default: the class,
                  args, kwargs and queue); not stored in the payload
+    group        a str or int, or a function of the job's arguments (called as the job is) giving
+                 one: the queue serves its groups in turn (fairness between tenants, `lanes`)
+    priority     an int 0..9: higher runs first within the queue, FIFO within a level (`lanes`)
+    group_concurrency  an int >= 1: at most this many jobs of one group staged or running at once
+    group_rate   (count, seconds): at most `count` jobs of one group started per `seconds`
     wait_replicas  int >= 0: the push returns once this many replicas hold it (Redis WAIT),
                  or raises NotReplicatedError after wait_timeout (default: the client's
                  configuration, 0); not stored in the payload
@@ -90,6 +95,10 @@ class JobOptions(TypedDict, total=False):
     debounce: float | timedelta | None  # run once, this long after the last push of a burst (`flow`)
     throttle: float | timedelta | None  # at most one run per this long per key, the first push's (`flow`)
     key: Callable[..., Any] | None  # what counts as "the same" push for debounce or throttle
+    group: str | int | Callable[..., str | int] | None  # the job's group: groups take turns (`lanes`)
+    priority: int | None  # 0..9, higher first within the queue (`lanes`)
+    group_concurrency: int | None  # at most this many of one group staged or running at once
+    group_rate: tuple[int, float] | None  # (count, seconds): at most count of one group per seconds
     wait_replicas: int  # the push waits until this many replicas hold it (see `Config.wait_replicas`)
     wait_timeout: float  # ... at most this many seconds, then raises NotReplicatedError
     custom: Mapping[str, Any]  # payload fields of your own, native JSON
@@ -125,9 +134,7 @@ NOT_OPTIONS = {"countdown": "to run it later, push it with perform_in(seconds, .
                "rate_limit": "make a limiter, sidequest.limiter.window(name, 10, per=60), and take it with `with` "
                              "inside the job",
                "ignore_result": "no result is kept unless the job (or Config) has result_ttl",
-               "acks_late": "reliable fetch, the default, keeps a running job in Redis until it ends",
-               "priority": "sidequest has no priorities: give urgent jobs a queue of their own, worked first "
-                           "(sidequest worker -q urgent -q default)"}
+               "acks_late": "reliable fetch, the default, keeps a running job in Redis until it ends"}
 
 
 def _is_number(value: Any) -> bool:
@@ -183,6 +190,60 @@ def _check_exceptions(key: str, value: Any, definition: bool) -> tuple[type[Base
     if not classes or not all(isinstance(c, type) and issubclass(c, BaseException) for c in classes):
         raise JobArgumentError(f"option {key!r} must be an exception class or a tuple of them, got {value!r}")
     return tuple(classes)
+
+
+def _check_lane(key: str, value: Any) -> Any:
+    """The options of a job's lane (`lanes`); None turns one off for a push."""
+    if value is None:
+        return None
+    if key == "group":
+        if callable(value) or (isinstance(value, (str, int)) and not isinstance(value, bool) and value != ""):
+            return value
+        raise JobArgumentError(f"option 'group' must be a str or int, or a function of the job's arguments giving one "
+                               f"(group=lambda tenant_id, **_: tenant_id), got {value!r}")
+    if key == "priority":
+        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 9:
+            return value
+        raise JobArgumentError(f"option 'priority' must be an int from 0 to 9 (9 runs first, 5 is the middle), "
+                               f"got {value!r}")
+    if key == "group_concurrency":
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+            return value
+        raise JobArgumentError(f"option 'group_concurrency' must be an int >= 1, got {value!r}")
+    if (isinstance(value, (tuple, list)) and len(value) == 2 and isinstance(value[0], int)
+            and not isinstance(value[0], bool) and value[0] >= 1 and _is_number(value[1])
+            and math.isfinite(value[1]) and value[1] > 0):
+        return [value[0], value[1]]
+    raise JobArgumentError(f"option 'group_rate' must be (count, seconds), e.g. group_rate=(10, 60) for at most 10 "
+                           f"a minute per group, got {value!r}")
+
+
+def lane_group(base: dict[str, Any]) -> Callable[..., Any] | None:
+    """(At push, on the checked payload fields.) Drop the lane options turned off (None) and
+    refuse limits without a group; return the group function to call per job, if one."""
+    for key in ("group", "priority", "group_concurrency", "group_rate"):
+        if key in base and base[key] is None:
+            del base[key]
+    if "group" not in base and ("group_concurrency" in base or "group_rate" in base):
+        raise JobArgumentError("group_concurrency and group_rate limit each group: give the job a group too "
+                               "(group=lambda tenant_id, **_: tenant_id)")
+    group = base.get("group")
+    if callable(group):
+        del base["group"]
+        function: Callable[..., Any] = group
+        return function
+    if group is not None:
+        base["group"] = str(group)
+    return None
+
+
+def group_value(function: Callable[..., Any], args: list[Any], kwargs: Mapping[str, Any] | None, name: str) -> str:
+    """The group of one push: `function` called with the job's arguments, a str or int."""
+    value = function(*args, **(kwargs or {}))
+    if isinstance(value, bool) or not isinstance(value, (str, int)) or value == "":
+        raise JobArgumentError(f"the group function of job {name!r} returned {value!r}; return a non-empty str or "
+                               "an int (e.g. the tenant's id)")
+    return str(value)
 
 
 def check_option(key: str, value: Any, *, definition: bool = False) -> Any:
@@ -249,6 +310,8 @@ def check_option(key: str, value: Any, *, definition: bool = False) -> Any:
             return value
         raise JobArgumentError(f"option 'key' must be a function of the job's arguments (e.g. key=lambda account_id, "
                                f"**_: account_id), got {value!r}")
+    if key in ("group", "priority", "group_concurrency", "group_rate"):
+        return _check_lane(key, value)
     if key in WORKER_SIDE:
         return _check_exceptions(key, value, definition)
     return _check_custom(value)  # the last known option: `custom`

@@ -39,6 +39,8 @@ sidequest's own keys live under the `sidequest:` prefix so Ruby Sidekiq never tr
     sidequest:cancel:<jid>          flag: a running job was cancelled (`sidequest.cancelled()`)
     sidequest:unique:<digest>       a unique job's claim: the jid holding it
     sidequest:debounce|throttle:<d>  a debounced key's pending run (payload), a throttled one's jid (`flow`)
+    sidequest:lanes:<q>[:...]       a queue's lanes: jobs pushed with a group or a priority wait there
+                                    until staged into queue:<q> (`lanes`: the sub-keys and their use)
     sidequest:status:<jid>          hash of a `result_ttl` job's state (and result or error)
     sidequest:status:<jid>:notify   list holding one token once that job has ended (waiters block on it)
     sidequest:django-task:<jid>     hash: a Django task's result record (`contrib.django`: its task,
@@ -51,30 +53,7 @@ sidequest's own keys live under the `sidequest:` prefix so Ruby Sidekiq never tr
     sidequest:iteration:<jid>       hash of an iterable job's progress: cursor (JSON), state,
                                     executions, items, runtime, class, updated_at (see `iteration`)
 
-How long each lives. Every key expires by itself (its writer sets the TTL, and refreshes it),
-except those in `KEPT` below, which hold jobs, an operator's choice, or a total that Sidekiq
-also keeps forever:
-
-    <identity>, <identity>:work(ers)   heartbeat_ttl after the last beat (a clean stop deletes them)
-    <identity>-signals                 60 s (Sidekiq's)
-    stat:<name>:YYYY-MM-DD             5 years, as Sidekiq's launcher sets
-    sidequest:recovery-lock            5 x recovery_interval (its owner deletes it when done)
-    sidequest:task:<id>[:...]          task_ttl after the task's last change; task_retention once
-                                       it has completed (every key of the task, together)
-    sidequest:metrics:<minute>         72 hours
-    sidequest:periodic, :periodic:<id> periodic_ttl after a periodic scheduler last described the entry
-    sidequest:limit:concurrent:<name>  the longest lease held, plus a second
-    sidequest:limit:window:<name>      the window, plus a second
-    sidequest:limit:bucket:<name>      the rest of its interval, plus a second
-    sidequest:limit:leaky:<name>, :points:<name>  until the bucket has drained empty, plus a second
-    sidequest:cancel:<jid>             24 hours
-    sidequest:unique:<digest>          unique_for (after the job's time, for a scheduled one)
-    sidequest:debounce|throttle:<d>    debounce + flow.FLOW_SLACK s; the throttle period
-    sidequest:status:<jid>[:notify]    result_ttl after the job's last change
-    sidequest:django-task:<jid>        result_ttl after the task's last change (as its status record)
-    sidequest:workflow:<id>[:...]      the workflow's ttl (7 days by default) after its last change
-    sidequest:workflows                the same ttl after the last workflow was created
-    sidequest:iteration:<jid>          30 days after its last save; 24 hours once completed or cancelled
+How long each key lives, and which are meant to stay: `lifetimes`.
 
 A test fails if a key literal appears in any other module; another (tests/scenarios/test_keyspace.py)
 runs every feature and fails if a key left without a TTL matches no pattern of `KEPT`.
@@ -304,6 +283,7 @@ def workflow_keys(workflow_id: str) -> list[str]:
 #     sidequest:reserved:{<q>}:<identity>:<slot>  what a process took from it, per queue
 #     sidequest:reservations:{<q>}           the index of those lists (recovery reads it)
 #     sidequest:recovered:{<q>}:<identity>   what recovery took from a dead process's lists
+#     sidequest:lanes:{<q>}[:...]            its lanes (jobs with a group or a priority, see `lanes`)
 #     sidequest:unique:{<q>}:<digest>        a unique job's claim (for a queue of a group, the
 #                                            group's tag: the same key whichever queue of the group)
 #     sidequest:periodic:{<q>}:<entry id>    a periodic entry's claimed ticks (`last`), expiring as
@@ -359,6 +339,10 @@ class Keyspace:
     def flow(self, kind: str, queue: str, digest: str = "") -> str:  # `flow`'s records; counts: no digest
         tag = f"{{{group_of(queue)}}}:" if self.cluster else ""  # Cluster mode: in the queue's slot
         return f"{PREFIX}:{kind}:{tag}{digest}" if digest else f"{PREFIX}:flow:{tag}{kind}"
+
+    def lanes(self, queue: str) -> str:
+        """The base name of a queue's lanes (`lanes.LaneKeys` names the keys under it)."""
+        return f"{PREFIX}:lanes:{queue}"
 
     def periodic_claim(self, entry_id: str, queue: str) -> str:
         """Where a periodic entry's newest handled tick (`last`) is claimed: its record."""
@@ -435,6 +419,9 @@ class ClusterKeyspace(Keyspace):
     def unique(self, digest: str, queue: str) -> str:
         return f"{PREFIX}:unique:{self.slot_tag(queue)}:{digest}"
 
+    def lanes(self, queue: str) -> str:
+        return f"{PREFIX}:lanes:{self.tagged(queue)}"
+
     def periodic_claim(self, entry_id: str, queue: str) -> str:
         """The claim of a periodic entry's ticks, in its queue's slot (its record, with the entry's
         description and last run, stays at `sidequest:periodic:<id>`)."""
@@ -474,27 +461,3 @@ def cluster_queue_problem(name: str) -> str | None:
         return None
     return (f"queue name {name!r}: in Cluster mode a queue's name is its keys' hash tag, so it has no brace, "
             "or begins with a group's tag, as in {media}resize (no ':' in a grouped name)")
-
-
-# -- lifetimes: the keys meant to live without a TTL, as Redis glob patterns, and why ----------------
-# Every other key expires by itself (see the table at the top); tests/scenarios/test_keyspace.py holds a
-# real keyspace to this.
-KEPT: dict[str, str] = {
-    QUEUES: "Sidekiq's set of queue names: a queue stays listed until it is cleared, as in Sidekiq",
-    queue("*"): "jobs waiting in a queue: a job leaves Redis only when it is done",
-    SCHEDULE: "jobs waiting for their time",
-    RETRY: "jobs waiting for their next attempt",
-    DEAD: "dead jobs, trimmed by dead_timeout and dead_max_jobs (Sidekiq's rule), not expired",
-    PROCESSES: "Sidekiq's set of processes; readers drop identities whose heartbeat hash expired",
-    STAT_PROCESSED: "all-time total, kept forever as Sidekiq keeps it",
-    STAT_FAILED: "all-time total, kept forever as Sidekiq keeps it",
-    f"{PREFIX}:flow:*": "all-time totals of pushes debounce replaced and throttle dropped, per class (`flow`)",
-    reserved("*", "*"): "jobs a process took and has not settled; recovery puts back a dead process's",
-    RESERVATIONS: "the index of reserved lists, which recovery reads instead of a SCAN",
-    PAUSED: "queues an operator paused: paused until resumed",
-    # Cluster mode's per-queue names of the same keys (see ClusterKeyspace)
-    "schedule:{*}": "a queue's jobs waiting for their time (Cluster mode)",
-    "retry:{*}": "a queue's jobs waiting for their next attempt (Cluster mode)",
-    "dead:{*}": "a queue's dead jobs, trimmed as `dead` is (Cluster mode)",
-    f"{RESERVATIONS}:{{*}}": "a queue's index of reserved lists (Cluster mode)",
-}

@@ -26,7 +26,7 @@ from typing import Any
 
 import redis
 
-from sidequest.store import keys
+from sidequest.store import keys, lanes
 
 # Shared by the scripts below. `settle` applies one outcome to a job a processor holds:
 #   mode 'ack'    remove it (done, dropped)          'retry'  remove it, ZADD dest score blob
@@ -46,6 +46,7 @@ from sidequest.store import keys
 _CORE_LIB = """
 local FEATURES = {}
 local FAULTS = {}
+%(lanes)s
 %(features)s
 local function fault(tag, name, point, err, named)
   if type(err) == 'table' then err = err.err or err.message end
@@ -217,12 +218,19 @@ return answer(1)
 """
 
 # KEYS: schedule|retry, queue:<q>, queues (not in Cluster mode: its caller adds the name apart)
-# ARGV: job as scheduled, job to enqueue, queue name
-# Move one due job from a sorted set to its queue; a no-op if another poller got it first.
-ENQUEUE_DUE = """
+# ARGV: job as scheduled, job to enqueue, queue name, then for a laned job its lane (`lanes.route`:
+# base, level, group, limits)
+# Move one due job from a sorted set to its queue (a laned job: to its lane, then stage); a no-op
+# if another poller got it first.
+ENQUEUE_DUE = lanes.LANES_LUA + """
 if redis.call('zrem', KEYS[1], ARGV[1]) == 1 then
   if KEYS[3] then redis.call('sadd', KEYS[3], ARGV[3]) end
-  redis.call('lpush', KEYS[2], ARGV[2])
+  if ARGV[4] and ARGV[4] ~= '' then
+    lane_push(ARGV[4], ARGV[5], ARGV[6], ARGV[2], ARGV[7])
+    stage(ARGV[4], KEYS[2])
+  else
+    redis.call('lpush', KEYS[2], ARGV[2])
+  end
   return 1
 end
 return 0
@@ -234,15 +242,21 @@ return 0
 # (requeued, killed, deleted) run in the same call, after the core's own ARGV, as in SETTLE.
 
 # KEYS: schedule|retry|dead, queue:<q>, queues (not in Cluster mode)   ARGV: entry, job to enqueue,
-# queue name, now, point, ops...
-# Retry or run now: remove the entry and push the job onto its queue (LPUSH, as a push does).
+# queue name, now, point, the job's lane (`lanes.route`, or four ''), ops...
+# Retry or run now: remove the entry and push the job onto its queue (LPUSH, as a push does), a
+# laned job onto its lane (then stage).
 ADMIN_REQUEUE = """
 if redis.call('zrem', KEYS[1], ARGV[1]) == 0 then
   return 0
 end
 if KEYS[3] then redis.call('sadd', KEYS[3], ARGV[3]) end
-redis.call('lpush', KEYS[2], ARGV[2])
-run_ops(ARGV, 6, ARGV[5], ARGV[4])
+if ARGV[6] ~= '' then
+  lane_push(ARGV[6], ARGV[7], ARGV[8], ARGV[2], ARGV[9])
+  stage(ARGV[6], KEYS[2])
+else
+  redis.call('lpush', KEYS[2], ARGV[2])
+end
+run_ops(ARGV, 10, ARGV[5], ARGV[4])
 return answer(1)
 """
 
@@ -309,7 +323,7 @@ def core_lib(features_lua: str, cluster: bool = False) -> str:
     register = "" if cluster else f"redis.call('sadd', '{keys.QUEUES}', queue)"
     prefix = f"{keys.PREFIX}:"
     return _CORE_LIB % {"features": features_lua, "register": register, "prefix": prefix,
-                        "prefix_length": len(prefix)}
+                        "prefix_length": len(prefix), "lanes": lanes.LANES_LUA}
 
 
 class Scripts:
@@ -327,6 +341,7 @@ class Scripts:
         self.enqueue_due = client.register_script(ENQUEUE_DUE)
         self.release_lock = client.register_script(RELEASE_LOCK)
         self.forget_reserved = client.register_script(FORGET_RESERVED)
+        self.stage = client.register_script(lanes.STAGE)
 
     @staticmethod
     def call(script: Any, keys: list[str], args: list[Any], client: Any = None) -> Any:

@@ -23,14 +23,14 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from typing import cast
+from typing import Any, cast
 
 import redis
 
 from sidequest.config import Config
 from sidequest.errors import PayloadError
 from sidequest.jobs.payload import decode, encode, in_millis, stamp
-from sidequest.store import keys
+from sidequest.store import keys, lanes
 from sidequest.store.scripts import Scripts
 from sidequest.worker.background.loop import Background
 
@@ -59,7 +59,30 @@ class Poller:
     def _pass(self) -> float:
         sets = self.sets()  # in Cluster mode a read of `queues`: once a pass
         self.enqueue_due(sets)
+        self.stage_lanes()
         return self.next_wait(sets)
+
+    def stage_lanes(self) -> None:
+        """Stage the lanes of this worker's queues (`lanes`): a group's rate window has passed,
+        or the plain jobs ahead drained. One pipelined call; a queue without lanes reads one key."""
+        space, names = self.scripts.keys, self.config.all_queue_names
+        if space.cluster:  # one queue's keys at a time, on its primary
+            replies = [self._stage(self.redis, name) for name in names]
+        else:
+            pipe = self.redis.pipeline(transaction=False)
+            for name in names:
+                self._stage(pipe, name)
+            replies = pipe.execute(raise_on_error=False)
+        for name, reply in zip(names, replies, strict=True):
+            if isinstance(reply, redis.ResponseError):  # a lane key of the wrong type, set by hand
+                log.warning("could not stage the lanes of queue %r: %s", name, reply)
+
+    def _stage(self, client: Any, name: str) -> Any:
+        space = self.scripts.keys
+        try:
+            return self.scripts.stage(keys=[space.lanes(name), space.queue(name)], client=client)
+        except redis.ResponseError as exc:
+            return exc
 
     def sets(self) -> list[tuple[str, str | None]]:
         """The sorted sets to look at, each with the queue it belongs to (None: each job's own)."""
@@ -103,19 +126,25 @@ class Poller:
             # Not a job: hand it to a queue as it is, where the processor files it in the dead set
             # with the reason. Leaving it would make the poller trip on it forever.
             log.error("due entry in %r is not a job (%s); queueing it unchanged", sorted_set, exc)
-            queue, blob = "default", raw
+            queue, blob, lane = "default", raw, None
         else:
             payload.pop("at", None)
             payload["enqueued_at"] = stamp(now, self.config.sidekiq_version >= 8 or in_millis(payload))
             blob = encode(payload).encode("utf-8")
+            lane = lanes.route(payload, self.scripts.keys, queue if owner is None else self._target(queue, owner))
         if owner is not None:  # Cluster mode: to its queue if in the set's slot (a retry_queue of its group)
-            target = queue if keys.group_of(queue) == keys.group_of(owner) else owner
+            target = self._target(queue, owner)
             if target != owner:
                 self.redis.sadd(keys.QUEUES, target)  # another slot than the move's: listed first
             return int(self.scripts.enqueue_due(keys=[sorted_set, self.scripts.keys.queue(target)],
-                                                args=[raw, blob, target]))
+                                                args=[raw, blob, target, *(lane or ())]))
         return int(self.scripts.enqueue_due(keys=[sorted_set, keys.queue(queue), keys.QUEUES],
-                                            args=[raw, blob, queue]))
+                                            args=[raw, blob, queue, *(lane or ())]))
+
+    @staticmethod
+    def _target(queue: str, owner: str) -> str:
+        """Cluster mode: the queue a job of `owner`'s sets goes to (its own if in the same slot)."""
+        return queue if keys.group_of(queue) == keys.group_of(owner) else owner
 
     def next_wait(self, sets: list[tuple[str, str | None]] | None = None) -> float:
         cap = self.config.poll_interval * (1 - 0.2 * self.rng.random())
