@@ -247,20 +247,24 @@ def test_a_priority_9_job_starts_within_a_second_behind_5000_priority_5_jobs(pro
               f"{waited} of them still waiting")
 
 
-def test_each_priority_level_runs_in_push_order(procs, r, client):
-    """Several priority-9 and priority-3 jobs pushed alternately, more than the staging depth of
-    the queue (32): each level's jobs start in the order they were pushed, and a 9 starts first."""
-    high, low = range(100, 110), range(300, 340)
+def test_each_priority_level_runs_in_push_order_around_the_plain_jobs(procs, r, client):
+    """Behind 40 plain jobs, several priority-9 and priority-3 jobs pushed alternately, more than
+    the staging depth of the queue (32): each level's jobs start in the order they were pushed;
+    the 9s go ahead of the plain jobs waiting, the 3s after them."""
+    plain, high, low = range(0, 40), range(100, 110), range(300, 340)
+    client.push_bulk(work, [[n] for n in plain])
     for k in range(len(low)):
         if k < len(high):
             client.push(work, [high[k]], priority=9)
         client.push(work, [low[k]], priority=3)
     procs("-c", "1").wait_registered(r)  # one processor: start order is take order
-    wait_until(lambda: done_set(r) == set(high) | set(low), STARTUP, 0.05, "every job to run")
+    wait_until(lambda: done_set(r) == {*plain, *high, *low}, STARTUP, 0.05, "every job to run")
     order = [n for n, _ in ran(r, "work-start")]
     assert [n for n in order if n in high] == list(high)
     assert [n for n in order if n in low] == list(low)
+    assert [n for n in order if n in plain] == list(plain)
     assert order[0] == high[0]
+    assert max(map(order.index, high)) < order.index(plain[-1]) < min(map(order.index, low))
     all_settled(r)
 
 
