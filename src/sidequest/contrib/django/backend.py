@@ -70,8 +70,7 @@ from sidequest.errors import SidequestError, UnknownJobError
 from sidequest.features import lookup
 from sidequest.jobs.definition import Job
 from sidequest.jobs.options import check_options
-from sidequest.store import keys
-from sidequest.store.lanes import DEFAULT_LEVEL
+from sidequest.store import keys, lanes
 
 T = TypeVar("T")
 
@@ -133,7 +132,16 @@ class TasksBackend(BaseTaskBackend):
             pipe.hset(keys.django_task(jid), mapping=record)
             pipe.pexpire(keys.django_task(jid), keep)
 
-        client.write(entries, now, also=also, replicas=client.replicas(RunTask, options))
+        replicas = client.replicas(RunTask, options)
+        payload, when = entries[0]
+        if when is None and lanes.route(payload, client.keys) is not None:
+            # a job with a priority is pushed by a script, which takes no other commands: the
+            # record goes first, so no worker runs the job without it (a failed push leaves a
+            # record of an id no caller got, until it expires)
+            client.write([], now, also=also, replicas=replicas)
+            client.write(entries, now, replicas=replicas)
+        else:
+            client.write(entries, now, also=also, replicas=replicas)
         result = self._result(task, jid, TaskResultStatus.READY, record)
         task_enqueued.send(type(self), task_result=result)
         return result
@@ -189,8 +197,8 @@ def level(priority: int) -> int | None:
     5 + priority / 20, rounded, so -100 is 0 and 100 is 9. None for the middle level, 5 (Django's
     default and -10..10): a plain job, without the field, which stays in Sidekiq's layout and runs
     before the laned jobs of levels up to 5 that wait behind it (docs/flow-control.md, Priorities)."""
-    found = max(0, min(9, DEFAULT_LEVEL + round(priority * 5 / 100)))
-    return None if found == DEFAULT_LEVEL else found
+    found = max(0, min(9, lanes.DEFAULT_LEVEL + round(priority * 5 / 100)))
+    return None if found == lanes.DEFAULT_LEVEL else found
 
 
 def imported_task(path: str) -> Task[Any, Any]:
