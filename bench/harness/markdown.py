@@ -71,7 +71,7 @@ def render(doc: dict[str, Any]) -> str:
     if line := report.ceiling_line(doc):
         blocks.append(f"{esc(line)}. {report.LOAD_HEADING[0]} (first table): each row's jobs/s {TIMES} Redis "
                       "commands per job, as a share of that INCR ceiling.")
-    goals = [*report.baseline_lines(doc), *report.backlog_lines(doc),
+    goals = [*report.baseline_lines(doc), *report.fairness_lines(doc), *report.backlog_lines(doc),
              *report.goal_lines(doc, lambda met: "met" if met else "missed")]
     blocks.append(bullets([esc(line) for line in goals]))
     if found := report.problems(doc):

@@ -29,6 +29,7 @@ class Counted:
     on the server(s) whose processes are `pids` (their CPU time is the Redis CPU of a job)."""
 
     keys: Keyspace = DEFAULT  # where sidequest's keys live on this Redis (Sidekiq's layout)
+    not_lists: frozenset[str] = frozenset()  # the staged keys that hold no list (`aside`)
 
     def __init__(self, url: str, pids: tuple[int, ...]) -> None:
         self.r = redis.Redis.from_url(url)
@@ -42,14 +43,18 @@ class Counted:
         self.calls["config|resetstat"] += 1  # counted by Redis after the reset
 
     def aside(self, keys: list[str]) -> list[str]:
-        """Rename the staged keys out of the peer's sight (not counted: before the window)."""
+        """Rename the staged keys out of the peer's sight (not counted: before the window). Grouped
+        jobs (the fairness row) wait in sets and hashes too: only lists are waited on to empty."""
         present = [key for key in keys if self.r.exists(key)]
         if not present:
             raise PhaseError(f"none of the staged keys {keys} exists after the enqueue")
         pipe = self.r.pipeline(transaction=True)
         for key in present:
+            pipe.type(key)
             pipe.rename(key, ASIDE + key)
-        pipe.execute()
+        kinds = pipe.execute()[::2]
+        self.not_lists = frozenset(key for key, kind in zip(present, kinds, strict=True)
+                                   if kind not in (b"list", "list"))
         return present
 
     def back(self, keys: list[str]) -> None:
@@ -79,11 +84,12 @@ class Counted:
         deadline = time.monotonic() + timeout
         while True:
             pipe = self.r.pipeline(transaction=False)
-            for key in queues:
+            lists = [key for key in queues if key not in self.not_lists]
+            for key in lists:
                 pipe.llen(key)
             pipe.keys(self.keys.reserved("*", "*", "*"))
             *waiting, reserved = pipe.execute()
-            self.calls.update({"llen": len(queues), "keys": 1})
+            self.calls.update({"llen": len(lists), "keys": 1})
             if not any(waiting) and not reserved:
                 return time.time()
             if time.monotonic() > deadline:

@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table as RichTable
 
 from .rounds import median, ratios_in_rounds
-from .rows import ASYNC_GOAL, ASYNC_ROW, ASYNCIO_PEERS, FIGURE, REFERENCE, RESULTS, TIMES
+from .rows import ASYNC_GOAL, ASYNC_ROW, ASYNCIO_PEERS, FIGURE, GROUPS, GROUPS_ROW, REFERENCE, RESULTS, TIMES
 
 THROUGHPUT_COLUMNS = ["throughput", "bulk_enqueue", "single_enqueue", "cpu_us_per_job", "redis_cpu_us_per_job",
                       "commands_per_job", "commands_besides_job"]
@@ -159,6 +159,21 @@ def baseline_lines(doc: dict[str, Any]) -> list[str]:
     return found
 
 
+def fairness_lines(doc: dict[str, Any]) -> list[str]:
+    """The fairness row against the same jobs without a group (the `sidequest` row), same round."""
+    labels = {row["id"]: row["label"] for row in doc["rows"]}
+    mine = doc["medians"].get(GROUPS_ROW, {}).get("throughput")
+    if mine is None:
+        return []
+    head = f"fairness: {GROUPS:,} groups, {labels[GROUPS_ROW]}: {mine:,.0f} jobs/s"
+    ratios = ratios_in_rounds(doc["rounds"], GROUPS_ROW, "throughput", "sidequest")
+    if not ratios:
+        return [f"{head}; the same jobs without a group (the sidequest row) not measured in this run"]
+    each = f" ({', '.join(ratio_text(r) for r in ratios)})" if len(ratios) > 1 else ""
+    return [f"{head}, {TIMES}{ratio_text(median(ratios) or 0)}{each} the same jobs without a group "
+            f"({labels['sidequest']}), same round"]
+
+
 def async_lines(doc: dict[str, Any], mark: Callable[[bool], str]) -> list[str]:
     """The async row (and its baseline rows) against the fastest asyncio peer of the same run, by
     median throughput: the median of the per-round ratios to that peer (as the table's ratios are to Sidekiq's)."""
@@ -252,7 +267,7 @@ def print_report(doc: dict[str, Any]) -> None:
     for row in doc["rows"]:
         out.print(f"[dim]{row['label']}: {row['note']}[/]", highlight=False)
     out.print(versions_line(doc), highlight=False)
-    for line in [ceiling_line(doc), *baseline_lines(doc), *backlog_lines(doc)]:
+    for line in [ceiling_line(doc), *baseline_lines(doc), *fairness_lines(doc), *backlog_lines(doc)]:
         if line:
             out.print(line)
     for line in goal_lines(doc, lambda met: "[green]met[/]" if met else "[red]missed[/]"):

@@ -49,6 +49,8 @@ class Row:
         return f"{self.id} ({self.processes}p{TIMES}c{self.concurrency})"
 
 
+GROUPS_ROW = "sidequest-groups"  # "fairness: 1,000 groups", measured against the `sidequest` row (report.py)
+GROUPS = 1000
 SPREAD = (("BENCH_QUEUES", "6"),)  # the jobs over 6 queues, two on each primary of the Cluster (sidequest_peer.py)
 
 
@@ -67,6 +69,11 @@ def all_rows(cores: int) -> list[Row]:
         rows.append(Row("sidequest-1p", "sidequest", 1, note="--processes 0: one process, free to use every CPU"))
         rows.append(Row("sidequest-pinned", "sidequest", 1, env=(("BENCH_SIDEQUEST_ARGS", "--pin-cpu"),),
                         note="--processes 0 --pin-cpu: one process kept on one CPU"))
+    rows.append(Row(GROUPS_ROW, "sidequest", default,
+                    env=(("BENCH_SIDEQUEST_DEFAULT", "1"), ("BENCH_GROUPS", str(GROUPS))),
+                    note=f"fairness: the `sidequest` row's jobs, each pushed with `group=i % {GROUPS:,}` ({GROUPS:,} "
+                         "groups served round-robin, staged from their lanes into the queue as jobs end); "
+                         "not measured at a --baseline (a commit without groups cannot push them)"))
     rows.append(Row("sidequest-6q", "sidequest", default, env=(("BENCH_SIDEQUEST_DEFAULT", "1"), *SPREAD),
                     note="the `sidequest` row with the jobs spread over 6 equally weighted queues (`-q bench,1 "
                          "-q bench-1,1 ...`): sidequest-cluster's queues on the one redis-server"))
@@ -90,7 +97,7 @@ def all_rows(cores: int) -> list[Row]:
 
 
 def quick_rows(cores: int) -> list[Row]:
-    """The reference and sidequest's own settings on one queue, the async row included (not the
+    """The reference and sidequest's own settings on one queue, the async and fairness rows included (not the
     stock-redis-py variant, nor the 6-queue and Cluster rows: about 25 s each, `--quick --only
     sidequest,sidequest-cluster`; the asyncio peers the async row is measured against: `--quick
     --only sidequest-async,arq,saq,taskiq,streaq`)."""
@@ -124,7 +131,7 @@ def with_baseline(rows: list[Row], short: str, src: Path, ref: str) -> list[Row]
     found = []
     for row in rows:
         found.append(row)
-        if row.peer == "sidequest" and not row.src:
+        if row.peer == "sidequest" and not row.src and row.id != GROUPS_ROW:
             found.append(replace(row, id=f"{row.id}@{short}", src=str(src), baseline_of=row.id,
                                  note=f"{row.note}; sidequest as of {ref}{f' ({short})' if ref != short else ''}"))
     return found

@@ -26,6 +26,11 @@ through the pool arq hands its jobs. No sync job is registered then, so that `si
 flags picks its asyncio runner (`--runner auto`: every job of the app is `async def`); a sidequest
 without that runner runs them through its threads onto one event loop.
 
+BENCH_GROUPS=N (the harness's `sidequest-groups` row, "fairness: 1,000 groups") pushes no-op job i
+with `group=i % N`: the same jobs, each in one of N fairness groups, which wait in the queue's
+lanes (`sidequest:lanes:bench...`) and are staged into `queue:bench` as the worker runs them; the
+staged keys are then the queue and every key of its lanes. The stamp and probe jobs have no group.
+
 Every process that imports this file says on stderr which sidequest it imported (a baseline row,
 `--baseline`, puts an older checkout first on PYTHONPATH; harness/phases.py checks the worker's
 log). `BenchAckProbe` is the acknowledgement-window phase's job (harness/ackwindow.py).
@@ -80,6 +85,7 @@ def spread(count: int) -> list[str]:
 
 
 QUEUES = spread(int(os.environ.get("BENCH_QUEUES") or 1))
+GROUPS = int(os.environ.get("BENCH_GROUPS") or 0)
 
 
 ASYNC = os.environ.get("BENCH_ASYNC") == "1"
@@ -180,12 +186,38 @@ def enqueue(url: str, mode: str, count: int) -> None:
             else:
                 for i in mine:
                     c.push(noop, [i], queue=queue)
+    elif GROUPS:  # the fairness row: job i in group i mod GROUPS
+        if mode == "bulk":
+            for start in range(0, count, 10_000):
+                c.push_bulk(noop, [[i] for i in range(start, min(start + 10_000, count))], group=in_group)
+        else:
+            for i in range(count):
+                noop.set(group=in_group(i)).perform_async(i)
     elif mode == "bulk":
         for start in range(0, count, 10_000):
             c.push_bulk(noop, [[i] for i in range(start, min(start + 10_000, count))])
     else:
         for i in range(count):
             noop.perform_async(i)
+
+
+def in_group(i: int) -> int:
+    """The fairness row's group of no-op job i."""
+    return i % GROUPS
+
+
+def staged_keys(url: str) -> list[str]:
+    """The lists the no-op jobs wait in; with BENCH_GROUPS, every key of the queue's lanes too
+    (lists, sets and hashes: renamed aside and back together, as they were after the push)."""
+    found = [queue_key(url, q) for q in QUEUES]
+    if GROUPS:
+        from sidequest.store.connection import connect
+        from sidequest.store.keys import space
+
+        r = connect(url)
+        base = space(r).lanes(_peer.QUEUE)
+        found += sorted({base, *(k.decode() for k in r.scan_iter(match=f"{base}:*", count=1000))})
+    return found
 
 
 def push_stamp(url: str):  # type: ignore[no-untyped-def]
@@ -208,5 +240,5 @@ def worker_env(url: str) -> dict[str, str]:
 
 
 if __name__ == "__main__":
-    _peer.main(worker=worker, staged_keys=lambda url: [queue_key(url, q) for q in QUEUES], enqueue=enqueue,
+    _peer.main(worker=worker, staged_keys=staged_keys, enqueue=enqueue,
                push_stamp=push_stamp, schedule=schedule, env=worker_env)

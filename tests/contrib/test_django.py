@@ -351,7 +351,7 @@ def test_missing_results_and_refused_tasks(shop, r):
         with pytest.raises(does_not_exist):
             default_task_backend.get_result(missing)
     with pytest.raises(invalid, match="priority"):
-        add.using(priority=5)
+        add.using(priority=101)  # Django's own range, -100..100
     with pytest.raises(invalid, match="Queue 'elsewhere' is not valid"):
         add.using(queue_name="elsewhere")
     assert list(default_task_backend.check()) == []
@@ -430,6 +430,31 @@ def test_tasks_run_on_a_worker_with_results_errors_and_context(manage, shop, r):
     view = django_client().get(f"/orders/{order.pk}/total/").json()
     assert view["status"] == "READY"
     assert sidequest.result(view["result_id"], timeout=STARTUP) == 99
+    assert running.stop() == 0
+
+
+def test_priority_is_sidequests_job_priority_and_the_highest_task_runs_first(manage, shop, r):
+    """Issue 31 item 2: Django's priority (-100..100, higher first) becomes sidequest's 0..9
+    (5 + priority / 20, rounded); near Django's default, 0, the job is plain: no field, Sidekiq's
+    layout. A task of priority 100 pushed after others runs first."""
+    from orders.tasks import add
+
+    from sidequest.contrib.django.backend import level
+
+    expected = {0: None, 10: None, -10: None, 11: 6, 20: 6, -20: 4, 50: 7, -60: 2, 100: 9, -100: 0}
+    assert {p: level(p) for p in expected} == expected
+    plain = add.enqueue(0, 0)
+    low = [add.using(priority=-100).enqueue(n, 1) for n in range(3)]
+    high = add.using(priority=100).enqueue(9, 0)
+    fields = {json.loads(x)["jid"]: json.loads(x).get("priority") for x in r.lrange("queue:default", 0, -1)}
+    assert fields == {plain.id: None, low[0].id: 0, low[1].id: 0, low[2].id: 0, high.id: 9}
+    assert add.get_result(high.id) == high and high.task.priority == 100
+
+    running = worker(manage, "-c", "1")  # one at a time: the start order is the take order
+    for result in [plain, *low, high]:
+        wait_until(lambda result=result: (result.refresh(), result.is_finished)[1], STARTUP, 0.1, "the task to end")
+    assert high.started_at < plain.started_at < min(result.started_at for result in low)
+    assert [result.return_value for result in [plain, *low, high]] == [0, 1, 2, 3, 9]
     assert running.stop() == 0
 
 

@@ -664,3 +664,37 @@ def test_debounce_and_throttle_settle_in_their_queues_slot_and_run_once(url, rc)
     assert sorted(RAN) == ["debounced:19", "throttled:1"]
     counts = flow_counts(client)
     assert counts["ClusterDebounced"]["replaced"] == 19 and counts["ClusterThrottled"]["dropped"] == 2
+
+
+def test_groups_and_priorities_stage_in_their_queues_slot_and_run_fairly(url, rc):
+    """Issue 31 items 1 and 2 on a Cluster: a queue's lanes are `sidequest:lanes:{q}...`, in its
+    slot, so a laned push and each staging are one script call there. 100 jobs of group A then 5
+    of group B: B's run before A's 50th (FIFO would run them after A's 100th); on another queue
+    (another primary) a priority-8 job pushed after 20 of priority 2 starts first."""
+    order: list[tuple[str, int]] = []
+
+    @sidequest.job(name="ClusterTenant")
+    def tenant(group: str, n: int) -> None:
+        order.append((group, n))
+
+    config = Config(redis_url=url, queues=["q04", "q21"], concurrency=1, **FAST)
+    client = Client(config)
+    client.push_bulk(tenant, [["A", n] for n in range(100)], queue="q04", group="A")
+    client.push_bulk(tenant, [["B", n] for n in range(5)], queue="q04", group="B")
+    client.push_bulk(tenant, [["low", n] for n in range(20)], queue="q21", priority=2)
+    client.push(tenant, ["high", 0], queue="q21", priority=8)
+    lanes = list(rc.scan_iter(match="sidequest:lanes:*", target_nodes="primaries"))
+    assert lanes and {rc.keyslot(k) for k in lanes} == {rc.keyslot(CLUSTER.queue(q)) for q in ("q04", "q21")}
+    launcher = Launcher(config)
+    launcher.run()
+    try:
+        wait_until(lambda: len(order) == 126, STARTUP, 0.05, "every laned job to run")
+        wait_until(lambda: not any(rc.llen(CLUSTER.queue(q)) for q in ("q04", "q21")), STARTUP, 0.05, "nothing left")
+    finally:
+        launcher.stop()
+    a_done = [i for i, (group, _) in enumerate(order) if group == "A"]
+    assert max(i for i, (group, _) in enumerate(order) if group == "B") < a_done[49]
+    assert [n for group, n in order if group == "A"] == list(range(100))  # FIFO within the group
+    assert next(group for group, _ in order if group in ("high", "low")) == "high"
+    assert [n for group, n in order if group == "low"] == list(range(20))
+    assert not rc.exists(CLUSTER.lanes("q04")) and not rc.exists(CLUSTER.lanes("q21"))  # no level waits

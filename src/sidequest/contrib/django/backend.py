@@ -19,8 +19,8 @@ NotReplicatedError.
 
 What Django's backend flags say here: `run_after` (supports_defer) is a scheduled push; async
 tasks run (on the worker's event loop thread, through `Task.call`); results can be read from
-any process; `priority` is refused (supports_priority is False): a Sidekiq queue is a list
-served in order, so put urgent tasks on a queue of their own, worked first (`-q urgent -q default`).
+any process; `priority` (-100..100, higher first) is sidequest's job priority (0..9, see
+`level`): Django's default, 0, pushes a plain job, as does any priority near it (-10..10).
 
 A worker runs only the tasks of modules it imported at start: each installed app's `tasks`
 module (see `apps`), and any module the project's code or `-r` imports. A job naming any other
@@ -70,7 +70,7 @@ from sidequest.errors import SidequestError, UnknownJobError
 from sidequest.features import lookup
 from sidequest.jobs.definition import Job
 from sidequest.jobs.options import check_options
-from sidequest.store import keys
+from sidequest.store import keys, lanes
 
 T = TypeVar("T")
 
@@ -90,7 +90,7 @@ class TasksBackend(BaseTaskBackend):
     supports_defer = True
     supports_async_task = True
     supports_get_result = True
-    supports_priority = False
+    supports_priority = True
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
@@ -116,6 +116,8 @@ class TasksBackend(BaseTaskBackend):
         at = None if task.run_after is None else task.run_after.timestamp()
         call = [task.module_path, list(args), dict(kwargs)]
         options = {**self.job_options, "queue": task.queue_name, "custom": {"wrapped": task.module_path}}
+        if (chosen := level(task.priority)) is not None:
+            options["priority"] = chosen
         entries, jids = client.build(RunTask, [call], [client.schedule_time(at, None, now)], now, options)
         jid = jids[0]
         if jid is None:
@@ -123,13 +125,23 @@ class TasksBackend(BaseTaskBackend):
         keep = int((self.result_ttl + max((at or now) - now, 0.0)) * 1000)
         record = {"task": task.module_path, "backend": self.alias, "queue_name": task.queue_name,
                   "run_after": "" if task.run_after is None else task.run_after.isoformat(),
+                  "priority": str(task.priority),
                   "args": json.dumps(call[1]), "kwargs": json.dumps(call[2]), "enqueued_at": repr(now)}
 
         def also(pipe: Any) -> None:
             pipe.hset(keys.django_task(jid), mapping=record)
             pipe.pexpire(keys.django_task(jid), keep)
 
-        client.write(entries, now, also=also, replicas=client.replicas(RunTask, options))
+        replicas = client.replicas(RunTask, options)
+        payload, when = entries[0]
+        if when is None and lanes.route(payload, client.keys) is not None:
+            # a job with a priority is pushed by a script, which takes no other commands: the
+            # record goes first, so no worker runs the job without it (a failed push leaves a
+            # record of an id no caller got, until it expires)
+            client.write([], now, also=also, replicas=replicas)
+            client.write(entries, now, replicas=replicas)
+        else:
+            client.write(entries, now, also=also, replicas=replicas)
         result = self._result(task, jid, TaskResultStatus.READY, record)
         task_enqueued.send(type(self), task_result=result)
         return result
@@ -156,6 +168,7 @@ class TasksBackend(BaseTaskBackend):
             raise TaskResultDoesNotExist(str(exc)) from None
         run_after = record.get("run_after", "")
         return task.using(queue_name=record["queue_name"], backend=record["backend"],
+                          priority=int(record.get("priority") or 0),
                           run_after=datetime.fromisoformat(run_after) if run_after else None)
 
     def _result(self, task: Task[Any, T], jid: str, status: TaskResultStatus,
@@ -177,6 +190,15 @@ class TasksBackend(BaseTaskBackend):
                                hint="add 'sidequest.contrib.django' to INSTALLED_APPS: it configures the "
                                     "client from SIDEQUEST and registers the job that runs tasks in workers",
                                id="sidequest.E001")
+
+
+def level(priority: int) -> int | None:
+    """Django's priority (-100..100, 0 by default, higher first) as sidequest's (0..9, 9 first):
+    5 + priority / 20, rounded, so -100 is 0 and 100 is 9. None for the middle level, 5 (Django's
+    default and -10..10): a plain job, without the field, which stays in Sidekiq's layout and runs
+    before the laned jobs of levels up to 5 that wait behind it (docs/flow-control.md, Priorities)."""
+    found = max(0, min(9, lanes.DEFAULT_LEVEL + round(priority * 5 / 100)))
+    return None if found == lanes.DEFAULT_LEVEL else found
 
 
 def imported_task(path: str) -> Task[Any, Any]:
