@@ -4,7 +4,9 @@ Lanes themselves (groups and priorities: the keys, the staging, the push) are th
 (`store.lanes`), since the push and the poller stage too. What a job's end does is this
 feature's lifecycle operation, run in the same atomic call as the job's move: the job's jid
 leaves its group's running set (`group_concurrency` counts it no more) and the queue's lanes are
-staged, so the next job of a group at its limit, or of the next group in turn, reaches the queue.
+staged (`lane_ended`: at once after a high-priority job, else once the queue holds fewer than
+LANE_REFILL jobs, a batch at a time), so the next job of a group at its limit, or of the next
+group in turn, reaches the queue.
 
 A job put back at shutdown or recovered from a dead process goes to the head of its queue and
 stays counted: it is still the group's, and runs next.
@@ -21,11 +23,11 @@ from sidequest.worker.outcome import Outcome
 # Points where a laned job stops being staged or running (see `lifecycle.POINTS`).
 ENDED = frozenset({"finished", "retried", "dead", "dropped", "snoozed", "cancelled", "deleted", "killed"})
 
-# args: the queue's lanes base, its queue key, the job's group ('' for none), its jid
+# args: the queue's lanes base, its queue key, the job's group ('' for none), its jid, its level
 LANES_FEATURE = """
 FEATURES['lanes'] = function(point, now, a)
   lane_done(a[1], a[3], a[4])
-  stage(a[1], a[2])
+  lane_ended(a[1], a[2], a[5])
 end
 """
 
@@ -49,7 +51,7 @@ class LanesFeature:
         if lane is None or not isinstance(jid, str):
             return None
         queue = str(payload.get("queue") or "default")
-        return [lane[0], self.space.queue(queue), lane[2], jid]
+        return [lane[0], self.space.queue(queue), lane[2], jid, lane[1]]
 
     def running(self, payload: dict[str, Any]) -> AbstractContextManager[None] | None:
         return None

@@ -23,7 +23,8 @@ these options costs nothing more. Staging (`stage`, Lua, atomic):
 
 Staging runs where a laned job is pushed (the push's script), where one ends (the lanes
 feature's lifecycle operation: finished, retried, dead, dropped, snoozed, cancelled, deleted,
-killed), where one comes back due from `schedule` or `retry` (the poller's ENQUEUE_DUE, an
+killed; after a job of level 0..5 only once the queue holds fewer than LANE_REFILL jobs, so a
+busy queue is refilled a batch at a time rather than one job per end), where one comes back due from `schedule` or `retry` (the poller's ENQUEUE_DUE, an
 operator's requeue), and at each poller pass (STAGE, for a rate window that has passed or plain
 jobs that have drained). A group's staged and running jobs are the jids in `B:running:<group>`,
 removed at the job's end; a job put back or recovered goes to the head of the queue and stays
@@ -51,6 +52,7 @@ from typing import Any
 from sidequest.store import keys
 
 LANE_DEPTH = 32  # laned jobs staged into a queue at once (the fairness grain)
+LANE_REFILL = LANE_DEPTH // 2  # a laned job's end stages more once the queue holds fewer than this
 DEFAULT_LEVEL = 5  # a job with a group and no priority; above it: staged at the head
 LEVELS = range(10)
 HEAD_TTL_MS = 3_600_000  # `B:head` outlives its batch an hour at most (untaken that long: no one works the queue)
@@ -118,7 +120,7 @@ NO_LANE = ("", "", "", "")
 # The lanes' Lua, shared by the scripts that push, stage and end laned jobs (`scripts.core_lib`,
 # the push's script, ENQUEUE_DUE). Paths under B are built by suffix here, as `LaneKeys` builds them.
 LANES_LUA = """
-local LANE_DEPTH, LANE_HIGH, HEAD_TTL = {depth}, {default}, {head_ttl}
+local LANE_DEPTH, LANE_HIGH, HEAD_TTL, LANE_REFILL = {depth}, {default}, {head_ttl}, {refill}
 local function lane_limits(base, group)
   local limits = redis.call('hget', base .. ':limits', group)
   if not limits then return 0, 0, 0 end
@@ -212,6 +214,11 @@ local function lane_push(base, level, group, job, limits)
   redis.call('hincrby', base .. ':waiting', group, 1)
   if group ~= '' then redis.call('hset', base .. ':limits', group, limits) end
 end
+-- Where a laned job of `level` ends: the high levels stage at once (the next batch at the head),
+-- the others once the queue has drained below LANE_REFILL, a batch at a time.
+local function lane_ended(base, queue, level)
+  if tonumber(level) > LANE_HIGH or redis.call('llen', queue) < LANE_REFILL then stage(base, queue) end
+end
 -- A laned job ended (or left for `schedule`/`retry`): its group no longer counts it.
 local function lane_done(base, group, jid)
   if group == '' then return end
@@ -224,7 +231,8 @@ local function lane_done(base, group, jid)
   end
 end
 """
-for _name, _value in (("depth", LANE_DEPTH), ("default", DEFAULT_LEVEL), ("head_ttl", HEAD_TTL_MS)):
+for _name, _value in (("depth", LANE_DEPTH), ("default", DEFAULT_LEVEL), ("head_ttl", HEAD_TTL_MS),
+                      ("refill", LANE_REFILL)):
     LANES_LUA = LANES_LUA.replace("{" + _name + "}", str(_value))
 
 # KEYS: the queue's lanes base, queue:<q>. Stage what may be (the poller's pass, a resumed group).
