@@ -175,3 +175,17 @@ def test_a_group_function_returning_nothing_usable_is_refused(client, r):
     with pytest.raises(JobArgumentError, match="returned None"):
         bad.set(client=client).perform_async(1)
     assert r.dbsize() == 0
+
+
+def test_cancel_finds_a_job_still_in_its_lane_and_keeps_the_counts_true(client, r, start):
+    jids = [tenant_job.set(client=client).perform_async("A", n) for n in range(40)]
+    late = tenant_job.set(client=client).perform_async("Z", 0)  # the queue is full: Z's lane holds it alone
+    assert sidequest.cancel(jids[-1], client=client) is True  # in A's lane (32 of A's were staged)
+    assert sidequest.cancel(late, client=client) is True
+    assert r.hget(LANE.waiting, "A") == str(40 - lanes.LANE_DEPTH - 1).encode()
+    assert r.lrange(LANE.rotation(5), 0, -1) == [b"A"] and not r.hexists(LANE.waiting, "Z")  # Z's turn went
+    assert sidequest.cancel(jids[-1], client=client) is False  # gone
+    start(concurrency=2)
+    wait_until(lambda: len(records(r, "tenant")) == 39, timeout=30)
+    assert sorted(n for t, n in records(r, "tenant")) == list(range(39))
+    wait_until(lambda: r.exists(LANE.base, LANE.waiting) == 0 and r.scard(LANE.running("A")) == 0)

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, cast
 
 from sidequest.client.sync_client import Client, default_client
-from sidequest.store.lanes import STAGE, LaneKeys
+from sidequest.store.lanes import STAGE, LaneKeys, waiting_lanes
 
 NO_GROUP = ""  # the `B:waiting` field of laned jobs without a group (priority only): not a group
 
@@ -113,17 +113,13 @@ def lanes(queue: str, client: Client | None = None) -> dict[int, int]:
     """Jobs waiting in the queue's lanes per priority level (9 runs first), highest level first;
     levels without waiting jobs are absent. Jobs already staged into `queue:<q>` are the queue's."""
     chosen = client or default_client()
-    lane = _lane_keys(chosen, queue)
-    levels = sorted((_text(v) for v in cast("set[bytes]", chosen.redis.smembers(lane.levels))), key=int, reverse=True)
+    found = waiting_lanes(chosen.redis, chosen.keys.lanes(queue))
     pipe = chosen.redis.pipeline(transaction=False)
-    for level in levels:
-        pipe.lrange(lane.rotation(level), 0, -1)
-    rotations = pipe.execute()
-    for level, members in zip(levels, rotations, strict=True):
-        for group in cast("list[bytes]", members):
-            pipe.llen(lane.lane(level, _text(group)))
-    sizes = iter(pipe.execute())
-    counts = {int(level): sum(next(sizes) for _ in members) for level, members in zip(levels, rotations, strict=True)}
+    for _, _, key in found:
+        pipe.llen(key)
+    counts: dict[int, int] = {}
+    for (level, _, _), size in zip(found, pipe.execute(), strict=True):
+        counts[level] = counts.get(level, 0) + int(size)
     return {level: n for level, n in counts.items() if n}
 
 

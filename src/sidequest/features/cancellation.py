@@ -11,7 +11,8 @@
 
 `cancel` looks where a job can be, in the order a job moves through them, so a job that moves
 on meanwhile is met further along: `schedule` and `retry` (ZSCAN MATCH on the jid, as Sidekiq's
-`find_job`), every queue named in `queues` (LRANGE from the head, 1,000 at a time: workers
+`find_job`), the lanes of every queue named in `queues` (`lanes`: a job pushed with a group or
+a priority waits there before its queue), every queue (LRANGE from the head, 1,000 at a time: workers
 taking from the tail cannot make the walk skip one), then the running jobs (every reserved list
 in `sidequest:reservations`, and every live process's `<identity>:work` hash, for basic fetch).
 
@@ -39,7 +40,7 @@ import contextvars
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from typing import Any, cast
 
@@ -48,8 +49,8 @@ import redis
 from sidequest.client.sync_client import Client, default_client
 from sidequest.errors import PayloadError
 from sidequest.jobs.payload import decode
-from sidequest.store import faults, keys
-from sidequest.store.scripts import ADMIN_DELETE, core_lib
+from sidequest.store import faults, keys, lanes
+from sidequest.store.scripts import ADMIN_DELETE, ADMIN_DELETE_LANED, core_lib
 from sidequest.worker.lifecycle import operator_lifecycle
 from sidequest.worker.outcome import Outcome
 from sidequest.worker.processor import job_context
@@ -75,7 +76,9 @@ class Canceller:
         self.redis = client.redis
         self.space = client.keys
         self.lifecycle = operator_lifecycle(client)
-        self._delete = self.redis.register_script(core_lib(self.lifecycle.lua, self.space.cluster) + ADMIN_DELETE)
+        lib = core_lib(self.lifecycle.lua, self.space.cluster)
+        self._delete = self.redis.register_script(lib + ADMIN_DELETE)
+        self._delete_laned = self.redis.register_script(lib + ADMIN_DELETE_LANED)
 
     def cancel(self, jid: str) -> bool:
         if not isinstance(jid, str) or not jid:
@@ -88,7 +91,8 @@ class Canceller:
             if self._from_set(source, jid, needle):
                 return True
         names = self._queues() if names is None else names
-        return self._from_queues(names, jid, needle) or self._flag_running(names, jid, needle)
+        return (self._from_lanes(names, jid, needle) or self._from_queues(names, jid, needle)
+                or self._flag_running(names, jid, needle))
 
     def _queues(self) -> list[str]:
         return sorted(n.decode() for n in cast("set[bytes]", self.redis.smembers(keys.QUEUES)))
@@ -107,19 +111,39 @@ class Canceller:
                 return True  # else the poller moved it meanwhile: the queues are looked at next
         return False
 
+    def _from_lanes(self, names: list[str], jid: str, needle: bytes) -> bool:
+        """A laned job still in its lane (`lanes`): removed there, its lane's counts kept true."""
+        for name in names:
+            base = self.space.lanes(name)
+            for level, group, key in lanes.waiting_lanes(self.redis, base):
+                for value in self._pages(key):
+                    payload = _job_of(value, jid, needle)
+                    if payload is None:
+                        continue
+                    ops = self.lifecycle.ops("cancelled", payload)
+                    removed = self._delete_laned(keys=[key], args=[value, base, level, group, self.client.clock(),
+                                                                   "cancelled", *ops])
+                    if int(faults.settled(removed, value)) == 1:
+                        return True  # else it was staged meanwhile: the queue is looked at next
+        return False
+
+    def _pages(self, key: str) -> Iterator[bytes]:
+        """A list's entries from index 0 (the newest: pushes LPUSH), PAGE at a time."""
+        start = 0
+        while True:
+            page = cast("list[bytes]", self.redis.lrange(key, start, start + PAGE - 1))
+            yield from page
+            if len(page) < PAGE:
+                return
+            start += PAGE
+
     def _from_queues(self, names: list[str], jid: str, needle: bytes) -> bool:
         for name in names:
             key = self.space.queue(name)
-            start = 0
-            while True:
-                page = cast("list[bytes]", self.redis.lrange(key, start, start + PAGE - 1))
-                for value in page:
-                    payload = _job_of(value, jid, needle)
-                    if payload is not None and self._remove(key, value, payload, "1"):
-                        return True  # else a worker took it meanwhile: it is looked for as running
-                if len(page) < PAGE:
-                    break
-                start += PAGE
+            for value in self._pages(key):
+                payload = _job_of(value, jid, needle)
+                if payload is not None and self._remove(key, value, payload, "1"):
+                    return True  # else a worker took it meanwhile: it is looked for as running
         return False
 
     def _flag_running(self, names: list[str], jid: str, needle: bytes) -> bool:

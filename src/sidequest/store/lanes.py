@@ -24,11 +24,12 @@ these options costs nothing more. Staging (`stage`, Lua, atomic):
 Staging runs where a laned job is pushed (the push's script), where one ends (the lanes
 feature's lifecycle operation: finished, retried, dead, dropped, snoozed, cancelled, deleted,
 killed; after a job of level 0..5 only once the queue holds fewer than LANE_REFILL jobs, so a
-busy queue is refilled a batch at a time rather than one job per end), where one comes back due from `schedule` or `retry` (the poller's ENQUEUE_DUE, an
-operator's requeue), and at each poller pass (STAGE, for a rate window that has passed or plain
-jobs that have drained). A group's staged and running jobs are the jids in `B:running:<group>`,
-removed at the job's end; a job put back or recovered goes to the head of the queue and stays
-counted until it ends.
+busy queue is refilled a batch at a time rather than one job per end), where one comes back due
+from `schedule` or `retry` (the poller's ENQUEUE_DUE, an operator's requeue), and at each poller
+pass (STAGE, for a rate window that has passed or plain jobs that have drained). An operator's
+cancel of a job still in its lane removes it there (ADMIN_DELETE_LANED, `lane_removed`). A
+group's staged and running jobs are the jids in `B:running:<group>`, removed at the job's end; a
+job put back or recovered goes to the head of the queue and stays counted until it ends.
 
 Keys, under the base B = `Keyspace.lanes(queue)` (in Cluster mode in the queue's slot):
 
@@ -116,6 +117,22 @@ def route(payload: Mapping[str, Any], space: keys.Keyspace, queue: str | None = 
 
 
 NO_LANE = ("", "", "", "")
+
+
+def waiting_lanes(client: Any, base: str) -> list[tuple[int, str, str]]:
+    """(level, group, lane key) of every lane of the queue whose base is `base` that holds
+    waiting jobs, highest level first, each level's groups in their turn: two round trips."""
+    lane = LaneKeys(base)
+    levels = sorted((int(level) for level in client.smembers(lane.levels)), reverse=True)
+    pipe = client.pipeline(transaction=False)
+    for level in levels:
+        pipe.lrange(lane.rotation(level), 0, -1)
+    found = []
+    for level, groups in zip(levels, pipe.execute(), strict=True):
+        for raw in groups:
+            group = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+            found.append((level, group, lane.lane(level, group)))
+    return found
 
 # The lanes' Lua, shared by the scripts that push, stage and end laned jobs (`scripts.core_lib`,
 # the push's script, ENQUEUE_DUE). Paths under B are built by suffix here, as `LaneKeys` builds them.
@@ -218,6 +235,15 @@ end
 -- the others once the queue has drained below LANE_REFILL, a batch at a time.
 local function lane_ended(base, queue, level)
   if tonumber(level) > LANE_HIGH or redis.call('llen', queue) < LANE_REFILL then stage(base, queue) end
+end
+-- A job was removed from its lane (an operator's cancel): the counts and turns as if staged.
+local function lane_removed(base, level, group)
+  local waiting, rotation = base .. ':waiting', base .. ':' .. level
+  if redis.call('hincrby', waiting, group, -1) <= 0 then redis.call('hdel', waiting, group) end
+  if redis.call('llen', rotation .. ':' .. group) == 0 then
+    redis.call('lrem', rotation, -1, group)
+    if redis.call('llen', rotation) == 0 then redis.call('srem', base, level) end
+  end
 end
 -- A laned job ended (or left for `schedule`/`retry`): its group no longer counts it.
 local function lane_done(base, group, jid)
