@@ -68,3 +68,43 @@ def test_metrics_show_busy_and_capacity_per_queue_and_capsule(procs, r, client, 
     idle = {("default",): 0.0, ("mail",): 0.0, ("ledger",): 0.0, ("elsewhere",): 0.0}
     wait_until(lambda: busy() == idle, 30, message=f"every queue idle: {busy()}")
     assert scrape(http)["sidequest_capsule_busy"] == {}
+
+
+def round_trips(http: TestClient, monkeypatch) -> int:
+    """What one scrape sends Redis, counted as redis-py's sends (a pipeline is one)."""
+    import redis.connection
+
+    sent = []
+    original = redis.connection.AbstractConnection.send_packed_command
+
+    def counted(self, command, check_health=True):
+        sent.append(1)
+        return original(self, command, check_health)
+    with monkeypatch.context() as patch:
+        patch.setattr(redis.connection.AbstractConnection, "send_packed_command", counted)
+        assert http.get("/metrics").status_code == 200
+    return len(sent)
+
+
+def test_a_scrape_takes_as_many_round_trips_for_forty_processes_as_for_one(client, r, monkeypatch):
+    """Busy and capacity are read in pipelines: the round trips of a scrape do not grow with the
+    processes (or queues) it reads."""
+    import json
+    import time
+
+    def register(n: int) -> None:
+        for i in range(n):
+            identity = f"host:{i}:x"
+            info = {"concurrency": 5, "capsules": {"default": {"concurrency": 5, "mode": "strict",
+                                                               "weights": {f"q{i}": 0}}}}
+            r.sadd("processes", identity)
+            r.sadd("queues", f"q{i}")
+            r.hset(identity, mapping={"info": json.dumps(info), "busy": 1, "beat": time.time(), "quiet": "false"})
+            r.hset(f"{identity}:work", "t", json.dumps({"queue": f"q{i}", "payload": "{}", "run_at": 1}))
+    http = TestClient(create_app(client))
+    http.get("/metrics")  # the scripts and connections a first scrape sets up
+    register(1)
+    one = round_trips(http, monkeypatch)
+    register(40)
+    assert round_trips(http, monkeypatch) == one
+    assert scrape(http)["sidequest_queue_busy"][("q39",)] == 1.0
