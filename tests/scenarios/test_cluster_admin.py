@@ -24,8 +24,10 @@ from sidequest.api import (
     Cluster,
     DeadSet,
     History,
+    Load,
     ProcessSet,
     Queue,
+    QueueLoad,
     RetrySet,
     ScheduledSet,
     Stats,
@@ -302,6 +304,7 @@ def test_processes_and_their_work_read_key_by_key(client):
     assert ProcessSet(client).get(identity).concurrency == 5
     assert [w.job.jid for w in Workers(client)] == ["12" * 12] and Workers(client).size == 1
     assert Stats(client).workers_size == 1 and Stats(client).processes_size == 1
+    assert Load(client).queues["q01"] == QueueLoad(busy=1, capacity=5)  # /metrics' busy and capacity
     ProcessSet(client).get(identity).quiet()
     assert client.redis.lrange(f"{identity}-signals", 0, -1) == [b"TSTP"]
 

@@ -41,6 +41,8 @@ are epoch seconds whether Sidekiq 6/7 (float seconds) or Sidekiq 8 (integer ms) 
                                        quiet() stop() dump_threads() as_dict()
     Workers() (WorkSet)                iteration of Work (process_id thread_id queue run_at
                                        payload job) size find_work(jid)
+    Load()                             queues (name -> QueueLoad: busy capacity) capsules (name ->
+                                       CapsuleLoad: capacity busy {queue: n}) concurrency
     Iteration                          find(jid) -> IterationState (cursor state executions items
                                        runtime per_item) or None; running() -> {jid: state}
     MetricsQuery()                     top_jobs(minutes, limit) for_job(name, minutes) ->
@@ -65,6 +67,7 @@ from sidequest.api.flow import flow_counts
 from sidequest.api.groups import GroupInfo, groups, lanes, pause_group, resume_group
 from sidequest.api.iteration import Iteration
 from sidequest.api.job_metrics import JobSummary, MetricsQuery, MinutePoint
+from sidequest.api.load import CapsuleLoad, Load, QueueLoad
 from sidequest.api.processes import Process, ProcessDict, ProcessSet, Work, Workers, WorkSet
 from sidequest.api.queues import Queue
 from sidequest.api.records import JobDict, JobRecord, SortedEntry
@@ -72,6 +75,7 @@ from sidequest.api.sets import DeadSet, JobSet, RetrySet, ScheduledSet
 from sidequest.api.stats import History, QueueSummary, Stats, StatsDict
 
 __all__ = [
+    "CapsuleLoad",
     "Cluster",
     "DeadSet",
     "GroupInfo",
@@ -81,12 +85,14 @@ __all__ = [
     "JobRecord",
     "JobSet",
     "JobSummary",
+    "Load",
     "MetricsQuery",
     "MinutePoint",
     "Process",
     "ProcessDict",
     "ProcessSet",
     "Queue",
+    "QueueLoad",
     "QueueSummary",
     "RetrySet",
     "ScheduledSet",

@@ -5,6 +5,8 @@ official client library (`prometheus_client`), every name `sidequest_`.
     sidequest_processed_total, sidequest_failed_total        all time (Redis `stat:*`)
     sidequest_enqueued, sidequest_scheduled, sidequest_retries, sidequest_dead
     sidequest_queue_size{queue}, sidequest_queue_latency_seconds{queue}, sidequest_queue_paused{queue}
+    sidequest_queue_busy{queue}, sidequest_queue_capacity{queue}                        (`api.Load`)
+    sidequest_capsule_busy{capsule,queue}, sidequest_capsule_capacity{capsule}
     sidequest_processes, sidequest_busy, sidequest_concurrency
     sidequest_job_processed_total{job}, sidequest_job_failed_total{job},
     sidequest_job_runtime_seconds_total{job}, sidequest_job_expired_total{job}
@@ -29,7 +31,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from sidequest.api import MetricsQuery, ProcessSet, Stats, flow_counts
+from sidequest.api import Load, MetricsQuery, Stats, flow_counts
 from sidequest.client.sync_client import Client
 
 RECENT_MINUTES = 10
@@ -89,8 +91,8 @@ class SidequestCollector(Collector):
             ("busy", stats.workers_size, "Threads running a job, over every process."),
         ):
             yield GaugeMetricFamily(f"sidequest_{name}", text, value=value)
-        yield GaugeMetricFamily("sidequest_concurrency", "Threads of every worker process.",
-                                value=sum(p.concurrency for p in ProcessSet(self.client, clean=False)))
+        load = Load(self.client)
+        yield GaugeMetricFamily("sidequest_concurrency", "Threads of every worker process.", value=load.concurrency)
         size = GaugeMetricFamily("sidequest_queue_size", "Jobs waiting in the queue.", labels=["queue"])
         latency = GaugeMetricFamily("sidequest_queue_latency_seconds",
                                     "Seconds the queue's oldest job has waited.", labels=["queue"])
@@ -102,6 +104,7 @@ class SidequestCollector(Collector):
         yield size
         yield latency
         yield paused
+        yield from _load(load)
         jobs = self.counters.update(MetricsQuery(self.client))
         runs = CounterMetricFamily("sidequest_job_processed", "Runs of the job that ended, counted since this "
                                    "exporter started.", labels=["job"])
@@ -122,6 +125,27 @@ class SidequestCollector(Collector):
         yield seconds
         yield expired
         yield from _flow(self.client)
+
+
+def _load(load: Load) -> Iterator[Metric]:
+    """Per queue and per capsule, the jobs running now and the slots that fetch from it: with the
+    queue's size and latency, what an autoscaler reads (see docs/deployment.md, Kubernetes)."""
+    busy = GaugeMetricFamily("sidequest_queue_busy", "Jobs from the queue running now, over every process.",
+                             labels=["queue"])
+    capacity = GaugeMetricFamily("sidequest_queue_capacity", "Slots of live worker processes (not quiet) "
+                                 "that fetch from the queue.", labels=["queue"])
+    for name in sorted(load.queues):
+        busy.add_metric([name], load.queues[name].busy)
+        capacity.add_metric([name], load.queues[name].capacity)
+    capsule_busy = GaugeMetricFamily("sidequest_capsule_busy", "Jobs of the capsule running now, per queue, "
+                                     "over every process.", labels=["capsule", "queue"])
+    capsule_capacity = GaugeMetricFamily("sidequest_capsule_capacity", "Slots of the capsule in live worker "
+                                         "processes (not quiet).", labels=["capsule"])
+    for name in sorted(load.capsules):
+        capsule_capacity.add_metric([name], load.capsules[name].capacity)
+        for queue, count in sorted(load.capsules[name].busy.items()):
+            capsule_busy.add_metric([name, queue], count)
+    yield from (busy, capacity, capsule_busy, capsule_capacity)
 
 
 def _flow(client: Client) -> Iterator[Metric]:
