@@ -38,7 +38,7 @@ $(VENV)/.dist-installed: | $(BIN)/python  # the packaging tools alone: not the t
 	touch $(VENV)/.dist-installed
 
 dist: $(VENV)/.dist-installed  # dist/sidequest-<version>.tar.gz, then the wheel built from that sdist
-	rm -rf dist build  # setuptools' build/lib keeps files deleted from src: they would ship
+	rm -rf dist build src/*.egg-info  # stale state ships: build/lib keeps files deleted from src, the egg-info's SOURCES.txt files MANIFEST.in dropped
 	$(BIN)/python -m build --quiet --outdir dist .
 
 dist-check: dist  # twine check, the files in each, the wheel alone in a fresh virtualenv (about a minute)

@@ -109,6 +109,8 @@ def tracked_sources() -> list[str]:
 
 
 def check_contents(wheel: Path, sdist: Path, version: str) -> None:
+    if f"-{version}-" not in wheel.name or not sdist.name.endswith(f"-{version}.tar.gz"):
+        raise Failed(f"{wheel.name} and {sdist.name} are not pyproject.toml's version {version} (a stale dist/?)")
     sources = tracked_sources()
     if not any(name.endswith(".html") for name in sources):
         raise Failed("found no templates under src/sidequest (is this the checkout?)")
@@ -123,8 +125,6 @@ def check_contents(wheel: Path, sdist: Path, version: str) -> None:
     missing = [name for name in [*sources, "pyproject.toml", "README.md", "CHANGELOG.md"] if name not in in_sdist]
     if missing:
         raise Failed(f"{sdist.name} lacks {len(missing)} file(s): {', '.join(missing[:5])} (MANIFEST.in)")
-    if f"-{version}-" not in wheel.name or not sdist.name.endswith(f"-{version}.tar.gz"):
-        raise Failed(f"{wheel.name} and {sdist.name} are not pyproject.toml's version {version} (a stale dist/?)")
 
 
 def smoke(wheel: Path, version: str, work: Path) -> None:
@@ -192,7 +192,10 @@ def run(command: list[str], what: str, cwd: Path | None = None, env: dict[str, s
 def started(command: list[str], work: Path, name: str, env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
     """A process with its output in <work>/<name>.log, stopped (TERM, then KILL) on the way out."""
     with open(work / f"{name}.log", "wb") as log:
-        proc = subprocess.Popen(command, cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            proc = subprocess.Popen(command, cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT)
+        except OSError as exc:
+            raise Failed(f"starting {name}: {exc}") from None
         try:
             yield proc
             if proc.poll() is not None:
