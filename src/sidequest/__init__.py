@@ -12,7 +12,15 @@ Run them with `sidequest worker -r myapp.jobs`.
 
 # ruff: noqa: E402  (redis-py is imported by `_import_redis()`, before the imports below)
 
-__version__ = "0.1.0"  # first: modules below read it
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _installed_version
+
+# Written in one place, pyproject.toml, and read from the installed distribution (the wheel's
+# METADATA, or an editable install's). First: modules below read it.
+try:
+    __version__ = _installed_version("sidequest")
+except PackageNotFoundError:  # the sources put on sys.path by hand, never installed
+    __version__ = "0+unknown"
 
 
 def _import_redis() -> None:

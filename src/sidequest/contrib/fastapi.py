@@ -38,7 +38,7 @@ try:
     from starlette.applications import Starlette
     from starlette.types import StatefulLifespan, StatelessLifespan
 except ImportError as exc:  # pragma: no cover - starlette is a core dependency today
-    raise ImportError(f"sidequest.contrib.fastapi needs starlette: pip install 'sidequest[fastapi]' ({exc})") from None
+    raise ImportError(f"sidequest.contrib.fastapi needs starlette: pip install starlette ({exc})") from None
 
 from sidequest.client import async_client as aio
 from sidequest.client.sync_client import configure, default_client

@@ -30,7 +30,7 @@ from typing import Any
 try:
     from flask import Flask, current_app
 except ImportError as exc:
-    raise ImportError(f"sidequest.contrib.flask needs Flask: pip install 'sidequest[flask]' ({exc})") from None
+    raise ImportError(f"sidequest.contrib.flask needs Flask: pip install flask ({exc})") from None
 
 from sidequest.client.sync_client import Client, configure
 from sidequest.config import Config, nearest_setting
