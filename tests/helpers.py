@@ -45,8 +45,8 @@ class WorkerProcess:
                      "--recovery-interval", "1", *args]
         self.log = tempfile.NamedTemporaryFile(  # noqa: SIM115 (open while the worker runs)
             prefix="sq-worker-", suffix=".log", delete=False)
-        self.proc = subprocess.Popen(self.args, env=python_env(REDIS_URL=redis_url, SQ_TEST_REDIS_URL=redis_url, **(env or {})),
-                                     stdout=self.log, stderr=subprocess.STDOUT, cwd=cwd)
+        self.proc = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT, cwd=cwd,
+                                     env=python_env(REDIS_URL=redis_url, SQ_TEST_REDIS_URL=redis_url, **(env or {})))
 
     @property
     def output(self) -> str:
