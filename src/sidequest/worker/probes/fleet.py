@@ -45,6 +45,8 @@ class FleetWatch:
             self.report.record(Health(True, f"{self.report.identity}: worker processes starting"), False)
             return
         verdict = judge(self.config, pids)
+        if verdict.ok:
+            verdict = Health(True, f"{self.report.identity}: {verdict.reason}")
         working = verdict.ok and len(pids) == len(self.children()) and judge(self.config, pids, ready=True).ok
         self.report.record(verdict, working)
 
