@@ -186,16 +186,10 @@ class Config:
     log_format: str = "text"  # text | json (one JSON object per line)
     logfile: str | None = None
     pidfile: str | None = None
-    # probes (docs/deployment.md#health-checks): `GET /live` and `GET /ready` on this port (None: off;
-    # under `processes` the supervisor serves it for the fleet), on this address
-    health_port: int | None = None
+    health_port: int | None = None  # GET /live and /ready on it (None: off); under `processes`, the supervisor's
     health_host: str = "0.0.0.0"
-    # a worker process is not live once its event loop has not run a callback, or a background thread
-    # (heartbeat, poller, recovery) has not moved, for this many seconds (past the Redis calls' timeouts)
-    liveness_timeout: float = 60.0
-    # where each worker process writes its liveness file for `sidequest health --live`; None: a folder
-    # of this user's under the temporary directory (sidequest-<uid>)
-    health_dir: str | None = None
+    liveness_timeout: float = 60.0  # seconds the event loop or a background thread may be stuck, still live
+    health_dir: str | None = None  # for `sidequest health --live`'s files; None: $TMPDIR/sidequest-<uid>
     # periodic jobs from the config file (`:periodic:`), shape-checked here, parsed by `periodic`
     periodic: tuple[dict[str, Any], ...] = field(default=(), hash=False)
     # more groups of threads beside the default one (`queues`, `concurrency`): see `Capsule`;
@@ -239,10 +233,8 @@ class Config:
             _positive_int("max_jobs", self.max_jobs)
         if self.prefetch is not None:
             _positive_int("prefetch", self.prefetch, allow_zero=True)
-        if self.health_port is not None:
-            _positive_int("health_port", self.health_port)
-            if self.health_port > 65535:
-                raise ConfigError(f"health_port must be a TCP port, 1 to 65535; got {self.health_port}")
+        if self.health_port is not None and (type(self.health_port) is not int or not 0 < self.health_port < 65536):
+            raise ConfigError(f"health_port must be a TCP port, 1 to 65535; got {self.health_port!r}")
         if self.hostname is not None and (not self.hostname or any(c in self.hostname for c in ": \t\n")):
             raise ConfigError(f"hostname must be a name without ':' or spaces; got {self.hostname!r}")
         if isinstance(self.log_level, str):  # WARNING and warning alike, as Python's logging

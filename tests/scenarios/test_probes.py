@@ -6,6 +6,7 @@ stopped, or whose event loop is blocked past `liveness_timeout`, is not live."""
 from __future__ import annotations
 
 import json
+import signal
 import time
 import urllib.error
 import urllib.request
@@ -144,3 +145,21 @@ def test_an_event_loop_blocked_past_the_threshold_is_not_live(redis_url, tmp_pat
         r.set("release", 1)
         probed.stop()
         r.close()
+
+
+def test_a_frozen_worker_is_not_live(redis_url, tmp_path):
+    """A process that stops running altogether (SIGSTOP; a debugger) writes no more verdicts: its
+    liveness file goes stale, and `--live` says so without asking the process."""
+    probed = Probed(redis_url, tmp_path)
+    try:
+        probed.wait(want_live=True)
+        probed.worker.signal(signal.SIGSTOP)
+        try:
+            line = wait_until(lambda: (lambda c, t: t if c == 1 else None)(*probed.cli("--live")), 30, 0.1,
+                              "the liveness file to go stale")
+            assert "s ago" in line and "stuck or frozen" in line, line
+        finally:
+            probed.worker.signal(signal.SIGCONT)
+        probed.wait(want_live=True, timeout=30)
+    finally:
+        probed.stop()

@@ -35,8 +35,9 @@ def tick_of(config: Config) -> float:
 class Watchdog:
     def __init__(self, config: Config, report: LiveReport, duties: dict[str, Background],
                  loop: Callable[[], asyncio.AbstractEventLoop | None], ready: Callable[[], bool],
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, redis_bound: float = REDIS_BOUND) -> None:
         self.limit = config.liveness_timeout
+        self.redis_bound = redis_bound
         self.tick = tick_of(config)
         self.report = report
         self.duties = duties  # "heartbeat" -> its loop, ...
@@ -86,7 +87,7 @@ class Watchdog:
             if not duty.running:
                 return Health(False, f"{self.report.identity}: the {name} thread has stopped")
             began = duty.pass_began
-            late = now - began - REDIS_BOUND if began is not None else now - duty.wakes_by
+            late = now - began - self.redis_bound if began is not None else now - duty.wakes_by
             if late > self.limit:
                 return Health(False, f"{self.report.identity}: the {name} thread is stuck "
                                      f"({late:.1f} s late; liveness_timeout {self.limit:g} s)")
