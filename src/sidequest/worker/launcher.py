@@ -230,6 +230,14 @@ class Launcher:
                     raise ConfigError(f"{problem}; rename the queue")
         if self.probes is not None:  # first: a port in use is the user's to fix, before anything runs
             self.probes.start()
+        try:
+            self._start_duties()
+        except BaseException:
+            if self.probes is not None:
+                self.probes.stop()
+            raise
+
+    def _start_duties(self) -> None:
         self.heartbeat.start()
         if self.config.fetch == "reliable":
             self.recovery.start()

@@ -17,6 +17,7 @@ and keeps its port (`GET /live`) working.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -62,6 +63,8 @@ class LiveReport:
         with self._lock:
             try:
                 self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+                if hasattr(os, "getuid") and self.dir.stat().st_uid != os.getuid():  # not ours: another
+                    raise PermissionError(errno.EPERM, "the folder belongs to another user")  # could forge it
                 temporary = self.path.with_suffix(".tmp")
                 temporary.write_text(json.dumps(state), encoding="utf-8")
                 os.replace(temporary, self.path)
@@ -85,8 +88,12 @@ class LiveReport:
         return self._last[1] and self.live().ok
 
     def remove(self) -> None:
+        """At a clean stop: remove the file, if it is still this one's (two launchers embedded in one
+        process share a pid, hence a file: the last to judge wrote it)."""
         with self._lock:
-            self.path.unlink(missing_ok=True)
+            state = read(self.dir, os.getpid())
+            if state is not None and state.get("identity") == self.identity:
+                self.path.unlink(missing_ok=True)
 
 
 def read(where: Path, pid: int) -> dict[str, Any] | None:
