@@ -5,6 +5,8 @@ stopped on purpose does not. Time moves by a clock offset, so nothing waits the 
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import threading
 import time
 
@@ -113,9 +115,13 @@ def test_an_event_loop_blocked_past_the_threshold_is_not_live(config):
 
 
 def test_the_verdict_goes_stale_when_nobody_judges(config, tmp_path):
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])  # a process killed before it removed its file
+    gone.wait()
+    (tmp_path / f"{gone.pid}.json").write_text("{}")
     clock = Clock()
     dog = watchdog(config, {}, clock=clock)
     dog._pass()
+    assert not (tmp_path / f"{gone.pid}.json").exists()  # swept: its pid may be another process's one day
     assert dog.report.live().ok and dog.report.path.exists() and dog.report.path.parent == tmp_path
     clock.offset = 7  # past stale_after: the watchdog itself is stuck, or the process frozen
     verdict = dog.report.live()

@@ -7,4 +7,5 @@
     state       `LiveReport`: the last verdict, and the liveness file `sidequest health --live`
                 reads (one per process, in `health_dir`); `judge` reads those files
     server      `ProbeServer`: `GET /live` and `GET /ready` on `health_port` (stdlib http.server)
+    fleet       `FleetWatch`: a supervisor's verdicts, for its whole fleet of children
 """

@@ -55,6 +55,7 @@ class LiveReport:
         self._last = (Health(False, "not judged yet"), False, -float("inf"))  # (live, ready, when): replaced whole
         self._lock = threading.Lock()  # one writer of the file at a time
         self._unwritable = False
+        self._swept = False
 
     def record(self, live: Health, ready: bool) -> None:
         self._last = (live, ready, self.clock())
@@ -65,6 +66,9 @@ class LiveReport:
                 self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
                 if hasattr(os, "getuid") and self.dir.stat().st_uid != os.getuid():  # not ours: another
                     raise PermissionError(errno.EPERM, "the folder belongs to another user")  # could forge it
+                if not self._swept:  # files of processes killed (-9) before they could remove them
+                    self._swept = True
+                    sweep(self.dir)
                 temporary = self.path.with_suffix(".tmp")
                 temporary.write_text(json.dumps(state), encoding="utf-8")
                 os.replace(temporary, self.path)
@@ -132,6 +136,14 @@ def judge(config: Config, pids: list[int] | None = None, *, ready: bool = False,
             return Health(False, f"{name} is not working yet (not registered in Redis, or stopping)")
         names.append(name)
     return Health(True, f"{len(names)} process{'es' if len(names) != 1 else ''} live: {', '.join(names)}")
+
+
+def sweep(where: Path) -> None:
+    """Remove the liveness files of processes that no longer run: a pid used again later by
+    another process must not inherit a dead worker's file."""
+    for path in where.glob("*.json"):
+        if path.stem.isdigit() and not running(int(path.stem)):
+            path.unlink(missing_ok=True)
 
 
 def running(pid: int) -> bool:
