@@ -46,29 +46,32 @@ def test_a_duty_thread_that_ended_or_is_stuck_is_not_live(config):
     def stuck() -> float:
         began.set()
         release.wait(30)
-        return 0.05
+        return 30  # then waits: due again in 30 s
 
     def dies() -> float:
         raise SystemExit  # escapes the loop's `except Exception`: the thread ends
 
     clock = Clock()
-    slow, dead = Background("t-slow", stuck, what="poller", retry=0.05), Background("t-dead", dies, what="heartbeat",
-                                                                                  retry=0.05)
-    dog = watchdog(config, {"poller": slow}, clock=clock)
+    slow, dead = Background("t-slow", stuck, what="heartbeat", retry=0.05), Background("t-dead", dies, what="heartbeat",
+                                                                                     retry=0.05)
+    dog = watchdog(config, {"heartbeat": slow}, clock=clock)
+    other = watchdog(config, {"poller": slow}, clock=clock)  # many Redis calls a pass: only its end or a missed wake
     slow.start()
     try:
         began.wait(10)
         assert dog.check().ok  # in a pass, not yet past the threshold
         clock.offset = 6
         verdict = dog.check()
-        assert not verdict.ok and "poller thread is stuck" in verdict.reason and "host:1:abc" in verdict.reason
+        assert not verdict.ok and "heartbeat thread is stuck" in verdict.reason and "host:1:abc" in verdict.reason
+        assert other.check().ok
         release.set()
         clock.offset = 0
         wait_until(lambda: slow.pass_began is None, 10, message="the pass to end")
-        assert dog.check().ok  # waiting again, on time
-        clock.offset = 6
-        verdict = dog.check()  # ... but not waking when due: stuck as well
-        assert not verdict.ok and "poller thread is stuck" in verdict.reason
+        assert dog.check().ok and other.check().ok  # waiting again, on time
+        clock.offset = 36
+        for judge in (dog, other):  # ... but not waking when due: stuck as well
+            verdict = judge.check()
+            assert not verdict.ok and "thread is stuck" in verdict.reason
     finally:
         release.set()
         slow.stop()

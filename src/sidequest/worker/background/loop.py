@@ -67,7 +67,8 @@ class Background:
             self._wake.clear()
             self.pass_began = time.monotonic()
             wait = self._pass()
-            self.pass_began, self.wakes_by = None, time.monotonic() + wait
+            self.wakes_by = time.monotonic() + wait  # before the pass is over: a reader never sees a stale wake
+            self.pass_began = None
             self._wake.wait(wait)
 
     def _pass(self) -> float:

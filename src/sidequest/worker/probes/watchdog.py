@@ -6,10 +6,12 @@ Every tick (a quarter of `liveness_timeout`, at most a second) the watchdog's ow
 callback to the event loop unless the last one is still waiting, judges, and records the verdict
 (`state.LiveReport`: the process's `GET /live` and its liveness file). A loop whose callback has
 waited longer than `liveness_timeout` is blocked: an `async def` job calling `time.sleep`, or
-CPU-bound code. A duty's thread is stuck when it is `liveness_timeout` late for its next pass, or
-its pass has run `liveness_timeout` plus the Redis calls' own timeouts: a pass waiting on a
-Redis that hangs gives up by then, for a Redis outage must never make a worker not live (an
-outage is readiness's business; restarting workers does not bring Redis back).
+CPU-bound code. A duty's thread that has ended is dead; one that has not woken `liveness_timeout`
+after its wait ended is stuck, and so is a heartbeat whose pass has run `liveness_timeout` plus its
+Redis calls' own timeouts (a beat on a Redis that hangs gives up by then). Another duty's pass may
+make many calls to a Redis that hangs, each bounded, so only its end and a missed wake count: a
+Redis outage must never make a worker not live (an outage is readiness's business; restarting
+workers does not bring Redis back).
 """
 
 from __future__ import annotations
@@ -24,7 +26,10 @@ from sidequest.worker.background.loop import Background
 from sidequest.worker.probes.readiness import Health
 from sidequest.worker.probes.state import LiveReport
 
-REDIS_BOUND = SOCKET_TIMEOUT + CONNECT_TIMEOUT  # longest a pass may wait on a Redis that does not answer
+# longest a heartbeat's pass may wait on a Redis that does not answer: its beat, and the beat a
+# remote quiet sends at once
+REDIS_BOUND = 2 * (SOCKET_TIMEOUT + CONNECT_TIMEOUT)
+TIMED = frozenset({"heartbeat"})  # the duties whose pass is bounded by REDIS_BOUND
 
 
 def tick_of(config: Config) -> float:
@@ -35,9 +40,11 @@ def tick_of(config: Config) -> float:
 class Watchdog:
     def __init__(self, config: Config, report: LiveReport, duties: dict[str, Background],
                  loop: Callable[[], asyncio.AbstractEventLoop | None], ready: Callable[[], bool],
-                 clock: Callable[[], float] = time.monotonic, redis_bound: float = REDIS_BOUND) -> None:
+                 clock: Callable[[], float] = time.monotonic, redis_bound: float = REDIS_BOUND,
+                 timed: frozenset[str] = TIMED) -> None:
         self.limit = config.liveness_timeout
         self.redis_bound = redis_bound
+        self.timed = timed
         self.tick = tick_of(config)
         self.report = report
         self.duties = duties  # "heartbeat" -> its loop, ...
@@ -87,7 +94,12 @@ class Watchdog:
             if not duty.running:
                 return Health(False, f"{self.report.identity}: the {name} thread has stopped")
             began = duty.pass_began
-            late = now - began - self.redis_bound if began is not None else now - duty.wakes_by
+            if began is None:
+                late = now - duty.wakes_by
+            elif name in self.timed:
+                late = now - began - self.redis_bound
+            else:  # its pass may wait on a Redis that hangs, call after call: not judged
+                continue
             if late > self.limit:
                 return Health(False, f"{self.report.identity}: the {name} thread is stuck "
                                      f"({late:.1f} s late; liveness_timeout {self.limit:g} s)")
