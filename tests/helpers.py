@@ -39,14 +39,14 @@ class WorkerProcess:
     and a full pipe would block every thread that logs.
     """
 
-    def __init__(self, redis_url: str, *args: str, cwd: str | None = None) -> None:
+    def __init__(self, redis_url: str, *args: str, cwd: str | None = None, env: dict[str, str] | None = None) -> None:
         self.args = [PYTHON, "-m", "sidequest.cli", "worker", "-r", "jobs_for_tests",
                      "--heartbeat-interval", "0.5", "--heartbeat-ttl", "3", "--poll-interval", "0.2",
                      "--recovery-interval", "1", *args]
         self.log = tempfile.NamedTemporaryFile(  # noqa: SIM115 (open while the worker runs)
             prefix="sq-worker-", suffix=".log", delete=False)
-        self.proc = subprocess.Popen(self.args, env=python_env(REDIS_URL=redis_url, SQ_TEST_REDIS_URL=redis_url),
-                                     stdout=self.log, stderr=subprocess.STDOUT, cwd=cwd)
+        self.proc = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT, cwd=cwd,
+                                     env=python_env(REDIS_URL=redis_url, SQ_TEST_REDIS_URL=redis_url, **(env or {})))
 
     @property
     def output(self) -> str:

@@ -186,6 +186,10 @@ class Config:
     log_format: str = "text"  # text | json (one JSON object per line)
     logfile: str | None = None
     pidfile: str | None = None
+    health_port: int | None = None  # GET /live and /ready on it (None: off); under `processes`, the supervisor's
+    health_host: str = "0.0.0.0"
+    liveness_timeout: float = 60.0  # seconds the event loop or a background thread may be stuck, still live
+    health_dir: str | None = None  # for `sidequest health --live`'s files; None: $TMPDIR/sidequest-<uid>
     # periodic jobs from the config file (`:periodic:`), shape-checked here, parsed by `periodic`
     periodic: tuple[dict[str, Any], ...] = field(default=(), hash=False)
     # more groups of threads beside the default one (`queues`, `concurrency`): see `Capsule`;
@@ -220,7 +224,7 @@ class Config:
                               allow_zero=name in ("max_recoveries", "max_retries", "processes", "wait_replicas"))
         for name in ("timeout", "fetch_timeout", "poll_interval", "heartbeat_interval",
                      "heartbeat_ttl", "recovery_interval", "dead_timeout", "task_retention",
-                     "task_ttl", "periodic_ttl", "wait_timeout"):
+                     "task_ttl", "periodic_ttl", "wait_timeout", "liveness_timeout"):
             _positive_number(name, getattr(self, name))
         for name in ("job_timeout", "max_memory", "result_ttl"):
             if getattr(self, name) is not None:
@@ -229,6 +233,8 @@ class Config:
             _positive_int("max_jobs", self.max_jobs)
         if self.prefetch is not None:
             _positive_int("prefetch", self.prefetch, allow_zero=True)
+        if self.health_port is not None and (type(self.health_port) is not int or not 0 < self.health_port < 65536):
+            raise ConfigError(f"health_port must be a TCP port, 1 to 65535; got {self.health_port!r}")
         if self.hostname is not None and (not self.hostname or any(c in self.hostname for c in ": \t\n")):
             raise ConfigError(f"hostname must be a name without ':' or spaces; got {self.hostname!r}")
         if isinstance(self.log_level, str):  # WARNING and warning alike, as Python's logging

@@ -1,5 +1,6 @@
 """Health checks for containers: `sidequest health` (readiness: Redis answers and takes writes;
-liveness: this host's worker processes beat) and the dashboard's `GET /health`."""
+the heartbeat check: this host's worker processes beat in Redis) and the dashboard's `GET /health`.
+Local liveness (`--live`), through real workers and a supervisor: tests/scenarios/test_probes.py."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def replica(redis_server) -> object:
 # -- readiness ----------------------------------------------------------------------------------
 def test_readiness_is_redis_answering_and_taking_writes(redis_url, r, replica):
     code, line = health("--readiness", "--redis-url", redis_url)
-    assert code == 0 and line.startswith("ok: ") and "accepts writes" in line
+    assert code == 0 and line.startswith("healthy: ") and "accepts writes" in line
     assert health("--redis-url", redis_url)[0] == 0  # readiness is the default check
     code, line = health("--readiness", "--redis-url", DOWN)
     assert code == 1 and line.startswith("unhealthy: ") and "127.0.0.1:1" in line
@@ -60,26 +61,28 @@ def test_readiness_gives_up_on_a_redis_that_hangs(replica):
 
 
 def test_usage_mistakes_are_one_line(redis_url, tmp_path):
-    code, line = health("--pidfile", str(tmp_path / "w.pid"), "--redis-url", redis_url)
-    assert code == 2 and "--liveness" in line
-    code, line = health("--liveness", "--max-age", "-1", "--redis-url", redis_url)
+    code, line = health("--identity", "x:1:y", "--redis-url", redis_url)
+    assert code == 2 and "--heartbeat" in line
+    code, line = health("--live", "--max-age", "5", "--redis-url", redis_url)
+    assert code == 2 and "--heartbeat" in line  # the local check reads no heartbeat
+    code, line = health("--heartbeat", "--max-age", "-1", "--redis-url", redis_url)
     assert code == 2
 
 
-# -- liveness -----------------------------------------------------------------------------------
-def test_liveness_follows_this_hosts_worker_heartbeat(redis_url, r, tmp_path):
+# -- the heartbeat check -----------------------------------------------------------------------------------
+def test_heartbeat_check_follows_this_hosts_worker_heartbeat(redis_url, r, tmp_path):
     pidfile = tmp_path / "worker.pid"
-    code, line = health("--liveness", "--redis-url", redis_url)
+    code, line = health("--heartbeat", "--redis-url", redis_url)
     assert code == 1 and "no worker process" in line and socket.gethostname() in line
-    code, line = health("--liveness", "--pidfile", str(pidfile), "--redis-url", redis_url)
+    code, line = health("--heartbeat", "--pidfile", str(pidfile), "--redis-url", redis_url)
     assert code == 1 and str(pidfile) in line  # not started yet: no pidfile
     worker = WorkerProcess(redis_url, "-P", str(pidfile), "--heartbeat-ttl", "30")  # stale long before it expires
     try:
         identity = worker.wait_registered(r)
         wait_until(pidfile.exists, message="the pidfile")
         for args in ([], ["--pidfile", str(pidfile)], ["--identity", identity]):
-            code, line = health("--liveness", *args, "--redis-url", redis_url)
-            assert code == 0 and line.startswith("ok: ") and identity in line, (args, line)
+            code, line = health("--heartbeat", *args, "--redis-url", redis_url)
+            assert code == 0 and line.startswith("healthy: ") and identity in line, (args, line)
         # an earlier run with the same host and pid (a restarted container's pid 1), registered
         # until its TTL, stale: the fresh one of that pid decides
         twin = f"{socket.gethostname()}:{worker.proc.pid}:0ld0ld0ld0ld"
@@ -87,19 +90,19 @@ def test_liveness_follows_this_hosts_worker_heartbeat(redis_url, r, tmp_path):
         r.hset(twin, mapping={"beat": time.time() - 500, "info": json.dumps(
             {"hostname": socket.gethostname(), "pid": worker.proc.pid, "identity": twin})})
         for args in ([], ["--pidfile", str(pidfile)]):
-            code, line = health("--liveness", *args, "--redis-url", redis_url)
+            code, line = health("--heartbeat", *args, "--redis-url", redis_url)
             assert code == 0 and identity in line and twin not in line, (args, line)
-        code, line = health("--liveness", "--identity", twin, "--redis-url", redis_url)
+        code, line = health("--heartbeat", "--identity", twin, "--redis-url", redis_url)
         assert code == 1 and "last beat 500" in line
-        code, line = health("--liveness", "--hostname", "elsewhere", "--redis-url", redis_url)
+        code, line = health("--heartbeat", "--hostname", "elsewhere", "--redis-url", redis_url)
         assert code == 1 and "elsewhere" in line
-        assert health("--liveness", "--readiness", "--pidfile", str(pidfile), "--redis-url", redis_url)[0] == 0
-        code, line = health("--liveness", "--pidfile", str(pidfile), "--redis-url", DOWN)
+        assert health("--heartbeat", "--readiness", "--pidfile", str(pidfile), "--redis-url", redis_url)[0] == 0
+        code, line = health("--heartbeat", "--pidfile", str(pidfile), "--redis-url", DOWN)
         assert code == 1 and "heartbeat" in line  # cannot tell: Redis holds the heartbeats
 
         worker.signal(signal.SIGSTOP)  # hung: its heartbeat thread stops too
         try:
-            stuck = ["--liveness", "--pidfile", str(pidfile), "--max-age", "1", "--redis-url", redis_url]
+            stuck = ["--heartbeat", "--pidfile", str(pidfile), "--max-age", "1", "--redis-url", redis_url]
             line = wait_until(lambda: (lambda c, t: t if c == 1 else None)(*health(*stuck)), 10,
                               message="the heartbeat to go stale")
             assert "s ago" in line and identity in line
@@ -108,17 +111,17 @@ def test_liveness_follows_this_hosts_worker_heartbeat(redis_url, r, tmp_path):
         wait_until(lambda: health(*stuck)[0] == 0, 10, message="the heartbeat to be fresh again")
     finally:
         worker.stop()
-    code, line = health("--liveness", "--pidfile", str(pidfile), "--redis-url", redis_url)
+    code, line = health("--heartbeat", "--pidfile", str(pidfile), "--redis-url", redis_url)
     assert code == 1 and str(pidfile) in line  # a clean stop removes its pidfile
 
 
-def test_liveness_of_a_supervisor_is_its_children_heartbeats(redis_url, r, tmp_path):
+def test_heartbeat_check_of_a_supervisor_is_its_children_heartbeats(redis_url, r, tmp_path):
     pidfile = tmp_path / "swarm.pid"
     supervisor = WorkerProcess(redis_url, "--processes", "2", "-P", str(pidfile))
     try:
         wait_until(lambda: r.scard("processes") == 2, 30, message="both children to register")
         wait_until(pidfile.exists, message="the pidfile")
-        code, line = health("--liveness", "--pidfile", str(pidfile), "--redis-url", redis_url)
+        code, line = health("--heartbeat", "--pidfile", str(pidfile), "--redis-url", redis_url)
         assert code == 0 and "2 worker processes" in line, line
     finally:
         supervisor.stop()
@@ -129,10 +132,10 @@ def test_a_pidfile_naming_a_dead_process_is_unhealthy(redis_url, tmp_path):
     gone = subprocess.Popen([sys.executable, "-c", "pass"])  # any process that has ended
     gone.wait()
     pidfile.write_text(f"{gone.pid}\n")
-    code, line = health("--liveness", "--pidfile", str(pidfile), "--redis-url", redis_url)
+    code, line = health("--heartbeat", "--pidfile", str(pidfile), "--redis-url", redis_url)
     assert code == 1 and f"process {gone.pid}" in line and "not running" in line
     pidfile.write_text("not a pid\n")
-    code, line = health("--liveness", "--pidfile", str(pidfile), "--redis-url", redis_url)
+    code, line = health("--heartbeat", "--pidfile", str(pidfile), "--redis-url", redis_url)
     assert code == 1 and "no process id" in line
 
 
@@ -184,5 +187,6 @@ def test_the_deployment_docs_probes_are_real_commands(redis_url, monkeypatch):
     assert [p["httpGet"]["path"] for p in probes if "httpGet" in p] == ["/health"]
     monkeypatch.setenv("REDIS_URL", redis_url)
     results = {" ".join(c[2:]): health(*c[2:]) for c in commands}
-    assert results["--readiness"][0] == 0
-    assert results["--liveness --pidfile /tmp/sidequest.pid"][0] == 1
+    assert results["--ready"][0] == 0
+    code, line = results["--live --pidfile /tmp/sidequest.pid"]
+    assert code == 1 and "/tmp/sidequest.pid" in line

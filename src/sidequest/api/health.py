@@ -1,8 +1,11 @@
 """Health checks for containers, shared by `sidequest health` (exec probes) and the dashboard's
-`GET /health` (HTTP probes).
+`GET /health` (HTTP probes); a worker's own `GET /live` and `GET /ready` make the same checks
+(`worker.probes`).
 
+    liveness    local, no Redis: each worker process of this machine (or the one of a
+                pidfile) wrote its liveness file lately and says it is live: `check_live`
     readiness   Redis answers, and (for a worker) takes writes: `check_redis`
-    liveness    this host's worker processes beat: the one of an identity, each pid of a
+    heartbeat   this host's worker processes beat in Redis: the one of an identity, each pid of a
                 pidfile and its children, or any one of this hostname has a heartbeat at most
                 `max_age` seconds old: `check_workers`
 
@@ -12,17 +15,15 @@ Each check returns a `Health`: whether it passed, and one line saying why.
     verdict = check_redis(client, write=True)
     print(verdict.reason); sys.exit(0 if verdict.ok else 1)
 
-Liveness reads the heartbeats from Redis, so while Redis is down it fails too (nothing can
-tell a live worker from a hung one then); probes give it room with their failure threshold.
+The heartbeat check reads Redis, so while Redis is down it fails too: it is no liveness probe
+(a Redis outage must not restart every worker); liveness is `check_live`.
 """
 
 from __future__ import annotations
 
 import os
-import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import redis
@@ -31,57 +32,26 @@ from sidequest.api import Process, ProcessSet
 from sidequest.client.sync_client import Client
 from sidequest.config import Config
 from sidequest.errors import RedisUnavailableError
-from sidequest.store import keys
-from sidequest.store.connection import connect, mask_url
+from sidequest.worker.probes.readiness import (  # the worker's `/ready` makes the same check
+    DEFAULT_TIMEOUT,
+    MARK_TTL_MS,
+    Health,
+    check_redis,
+    probe_client,
+    this_host,
+)
+from sidequest.worker.probes.state import judge as check_live
 
-DEFAULT_TIMEOUT = 2.0  # seconds a probe waits for Redis: below a probe's own timeout
+__all__ = ["DEFAULT_TIMEOUT", "MARK_TTL_MS", "Health", "check_live", "check_redis", "check_workers",
+           "default_max_age", "pidfile_pid", "pidfile_pids", "probe_client", "this_host"]
+
 MISSED_BEATS = 6  # a heartbeat older than this many intervals is stale by default
-MARK_TTL_MS = 60_000  # the readiness check's written key expires after a minute
-
-
-@dataclass(frozen=True)
-class Health:
-    ok: bool
-    reason: str  # one line: what was found, or what is wrong
 
 
 def default_max_age(config: Config) -> float:
     """How old a heartbeat may be and still count as fresh: `MISSED_BEATS` intervals, and never
     more than the TTL past which other processes count the process as dead."""
     return min(config.heartbeat_ttl, MISSED_BEATS * config.heartbeat_interval)
-
-
-def this_host(config: Config) -> str:
-    """The hostname this host's workers put in their identity (see `heartbeat.make_identity`)."""
-    return config.hostname or socket.gethostname()
-
-
-def probe_client(config: Config, timeout: float = DEFAULT_TIMEOUT) -> Client:
-    """A client on the configured Redis whose every call gives up after `timeout` seconds, once:
-    a probe must answer before its own deadline, not wait out a worker's long socket timeout."""
-    return Client(config, redis_client=connect(config.url, check=False, socket_timeout=timeout))
-
-
-def check_redis(client: Client, *, write: bool) -> Health:
-    """Redis answers PING and, with `write`, takes a write (a replica, a full server with
-    `noeviction` or a read-only ACL user refuse it): a short-lived key, `keys.HEALTH`."""
-    where = f"Redis at {mask_url(client.config.url)}"
-    began = time.perf_counter()
-    try:
-        connection = client.redis
-        connection.ping()
-        if write:
-            connection.set(keys.HEALTH, this_host(client.config), px=MARK_TTL_MS)
-    except RedisUnavailableError as exc:  # the client's first connection: its message names the URL
-        return Health(False, str(exc))
-    except redis.TimeoutError:
-        return Health(False, f"{where} did not answer in time")
-    except (redis.ConnectionError, OSError) as exc:
-        return Health(False, f"cannot reach {where}: {exc}")
-    except redis.RedisError as exc:
-        return Health(False, f"{where} refused {'a write' if write else 'PING'}: {exc}")
-    took = (time.perf_counter() - began) * 1000
-    return Health(True, f"{where} answers{' and accepts writes' if write else ''} ({took:.1f} ms)")
 
 
 def check_workers(client: Client, *, hostname: str, max_age: float, pids: set[int] | None = None,
@@ -125,6 +95,12 @@ def check_workers(client: Client, *, hostname: str, max_age: float, pids: set[in
 def pidfile_pids(path: str) -> set[int]:
     """The pid in a worker's pidfile (`sidequest worker -P`) and its children's (the worker
     processes of a `--processes` supervisor); a LookupError saying why there is none running."""
+    pid = pidfile_pid(path)
+    return {pid, *_children(pid)}
+
+
+def pidfile_pid(path: str) -> int:
+    """The pid in a worker's pidfile, running; a LookupError saying why there is none."""
     try:
         text = Path(path).read_text(encoding="ascii", errors="replace").strip()
     except FileNotFoundError:
@@ -140,7 +116,7 @@ def pidfile_pids(path: str) -> set[int]:
         raise LookupError(f"process {pid} (from the pidfile {path}) is not running") from None
     except PermissionError:  # it runs, as another user
         pass
-    return {pid, *_children(pid)}
+    return pid
 
 
 def _children(parent: int) -> set[int]:

@@ -17,7 +17,7 @@ only place that maps OS signals to a launcher's methods.
         sets        `retries`, `scheduled`, `dead`
         processes   `processes`
         top         `top`, the live view
-        health      `health`: readiness and liveness for container probes
+        health      `health`: liveness (local) and readiness (Redis) for container probes
         workflows   `workflows show`: a workflow's state and steps
         periodic    `periodic`: the periodic entries
 """

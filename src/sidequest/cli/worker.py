@@ -185,6 +185,10 @@ class ProcessCount(click.ParamType):  # type: ignore[type-arg]  # generic in cli
 @click.option("-L", "--logfile", type=click.Path(dir_okay=False), help="Log to this file instead of stdout.")
 @click.option("-P", "--pidfile", type=click.Path(dir_okay=False),
               help="Write the process id here; refused while the process it names runs.")
+@click.option("--health-port", type=click.IntRange(1, 65535), metavar="PORT",
+              help="Serve GET /live and GET /ready on this port for probes (default: off; under --processes "
+                   "the supervisor answers for every worker process).")
+@click.option("--health-host", metavar="ADDRESS", help="Address of --health-port (default 0.0.0.0).")
 def worker(requires: tuple[str, ...], queues: tuple[str, ...], concurrency: int | None,
            timeout: float | None, config_file: str | None, redis_url: str | None, tag: str | None,
            fetch: str | None, runner: str | None, async_jobs: int | None, prefetch: int | None,
@@ -193,7 +197,8 @@ def worker(requires: tuple[str, ...], queues: tuple[str, ...], concurrency: int 
            processes: int | str | None, max_jobs: int | None, max_memory: float | None, swarm_child: bool,
            swarm_error_file: str | None, swarm_slot: int | None, swarm_lifeline: int | None,
            swarm_size: int | None, swarm_nonce: str | None, pin_cpu: bool | None, verbose: bool | None,
-           log_level: str | None, log_format: str | None, logfile: str | None, pidfile: str | None) -> None:
+           log_level: str | None, log_format: str | None, logfile: str | None, pidfile: str | None,
+           health_port: int | None, health_host: str | None) -> None:
     """Run jobs from Redis until INT or TERM.
 
     \b
@@ -216,10 +221,12 @@ def worker(requires: tuple[str, ...], queues: tuple[str, ...], concurrency: int 
                               poll_interval=poll_interval, processes=processes, max_jobs=max_jobs,
                               max_memory=max_memory, pin_cpu=pin_cpu, verbose=verbose, log_level=log_level,
                               log_format=log_format,
-                              logfile=logfile, pidfile=pidfile)
+                              logfile=logfile, pidfile=pidfile, health_port=health_port,
+                              health_host=health_host)
         if swarm_child:
-            # the supervisor owns the pidfile; replace() ignores None, hence dataclasses.replace
-            config = dataclasses.replace(config, processes=0, pidfile=None)
+            # the supervisor owns the pidfile and the health port; replace() ignores None, hence
+            # dataclasses.replace
+            config = dataclasses.replace(config, processes=0, pidfile=None, health_port=None)
             if swarm_slot is not None and swarm_size:  # a capsule's concurrency is the fleet's
                 config = shared_capsules(config, swarm_slot, swarm_size)
     except ConfigError as exc:

@@ -45,7 +45,7 @@ sidequest's own keys live under the `sidequest:` prefix so Ruby Sidekiq never tr
     sidequest:status:<jid>:notify   list holding one token once that job has ended (waiters block on it)
     sidequest:django-task:<jid>     hash: a Django task's result record (`contrib.django`: its task,
                                     arguments, times, errors), beside the job's status record
-    sidequest:health                string written by `sidequest health --readiness` (expires in a minute)
+    sidequest:health                string written by `sidequest health --ready` (expires in a minute)
     sidequest:workflow:<id>[:...]   a workflow (steps with dependencies): its hash (name, state,
                                     counts), `:graph` (step -> its fixed description), `:state`
                                     (step -> status), `:pending` (step -> dependencies not yet resolved)

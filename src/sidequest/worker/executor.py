@@ -47,6 +47,10 @@ class ThreadExecutor:
         asyncio runner (`asyncio_runner`) fetches and acknowledges on it."""
         return self._event_loop()
 
+    def started_loop(self) -> asyncio.AbstractEventLoop | None:
+        """The process's event loop if it has started (the liveness watchdog asks it), else None."""
+        return self._loop
+
     def _event_loop(self) -> asyncio.AbstractEventLoop:
         with self._lock:
             if self._loop is None:

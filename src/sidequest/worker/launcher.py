@@ -27,6 +27,7 @@ import redis
 
 from sidequest import __version__
 from sidequest.client import async_client as aio
+from sidequest.client.sync_client import Client
 from sidequest.config import Config
 from sidequest.errors import ConfigError
 from sidequest.jobs.registry import Registry, default_registry
@@ -36,6 +37,7 @@ from sidequest.store.direct import direct_path_for
 from sidequest.store.scripts import Scripts
 from sidequest.worker.asyncio_runner import AsyncioRunner, runs_on_the_loop
 from sidequest.worker.background.heartbeat import Heartbeat, make_identity, rss_kb
+from sidequest.worker.background.loop import Background
 from sidequest.worker.background.poller import Poller
 from sidequest.worker.background.recovery import Recovery
 from sidequest.worker.counters import ProcessCounters
@@ -44,6 +46,10 @@ from sidequest.worker.fetch.batch import BatchList
 from sidequest.worker.fetch.fetchers import build_fetch
 from sidequest.worker.fetch.queue_order import PausedQueues
 from sidequest.worker.lifecycle import Setting, compose
+from sidequest.worker.probes.readiness import Health, check_redis, probe_client
+from sidequest.worker.probes.server import ProbeServer
+from sidequest.worker.probes.state import LiveReport
+from sidequest.worker.probes.watchdog import Watchdog, tick_of
 from sidequest.worker.processor import Runtime
 from sidequest.worker.retry import DeathHandler, ErrorHandler, Retrier
 from sidequest.worker.runner import Runner
@@ -155,6 +161,34 @@ class Launcher:
         self.stopped = threading.Event()  # set once stop() has finished
         self._stopping = threading.Lock()
         self._stop_requested = False
+        # liveness, judged here without Redis (`probes`): for `sidequest health --live` and `GET /live`
+        self.report = LiveReport(config, self.identity, stale_after=config.liveness_timeout + tick_of(config))
+        self.watchdog = Watchdog(config, self.report, self._duties(), self.executor.started_loop,
+                                 ready=self._working)
+        self.probes = (ProbeServer(config, live=self.report.live, ready=self._ready)
+                       if config.health_port is not None else None)
+        self._probe_client: Client | None = None
+
+    def _duties(self) -> dict[str, Background]:
+        """The background threads the watchdog watches, by what they do: the core's and the features'."""
+        loops = [self.heartbeat.background, self.poller.background,
+                 self.recovery.background if self.config.fetch == "reliable" else None,
+                 *(getattr(service, "background", None) for service in self.services.values())]
+        return {loop.what: loop for loop in loops if isinstance(loop, Background)}
+
+    def _working(self) -> bool:
+        """Registered in Redis (so fetching) and not stopping: what readiness adds to Redis answering."""
+        return self.heartbeat.registered.is_set() and not self._stop_requested
+
+    def _ready(self) -> Health:
+        """`GET /ready`: Redis answers and takes writes (`sidequest health --ready`'s check), and this
+        process is registered and not stopping."""
+        if self._probe_client is None:  # its own short timeouts: a probe answers before its deadline
+            self._probe_client = probe_client(self.config)
+        verdict = check_redis(self._probe_client, write=True)
+        if verdict.ok and not self._working():
+            return Health(False, f"{self.identity} is {'stopping' if self._stop_requested else 'not registered yet'}")
+        return verdict
 
     def _runner(self, cluster: bool) -> str:
         """"threads" or "asyncio" for the process's own queues (`Config.runner`)."""
@@ -194,12 +228,23 @@ class Launcher:
                 problem = keys.cluster_queue_problem(name)
                 if problem is not None:
                     raise ConfigError(f"{problem}; rename the queue")
+        if self.probes is not None:  # first: a port in use is the user's to fix, before anything runs
+            self.probes.start()
+        try:
+            self._start_duties()
+        except BaseException:
+            if self.probes is not None:
+                self.probes.stop()
+            raise
+
+    def _start_duties(self) -> None:
         self.heartbeat.start()
         if self.config.fetch == "reliable":
             self.recovery.start()
         self.poller.start()
         for service in self.services.values():
             service.start()
+        self.watchdog.start()
         if self.heartbeat.registered.is_set():
             self._start_runners()
         else:  # nothing is fetched before this process is registered (see heartbeat)
@@ -317,5 +362,10 @@ class Launcher:
             if not self._given_redis:
                 self.redis.close()
             self.runtime.outage.settle(answered=cleared)  # an outage ends here in the log, as it stands
+            self.watchdog.stop()
+            if self.probes is not None:
+                self.probes.stop()
+            if self._probe_client is not None:
+                self._probe_client.redis.close()
             log.info("stopped")
             self.stopped.set()

@@ -59,7 +59,10 @@ from pathlib import Path
 import redis
 
 from sidequest.config import Config
+from sidequest.errors import ConfigError
 from sidequest.worker.background.heartbeat import make_identity
+from sidequest.worker.probes.fleet import FleetWatch
+from sidequest.worker.probes.server import ProbeServer
 from sidequest.worker.signals import SignalPipe
 
 log = logging.getLogger(__name__)
@@ -247,6 +250,11 @@ class Supervisor:
     def pids(self) -> list[int]:
         return [s.proc.pid for s in self.slots if s.proc is not None and s.proc.poll() is None]
 
+    def ages(self) -> list[tuple[int, float]]:
+        """(pid, seconds it has run) of each running child, for the fleet's probes."""
+        now = self.clock()
+        return [(s.proc.pid, now - s.started) for s in self.slots if s.proc is not None and s.proc.poll() is None]
+
 
 class Lifeline:
     """A child's side of the lifeline: tells whether the supervisor is gone."""
@@ -307,6 +315,16 @@ def run_swarm(count: int, argv: list[str], config: Config, client: redis.Redis) 
     assert config.redis_url is not None
     swarm = Supervisor(count, child_arguments(argv), config.timeout, env={**os.environ, "REDIS_URL": config.redis_url},
                   hostname=config.hostname, on_death=recoverer(config, client))
+    # probes: the supervisor answers for the fleet (`probes.fleet`); its children serve no port
+    fleet = FleetWatch(config, swarm.ages)
+    probes = ProbeServer(config, live=fleet.report.live, ready=fleet.ready) if config.health_port else None
+    try:
+        if probes is not None:
+            probes.start()
+    except ConfigError as exc:
+        log.error("%s", exc)
+        client.close()
+        return 2
     pipe = SignalPipe()
     log.info("supervisor %d starting %d worker process(es)", os.getpid(), count)
     log_capsule_shares(config, count)
@@ -324,6 +342,7 @@ def run_swarm(count: int, argv: list[str], config: Config, client: redis.Redis) 
             elif action == "dump":
                 swarm.forward(signal.SIGTTIN)
         swarm.tend()
+        fleet.judge()
         if deadline is None and (swarm.failing or swarm.config_error):
             if swarm.config_error:
                 log.error("%s", swarm.config_error)
@@ -332,5 +351,8 @@ def run_swarm(count: int, argv: list[str], config: Config, client: redis.Redis) 
                           swarm.start_failures, swarm.last_error)
             swarm.begin_stop()
             deadline, code = swarm.clock() + config.timeout + 10.0, 2 if swarm.config_error else 1
+    fleet.stop()
+    if probes is not None:
+        probes.stop()
     client.close()
     return code

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from sidequest.store.connection import OUTAGE_ERRORS
@@ -33,6 +34,10 @@ class Background:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._failing = False
+        # for the liveness watchdog (`probes.watchdog`): when the running pass began (None while
+        # waiting) and when the wait ends, monotonic; two float writes a pass, read without a lock
+        self.pass_began: float | None = None
+        self.wakes_by = float("inf")
 
     def start(self, delay: float = 0.0) -> None:
         """Run the step on a new thread (again after a fork: the child has no thread), first after `delay`."""
@@ -56,10 +61,15 @@ class Background:
 
     def _loop(self, delay: float) -> None:
         if delay:
+            self.wakes_by = time.monotonic() + delay
             self._wake.wait(delay)
         while not self.stopping.is_set():
             self._wake.clear()
-            self._wake.wait(self._pass())
+            self.pass_began = time.monotonic()
+            wait = self._pass()
+            self.wakes_by = time.monotonic() + wait  # before the pass is over: a reader never sees a stale wake
+            self.pass_began = None
+            self._wake.wait(wait)
 
     def _pass(self) -> float:
         try:

@@ -1,0 +1,63 @@
+"""Readiness: Redis answers and (for a worker) takes writes. One check, used by the worker's
+`GET /ready`, `sidequest health --ready` (through `api.health`) and the dashboard's `/health`.
+
+Each check returns a `Health`: whether it passed, and one line saying why.
+
+    verdict = check_redis(probe_client(config), write=True)
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from dataclasses import dataclass
+
+import redis
+
+from sidequest.client.sync_client import Client
+from sidequest.config import Config
+from sidequest.errors import RedisUnavailableError
+from sidequest.store import keys
+from sidequest.store.connection import connect, mask_url
+
+DEFAULT_TIMEOUT = 2.0  # seconds a probe waits for Redis: below a probe's own timeout
+MARK_TTL_MS = 60_000  # the readiness check's written key expires after a minute
+
+
+@dataclass(frozen=True)
+class Health:
+    ok: bool
+    reason: str  # one line: what was found, or what is wrong
+
+
+def this_host(config: Config) -> str:
+    """The hostname this host's workers put in their identity (see `heartbeat.make_identity`)."""
+    return config.hostname or socket.gethostname()
+
+
+def probe_client(config: Config, timeout: float = DEFAULT_TIMEOUT) -> Client:
+    """A client on the configured Redis whose every call gives up after `timeout` seconds, once:
+    a probe must answer before its own deadline, not wait out a worker's long socket timeout."""
+    return Client(config, redis_client=connect(config.url, check=False, socket_timeout=timeout))
+
+
+def check_redis(client: Client, *, write: bool) -> Health:
+    """Redis answers PING and, with `write`, takes a write (a replica, a full server with
+    `noeviction` or a read-only ACL user refuse it): a short-lived key, `keys.HEALTH`."""
+    where = f"Redis at {mask_url(client.config.url)}"
+    began = time.perf_counter()
+    try:
+        connection = client.redis
+        connection.ping()
+        if write:
+            connection.set(keys.HEALTH, this_host(client.config), px=MARK_TTL_MS)
+    except RedisUnavailableError as exc:  # the client's first connection: its message names the URL
+        return Health(False, str(exc))
+    except redis.TimeoutError:
+        return Health(False, f"{where} did not answer in time")
+    except (redis.ConnectionError, OSError) as exc:
+        return Health(False, f"cannot reach {where}: {exc}")
+    except redis.RedisError as exc:
+        return Health(False, f"{where} refused {'a write' if write else 'PING'}: {exc}")
+    took = (time.perf_counter() - began) * 1000
+    return Health(True, f"{where} answers{' and accepts writes' if write else ''} ({took:.1f} ms)")
