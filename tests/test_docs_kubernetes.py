@@ -21,11 +21,6 @@ from starlette.testclient import TestClient
 from sidequest.cli import main
 from sidequest.web import create_app
 
-# Flags of CONTRACT32.md that the probes branch (issue 32 item 1) adds: until it is merged this
-# CLI lacks them, and they are taken out of a command before it is parsed (with their value:
-# how many each takes). Once merged, test_flags_pending_the_probes_merge fails: delete this
-# list (and that test) then, so every flag is checked.
-PENDING_PROBES_MERGE = {("health", "--live"): 0, ("health", "--ready"): 0, ("worker", "--health-port"): 1}
 GRACE_MARGIN = 10  # the rule the section states: terminationGracePeriodSeconds >= -t + 10
 
 
@@ -67,26 +62,6 @@ def subcommand(name: str) -> click.Command:
     return command
 
 
-def flags_of(command: click.Command) -> set[str]:
-    return {opt for param in command.params for opt in (*param.opts, *param.secondary_opts)}
-
-
-def without_pending(name: str, args: list[str]) -> list[str]:
-    known = flags_of(subcommand(name))
-    kept: list[str] = []
-    skip = 0
-    for arg in args:
-        if skip:
-            skip -= 1
-            continue
-        values = PENDING_PROBES_MERGE.get((name, arg))
-        if values is not None and arg not in known:
-            skip = values
-            continue
-        kept.append(arg)
-    return kept
-
-
 def deployment() -> dict[str, Any]:
     [found] = [d for d in documents() if d["kind"] == "Deployment"]
     return found
@@ -114,17 +89,9 @@ def test_every_command_exists_with_the_flags_it_uses():
         assert command[0] == "sidequest"
         name, args = command[1], command[2:]
         try:
-            subcommand(name).make_context(name, without_pending(name, args), parent=click.Context(main))
+            subcommand(name).make_context(name, list(args), parent=click.Context(main))
         except click.ClickException as exc:
             pytest.fail(f"{shlex.join(command)}: {exc.format_message()}")
-
-
-def test_flags_pending_the_probes_merge():
-    """A reminder, not a check of the docs: fails once every pending flag exists (the probes
-    branch is merged), so PENDING_PROBES_MERGE and this test get deleted."""
-    missing = [f"sidequest {name} {flag}" for (name, flag) in PENDING_PROBES_MERGE
-               if flag not in flags_of(subcommand(name))]
-    assert missing, "every flag of PENDING_PROBES_MERGE exists now: delete that list and this test"
 
 
 def test_the_worker_runs_in_exec_form_within_the_grace_period():

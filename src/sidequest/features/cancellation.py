@@ -50,7 +50,8 @@ from sidequest.client.sync_client import Client, default_client
 from sidequest.errors import PayloadError
 from sidequest.jobs.payload import decode
 from sidequest.store import faults, keys, lanes
-from sidequest.store.scripts import ADMIN_DELETE, ADMIN_DELETE_LANED, core_lib
+from sidequest.store.lanes import ADMIN_DELETE_LANED
+from sidequest.store.scripts import ADMIN_DELETE, core_lib
 from sidequest.worker.lifecycle import operator_lifecycle
 from sidequest.worker.outcome import Outcome
 from sidequest.worker.processor import job_context

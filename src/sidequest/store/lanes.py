@@ -266,3 +266,16 @@ STAGE = LANES_LUA + """
 if redis.call('exists', KEYS[1]) == 0 then return 0 end
 return stage(KEYS[1], KEYS[2])
 """
+
+# KEYS: a lane's list (`lanes`)   ARGV: entry, the queue's lanes base, level, group, now, point, ops...
+# Registered after `scripts.core_lib` (it runs the lifecycle's operations). Delete (cancel) a laned
+# job still waiting in its lane: remove one copy, and keep the lanes' counts and turns true
+# (`lane_removed`).
+ADMIN_DELETE_LANED = """
+if redis.call('lrem', KEYS[1], 1, ARGV[1]) == 0 then
+  return 0
+end
+lane_removed(ARGV[2], ARGV[3], ARGV[4])
+run_ops(ARGV, 7, ARGV[6], ARGV[5])
+return answer(1)
+"""

@@ -287,18 +287,6 @@ run_ops(ARGV, 5, ARGV[4], ARGV[3])
 return answer(1)
 """
 
-# KEYS: a lane's list (`lanes`)   ARGV: entry, the queue's lanes base, level, group, now, point, ops...
-# Delete (cancel) a laned job still waiting in its lane: remove one copy, and keep the lanes' counts
-# and turns true (`lane_removed`).
-ADMIN_DELETE_LANED = """
-if redis.call('lrem', KEYS[1], 1, ARGV[1]) == 0 then
-  return 0
-end
-lane_removed(ARGV[2], ARGV[3], ARGV[4])
-run_ops(ARGV, 7, ARGV[6], ARGV[5])
-return answer(1)
-"""
-
 # KEYS: queue:<q>, queues   ARGV: queue name. Drop an emptied queue's name from `queues` (as
 # Sidekiq's Queue#clear does); a queue that got a job meanwhile keeps it.
 ADMIN_FORGET_QUEUE = """
