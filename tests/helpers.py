@@ -4,12 +4,21 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
+from pathlib import Path
 
-from conftest import PYTHON, STARTUP, python_env, wait_until
+from conftest import PYTHON, ROOT, STARTUP, python_env, wait_until
+
+
+def cli_ok(result) -> str:
+    """A CliRunner result's output, once it exited 0 (else the output says why it did not)."""
+    assert result.exit_code == 0, result.output
+    return result.output
 
 
 def ran(r, kind: str | None = None) -> list[list]:
@@ -156,3 +165,23 @@ def cpu_cost(call, server, tries: int = 1) -> tuple[float, object]:
         result = call()
         best = min(best, time.process_time() + cpu_seconds(server.proc.pid) - began)
     return best, result
+
+
+def doc_examples(doc: str, names: set[str], into: Path, redis_url: str) -> Callable[[str], list[str]]:
+    """Write the ```python blocks of docs/`doc` whose first line names one of `names` (`# x.py --
+    ...`) into `into` (all must be there), and return `run(name)`: that file run with Python in
+    `into`, on the test's Redis, its output's lines once it exited 0."""
+    text = (ROOT / "docs" / doc).read_text(encoding="utf-8")
+    for block in re.findall(r"```python\n(.*?)```", text, re.S):
+        name = block.splitlines()[0].removeprefix("# ").split(" ")[0]
+        if name in names:
+            (into / name).write_text(block, encoding="utf-8")
+    assert {p.name for p in into.iterdir()} >= names
+    env = python_env(REDIS_URL=redis_url)
+
+    def run(name: str) -> list[str]:
+        done = subprocess.run([PYTHON, name], cwd=into, env=env, capture_output=True, text=True, timeout=2 * STARTUP)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.splitlines()
+
+    return run

@@ -7,6 +7,7 @@ import subprocess
 import pytest
 from click.testing import CliRunner
 from conftest import PYTHON, STARTUP, free_port, python_env, wait_until
+from helpers import cli_ok as ok
 from helpers import queue_items, ran
 from jobs_for_tests import FastBoom, boom, echo, sleepy
 
@@ -14,23 +15,6 @@ from sidequest import Task
 from sidequest.api import DeadSet, ProcessSet, Queue, RetrySet, ScheduledSet, Workers
 from sidequest.cli import main
 from sidequest.store.connection import answers
-
-
-@pytest.fixture
-def cli(redis_url, monkeypatch):
-    """`cli("stats", "--json")`: run the command in-process against the test's Redis."""
-    monkeypatch.setenv("REDIS_URL", redis_url)
-    runner = CliRunner()
-
-    def run(*args: str):
-        return runner.invoke(main, list(args))
-
-    return run
-
-
-def ok(result) -> str:
-    assert result.exit_code == 0, result.output
-    return result.output
 
 
 def as_json(result):

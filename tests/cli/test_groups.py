@@ -6,30 +6,14 @@ from __future__ import annotations
 import json
 
 import pytest
-from click.testing import CliRunner
+from helpers import cli_ok as ok
 from lane_state import laned, scene
 
 from sidequest.api import groups
-from sidequest.cli import main
 
 XSS = "<script>alert(1)</script>"
 
 
-@pytest.fixture
-def cli(redis_url, monkeypatch):
-    """`cli("groups", "mail")`: run the command in-process against the test's Redis."""
-    monkeypatch.setenv("REDIS_URL", redis_url)
-    runner = CliRunner()
-
-    def run(*args: str):
-        return runner.invoke(main, list(args))
-
-    return run
-
-
-def ok(result) -> str:
-    assert result.exit_code == 0, result.output
-    return result.output
 
 
 @pytest.fixture

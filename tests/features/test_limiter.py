@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import random
-import re
-import subprocess
 import time
 
 import pytest
-from conftest import PYTHON, ROOT, STARTUP, python_env, wait_until
-from helpers import WorkerProcess, ran
+from conftest import wait_until
+from helpers import WorkerProcess, doc_examples, ran
 from jobs_for_tests import Limited, hold_slot, windowed
 from scenarios.test_reliability import worker_factory
 
@@ -219,19 +217,7 @@ DOC_FILES = {"geo.py", "limits_demo.py", "kinds_demo.py", "geocode_demo.py", "ca
 
 
 def test_the_rate_limit_and_cancel_docs_examples_run(tmp_path, redis_url, r):
-    doc = (ROOT / "docs" / "flow-control.md").read_text(encoding="utf-8")
-    for block in re.findall(r"```python\n(.*?)```", doc, re.S):
-        name = block.splitlines()[0].removeprefix("# ").split(" ")[0]
-        if name in DOC_FILES:
-            (tmp_path / name).write_text(block, encoding="utf-8")
-    assert {p.name for p in tmp_path.iterdir()} >= DOC_FILES
-    env = python_env(REDIS_URL=redis_url)
-
-    def run(name: str) -> list[str]:
-        done = subprocess.run([PYTHON, name], cwd=tmp_path, env=env, capture_output=True, text=True,
-                              timeout=2 * STARTUP)
-        assert done.returncode == 0, done.stderr
-        return done.stdout.splitlines()
+    run = doc_examples("flow-control.md", DOC_FILES, tmp_path, redis_url)
 
     assert run("limits_demo.py") == ["rate limit 'exports' is full", "[]"]
     assert run("kinds_demo.py") == ["BucketLimiter True", "LeakyLimiter True", "waited", "fits", "unlimited"]

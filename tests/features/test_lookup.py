@@ -1,14 +1,13 @@
 """Status and result by jid: O(1) records for result_ttl jobs, a search for the others."""
 
 import re
-import subprocess
 import threading
 import time
 
 import pytest
 import redis
-from conftest import PYTHON, ROOT, STARTUP, python_env, wait_until
-from helpers import WorkerProcess, pttl_and_spent
+from conftest import STARTUP, wait_until
+from helpers import WorkerProcess, doc_examples, pttl_and_spent
 from jobs_for_tests import (
     ComputeRetry,
     CustomDelay,
@@ -236,21 +235,7 @@ DOC_FILES = {"pricing.py", "unique_demo.py", "quote_demo.py", "produce_async.py"
 
 
 def test_the_flow_control_docs_examples_run(tmp_path, redis_url, r):
-    doc = (ROOT / "docs" / "flow-control.md").read_text(encoding="utf-8")
-    named = {}
-    for block in re.findall(r"```python\n(.*?)```", doc, re.S):
-        name = block.splitlines()[0].removeprefix("# ").split(" ")[0]
-        if name in DOC_FILES:
-            named[name] = block
-            (tmp_path / name).write_text(block, encoding="utf-8")
-    assert set(named) == DOC_FILES
-    env = python_env(REDIS_URL=redis_url)
-
-    def run(name: str) -> list[str]:
-        done = subprocess.run([PYTHON, name], cwd=tmp_path, env=env, capture_output=True, text=True,
-                              timeout=2 * STARTUP)
-        assert done.returncode == 0, done.stderr
-        return done.stdout.splitlines()
+    run = doc_examples("flow-control.md", DOC_FILES, tmp_path, redis_url)
 
     assert run("unique_demo.py") == ["True None True"]
     worker = WorkerProcess(redis_url, "-r", "pricing", "-q", "pricing", cwd=str(tmp_path))

@@ -14,15 +14,13 @@ what the workers take is an ordinary job, so nothing here is a worker option.
 from __future__ import annotations
 
 import json
-import re
 import signal
-import subprocess
 import time
 from collections import defaultdict
 
 import pytest
-from conftest import PYTHON, ROOT, STARTUP, python_env, wait_until
-from helpers import WorkerProcess, beats, ran
+from conftest import STARTUP, wait_until
+from helpers import WorkerProcess, beats, doc_examples, ran
 from jobs_for_tests import echo, stamp, timed, work
 
 from scenarios.test_reliability import done_set, no_reserved_left, reserved_keys, runs, worker_factory
@@ -335,19 +333,7 @@ DOC_FILES = {"tenants.py", "fair_demo.py", "priorities_demo.py"}
 
 
 def test_the_groups_and_priorities_docs_examples_run(tmp_path, redis_url, r):
-    doc = (ROOT / "docs" / "flow-control.md").read_text(encoding="utf-8")
-    for block in re.findall(r"```python\n(.*?)```", doc, re.S):
-        name = block.splitlines()[0].removeprefix("# ").split(" ")[0]
-        if name in DOC_FILES:
-            (tmp_path / name).write_text(block, encoding="utf-8")
-    assert {p.name for p in tmp_path.iterdir()} >= DOC_FILES
-    env = python_env(REDIS_URL=redis_url)
-
-    def run(name: str) -> list[str]:
-        done = subprocess.run([PYTHON, name], cwd=tmp_path, env=env, capture_output=True, text=True,
-                              timeout=2 * STARTUP)
-        assert done.returncode == 0, done.stderr
-        return done.stdout.splitlines()
+    run = doc_examples("flow-control.md", DOC_FILES, tmp_path, redis_url)
 
     worker = WorkerProcess(redis_url, "-r", "tenants", "-q", "tenants", cwd=str(tmp_path))
     try:

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from sidequest.cli.root import UserError
+from sidequest.worker.probes.state import running as alive  # one check of a pid, the probes' too
 
 CLAIM_ATTEMPTS = 3  # an owner that removes the file as we open it: open the new one
 
@@ -81,16 +82,6 @@ def read_pid(path: Path) -> int | None:
         return None
 
 
-def alive(pid: int) -> bool:
-    if pid <= 0:  # not a process: kill() would address a group
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # it exists, under another user
-        return True
-    return True
 
 
 def same_file(fd: int, path: Path) -> bool:

@@ -147,6 +147,9 @@ def sweep(where: Path) -> None:
 
 
 def running(pid: int) -> bool:
+    """Whether process `pid` exists (the pidfile's check too: `cli.pidfile`)."""
+    if pid <= 0:  # not a process: kill() would address a group
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
