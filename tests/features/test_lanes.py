@@ -189,3 +189,16 @@ def test_cancel_finds_a_job_still_in_its_lane_and_keeps_the_counts_true(client, 
     wait_until(lambda: len(records(r, "tenant")) == 39, timeout=30)
     assert sorted(n for t, n in records(r, "tenant")) == list(range(39))
     wait_until(lambda: r.exists(LANE.base, LANE.waiting) == 0 and r.scard(LANE.running("A")) == 0)
+
+
+def test_a_group_held_at_its_limit_does_not_let_a_lower_priority_job_ahead(client, r, start):
+    for n in range(6):
+        limited.set(client=client).perform_async("LC", n)  # group_concurrency=2: held back most of the time
+    for n in range(150):
+        tenant_job.set(client=client).perform_async("big", n)
+    prio_job.set(client=client, priority=1).perform_async("low")
+    start(concurrency=4)
+    wait_until(lambda: len(records(r, "prio")) == 1 and len(records(r, "end")) == 6, timeout=30)
+    tags = [x[0] for x in map(json.loads, r.lrange("test:lanes", 0, -1))]
+    # staged once "big"'s lane is empty: at most the 3 other threads' "big" jobs end after it
+    assert tags[tags.index("prio"):].count("tenant") <= 3

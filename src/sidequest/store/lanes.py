@@ -163,33 +163,42 @@ local function lane_count(base, group, job, count, ms)
   end
 end
 -- Move up to `budget` jobs of one level into `out`, the level's groups taking turns; a group
--- that may not stage now is passed over (at most as many times as there are groups).
+-- that may not stage now is passed over for the rest of the call. Returns whether the level is
+-- exhausted (every group left is empty or passed over): only then may a lower level stage, so
+-- a group held back never lets a lower level's job ahead of the open groups of this one. The
+-- turns taken are bounded (`budget` and twice the groups), as a call's time must be; a level
+-- cut short by that bound is not exhausted.
 local function lane_take(base, level, budget, out)
   local rotation = base .. ':' .. level
-  local groups, passed = redis.call('llen', rotation), 0
-  local paused = redis.call('exists', base .. ':paused') == 1
-  while #out < budget and groups > 0 and passed < groups do
+  local groups, passed, turns = redis.call('llen', rotation), {}, 0
+  local held, paused = 0, redis.call('exists', base .. ':paused') == 1
+  while #out < budget and groups > held do
+    turns = turns + 1
+    if turns > budget + 2 * groups then return false end
     local group = redis.call('lmove', rotation, rotation, 'LEFT', 'RIGHT')
-    local open, count, ms = true, 0, 0
-    if group ~= '' then open, count, ms = lane_open(base, group, paused) end
-    if open then
-      local lane = base .. ':' .. level .. ':' .. group
-      local job = redis.call('rpop', lane)
-      if job then
-        out[#out + 1] = job
-        if group ~= '' then lane_count(base, group, job, count, ms) end
-        local waiting = base .. ':waiting'
-        if redis.call('hincrby', waiting, group, -1) <= 0 then redis.call('hdel', waiting, group) end
+    if not passed[group] then
+      local open, count, ms = true, 0, 0
+      if group ~= '' then open, count, ms = lane_open(base, group, paused) end
+      if open then
+        local lane = base .. ':' .. level .. ':' .. group
+        local job = redis.call('rpop', lane)
+        if job then
+          out[#out + 1] = job
+          if group ~= '' then lane_count(base, group, job, count, ms) end
+          local waiting = base .. ':waiting'
+          if redis.call('hincrby', waiting, group, -1) <= 0 then redis.call('hdel', waiting, group) end
+        end
+        if redis.call('llen', lane) == 0 then
+          redis.call('lrem', rotation, -1, group)
+          groups = groups - 1
+        end
+      else
+        passed[group], held = true, held + 1
       end
-      if redis.call('llen', lane) == 0 then
-        redis.call('lrem', rotation, -1, group)
-        groups = groups - 1
-      end
-    else
-      passed = passed + 1
     end
   end
   if groups == 0 then redis.call('srem', base, level) end
+  return groups <= held
 end
 -- Stage the lanes of the queue whose list is `queue` (see `lanes`); returns how many jobs moved.
 local function stage(base, queue)
@@ -206,14 +215,16 @@ local function stage(base, queue)
   end
   local room, high, staged = LANE_DEPTH - redis.call('llen', queue), {}, 0
   for _, level in ipairs(levels) do
+    local exhausted = true
     if tonumber(level) > LANE_HIGH then
-      if head_free then lane_take(base, level, LANE_DEPTH, high) end
+      if head_free then exhausted = lane_take(base, level, LANE_DEPTH, high) end
     elseif room > 0 then
       local low = {}
-      lane_take(base, level, room, low)
+      exhausted = lane_take(base, level, room, low)
       if #low > 0 then redis.call('lpush', queue, unpack(low)) end
       room, staged = room - #low, staged + #low
     end
+    if not exhausted then break end  -- this level still has jobs that may go: none of a lower one first
   end
   if #high > 0 then  -- the first taken ends at the head: it runs first
     local reversed = {}
