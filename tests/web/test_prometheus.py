@@ -108,3 +108,14 @@ def test_a_scrape_takes_as_many_round_trips_for_forty_processes_as_for_one(clien
     register(40)
     assert round_trips(http, monkeypatch) == one
     assert scrape(http)["sidequest_queue_busy"][("q39",)] == 1.0
+
+
+def test_jobs_waiting_in_a_queues_lanes_are_a_series_of_their_own(client, r):
+    """A laned job not yet staged is in neither the queue's size nor its latency: an autoscaler
+    reads it from sidequest_queue_lanes_waiting."""
+    for n in range(40):
+        client.push("Echo", [n], queue="saas", group=f"tenant-{n % 4}")
+    client.push("Echo", ["plain"], queue="other")
+    samples = scrape(TestClient(create_app(client)))
+    assert samples["sidequest_queue_size"][("saas",)] == 32.0  # staged: the rest wait in their lanes
+    assert samples["sidequest_queue_lanes_waiting"] == {("other",): 0.0, ("saas",): 8.0}

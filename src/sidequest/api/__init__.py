@@ -51,6 +51,7 @@ are epoch seconds whether Sidekiq 6/7 (float seconds) or Sidekiq 8 (integer ms) 
                                        a queue's fairness groups, largest (waiting + running) first
     pause_group(queue, group)          staging skips the group; resume_group(queue, group)
     lanes(queue)                       {level: waiting} of a queue's priority lanes, highest first
+    lanes_waiting(queues)              {queue: jobs waiting in its lanes}, not yet in its list
     flow_counts()                      {class: {"replaced": n, "dropped": n}}: pushes debounce
                                        replaced and throttle dropped (`features.flow`)
     Cluster(usage=True)                Cluster mode only: shards (Shard: primary replicas slots
@@ -64,7 +65,7 @@ its actions stay in that slot), and `Stats` adds them up.
 
 from sidequest.api.cluster import Cluster, Shard, ShardDict
 from sidequest.api.flow import flow_counts
-from sidequest.api.groups import GroupInfo, groups, lanes, pause_group, resume_group
+from sidequest.api.groups import GroupInfo, groups, lanes, lanes_waiting, pause_group, resume_group
 from sidequest.api.iteration import Iteration
 from sidequest.api.job_metrics import JobSummary, MetricsQuery, MinutePoint
 from sidequest.api.load import CapsuleLoad, Load, QueueLoad
@@ -107,6 +108,7 @@ __all__ = [
     "flow_counts",
     "groups",
     "lanes",
+    "lanes_waiting",
     "pause_group",
     "resume_group",
 ]

@@ -123,6 +123,16 @@ def lanes(queue: str, client: Client | None = None) -> dict[int, int]:
     return {level: n for level, n in counts.items() if n}
 
 
+def lanes_waiting(queues: list[str], client: Client | None = None) -> dict[str, int]:
+    """Jobs waiting in each queue's lanes (pushed with a group or a priority, not yet staged into
+    `queue:<q>`, so not in its size or latency): one round trip for every queue."""
+    chosen = client or default_client()
+    pipe = chosen.redis.pipeline(transaction=False)
+    for queue in queues:
+        pipe.hvals(_lane_keys(chosen, queue).waiting)
+    return {queue: sum(int(n) for n in counts) for queue, counts in zip(queues, pipe.execute(), strict=True)}
+
+
 def clear_lanes(queue: str, client: Client | None = None) -> int:
     """Delete the queue's lanes (waiting jobs, rotations, counts, limits, paused groups) in one
     atomic call; how many waiting jobs went. `Queue.clear` calls it before emptying the list,

@@ -5,6 +5,7 @@ official client library (`prometheus_client`), every name `sidequest_`.
     sidequest_processed_total, sidequest_failed_total        all time (Redis `stat:*`)
     sidequest_enqueued, sidequest_scheduled, sidequest_retries, sidequest_dead
     sidequest_queue_size{queue}, sidequest_queue_latency_seconds{queue}, sidequest_queue_paused{queue}
+    sidequest_queue_lanes_waiting{queue}                      jobs still in the queue's lanes (`api.groups`)
     sidequest_queue_busy{queue}, sidequest_queue_capacity{queue}                        (`api.Load`)
     sidequest_capsule_busy{capsule,queue}, sidequest_capsule_capacity{capsule}
     sidequest_processes, sidequest_busy, sidequest_concurrency
@@ -31,7 +32,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from sidequest.api import Load, MetricsQuery, Stats, flow_counts
+from sidequest.api import Load, MetricsQuery, Stats, flow_counts, lanes_waiting
 from sidequest.client.sync_client import Client
 
 RECENT_MINUTES = 10
@@ -97,13 +98,18 @@ class SidequestCollector(Collector):
         latency = GaugeMetricFamily("sidequest_queue_latency_seconds",
                                     "Seconds the queue's oldest job has waited.", labels=["queue"])
         paused = GaugeMetricFamily("sidequest_queue_paused", "1 if the queue is paused.", labels=["queue"])
+        laned = GaugeMetricFamily("sidequest_queue_lanes_waiting", "Jobs pushed with a group or a priority still "
+                                  "waiting in the queue's lanes (not yet in its size or latency).", labels=["queue"])
+        in_lanes = lanes_waiting([queue.name for queue in stats.queue_summaries], self.client)
         for queue in stats.queue_summaries:
             size.add_metric([queue.name], queue.size)
             latency.add_metric([queue.name], queue.latency)
             paused.add_metric([queue.name], 1 if queue.paused else 0)
+            laned.add_metric([queue.name], in_lanes[queue.name])
         yield size
         yield latency
         yield paused
+        yield laned
         yield from _load(load)
         jobs = self.counters.update(MetricsQuery(self.client))
         runs = CounterMetricFamily("sidequest_job_processed", "Runs of the job that ended, counted since this "
