@@ -67,6 +67,7 @@ def test_a_queue_without_groups_says_so(cli, client):
     (["groups", "nosuchqueue"], "no queue named 'nosuchqueue'"),
     (["groups", "mail", "--pause", "a", "--resume", "b"], "either --pause or --resume"),
     (["groups", "mail", "--pause", ""], "GROUP must not be empty"),
+    (["groups", "mail", "--resume", "tenant-typo"], "group 'tenant-typo' of queue mail is not paused"),
     (["groups", "mail", "--limit", "0"], "--limit"),
 ])
 def test_user_errors_are_one_line_and_exit_2(cli, mail, args, says):

@@ -92,6 +92,10 @@ def change_group(client: Client, queue: str, group: str, *, pause: bool, as_json
     from sidequest.api import pause_group, resume_group
     from sidequest.cli.admin import render
 
+    was_paused = {g.name for g in groups_of(queue, 10**9, client) if g.paused}
+    if not pause and group not in was_paused:  # a typo would otherwise look like a resume
+        known = ", ".join(sorted(was_paused)[:5]) or "none"
+        raise UserError(f"group {group!r} of queue {queue} is not paused (paused there: {known})")
     if pause:
         pause_group(queue, group, client)
         message = f"paused group {group} of queue {queue}: none of its jobs are staged until it is resumed"
