@@ -160,6 +160,18 @@ def test_dashboard_health_needs_no_login_and_says_whether_redis_answers(client, 
     assert TestClient(create_app(Client(Config(redis_url=replica.url(0))))).get("/health").status_code == 200
 
 
+def test_dashboard_health_gives_up_on_a_redis_that_hangs(replica):
+    http = TestClient(create_app(Client(Config(redis_url=replica.url(0)))))
+    assert http.get("/health").status_code == 200
+    replica.proc.send_signal(signal.SIGSTOP)
+    try:
+        began = time.monotonic()
+        answer = http.get("/health")
+        assert answer.status_code == 503 and time.monotonic() - began < 5  # not the client's 30 s socket timeout
+    finally:
+        replica.proc.send_signal(signal.SIGCONT)
+
+
 def test_dashboard_health_is_under_the_mount_point(client):
     from starlette.applications import Starlette
     from starlette.routing import Mount

@@ -76,6 +76,7 @@ class Client:
                  clock: Callable[[], float] = time.time) -> None:
         self.config = config or Config()
         self._redis = redis_client
+        self.connection_given = redis_client is not None  # else made from config.url, on first use
         self._lock = threading.Lock()
         self.clock = clock
         self._listed: dict[str, float] = {}  # Cluster mode: queue -> when this client last added it to `queues`
