@@ -51,6 +51,16 @@ def test_stats_shows_totals_queues_and_history_and_json(cli, failed):
     assert data["queues"][0]["name"] == "default" and isinstance(data["periodic"], list)
 
 
+def test_stats_shows_what_debounce_replaced_and_throttle_dropped(cli, client):
+    assert "Debounce and throttle" not in ok(cli("stats"))  # nothing counted: no table
+    for note in ("a", "b", "c"):
+        client.push(echo, [1, note], debounce=30, key=lambda n, note: n)  # the same n: the same push
+        client.push(echo, [2, note], throttle=60, key=lambda n, note: n)
+    text = ok(cli("stats"))
+    assert "Debounce and throttle" in text and headers_in(text, "JOB", "REPLACED (DEBOUNCE)", "DROPPED (THROTTLE)")
+    assert as_json(cli("stats", "--json"))["flow"] == {"Echo": {"replaced": 2, "dropped": 2}}
+
+
 def test_queues_lists_and_shows_jobs_as_text_never_markup(cli, client):
     jids = [client.push(echo, [1, "[bold]x[/bold]"], queue="mail"), client.push(echo, [2], queue="mail")]
     text = ok(cli("queues"))

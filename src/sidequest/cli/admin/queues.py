@@ -30,7 +30,8 @@ QUEUE_ACTIONS = ("list", "show", "pause", "unpause", "clear")
 @redis_url_option
 @redis_errors
 def stats(days: int, as_json: bool, redis_url: str | None) -> None:
-    """Totals, every queue, processed and failed per day, and periodic entries; on a Redis
+    """Totals, every queue, processed and failed per day, periodic entries, and the pushes debounce
+    replaced and throttle dropped per job; on a Redis
     Cluster, each queue's primary and each primary's slots, keys and memory.
 
     \b
@@ -38,7 +39,7 @@ def stats(days: int, as_json: bool, redis_url: str | None) -> None:
       sidequest stats
       sidequest stats --json | jq .retry_size
     """
-    from sidequest.api import Cluster, ProcessSet, Stats
+    from sidequest.api import Cluster, ProcessSet, Stats, flow_counts
     from sidequest.cli.admin import render, views
     from sidequest.features.periodic import status as periodic_status
 
@@ -46,10 +47,11 @@ def stats(days: int, as_json: bool, redis_url: str | None) -> None:
     snapshot = Stats(client)
     history = snapshot.history(days)
     entries = periodic_status(client)
+    flows = flow_counts(client)
     cluster = Cluster(client) if client.keys.cluster else None
     if as_json:
         render.emit_json({**snapshot.as_dict(), "history": {"processed": history.processed, "failed": history.failed},
-                          "periodic": [e.as_dict() for e in entries],
+                          "periodic": [e.as_dict() for e in entries], "flow": flows,
                           **({"cluster": [shard.as_dict() for shard in cluster.shards]} if cluster else {})})
         return
     out = render.console()
@@ -65,6 +67,9 @@ def stats(days: int, as_json: bool, redis_url: str | None) -> None:
     if entries:
         out.print()
         out.print(views.periodic(entries, client.clock()))
+    if flows:
+        out.print()
+        out.print(views.flows(flows))
 
 
 @main.command(cls=AdminCommand)

@@ -3,7 +3,7 @@ shapes of what the API has no `as_dict` for (a running job)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich.table import Table
@@ -86,6 +86,14 @@ def periodic(statuses: Sequence[PeriodicStatus], now: float) -> Table:
     grid = render.table("ID", "SCHEDULE", "JOB", "QUEUE", "NEXT RUN", "LAST RUN", title="Periodic")
     for s in statuses:
         render.row(grid, s.id, s.schedule, s.job, s.queue, render.ago(s.next_run, now), render.ago(s.last_run, now))
+    return grid
+
+
+def flows(counts: Mapping[str, Mapping[str, int]]) -> Table:
+    """The pushes debounce replaced and throttle dropped, per job, all time (`api.flow_counts`)."""
+    grid = render.table("JOB", "REPLACED (DEBOUNCE)", "DROPPED (THROTTLE)", title="Debounce and throttle")
+    for name in sorted(counts):
+        render.row(grid, name, f"{counts[name].get('replaced', 0):,}", f"{counts[name].get('dropped', 0):,}")
     return grid
 
 
