@@ -198,13 +198,14 @@ def test_async_with_waits_without_blocking_the_event_loop(client, make):
                 await asyncio.sleep(0.01)
                 ticks += 1
         ticker = asyncio.create_task(tick())
-        release = asyncio.Event()
+        release, entered = asyncio.Event(), asyncio.Event()
 
         async def hold() -> None:  # the first entry; a concurrent slot is held until released
             async with make(client):
+                entered.set()
                 await release.wait()
         holder = asyncio.create_task(hold())
-        await asyncio.sleep(0.05)
+        await asyncio.wait_for(entered.wait(), 10)
         asyncio.get_running_loop().call_later(0.3, release.set)
         began = time.monotonic()
         async with make(client):

@@ -20,41 +20,9 @@ from dataclasses import asdict, dataclass
 from typing import Any, cast
 
 from sidequest.client.sync_client import Client, default_client
-from sidequest.store.lanes import STAGE, LaneKeys, waiting_lanes
+from sidequest.store.lanes import CLEAR_LANES, STAGE, LaneKeys, parse_limits, waiting_lanes
 
 NO_GROUP = ""  # the `B:waiting` field of laned jobs without a group (priority only): not a group
-
-# Delete every key of one queue's lanes, atomically, so a push or a staging meanwhile cannot leave
-# a lane list that no rotation names. KEYS[1] = B, `sidequest:lanes:<q>` (in Cluster mode
-# `sidequest:lanes:{<q>}`): every other key is B plus a suffix, in B's slot: B:<level> (rotation),
-# B:<level>:<group> (the lanes the rotations name), B:running:<group> (the groups of B:busy),
-# B:rate:<group> (the groups of B:limits and B:waiting; a drained group's expires with its
-# window), B:waiting, B:busy, B:limits, B:paused, B:head.
-# Returns how many waiting jobs it deleted.
-CLEAR_LANES = """
-local base = KEYS[1]
-local deleted = 0
-for level = 0, 9 do
-  local rotation = base .. ':' .. level
-  for _, group in ipairs(redis.call('LRANGE', rotation, 0, -1)) do
-    local lane = rotation .. ':' .. group
-    deleted = deleted + redis.call('LLEN', lane)
-    redis.call('DEL', lane)
-  end
-  redis.call('DEL', rotation)
-end
-for _, group in ipairs(redis.call('SMEMBERS', base .. ':busy')) do
-  redis.call('DEL', base .. ':running:' .. group)
-end
-for _, counts in ipairs({'limits', 'waiting'}) do
-  for _, group in ipairs(redis.call('HKEYS', base .. ':' .. counts)) do
-    redis.call('DEL', base .. ':rate:' .. group)
-  end
-end
-redis.call('DEL', base, base .. ':waiting', base .. ':busy', base .. ':limits', base .. ':paused', base .. ':head')
-return deleted
-"""
-
 
 @dataclass(frozen=True)
 class GroupInfo:
@@ -89,8 +57,8 @@ def groups(queue: str, limit: int = 100, client: Client | None = None) -> list[G
     running = _running(chosen, lane, sorted(_text(g) for g in cast("set[bytes]", busy_raw)))
     limits = {_text(g): _text(v) for g, v in cast("dict[bytes, bytes]", limits_raw).items()}
     names = (set(waiting) | {g for g, n in running.items() if n} | paused) - {NO_GROUP}
-    found = [GroupInfo(name, waiting.get(name, 0), running.get(name, 0), name in paused, *_limits(limits.get(name)))
-             for name in names]
+    found = [GroupInfo(name, waiting.get(name, 0), running.get(name, 0), name in paused,
+                       *parse_limits(limits.get(name))) for name in names]
     found.sort(key=lambda g: (-(g.waiting + g.running), g.name))
     return found[:limit]
 
@@ -161,14 +129,6 @@ def _running(client: Client, lane: LaneKeys, busy: list[str]) -> dict[str, int]:
     for group in busy:
         pipe.scard(lane.running(group))
     return {group: int(n) for group, n in zip(busy, pipe.execute(), strict=True)}
-
-
-def _limits(stored: str | None) -> tuple[int | None, tuple[int, float] | None]:
-    """`B:limits`' "<concurrency> <rate count> <rate ms>" (0 = none) as (concurrency, rate)."""
-    if not stored:
-        return None, None
-    concurrency, count, period_ms = (int(part) for part in stored.split())
-    return concurrency or None, ((count, period_ms / 1000) if count else None)
 
 
 def _text(value: Any) -> str:

@@ -36,13 +36,14 @@ from sidequest.worker.probes.readiness import (  # the worker's `/ready` makes t
     DEFAULT_TIMEOUT,
     MARK_TTL_MS,
     Health,
+    Readiness,
     check_redis,
     probe_client,
     this_host,
 )
 from sidequest.worker.probes.state import judge as check_live
 
-__all__ = ["DEFAULT_TIMEOUT", "MARK_TTL_MS", "Health", "check_live", "check_redis", "check_workers",
+__all__ = ["DEFAULT_TIMEOUT", "MARK_TTL_MS", "Health", "Readiness", "check_live", "check_redis", "check_workers",
            "default_max_age", "pidfile_pid", "pidfile_pids", "probe_client", "this_host"]
 
 MISSED_BEATS = 6  # a heartbeat older than this many intervals is stale by default

@@ -106,6 +106,14 @@ def limits_of(payload: Mapping[str, Any]) -> str:
     return f"{int(concurrency) if isinstance(concurrency, int) else 0} {count} {ms}"
 
 
+def parse_limits(stored: str | None) -> tuple[int | None, tuple[int, float] | None]:
+    """`B:limits`' value (`limits_of`) read back: (concurrency, (rate count, seconds)), None for none."""
+    if not stored:
+        return None, None
+    concurrency, count, period_ms = (int(part) for part in stored.split())
+    return concurrency or None, ((count, period_ms / 1000) if count else None)
+
+
 def route(payload: Mapping[str, Any], space: keys.Keyspace, queue: str | None = None) -> LaneArgs | None:
     """The lane of a payload about to enter its queue (`queue`, default its own), or None for a
     plain job (no group, no priority): the scripts' lane arguments."""
@@ -289,4 +297,33 @@ end
 lane_removed(ARGV[2], ARGV[3], ARGV[4])
 run_ops(ARGV, 7, ARGV[6], ARGV[5])
 return answer(1)
+"""
+
+# An operator's clear (`api.groups.clear_lanes`): delete every key of one queue's lanes at once,
+# so a push or a staging meanwhile cannot leave a lane list that no rotation names. KEYS[1] = B:
+# B:<level> (rotations), B:<level>:<group> (the lanes they name), B:running:<group> (the groups of
+# B:busy), B:rate:<group> (the groups of B:limits and B:waiting; a drained group's expires with
+# its window), B:waiting, B:busy, B:limits, B:paused, B:head. Returns how many waiting jobs went.
+CLEAR_LANES = """
+local base = KEYS[1]
+local deleted = 0
+for level = 0, 9 do
+  local rotation = base .. ':' .. level
+  for _, group in ipairs(redis.call('LRANGE', rotation, 0, -1)) do
+    local lane = rotation .. ':' .. group
+    deleted = deleted + redis.call('LLEN', lane)
+    redis.call('DEL', lane)
+  end
+  redis.call('DEL', rotation)
+end
+for _, group in ipairs(redis.call('SMEMBERS', base .. ':busy')) do
+  redis.call('DEL', base .. ':running:' .. group)
+end
+for _, counts in ipairs({'limits', 'waiting'}) do
+  for _, group in ipairs(redis.call('HKEYS', base .. ':' .. counts)) do
+    redis.call('DEL', base .. ':rate:' .. group)
+  end
+end
+redis.call('DEL', base, base .. ':waiting', base .. ':busy', base .. ':limits', base .. ':paused', base .. ':head')
+return deleted
 """

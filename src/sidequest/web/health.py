@@ -9,29 +9,20 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from sidequest.api.health import check_redis, probe_client
-from sidequest.client.sync_client import Client
+from sidequest.api.health import Readiness, check_redis
 from sidequest.web.site import Site
 
 PATH = "/health"
 
 
 def routes(site: Site) -> list[Route]:
-    probes: list[Client] = []
-
-    def prober() -> Client:
-        """A client that gives up after the probes' short timeout (`probe_client`), on the
-        dashboard's Redis; the dashboard's own client when it was given a connection (a Cluster
-        or Sentinel client, made by the app) that its URL does not describe."""
-        if site.client.connection_given:
-            return site.client
-        if not probes:
-            probes.append(probe_client(site.client.config))
-        return probes[0]
+    # PING only: a read-only dashboard may use a Redis user that may not write. Its own client,
+    # with the probes' short timeouts, from the dashboard's URL; a dashboard given a connection
+    # (a Cluster or Sentinel client the app made) that its URL does not describe checks that one.
+    readiness = Readiness(site.client.config, also=lambda: None, write=False)
 
     def health(request: Request) -> Response:
-        # PING only: a read-only dashboard may use a Redis user that may not write
-        verdict = check_redis(prober(), write=False)
+        verdict = check_redis(site.client, write=False) if site.client.connection_given else readiness()
         body = {"status": "ok", "redis": "ok"} if verdict.ok else {"status": "unavailable", "redis": verdict.reason}
         return JSONResponse(body, status_code=200 if verdict.ok else 503, headers={"Cache-Control": "no-store"})
 

@@ -27,7 +27,6 @@ import redis
 
 from sidequest import __version__
 from sidequest.client import async_client as aio
-from sidequest.client.sync_client import Client
 from sidequest.config import Config
 from sidequest.errors import ConfigError
 from sidequest.jobs.registry import Registry, default_registry
@@ -46,7 +45,7 @@ from sidequest.worker.fetch.batch import BatchList
 from sidequest.worker.fetch.fetchers import build_fetch
 from sidequest.worker.fetch.queue_order import PausedQueues
 from sidequest.worker.lifecycle import Setting, compose
-from sidequest.worker.probes.readiness import Health, check_redis, probe_client
+from sidequest.worker.probes.readiness import Readiness
 from sidequest.worker.probes.server import ProbeServer
 from sidequest.worker.probes.state import LiveReport
 from sidequest.worker.probes.watchdog import Watchdog, tick_of
@@ -165,9 +164,9 @@ class Launcher:
         self.report = LiveReport(config, self.identity, stale_after=config.liveness_timeout + tick_of(config))
         self.watchdog = Watchdog(config, self.report, self._duties(), self.executor.started_loop,
                                  ready=self._working)
-        self.probes = (ProbeServer(config, live=self.report.live, ready=self._ready)
+        self.readiness = Readiness(config, also=self._unready)
+        self.probes = (ProbeServer(config, live=self.report.live, ready=self.readiness)
                        if config.health_port is not None else None)
-        self._probe_client: Client | None = None
 
     def _duties(self) -> dict[str, Background]:
         """The background threads the watchdog watches, by what they do: the core's and the features'."""
@@ -180,15 +179,12 @@ class Launcher:
         """Registered in Redis (so fetching) and not stopping: what readiness adds to Redis answering."""
         return self.heartbeat.registered.is_set() and not self._stop_requested
 
-    def _ready(self) -> Health:
-        """`GET /ready`: Redis answers and takes writes (`sidequest health --ready`'s check), and this
+    def _unready(self) -> str | None:
+        """What `GET /ready` adds to Redis answering and taking writes (`probes.Readiness`): this
         process is registered and not stopping."""
-        if self._probe_client is None:  # its own short timeouts: a probe answers before its deadline
-            self._probe_client = probe_client(self.config)
-        verdict = check_redis(self._probe_client, write=True)
-        if verdict.ok and not self._working():
-            return Health(False, f"{self.identity} is {'stopping' if self._stop_requested else 'not registered yet'}")
-        return verdict
+        if self._working():
+            return None
+        return f"{self.identity} is {'stopping' if self._stop_requested else 'not registered yet'}"
 
     def _runner(self, cluster: bool) -> str:
         """"threads" or "asyncio" for the process's own queues (`Config.runner`)."""
@@ -365,7 +361,6 @@ class Launcher:
             self.watchdog.stop()
             if self.probes is not None:
                 self.probes.stop()
-            if self._probe_client is not None:
-                self._probe_client.redis.close()
+            self.readiness.close()
             log.info("stopped")
             self.stopped.set()

@@ -14,9 +14,8 @@ import os
 import time
 from collections.abc import Callable
 
-from sidequest.client.sync_client import Client
 from sidequest.config import Config
-from sidequest.worker.probes.readiness import Health, check_redis, probe_client
+from sidequest.worker.probes.readiness import Health, Readiness
 from sidequest.worker.probes.state import LiveReport, folder, judge, read
 from sidequest.worker.probes.watchdog import tick_of
 
@@ -32,7 +31,7 @@ class FleetWatch:
         self.tick = tick_of(config)
         self.report = LiveReport(config, f"supervisor {os.getpid()}", stale_after=config.liveness_timeout + self.tick)
         self._next = -float("inf")
-        self._client: Client | None = None
+        self.ready = Readiness(config, also=self._unready)  # `GET /ready` of the supervisor
 
     def judge(self) -> None:
         """Record the fleet's verdict, once a tick (the supervisor's loop calls it more often)."""
@@ -55,16 +54,10 @@ class FleetWatch:
         where = folder(self.config)
         return [pid for pid, age in self.children() if age >= STARTING or read(where, pid) is not None]
 
-    def ready(self) -> Health:
-        """`GET /ready` of the supervisor: Redis answers and takes writes, and its children work."""
-        if self._client is None:
-            self._client = probe_client(self.config)
-        verdict = check_redis(self._client, write=True)
-        if verdict.ok and not self.report.ready():
-            return Health(False, f"{self.report.identity}: not every worker process is live and working")
-        return verdict
+    def _unready(self) -> str | None:
+        """What the supervisor's `GET /ready` adds to Redis answering and taking writes."""
+        return None if self.report.ready() else f"{self.report.identity}: not every worker process is live and working"
 
     def stop(self) -> None:
         self.report.remove()
-        if self._client is not None:
-            self._client.redis.close()
+        self.ready.close()

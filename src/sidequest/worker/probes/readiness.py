@@ -4,12 +4,14 @@
 Each check returns a `Health`: whether it passed, and one line saying why.
 
     verdict = check_redis(probe_client(config), write=True)
+    ready = Readiness(config, also=lambda: None)    # a long-lived prober: its client made once
 """
 
 from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import redis
@@ -61,3 +63,26 @@ def check_redis(client: Client, *, write: bool) -> Health:
         return Health(False, f"{where} refused {'a write' if write else 'PING'}: {exc}")
     took = (time.perf_counter() - began) * 1000
     return Health(True, f"{where} answers{' and accepts writes' if write else ''} ({took:.1f} ms)")
+
+
+class Readiness:
+    """A server's readiness probe (a worker's or a supervisor's `GET /ready`, the dashboard's
+    `/health`): `check_redis` on a client of its own, made at the first call, with the probes'
+    short timeouts; then `also()`, the server's own condition (None when it holds, else why not)."""
+
+    def __init__(self, config: Config, also: Callable[[], str | None], *, write: bool = True) -> None:
+        self.config = config
+        self.also = also
+        self.write = write
+        self._client: Client | None = None
+
+    def __call__(self) -> Health:
+        if self._client is None:
+            self._client = probe_client(self.config)
+        verdict = check_redis(self._client, write=self.write)
+        problem = self.also() if verdict.ok else None
+        return verdict if problem is None else Health(False, problem)
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.redis.close()
