@@ -1,33 +1,75 @@
 # The two commands of the README: `make demo` and `make test`. Both create or
 # reuse .venv and install what is missing; nothing else is needed on the machine.
-# `demo` installs sidequest alone; `test` adds the test extra (pytest, the integrations'
-# libraries, Playwright: a few hundred MB), each with a stamp of its own. `dist` builds the wheel and
-# the sdist into dist/; `dist-check` is what .ci/run checks of them.
+# Both install the versions the suite was last proven with: locks/demo.txt (sidequest's own
+# dependencies) and locks/test.txt (with the test extra: pytest, the integrations' libraries,
+# Playwright: a few hundred MB), every package pinned with its hashes; each install has a stamp that
+# depends on its lock. `make lock` writes both locks again with uv, for every Python from 3.11 to
+# 3.13 (`--universal`: markers where versions differ). `test-latest` runs the suite with every
+# runtime dependency and integration at its newest release, `test-floor` with each at its declared
+# lower bound (on Python 3.11), the test tools locked in both (.ci/deps.py). `dist` builds the wheel
+# and the sdist into dist/; `dist-check` is what .ci/run checks of them.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.installed-demo
+LOCK      := locks/test.txt
+DEMO_LOCK := locks/demo.txt
+PYTEST    := -m pytest -q -n 4  # 4 workers: most tests wait on processes and Redis, not the CPU
+FLOOR_PYTHON ?= python3.11
+# the locker: Astral's uv, for its universal resolution (one lock, each Python's versions by marker)
+UV := uv==0.13.9
 
-.PHONY: demo test lint dist dist-check bench bench-quick bench-failover clean
+.PHONY: demo test test-latest test-floor lock lint dist dist-check bench bench-quick bench-failover clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
-$(DEMO_STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q -e .
+# The lock first, hashes required; then sidequest itself, editable, taking nothing more.
+$(DEMO_STAMP): pyproject.toml $(DEMO_LOCK) | $(BIN)/python
+	$(BIN)/python -m pip install -q --require-hashes -r $(DEMO_LOCK)
+	$(BIN)/python -m pip install -q --no-deps -e .
 	touch $(DEMO_STAMP)
 
-$(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q -e '.[test]'
+$(STAMP): pyproject.toml $(LOCK) | $(BIN)/python
+	$(BIN)/python -m pip install -q --require-hashes -r $(LOCK)
+	$(BIN)/python -m pip install -q --no-deps -e .
 	touch $(STAMP)
 
 demo: $(DEMO_STAMP)
 	$(BIN)/sidequest demo
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n 4 $(PYTEST_ARGS)  # 4 workers: most tests wait on processes and Redis, not the CPU
+	$(BIN)/python $(PYTEST) $(PYTEST_ARGS)
+
+lock: | $(BIN)/python  # after a change to pyproject.toml's dependencies; commit locks/ with it
+	$(BIN)/python -m pip install -q '$(UV)'
+	$(BIN)/uv pip compile -q pyproject.toml --extra test --universal --python-version 3.11 --generate-hashes \
+	  --no-header --output-file $(LOCK)
+	$(BIN)/uv pip compile -q pyproject.toml --universal --python-version 3.11 --generate-hashes \
+	  --no-header --constraints $(LOCK) --output-file $(DEMO_LOCK)  # the same versions as the suite's
+
+# A venv of its own each, remade from nothing every run: what the index serves changes by the day.
+test-latest:
+	rm -rf .venv-latest
+	$(PYTHON) -m venv .venv-latest
+	.venv-latest/bin/python -m pip install -q --upgrade pip
+	$(PYTHON) .ci/deps.py latest > .venv-latest/requirements.txt
+	.venv-latest/bin/python -m pip install -q -r .venv-latest/requirements.txt
+	.venv-latest/bin/python -m pip install -q --no-deps -e .
+	.venv-latest/bin/python -m pip list --format=freeze > .venv-latest/versions.txt
+	.venv-latest/bin/python $(PYTEST) $(PYTEST_ARGS)
+
+test-floor:
+	rm -rf .venv-floor
+	$(FLOOR_PYTHON) -m venv .venv-floor
+	.venv-floor/bin/python -m pip install -q --upgrade pip
+	$(PYTHON) .ci/deps.py floor > .venv-floor/requirements.txt
+	.venv-floor/bin/python -m pip install -q -r .venv-floor/requirements.txt
+	.venv-floor/bin/python -m pip install -q --no-deps -e .
+	.venv-floor/bin/python -m pip list --format=freeze > .venv-floor/versions.txt
+	.venv-floor/bin/python $(PYTEST) $(PYTEST_ARGS)
 
 lint: $(STAMP)  # what .ci/run checks before the suites
 	$(BIN)/ruff check src tests bench examples
@@ -44,7 +86,7 @@ dist: $(VENV)/.dist-installed  # dist/sidequest-<version>.tar.gz, then the wheel
 dist-check: dist  # twine check, the files in each, the wheel alone in a fresh virtualenv (about a minute)
 	$(BIN)/python .ci/wheel_check.py dist
 
-$(VENV)/.bench-installed: $(STAMP) pyproject.toml
+$(VENV)/.bench-installed: $(STAMP) pyproject.toml  # the bench's own tools, not in the lock
 	$(BIN)/python -m pip install -q -e '.[bench]'
 	touch $(VENV)/.bench-installed
 
@@ -58,4 +100,4 @@ bench-failover: $(STAMP)  # a Sentinel and a Redis Cluster failover under load, 
 	$(BIN)/python bench/failover.py $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) build dist src/*.egg-info  # .sidequest holds the embedded Redis data: kept
+	rm -rf $(VENV) .venv-latest .venv-floor build dist src/*.egg-info  # .sidequest holds the embedded Redis data: kept
