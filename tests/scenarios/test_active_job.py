@@ -71,6 +71,14 @@ def receipt_for_rails(order_id: int, currency: str) -> None:
     """Run by Rails: this side only pushes it (its signature checks each push)."""
 
 
+DECLARED = Registry()  # an active_job=True job with keywords, which this side pushes and may run
+
+
+@sidequest.job(name="SendReceiptJob", active_job=True, registry=DECLARED, queue="receipts")
+def receipt_with_note(order_id: int, currency: str, *, note: str = "", copies: int = 1) -> None:
+    record("receipt_with_note", order_id, currency, note, copies)
+
+
 @pytest.fixture
 def rails(ruby: str) -> str:
     """Skip (or, under CI, fail) when Rails' ActiveJob is not installed beside Ruby Sidekiq."""
@@ -263,3 +271,32 @@ def test_a_wrapped_jobs_hooks_get_its_activejob_arguments(r, start, default_clie
     worker.stop()
     assert ran(r)[0] == ["hooked", 42, "eur", "x"]
     assert ran(r)[1][:2] == ["after_succeeded", [42, "eur"]]  # keywords: helper "kwargs"'s hooks
+
+
+def test_a_declared_active_jobs_keywords_reach_rails_perform_as_keywords(rails, r, redis_url, default_client):
+    jid = receipt_with_note.set(client=default_client).perform_async(43, "gbp", note="gift", copies=2)
+    [pushed] = queued(r, "receipts")
+    peer = RubySidekiq(redis_url, queues=("receipts",), require=RAILS)
+    try:
+        wait_until(lambda: r.llen("test:aj-ran") >= 1 and r.llen("queue:receipts") == 0, 60, 0.1,
+                   "Rails to run the job")
+    finally:
+        log = peer.stop()
+    [done] = rails_ran(r)
+    assert (done["job_class"], done["provider_job_id"]) == ("SendReceiptJob", jid), log
+    assert done["args"] == [{"class": "Integer", "value": 43}, {"class": "String", "value": "gbp"}]
+    assert done["kwargs"] == {":note": {"class": "String", "value": "gift"},
+                              ":copies": {"class": "Integer", "value": 2}}
+    assert "kwargs" not in pushed  # no field that neither side reads
+    assert pushed["args"][0]["arguments"] == [43, "gbp", {"note": "gift", "copies": 2,
+                                                          "_aj_ruby2_keywords": ["note", "copies"]}]
+
+
+@pytest.mark.parametrize("runner", ["threads", "asyncio"])
+def test_sidequest_runs_a_declared_active_job_with_its_keywords(r, start, default_client, runner):
+    receipt_with_note.set(client=default_client).perform_async(44, "eur", note="gift", copies=3)
+    worker = start(registry=DECLARED, queues=["receipts"], runner=runner)
+    wait_until(lambda: ran(r) and r.llen("queue:receipts") == 0, 30, 0.05, "the job to run")
+    worker.stop()
+    assert ran(r) == [["receipt_with_note", 44, "eur", "gift", 3]]
+    assert r.zcard("retry") == 0 and r.zcard("dead") == 0

@@ -9,8 +9,10 @@ from conftest import wait_until
 from helpers import ran, reserved, zset_items
 from jobs_for_tests import CustomDelay, FastBoom, boom, no_dead, no_retry
 
+import sidequest
 from sidequest.config import Config
 from sidequest.errors import JobFailed
+from sidequest.jobs.registry import Registry
 from sidequest.store.scripts import Scripts
 from sidequest.worker.fetch.fetchers import BasicFetch, UnitOfWork
 from sidequest.worker.outcome import Outcome
@@ -209,3 +211,24 @@ def test_the_jobs_own_say_is_decided_here_as_values():
     assert decide(ConnectionError("c"), job=Job()).kind == "retry"
     quiet = decide(ValueError("v"), {"class": "X", "args": [], "dead": False}, job=Job())
     assert quiet.kind == "dropped" and quiet.exhausted
+
+
+RAILS_NAMES = Registry()  # the Python side of a Rails app's ActiveJob, for one test's worker
+
+
+@sidequest.job(name="SendReceiptJob", registry=RAILS_NAMES)
+def send_receipt(order_id, currency, note=""):
+    raise ValueError(f"card declined for order {order_id}")
+
+
+def test_an_activejobs_retry_and_death_lines_name_its_class_not_the_wrapper(start, client, caplog):
+    caplog.set_level(logging.INFO, logger="sidequest")
+    retried = sidequest.push_active_job("SendReceiptJob", [42, "eur"], {"note": "x"}, client=client)
+    died = sidequest.push_active_job("SendReceiptJob", [43, "eur"], client=client, retry=0)
+    start(registry=RAILS_NAMES)
+    wait_until(lambda: any(died in m for m in caplog.messages if "dead set" in m) and any(
+        retried in m for m in caplog.messages if "retry 1" in m), message="both outcomes logged")
+    [retry_line] = [m for m in caplog.messages if retried in m and "retry 1" in m]
+    assert retry_line.startswith(f"SendReceiptJob {retried} failed (ValueError); retry 1 of 25 in "), retry_line
+    assert f"SendReceiptJob {died} moved to the dead set: ValueError" in caplog.messages
+    assert "JobWrapper" not in caplog.text

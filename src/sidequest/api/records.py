@@ -63,6 +63,8 @@ class JobDict(TypedDict):
     """The job id (24 hex characters); None for an entry that is not a job."""
     class_name: str | None
     """The job's registered name: the payload's `class`."""
+    display_class: str | None
+    """The name to show: the class the payload wraps (an ActiveJob's), else `class_name`."""
     args: list[Any]
     """The job's arguments (for bytes that are not JSON: the text, as the only argument)."""
     kwargs: dict[str, Any]
@@ -218,11 +220,11 @@ class JobRecord:
 
     def as_dict(self) -> JobDict:
         return {
-            "jid": self.jid, "class_name": self.klass, "args": self.args, "kwargs": self.kwargs, "queue": self.queue,
-            "enqueued_at": self.enqueued_at, "created_at": self.created_at, "failed_at": self.failed_at,
-            "retried_at": self.retried_at, "retry_count": self.retry_count, "error_class": self.error_class,
-            "error_message": self.error_message, "score": None, "key": None, "invalid": self.invalid,
-            "item": self.item,
+            "jid": self.jid, "class_name": self.klass, "display_class": self.display_class, "args": self.args,
+            "kwargs": self.kwargs, "queue": self.queue, "enqueued_at": self.enqueued_at,
+            "created_at": self.created_at, "failed_at": self.failed_at, "retried_at": self.retried_at,
+            "retry_count": self.retry_count, "error_class": self.error_class, "error_message": self.error_message,
+            "score": None, "key": None, "invalid": self.invalid, "item": self.item,
         }
 
     # -- for subclasses ----------------------------------------------------------------------

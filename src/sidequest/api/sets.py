@@ -22,7 +22,7 @@ import json
 from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from itertools import islice
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 from sidequest.api.actions import Actions, Call
 from sidequest.api.records import SortedEntry, glob_escape
@@ -36,7 +36,7 @@ BATCH = 500  # atomic moves per round trip in the "all" actions
 
 
 class JobSet:
-    """A sorted set of jobs, newest (highest score) first.
+    """A sorted set of jobs, newest (highest score) first; `soonest_first` says how people see it.
 
         retries = RetrySet()
         retries.size
@@ -47,6 +47,11 @@ class JobSet:
         retries.retry_all(name="SendWelcome")             # every entry of one job name
         retries.kill_all(text="Timeout")                  # every entry whose JSON holds the text
     """
+
+    # the order the dashboard and the CLI list this set in, as Sidekiq's Web UI: the soonest first
+    # where the score is when it runs next (retries, scheduled), the newest first where it is when
+    # it died (dead)
+    soonest_first: ClassVar[bool] = False
 
     def __init__(self, key: str, client: Client | None = None) -> None:
         self.key = key
@@ -188,7 +193,8 @@ class JobSet:
         return self.select(text=text)
 
     def select(self, name: str | None = None, text: str | None = None) -> Iterator[SortedEntry]:
-        """Entries of job name `name` and/or whose stored JSON contains `text` (case-sensitive),
+        """Entries of job name `name` (the payload's `class`, or the class it wraps, its
+        `display_class`: an ActiveJob's) and/or whose stored JSON contains `text` (case-sensitive),
         in no particular order; with neither, every entry. One ZSCAN round trip per
         `SCAN_COUNT` entries of the set; an entry may come twice if the set changes meanwhile."""
         needle = text if text is not None else (json.dumps(name, ensure_ascii=False)[1:-1] if name else None)
@@ -203,7 +209,7 @@ class JobSet:
                     if wanted is not None and wanted not in value:
                         continue
                     entry = self._entry(value, score, key, home)
-                    if name is None or entry.klass == name:
+                    if name is None or name in (entry.klass, entry.display_class):
                         yield entry
                 if cursor == 0:
                     break
@@ -265,12 +271,16 @@ def _payload(entry: SortedEntry) -> dict[str, Any] | None:
 class ScheduledSet(JobSet):
     """`schedule`: jobs pushed with `perform_in`/`perform_at`; score = when they run."""
 
+    soonest_first = True
+
     def __init__(self, client: Client | None = None) -> None:
         super().__init__(keys.SCHEDULE, client)
 
 
 class RetrySet(JobSet):
     """`retry`: failed jobs waiting for their next attempt; score = when it runs."""
+
+    soonest_first = True
 
     def __init__(self, client: Client | None = None) -> None:
         super().__init__(keys.RETRY, client)

@@ -173,9 +173,11 @@ class Client:
             function = lane_group(base)  # most pushes: none of these, no other work
             if function is not None:
                 groups = [group_value(function, args, keywords, name) for args in checked]
+        on_wire = keywords  # a Python job's keywords travel in "kwargs"; an ActiveJob's among its arguments
         if getattr(job, "active_job", False) is True:  # for a Rails worker: Rails' wrapper (see `active_job`)
-            checked = [[active_job.job_data_for(name, args, None, queue=base["queue"], now=now)] for args in checked]
-            base["wrapped"], name = name, active_job.RAILS_WRAPPER
+            checked = [[active_job.job_data_for(name, args, keywords, queue=base["queue"], now=now)]
+                       for args in checked]
+            base["wrapped"], name, on_wire = name, active_job.RAILS_WRAPPER, None
         entries: list[tuple[dict[str, Any], float | None]] = []
         jids: list[str | None] = []
         middleware = len(self.config.client_middleware) > 0
@@ -186,8 +188,8 @@ class Client:
             if groups is not None:
                 payload["group"] = groups[index]
             payload["args"] = args  # Sidekiq 6.4 writes args before class; keep its field order
-            if keywords is not None:
-                payload["kwargs"] = keywords  # read by Python workers alone (see `payload`)
+            if on_wire is not None:
+                payload["kwargs"] = on_wire  # read by Python workers alone (see `payload`)
             payload["class"] = name
             payload["jid"] = jid
             payload["created_at"] = created

@@ -12,7 +12,9 @@ what a job receives is exactly what the caller passed.
 A Python job's keyword arguments travel in a top-level `"kwargs"` object, present only when
 there are some: `{"class":"app.send","args":[42],"kwargs":{"template":"reset"},...}`. Ruby
 Sidekiq keeps a key it does not know and passes only `args` to `perform`, so a Ruby worker never
-sees them as arguments. `call_arguments(payload)` is the one place a payload becomes a call.
+sees them as arguments (an `active_job=True` job's keywords go inside its ActiveJob arguments,
+as Ruby keywords: see `active_job`). `call_arguments(payload)` is the one place a payload
+becomes a call.
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ from typing import Any, TypeVar
 from sidequest.config import Config
 from sidequest.errors import Cancelled, OverLimit, PayloadError, Retry, UnknownJobError
 from sidequest.jobs.active_job import job_name
-from sidequest.jobs.payload import call_arguments, decode, overdue, trace_id
+from sidequest.jobs.payload import call_arguments, decode, display_name, overdue, trace_id
 from sidequest.jobs.registry import Registry
 from sidequest.store.outage import REDIS_ERRORS, Backoff, RedisOutage
 from sidequest.worker.counters import ProcessCounters
@@ -156,7 +156,7 @@ class JobRun:
     def alone(payload: dict[str, Any], recovered: int) -> None:
         """A suspect about to run alone (see `isolation`)."""
         log.warning("%s %s: processes died %d times while running it; running it alone",
-                    payload["class"], payload.get("jid"), recovered)
+                    display_name(payload), payload.get("jid"), recovered)
 
     def wait_turn(self, unit: UnitOfWork) -> None:
         """Another job runs alone now (see `isolation`): this one goes back to its queue,
@@ -177,7 +177,7 @@ class JobRun:
         `expires_at`), dropped unstarted; a job this worker does not run, retried."""
         late = overdue(payload, self.rt.retrier.clock()) if "expires_at" in payload else None
         if late is not None:
-            log.info("%s %s expired %.1f s ago (expires_in=%s): dropped without running", payload["class"],
+            log.info("%s %s expired %.1f s ago (expires_in=%s): dropped without running", display_name(payload),
                      payload.get("jid"), late, payload.get("expires_in"))
             self.finish(unit, payload, None, Outcome("dropped", payload=payload, reason=EXPIRED))
             return
@@ -200,7 +200,7 @@ class JobRun:
         shows it with this message."""
         self.rt.counters.failed.incr()
         outcome = self._decide(None, unit, exc)
-        log.warning("%s %s: %s; %s", job_name(payload), payload.get("jid"), exc, self.rt.retrier.fate(outcome))
+        log.warning("%s %s: %s; %s", display_name(payload), payload.get("jid"), exc, self.rt.retrier.fate(outcome))
         self.finish(unit, outcome.payload or payload, None, dataclasses.replace(outcome, logged=True))
 
     def take(self, unit: UnitOfWork, payload: dict[str, Any], ops: list[Any]) -> bool:
@@ -217,7 +217,7 @@ class JobRun:
         ours; None, Redis stayed down past the hard deadline (shutdown puts it back)."""
         if taken is False:
             log.warning("%s %s was recovered by another process before it started here; skipped",
-                        payload["class"], payload.get("jid"))
+                        display_name(payload), payload.get("jid"))
             unit.done = True
 
     def enter(self, unit: UnitOfWork, payload: dict[str, Any]) -> contextvars.Token[Any]:

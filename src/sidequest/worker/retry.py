@@ -41,7 +41,7 @@ from typing import Any
 from sidequest.config import Config
 from sidequest.errors import JobFailed, Retry
 from sidequest.jobs.definition import Job
-from sidequest.jobs.payload import NO_KWARGS, call_arguments, encode, in_millis, stamp
+from sidequest.jobs.payload import NO_KWARGS, call_arguments, display_name, encode, in_millis, stamp
 from sidequest.worker.outcome import Kind, Outcome, error_class_name, invalid
 
 log = logging.getLogger(__name__)
@@ -234,7 +234,7 @@ class Retrier:
                     error_handler(exc, context)
                 except Exception:
                     log.exception("error handler %r raised", error_handler)
-        name, jid = payload.get("class"), payload.get("jid")
+        name, jid = display_name(payload), payload.get("jid")  # an ActiveJob's class, not its wrapper's
         if outcome.logged:
             pass
         elif outcome.kind == "retry" and outcome.at is not None:

@@ -1,15 +1,19 @@
 """`sidequest retries|scheduled|dead`: list, show, retry, delete or kill jobs of a sorted set.
 
 One job is named by its JID; many by `--all`, or by a filter (`--class NAME`, `--grep TEXT`, or
-both), exactly as the admin API's `retry_all(name=, text=)` takes them. Every move goes through
+both), exactly as the admin API's `retry_all(name=, text=)` takes them (a name is the job's
+`class` or the class it wraps, an ActiveJob's, as the lists show it). `list` shows a set in the
+dashboard's order (the set's `soonest_first`): retries and scheduled jobs the soonest first, dead
+jobs the newest first. Every move goes through
 the API's exact-entry atomic calls, so a job another operator (or the dashboard) moved first is
 reported as gone, never moved twice.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from itertools import islice
+import hashlib
+import heapq
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -32,10 +36,13 @@ class Kind:
         self.label = label  # "retry set"...
         self.retry_verb = retry_verb  # what `retry` did, in the past tense
 
-    def open(self, client: Any) -> JobSet:
+    def set_class(self) -> type[JobSet]:
         from sidequest.api import DeadSet, RetrySet, ScheduledSet
 
-        return {"retries": RetrySet, "scheduled": ScheduledSet, "dead": DeadSet}[self.command](client)
+        return {"retries": RetrySet, "scheduled": ScheduledSet, "dead": DeadSet}[self.command]
+
+    def open(self, client: Any) -> JobSet:
+        return self.set_class()(client)
 
     def one(self, action: str) -> Callable[[SortedEntry], bool]:
         """The API call for one entry. Scheduled jobs are not retried but run now (unchanged)."""
@@ -93,7 +100,12 @@ def list_jobs(kind: Kind, jobs: JobSet, klass: str | None, grep: str | None, lim
     from sidequest.cli.admin import render, views
 
     filtered = bool(klass or grep)
-    found = list(islice(jobs.select(klass, grep), limit)) if filtered else jobs.page(0, limit)
+    if filtered:
+        counted = [0]
+        found = first(jobs, unique(jobs.select(klass, grep), counted), limit)
+        matched = counted[0]
+    else:
+        found = jobs.page(0, limit, soonest_first=jobs.soonest_first)
     size = jobs.size
     if as_json:
         render.emit_json({"set": jobs.key, "size": size, "jobs": [e.as_dict() for e in found]})
@@ -103,11 +115,32 @@ def list_jobs(kind: Kind, jobs: JobSet, klass: str | None, grep: str | None, lim
         out.print(f"no jobs {'match' if filtered else 'in the ' + kind.label}")
         return
     out.print(views.jobs(found, jobs.key, jobs.client.clock()))
-    if filtered:
-        cut = " (--limit reached)" if len(found) == limit else ""
-        out.print(f"{render.plural(len(found), 'matching job')} shown{cut}; {size:,} in the {kind.label}")
+    order = "soonest" if jobs.soonest_first else "newest"
+    if filtered and matched > len(found):
+        out.print(f"{len(found)} {order} of {matched:,} matching jobs shown; --limit N for more "
+                  f"({size:,} in the {kind.label})")
+    elif filtered:
+        out.print(f"{render.plural(matched, 'matching job')}; {size:,} in the {kind.label}")
     elif size > len(found):
-        out.print(f"{len(found)} newest of {size:,} shown; --limit N for more")
+        out.print(f"{len(found)} {order} of {size:,} shown; --limit N for more")
+
+
+def unique(entries: Iterator[SortedEntry], counted: list[int]) -> Iterator[SortedEntry]:
+    """`entries` without repeats (ZSCAN may yield an entry twice while the set changes), counted
+    in `counted[0]`."""
+    seen: set[bytes] = set()
+    for entry in entries:
+        digest = hashlib.blake2b(entry.value, digest_size=16).digest()
+        if digest not in seen:
+            seen.add(digest)
+            counted[0] += 1
+            yield entry
+
+
+def first(jobs: JobSet, entries: Iterator[SortedEntry], limit: int) -> list[SortedEntry]:
+    """The first `limit` of `entries` in the set's listing order (see `list_jobs`), keeping no more."""
+    sign = 1 if jobs.soonest_first else -1
+    return heapq.nsmallest(limit, entries, key=lambda e: sign * e.raw_score)
 
 
 def on_one(kind: Kind, jobs: JobSet, action: str, jid: str, as_json: bool) -> None:
@@ -166,7 +199,7 @@ def set_command(kind: Kind) -> None:
 
         \b
         Examples:
-          sidequest {kind.command}                               # the newest 50
+          sidequest {kind.command}                               # 50, as the dashboard lists them
           sidequest {kind.command} list --class SendWelcome --json
           sidequest {kind.command} show 0123456789abcdef01234567
           sidequest {kind.command} retry 0123456789abcdef01234567
@@ -176,7 +209,8 @@ def set_command(kind: Kind) -> None:
     @click.argument("action", required=False, default="list", metavar="[list|show JID|retry|delete|kill]")
     @click.argument("jid", required=False, metavar="[JID]")
     @click.option("--all", "every", is_flag=True, help="Act on every job of the set.")
-    @click.option("--class", "klass", metavar="NAME", help="Only jobs of this registered name.")
+    @click.option("--class", "klass", metavar="NAME",
+                  help="Only jobs of this name (as listed: an ActiveJob's own class, or its wrapper's).")
     @click.option("--grep", metavar="TEXT", help="Only jobs whose stored JSON contains TEXT (case-sensitive).")
     @click.option("--limit", default=50, show_default=True, type=click.IntRange(min=1), help="Jobs `list` shows.")
     @json_option

@@ -71,15 +71,16 @@ def running(works: Sequence[Work], now: float, title: str | None = "Running") ->
     grid = render.table("PROCESS", "THREAD", "JID", "CLASS", "ARGS", "QUEUE", "FOR", title=title, right=("FOR",))
     for w in works:
         job = w.job
-        render.row(grid, w.process_id, w.thread_id, job.jid, job.klass, render.brief(job.args, 40), w.queue,
-                   render.span(now - w.run_at))
+        render.row(grid, w.process_id, w.thread_id, job.jid, job.display_class, render.brief(job.display_args, 40),
+                   w.queue, render.span(now - w.run_at))
     return grid
 
 
 def work_dict(work: Work) -> dict[str, Any]:
     job = work.job
     return {"process": work.process_id, "thread": work.thread_id, "queue": work.queue, "run_at": work.run_at,
-            "jid": job.jid, "class_name": job.klass, "args": job.args, "item": job.item}
+            "jid": job.jid, "class_name": job.klass, "display_class": job.display_class, "args": job.args,
+            "item": job.item}
 
 
 def periodic(statuses: Sequence[PeriodicStatus], now: float) -> Table:
@@ -98,13 +99,14 @@ def flows(counts: Mapping[str, Mapping[str, int]]) -> Table:
 
 
 def jobs(entries: Sequence[JobRecord], set_key: str | None, now: float, title: str | None = None) -> Table:
-    """Jobs of a queue (`set_key` None) or of `schedule`, `retry` or `dead`."""
+    """Jobs of a queue (`set_key` None) or of `schedule`, `retry` or `dead`, each as the dashboard
+    shows it: an ActiveJob by its own class and arguments, not its wrapper's."""
     when, with_error = SET_COLUMNS.get(set_key or "", ("ENQUEUED", False))
     headers = ["JID", "CLASS", "ARGS", "QUEUE", when] + (["RETRIES", "ERROR"] if with_error else [])
     grid = render.table(*headers, title=title, right=("RETRIES",))
     for e in entries:
         at = e.score if isinstance(e, SortedEntry) else e.enqueued_at
-        cells: list[Any] = [e.jid, e.klass, render.brief(e.args, 50), e.queue, render.ago(at, now)]
+        cells: list[Any] = [e.jid, e.display_class, render.brief(e.display_args, 50), e.queue, render.ago(at, now)]
         if with_error:
             error = f"{e.error_class}: {e.error_message}" if e.error_class else "-"
             cells += [e.retry_count, error if len(error) <= 60 else error[:59] + "…"]
@@ -115,7 +117,7 @@ def jobs(entries: Sequence[JobRecord], set_key: str | None, now: float, title: s
 def job(entry: JobRecord, set_key: str | None) -> Table:
     """One job, every field people ask about."""
     rows: list[tuple[str, Any]] = [
-        ("jid", entry.jid), ("class", entry.klass), ("queue", entry.queue),
+        ("jid", entry.jid), ("class", shown_class(entry)), ("queue", entry.queue),
         ("args", render.brief(entry.args, 10_000)),
     ]
     if entry.kwargs:
@@ -134,3 +136,10 @@ def job(entry: JobRecord, set_key: str | None) -> Table:
     if entry.invalid:
         rows.append(("invalid", "the stored bytes are not a usable job: delete or kill it"))
     return render.facts(rows)
+
+
+def shown_class(entry: JobRecord) -> str | None:
+    """`SendReceiptJob (ActiveJob::QueueAdapters::SidekiqAdapter::JobWrapper)` for a wrapped job, as
+    the dashboard's job page shows it; else its class."""
+    shown = entry.display_class
+    return shown if shown == entry.klass else f"{shown} ({entry.klass})"

@@ -1,6 +1,6 @@
 """The Retries, Scheduled and Dead pages: paged lists, a filter, one job's detail, and actions on
 one entry, the ticked ones, or every entry matching the filter. As Sidekiq's, Retries and
-Scheduled list the soonest first, Dead the newest first.
+Scheduled list the soonest first, Dead the newest first (each set's `soonest_first`, the CLI's order too).
 
 A page reads one page of ranks (ZRANGE or ZREVRANGE) and the set's size, whatever the set holds. A filter
 walks the set with the API's ZSCAN (the server matches), stopping after `FILTER_CAP` matches,
@@ -37,18 +37,16 @@ class Kind:
     one: dict[str, str]  # action on one or the ticked -> SortedEntry method
     every: dict[str, str]  # action on all (matching) -> JobSet method
     past: dict[str, str]  # action -> what the message says was done
-    soonest_first: bool = False  # list by score ascending: Sidekiq's retries and scheduled pages do
 
 
 PAST = {"retry": "Retried", "run": "Queued", "delete": "Deleted", "kill": "Killed"}
 KINDS = {
     "retries": Kind("/retries", "Retries", "Next retry", RetrySet,
                     {"retry": "retry", "delete": "delete", "kill": "kill"},
-                    {"retry_all": "retry_all", "delete_all": "delete_all", "kill_all": "kill_all"}, PAST, True),
+                    {"retry_all": "retry_all", "delete_all": "delete_all", "kill_all": "kill_all"}, PAST),
     "scheduled": Kind("/scheduled", "Scheduled", "Runs", ScheduledSet,
                       {"run": "add_to_queue", "delete": "delete", "kill": "kill"},
-                      {"run_all": "add_all_to_queue", "delete_all": "delete_all", "kill_all": "kill_all"}, PAST,
-                      True),
+                      {"run_all": "add_all_to_queue", "delete_all": "delete_all", "kill_all": "kill_all"}, PAST),
     "dead": Kind("/dead", "Dead", "Died", DeadSet,
                  {"retry": "retry", "delete": "delete"},
                  {"retry_all": "retry_all", "delete_all": "delete_all"}, PAST),
@@ -79,12 +77,12 @@ def routes(site: Site) -> list[Route]:
                     if len(matches) >= FILTER_CAP:
                         capped = True
                         break
-                matches.sort(key=lambda e: e.raw_score, reverse=not kind.soonest_first)
+                matches.sort(key=lambda e: e.raw_score, reverse=not jobs.soonest_first)
                 paging = pager(request, len(matches))
                 entries = matches[paging.offset:paging.offset + PER_PAGE]
             else:
                 paging = pager(request, jobs.size)
-                entries = jobs.page(paging.offset, PER_PAGE, soonest_first=kind.soonest_first) if paging.total else []
+                entries = jobs.page(paging.offset, PER_PAGE, soonest_first=jobs.soonest_first) if paging.total else []
             return site.page(request, "set.html", page=kind_name, title=kind.title, kind=kind_name,
                              base=kind.path, when_label=kind.when_label, entries=entries, pager=paging,
                              size=jobs.size if q else paging.total, q=q, by=by, capped=capped,
