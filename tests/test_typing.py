@@ -248,6 +248,12 @@ sub.si(1, 2)
 values: list[object] = sidequest.group([sub.si(1, 2)]).apply_async().get(timeout=10)
 again: list[object] = sidequest.GroupResult("id").get(timeout=None)
 last: sidequest.ChainResult = sidequest.chain(sub.s(10, 1), sub.s(100)).apply_async()
+called: sidequest.ChainResult = sidequest.chain(sub.s(10, 1), sub.s(100))()
+fanned: sidequest.GroupResult = sidequest.group(sub.si(1, 2), sub.si(3, 4))()
+piped: sidequest.ChainResult = (sidequest.group(sub.si(1, 2)) | notify.s("ops"))()
+one: str | None = sub.s(1).delay(2)
+sub.s(1, 2).apply_async(priority=9, countdown=5, queue="math")
+(sub.s(10, 1) | sub.s(100)).apply_async()
 
 sub.s("x")  # error
 sub.s(1, 2, 3)  # error
@@ -257,6 +263,8 @@ Resize.s("a.png")  # error
 Resize.set(queue="big").s("wide")  # error
 sub.set(queue="math").s("x")  # error
 sub.si(1)  # error
+sub.s(1, 2).apply_async(priority="high")  # error
+sub.s(1, 2).apply_async(link=sub.s(3))  # error
 '''
 
 
@@ -267,7 +275,7 @@ def test_mypy_checks_a_steps_arguments_in_celerys_order(tmp_path: Path) -> None:
     source, result = run_mypy(CANVAS_MODULE, tmp_path, "user_jobs.py")
     marked = {n for n, text in enumerate(source.splitlines(), 1) if text.endswith("# error")}
     assert set(_lines(result.stdout.splitlines(), "error")) == marked, result.stdout + result.stderr
-    assert len(marked) == 8
+    assert len(marked) == 10
 
 
 def test_the_package_ships_py_typed() -> None:
@@ -301,6 +309,7 @@ Resize.perform_async("a.png", width=200)
 Resize.delay("a.png", width=200)
 Resize.apply_async(["a.png"], {"width": 200})
 Resize.set(queue="urgent").apply_async(["a.png"], countdown=5.5)
+mail.apply_async([1], priority=9, time_limit=30)
 sidequest.push("app.mail", [1], kwargs={"template": "reset"})
 jid: str | None = mail.delay(1)
 
@@ -318,6 +327,8 @@ Resize.perform_async("a.png", width="wide")  # error
 Resize.delay("a.png", height=1)  # error
 mail.apply_async([1], countdown="soon")  # error
 mail.apply_async([1], queue=3)  # error
+mail.apply_async([1], retry_policy={"max_retries": 3})  # error
+mail.apply_async([1], contdown=5)  # error
 
 
 async def produce_wrong() -> None:
@@ -332,5 +343,5 @@ def test_mypy_flags_a_keyword_argument_of_the_wrong_type_or_name(tmp_path: Path)
     assert "user_keywords.py" in result.stdout or result.returncode == 0, result.stdout + result.stderr
     errors = {int(m.group(1)) for m in re.finditer(r"user_keywords\.py:(\d+): error", result.stdout)}
     marked = {n for n, text in enumerate(source.splitlines(), 1) if text.endswith("# error")}
-    assert errors == marked and len(marked) == 10, result.stdout
+    assert errors == marked and len(marked) == 12, result.stdout
     assert 'Argument "template" to "perform_async" of "JobFunction" has incompatible type "int"' in result.stdout

@@ -482,6 +482,6 @@ def test_the_workflows_docs_examples_run(tmp_path, redis_url):
         worker.wait(STARTUP)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["succeeded -91", "[2, 4, 6] ['sum: 12']", "[2, 4, 6] True", "sum: 12",
-                                        "failed skipped",
+                                        "-91 sum: 6", "failed skipped",
                                         "publish succeeded"]
 

@@ -63,6 +63,23 @@ def test_the_port_prints_what_celery_printed(redis_url):
     assert out == EXPECTED
 
 
+def code_lines(name: str) -> list[str]:
+    """The example file's lines without their comments, stripped."""
+    return [line.split("  #")[0].strip() for line in (EXAMPLE / name).read_text(encoding="utf-8").splitlines()]
+
+
+def test_the_ports_canvas_and_priority_are_written_as_celerys():
+    """Issue 37 item 7: `a.s() | b.s()`, a chain called, a group `|` a task and
+    `apply_async(..., priority=9)` failed (TypeError, not callable) though the page says a canvas
+    is written the same. The port's lines are now Celery's, character for character, and the run
+    above prints Celery's output with them."""
+    celery, port = code_lines("run_celery.py"), code_lines("run_sidequest.py")
+    for shape in ('(price.s("B-2") | discount.s(50))()', '| total.s("basket 8")', "priority=9)"):
+        [line] = [line for line in celery if shape in line]
+        assert line in port, f"the port writes {shape} otherwise than Celery: {line}"
+    assert any('price.s("C-3", 2).delay()' in line for line in port)  # a signature's delay: its jid
+
+
 def test_the_page_shows_the_example_as_it_is():
     """Whole files are the files; an excerpt (`# from examples/celery_port/x.py`) is found in
     its file as written; the output shown is expected.txt."""

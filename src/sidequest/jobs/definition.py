@@ -28,8 +28,9 @@ that same signature at push, before anything is written. Keyword arguments trave
 payload's `kwargs` (see `payload`), which a Ruby worker never passes to its `perform`.
 
 Celery's `delay` and `apply_async` are here too, as a porting aid: `delay` is `perform_async`,
-and `apply_async(args, kwargs, countdown=, eta=, queue=, expires=)` maps its options to
-`perform_in`/`perform_at`, `queue` and `expires_in`.
+and `apply_async(args, kwargs, countdown=, eta=, expires=, queue=, priority=, time_limit=)` maps
+its options to `perform_in`/`perform_at`, `expires_in`, `queue`, `priority` and `timeout`, and
+refuses Celery's others with what to use instead (see `client.porting`).
 """
 
 from __future__ import annotations
@@ -53,6 +54,8 @@ from typing import (
     overload,
 )
 
+from sidequest.client import porting
+from sidequest.client.porting import ApplyAsyncOptions
 from sidequest.client.sync_client import default_client
 from sidequest.errors import JobArgumentError, JobDefinitionError
 from sidequest.jobs.arguments import bind, function_signature, perform_signature
@@ -64,7 +67,6 @@ from sidequest.jobs.options import (
     check_options,
     merge_options,
     payload_fields,
-    schedule_at,
 )
 from sidequest.jobs.registry import Registry, default_registry
 
@@ -209,12 +211,10 @@ class Job:
         return _setter(cls).perform_async(*args, **kwargs)
 
     @classmethod
-    def apply_async(cls, args: Sequence[Any] | None = None, kwargs: Mapping[str, Any] | None = None, *,
-                    countdown: Delay | None = None, eta: When | None = None, queue: str | None = None,
-                    expires: Delay | datetime | None = None) -> str | None:
+    def apply_async(cls, args: Sequence[Any] | None = None, kwargs: Mapping[str, Any] | None = None,
+                    **options: Unpack[ApplyAsyncOptions]) -> str | None:
         """Celery's `apply_async` mapped to a push (a porting aid; see `JobSetter.apply_async`)."""
-        return JobSetter[Any](cls, {}).apply_async(args, kwargs, countdown=countdown, eta=eta, queue=queue,
-                                                   expires=expires)
+        return JobSetter[Any](cls, {}).apply_async(args, kwargs, **options)
 
     aio = _Aio()  # `await Resize.aio.perform_async(...)`: the same methods for asyncio code
 
@@ -263,23 +263,6 @@ def _signature(job_class: type[Job], args: tuple[Any, ...], kwargs: dict[str, An
     return Signature(job_class, tuple(args), dict(options), immutable=immutable, kwargs=dict(kwargs))
 
 
-def _expires_in(expires: Delay | datetime, countdown: Delay | None, eta: When | None, now: float) -> float:
-    """Celery's `expires` (a delay from now, or a deadline) as sidequest's `expires_in`: seconds
-    after the job's own time (its eta or countdown, else now), so the deadline is the same."""
-    if isinstance(expires, datetime):
-        deadline = schedule_at(expires, now, method="perform_at") or now
-    elif isinstance(expires, (int, float, timedelta)) and not isinstance(expires, bool):
-        deadline = now + (expires.total_seconds() if isinstance(expires, timedelta) else expires)
-    else:
-        raise JobArgumentError(f"apply_async: expires takes seconds, a timedelta or a datetime, got {expires!r}")
-    start = (schedule_at(eta, now, method="perform_at") if eta is not None
-             else schedule_at(countdown, now, method="perform_in") if countdown is not None else None) or now
-    if deadline <= start:
-        raise JobArgumentError(f"apply_async: expires ({expires!r}) is not after the job's own time, so it could "
-                               "never run; give a later expires, or none")
-    return deadline - start
-
-
 def _setter(job_class: type[_Performs[P]], options: dict[str, Any] | None = None) -> JobSetter[P]:
     # Job's classmethods are the only callers, so `job_class` is a Job subclass.
     return JobSetter(cast("type[Job]", job_class), options or {})
@@ -319,23 +302,17 @@ class JobSetter(Generic[P]):
         """Celery's name for `perform_async` (a porting aid)."""
         return self.perform_async(*args, **kwargs)
 
-    def apply_async(self, args: Sequence[Any] | None = None, kwargs: Mapping[str, Any] | None = None, *,
-                    countdown: Delay | None = None, eta: When | None = None, queue: str | None = None,
-                    expires: Delay | datetime | None = None) -> str | None:
+    def apply_async(self, args: Sequence[Any] | None = None, kwargs: Mapping[str, Any] | None = None,
+                    **options: Unpack[ApplyAsyncOptions]) -> str | None:
         """Celery's `apply_async`, as a porting aid: `countdown` is `perform_in`'s delay, `eta`
-        `perform_at`'s time, `queue` the queue option, and `expires` (seconds or a timedelta from
-        now, or a datetime: Celery's deadline) the `expires_in` option, counted from the job's
-        own time. Returns the jid (Celery returns an AsyncResult: see `sidequest.result`)."""
-        if isinstance(args, (str, bytes)) or not isinstance(args, (Sequence, type(None))):
-            raise JobArgumentError(f"apply_async takes args as a list or tuple, got {type(args).__name__}")
-        if countdown is not None and eta is not None:
-            raise JobArgumentError("apply_async takes countdown or eta, not both")
-        setter = self if queue is None else self.set(queue=queue)
-        options = dict(setter.options)
-        client = setter._client()
-        if expires is not None:
-            options["expires_in"] = _expires_in(expires, countdown, eta, client.clock())
-        return client.push(self.job_class, list(args or ()), kwargs, at=eta, in_=countdown, **options)
+        `perform_at`'s time, `expires` (seconds or a timedelta from now, or a datetime: Celery's
+        deadline) the `expires_in` option counted from the job's own time, `queue`, `priority`
+        (9 first) and `time_limit` (`timeout`) the options; Celery's others are refused with what
+        to use instead (`client.porting`). Returns the jid (Celery returns an AsyncResult: see
+        `sidequest.result`)."""
+        client = self._client()
+        push = porting.translate(args, kwargs, self.options, options, client.clock())
+        return client.push(self.job_class, push.args, push.kwargs, at=push.at, **push.options)
 
     @overload
     def s(self: JobSetter[Concatenate[Any, Q]], *args: Q.args, **kwargs: Q.kwargs) -> Signature: ...
@@ -465,11 +442,10 @@ class JobFunction(Generic[P, R]):
         """Celery's name for `perform_async` (a porting aid)."""
         return self.set().perform_async(*args, **kwargs)
 
-    def apply_async(self, args: Sequence[Any] | None = None, kwargs: Mapping[str, Any] | None = None, *,
-                    countdown: Delay | None = None, eta: When | None = None, queue: str | None = None,
-                    expires: Delay | datetime | None = None) -> str | None:
+    def apply_async(self, args: Sequence[Any] | None = None, kwargs: Mapping[str, Any] | None = None,
+                    **options: Unpack[ApplyAsyncOptions]) -> str | None:
         """Celery's `apply_async` mapped to a push (a porting aid; see `JobSetter.apply_async`)."""
-        return self.set().apply_async(args, kwargs, countdown=countdown, eta=eta, queue=queue, expires=expires)
+        return self.set().apply_async(args, kwargs, **options)
 
     @overload
     def s(self: JobFunction[Concatenate[Any, Q], R], *args: Q.args, **kwargs: Q.kwargs) -> Signature: ...

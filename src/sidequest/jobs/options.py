@@ -355,32 +355,35 @@ def expires_at(payload: Mapping[str, Any], when: float | None, now: float) -> fl
     return None if seconds is None else (now if when is None else when) + seconds
 
 
-def schedule_at(when: Any, now: float, *, method: str) -> float | None:
+def schedule_at(when: Any, now: float, *, method: str, said: tuple[str, str] | None = None) -> float | None:
     """Epoch seconds to schedule at, or None to enqueue now (the time is not in the future).
 
     `method` is "perform_in" (seconds or timedelta) or "perform_at" (epoch or aware datetime).
-    Both follow Sidekiq's rule: a number below 1e9 is an interval from now.
+    Both follow Sidekiq's rule: a number below 1e9 is an interval from now. `said` names, for
+    the errors, what the caller wrote and its sibling when that is not `method`: a user who
+    called `apply_async(eta=...)` reads "apply_async's eta", not a method they never called.
     """
+    this, other = said or (method, "perform_at" if method == "perform_in" else "perform_in")
     if isinstance(when, datetime):
         if method == "perform_in":
-            raise JobArgumentError("perform_in takes seconds or a timedelta; use perform_at for a datetime")
+            raise JobArgumentError(f"{this} takes seconds or a timedelta; use {other} for a datetime")
         if when.tzinfo is None or when.utcoffset() is None:
             raise JobArgumentError(
-                f"perform_at got a naive datetime {when.isoformat()}; give it a timezone "
+                f"{this} got a naive datetime {when.isoformat()}; give it a timezone "
                 "(e.g. datetime.now(timezone.utc)) so the time is not ambiguous"
             )
         ts = when.timestamp()
     elif isinstance(when, timedelta):
         if method == "perform_at":
-            raise JobArgumentError("perform_at takes an epoch time or a datetime; use perform_in for a timedelta")
+            raise JobArgumentError(f"{this} takes an epoch time or a datetime; use {other} for a timedelta")
         ts = now + when.total_seconds()  # a delay not in the future enqueues at once, as Sidekiq
     elif _is_number(when):
         if not math.isfinite(when):
-            raise JobArgumentError(f"{method} got {when!r}; a time must be a finite number")
+            raise JobArgumentError(f"{this} got {when!r}; a time must be a finite number")
         ts = now + when if when < EPOCH_THRESHOLD else float(when)  # negative: now
     else:
         raise JobArgumentError(
-            f"{method} takes a number of seconds, a timedelta or a datetime, got {type(when).__name__}"
+            f"{this} takes a number of seconds, a timedelta or a datetime, got {type(when).__name__}"
         )
     return ts if ts > now else None
 
