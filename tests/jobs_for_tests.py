@@ -337,13 +337,17 @@ def _limiter(kind: str, name: str, limit: int, seconds: float):
 
 
 class Limited(sidequest.Job, name="Limited", retry=3):
-    """Holds a slot of a concurrent limiter for `hold` s; records its start and end times."""
+    """Holds a slot of a concurrent limiter for `hold` s, or with a `gate` until the test pushes
+    to that list; records its start and end times, both inside the slot."""
 
-    def perform(self, n, name, limit, hold, lease=60.0):
+    def perform(self, n, name, limit, hold, lease=60.0, gate=None):
         with _limiter("concurrent", name, limit, lease):
             record("limited-start", n, os.getpid(), time.time(), self.payload.get("retry_count"),
                    self.payload.get("snoozed"))
-            time.sleep(hold)
+            if gate is None:
+                time.sleep(hold)
+            else:
+                _wait_push(gate)
             record("limited-end", n, os.getpid(), time.time())
 
 

@@ -81,6 +81,12 @@ async def slow() -> None:
     await asyncio.sleep(5)
 
 
+@sidequest.job(name="T.OwnTimeout", registry=REG)
+async def own_timeout() -> None:
+    await asyncio.sleep(0)
+    raise TimeoutError("the upstream took too long")
+
+
 @sidequest.job(name="T.TaskMessage", registry=REG)
 def tells_progress() -> None:
     sidequest.task_message("half way")
@@ -466,6 +472,12 @@ def test_inline_exceptions_reach_the_caller() -> None:
         with pytest.raises(UnknownJobError):
             sidequest.push("RubyOnly", [1])
     assert ran == [("boom", "now")]
+
+
+def test_inline_an_async_jobs_own_timeout_error_reaches_the_caller_as_it_is() -> None:
+    """Not taken for a time limit (issue 37: it became a TypeError with no limit set)."""
+    with inline(registry=REG), pytest.raises(TimeoutError, match="the upstream took too long"):
+        own_timeout.perform_async()
 
 
 def test_inline_async_jobs_pushing_async_jobs_do_not_deadlock() -> None:

@@ -53,7 +53,7 @@ from sidequest.jobs.payload import call_arguments, decode
 from sidequest.jobs.registry import Registry, default_registry
 from sidequest.store.connection import answers
 from sidequest.store.dev_server import server_binary
-from sidequest.worker.executor import ThreadExecutor
+from sidequest.worker.executor import ThreadExecutor, time_limit
 from sidequest.worker.job_run import job_context
 from sidequest.worker.retry import call_hook
 
@@ -251,8 +251,7 @@ class FakeJobs:
         depth = _depth.get()
         executor = self._executor(depth)
         args, kwargs = call_arguments(payload)
-        limit = payload.get("timeout") or self.config.job_timeout
-        limit = float(limit) if isinstance(limit, (int, float)) and limit > 0 else None
+        limit = time_limit(payload, self.config)
         queue = str(payload.get("queue") or "default")
         token = _depth.set(depth + 1)
         run = job_context.set((payload["class"], job.jid, queue, None, payload))  # `current_job()`, as in a worker

@@ -20,7 +20,8 @@ the blocking BLMOVE.
   failure's outcome (the job's `retry_in`), every outcome but success (its SETTLE call, the
   retrier's hooks), and the whole step for every other job (a sync job, a payload that does not
   decode, a job past its deadline, an unknown name, server middleware: its links are sync).
-- **Time limits** cancel the job's task for real (`JobTimeoutError`, the retry path).
+- **Time limits** cancel the job's task for real (`JobTimeoutError`, the retry path); what is a
+  time-out is one rule, the threads' too (`executor.limited`).
 - **Suspects** (a job in flight at two crashes, see `isolation`) run alone, through the
   process's gate as on the threads: fetching pauses until the other jobs of the loop have ended,
   its BLMOVEs have answered and no processor thread (another capsule's) is past the gate.
@@ -46,17 +47,18 @@ from typing import Any, TypeVar, cast
 import redis
 
 from sidequest.config import Config
-from sidequest.errors import JobTimeoutError, PayloadError
+from sidequest.errors import PayloadError
 from sidequest.jobs.payload import call_arguments, decode
 from sidequest.store.direct import AsyncDirectPath, DirectPath
 from sidequest.store.outage import REDIS_ERRORS
 from sidequest.store.scripts import Scripts
+from sidequest.worker.executor import limited, time_limit
 from sidequest.worker.fetch.batch import ACK_WINDOW
 from sidequest.worker.fetch.loop_fetch import LoopFetch
 from sidequest.worker.fetch.queue_order import PausedQueues
 from sidequest.worker.fetch.unit import Fetch, Settler, UnitOfWork
 from sidequest.worker.isolation import suspect
-from sidequest.worker.job_run import JobRun, Runtime, job_context, quieting_context, time_limit
+from sidequest.worker.job_run import JobRun, Runtime, job_context, quieting_context
 from sidequest.worker.lifecycle import has_ops
 from sidequest.worker.outcome import Outcome
 from sidequest.worker.runner import StagedShutdown
@@ -304,7 +306,8 @@ class AsyncioRunner(StagedShutdown):
             limit = time_limit(payload, self.rt.config)
             with self.rt.lifecycle.running(payload):
                 args, kwargs = call_arguments(payload)
-                result = await (job.perform(*args, **kwargs) if limit is None else _timed(job, args, kwargs, limit))
+                called = job.perform(*args, **kwargs)
+                result = await (called if limit is None else limited(called, limit))
         except BaseException as exc:  # a cancellation too, unless a hard stop put the job back
             if unit.done:
                 job_context.reset(token)
@@ -353,17 +356,6 @@ class AsyncioRunner(StagedShutdown):
         """`fn(*args)` on the thread pool, in this task's context (its log context, its job)."""
         context = contextvars.copy_context()
         return await asyncio.get_running_loop().run_in_executor(self.pool, lambda: context.run(fn, *args))
-
-
-async def _timed(job: Any, args: list[Any], kwargs: dict[str, Any], limit: float) -> Any:
-    """The job's coroutine, cancelled for real past `limit` seconds."""
-    try:
-        async with asyncio.timeout(limit) as deadline:
-            return await job.perform(*args, **kwargs)
-    except TimeoutError:
-        if deadline.expired():
-            raise JobTimeoutError(f"job ran longer than its {limit:g} s time limit (cancelled)") from None
-        raise
 
 
 class _LoopEnds:

@@ -4,26 +4,82 @@ Plain functions run on the processor's own thread. `async def` jobs run on one e
 thread shared by the process, so they interleave with each other and never block the other
 processors; the processor thread waits for its coroutine's result.
 
-A job with a time limit (`timeout` option, or the worker's `job_timeout`) runs on a thread of
-its own while the processor waits at most that long. Past the limit the processor raises
-JobTimeoutError (the job takes the retry path) and moves on. Python cannot stop a thread
+A plain function with a time limit (`timeout` option, or the worker's `job_timeout`) runs on a
+thread of its own while the processor waits at most that long. Past the limit the processor
+raises JobTimeoutError (the job takes the retry path) and moves on. Python cannot stop a thread
 safely, so the abandoned call keeps running in the background until it returns by itself;
 `on_abandon` lets the worker react (in a multi-process worker the child restarts itself,
 which ends the stuck code). An `async def` job past its limit is cancelled for real.
+
+One rule for a time limit, on both runners (the asyncio runner calls `time_limit` and `limited`
+too): only the limit running out is a time-out. Whoever waits decides, by the clock it waits on,
+never by the type of an exception: a coroutine is timed out when its deadline has expired
+(`limited`), a plain function when its thread still runs at the limit (`watched`). A
+`TimeoutError` the job's own code raises (an HTTP client's, its own `asyncio.timeout`) is an
+ordinary exception of the job: retried as `retry_on` says, reported with its own message. (Since
+Python 3.11 `asyncio.TimeoutError` and `concurrent.futures.TimeoutError` are that same builtin,
+so catching "a TimeoutError" around a wait mistakes the job's own error for the limit.)
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextvars
 import inspect
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
+from sidequest.config import Config
 from sidequest.errors import JobTimeoutError
 from sidequest.jobs.payload import NO_KWARGS
+
+
+def time_limit(payload: dict[str, Any], config: Config) -> float | None:
+    """The job's time limit in seconds: its `timeout` option, else the worker's `job_timeout`."""
+    limit = payload.get("timeout") or config.job_timeout
+    return float(limit) if isinstance(limit, (int, float)) and limit > 0 else None
+
+
+def _overrun(limit: float, then: str) -> JobTimeoutError:
+    """The error of a job that ran past `limit` seconds (the retry path, as any failure)."""
+    return JobTimeoutError(f"job ran longer than its {limit:g} s time limit{then}")
+
+
+async def limited(coroutine: Coroutine[Any, Any, Any], limit: float) -> Any:
+    """`coroutine`'s value, cancelled for real past `limit` seconds (JobTimeoutError then)."""
+    try:
+        async with asyncio.timeout(limit) as deadline:
+            return await coroutine
+    except TimeoutError:
+        if deadline.expired():  # the deadline cancelled it; else the TimeoutError is the job's own
+            raise _overrun(limit, " (cancelled)") from None
+        raise
+
+
+def watched(call: Callable[[], Any], limit: float, name: str,
+            on_abandon: Callable[[], None] | None = None) -> Any:
+    """`call()`'s value, run on a thread of its own that sees the caller's context (log context,
+    the current job). Past `limit` seconds the thread is abandoned (Python cannot stop it; it
+    keeps running until it returns by itself), `on_abandon` is told, and JobTimeoutError raised."""
+    outcome: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            outcome["value"] = call()
+        except BaseException as exc:  # handed to the waiting thread below
+            outcome["error"] = exc
+
+    runner = threading.Thread(target=contextvars.copy_context().run, args=(target,), name=name, daemon=True)
+    runner.start()
+    runner.join(limit)
+    if runner.is_alive():
+        if on_abandon is not None:
+            on_abandon()
+        raise _overrun(limit, "; its thread was abandoned")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")
 
 
 class Executor(Protocol):
@@ -68,41 +124,26 @@ class ThreadExecutor:
         if is_async is None:  # looked up once per job class: this is every job's path
             is_async = self._async[kind] = inspect.iscoroutinefunction(job.perform)
         if is_async:
-            future = asyncio.run_coroutine_threadsafe(job.perform(*args, **kwargs), self._event_loop())
-            try:
-                return future.result(timeout)
-            except concurrent.futures.TimeoutError:
-                future.cancel()
-                raise JobTimeoutError(f"job ran longer than its {timeout:g} s time limit (cancelled)") from None
+            return self._on_loop(job.perform(*args, **kwargs), timeout)
         if timeout is None:
             result = job.perform(*args, **kwargs)
-            if inspect.iscoroutine(result):  # a sync perform that returned a coroutine
-                return asyncio.run_coroutine_threadsafe(result, self._event_loop()).result()
-            return result
-        return self._run_timed(job, args, kwargs, timeout)
+        else:
+            result = watched(lambda: job.perform(*args, **kwargs), timeout,
+                                         f"sidequest-job-{getattr(job, 'jid', '')}", self._abandoning(job))
+        if inspect.iscoroutine(result):  # a sync perform that returned a coroutine: run it, limited alike
+            return self._on_loop(result, timeout)
+        return result
 
-    def _run_timed(self, job: Any, args: list[Any], kwargs: dict[str, Any], timeout: float) -> Any:
-        outcome: dict[str, Any] = {}
+    def _on_loop(self, coroutine: Coroutine[Any, Any, Any], timeout: float | None) -> Any:
+        """The coroutine's value, run on the process's loop (under the time limit's one rule,
+        `limited`) while this thread waits."""
+        if timeout is not None:
+            coroutine = limited(coroutine, timeout)
+        return asyncio.run_coroutine_threadsafe(coroutine, self._event_loop()).result()
 
-        def target() -> None:
-            try:
-                outcome["value"] = job.perform(*args, **kwargs)
-            except BaseException as exc:  # handed to the processor thread below
-                outcome["error"] = exc
-
-        # The job thread sees this thread's context (log context, the current task job).
-        context = contextvars.copy_context()
-        runner = threading.Thread(target=context.run, args=(target,),
-                                  name=f"sidequest-job-{getattr(job, 'jid', '')}", daemon=True)
-        runner.start()
-        runner.join(timeout)
-        if runner.is_alive():
-            if self.on_abandon is not None:
-                self.on_abandon(job)
-            raise JobTimeoutError(f"job ran longer than its {timeout:g} s time limit; its thread was abandoned")
-        if "error" in outcome:
-            raise outcome["error"]
-        return outcome.get("value")
+    def _abandoning(self, job: Any) -> Callable[[], None] | None:
+        on_abandon = self.on_abandon
+        return None if on_abandon is None else lambda: on_abandon(job)
 
     def close(self) -> None:
         """Stop the event loop and, once its thread has ended, close it (its selector and its

@@ -41,7 +41,7 @@ from sidequest.jobs.payload import call_arguments, decode, display_name, overdue
 from sidequest.jobs.registry import Registry
 from sidequest.store.outage import REDIS_ERRORS, Backoff, RedisOutage
 from sidequest.worker.counters import ProcessCounters
-from sidequest.worker.executor import Executor
+from sidequest.worker.executor import Executor, time_limit
 from sidequest.worker.fetch.unit import UnitOfWork
 from sidequest.worker.isolation import Isolation
 from sidequest.worker.lifecycle import Lifecycle, has_ops
@@ -78,12 +78,6 @@ def stopping() -> bool:
     outside a worker. A job that can end early (see `iteration`) checks it between steps."""
     event = _quieting.get()
     return event is not None and event.is_set()
-
-
-def time_limit(payload: dict[str, Any], config: Config) -> float | None:
-    """The job's time limit in seconds: its `timeout` option, else the worker's `job_timeout`."""
-    limit = payload.get("timeout") or config.job_timeout
-    return float(limit) if isinstance(limit, (int, float)) and limit > 0 else None
 
 
 def _kept(box: list[Any], value: T) -> T:
