@@ -33,7 +33,7 @@ import re
 import socket
 import ssl
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeGuard, cast
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -123,10 +123,10 @@ class SentinelURL:
     service: str  # the name the Sentinels monitor the primary by
     db: int
     username: str | None
-    password: str | None
+    password: str | None = field(repr=False)  # never in a log line or a traceback's locals
     tls: bool
     sentinel_username: str | None = None
-    sentinel_password: str | None = None
+    sentinel_password: str | None = field(default=None, repr=False)
 
 
 def is_sentinel_url(url: str) -> bool:
@@ -139,7 +139,7 @@ class ClusterURL:
 
     nodes: tuple[tuple[str, int], ...]  # (host, port) of the nodes first asked for the slot map
     username: str | None
-    password: str | None
+    password: str | None = field(repr=False)
     tls: bool
 
 
