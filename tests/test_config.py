@@ -152,3 +152,11 @@ def test_queues_given_with_a_comma_say_how_to_list_them():
                                  "or -q mail -q default")
     assert Config.from_env({"SIDEQUEST_QUEUES": "mail default"}).queue_names == ["mail", "default"]
     assert Config.from_env({"SIDEQUEST_QUEUES": "mail;default"}).queue_names == ["mail", "default"]
+
+
+def test_a_configuration_shown_whole_holds_no_password():
+    """repr() of a Config (a debug line, a traceback's locals in an error tracker) leaves the URL
+    out: it may hold a password; `config.url` still gives it to whoever connects."""
+    config = Config(redis_url="redis://cache:6379/0?password=Sq-s3cret-Pa55")
+    assert "Sq-s3cret-Pa55" not in repr(config) and "concurrency=10" in repr(config)
+    assert config.url.endswith("password=Sq-s3cret-Pa55")

@@ -131,7 +131,7 @@ class Capsule:
 class Config:
     """Everything a client or worker needs to know. Times are seconds."""
 
-    redis_url: str | None = None  # None: REDIS_URL unset; localhost, or the embedded server
+    redis_url: str | None = field(default=None, repr=False)  # None: localhost or the embedded server; repr: a password
     queues: tuple[tuple[str, int], ...] = (("default", 0),)
     concurrency: int = 10
     timeout: float = 25.0  # shutdown deadline for running jobs

@@ -163,3 +163,39 @@ def test_a_frozen_worker_is_not_live(redis_url, tmp_path):
         probed.wait(want_live=True, timeout=30)
     finally:
         probed.stop()
+
+
+def threads_of(pid: int) -> int:
+    return len(list(Path(f"/proc/{pid}/task").iterdir()))
+
+
+def test_idle_connections_neither_grow_threads_nor_starve_the_probes(redis_url, tmp_path):
+    """300 clients that each send half a request and wait: the worker's thread count stays within
+    a few of what it was, `/live` and `/ready` still answer within a second, and once the clients
+    leave, nothing of them is left."""
+    import socket
+
+    probed = Probed(redis_url, tmp_path)
+    idle: list[socket.socket] = []
+    try:
+        probed.wait(want_live=True, want_ready=True)
+        pid = probed.worker.proc.pid
+        before = threads_of(pid)
+        for _ in range(300):
+            sock = socket.create_connection(("127.0.0.1", probed.port), timeout=5)
+            sock.sendall(b"GET /live HTTP/1.1\r\nHost: probe\r\n")  # and never the blank line
+            idle.append(sock)
+        for path in ("/live", "/ready"):
+            began = time.monotonic()
+            status, body = probed.http(path)
+            assert status == 200 and time.monotonic() - began < 1.0, (path, status, body)
+        assert threads_of(pid) <= before + 2, (before, threads_of(pid))
+    finally:
+        for sock in idle:
+            sock.close()
+    try:
+        wait_until(lambda: threads_of(pid) <= before + 2, 10, 0.1, "the threads to be back")
+        assert probed.http("/live")[0] == 200
+    finally:
+        output = probed.stop()
+    assert "Traceback" not in output, output

@@ -11,6 +11,7 @@ import sys
 import threading
 from typing import Any
 
+from sidequest.store.redaction import redact
 from sidequest.worker.processor import job_context
 
 # the job's fields a record carries inside a job, as record attributes and in both formats
@@ -50,6 +51,19 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, ensure_ascii=False)
 
 
+class Redacting(logging.Formatter):
+    """Another formatter's lines with the credentials of the Redis URL in use scrubbed (see
+    `store.redaction`): whatever a message, an exception from redis-py or a traceback quotes,
+    no password reaches the log."""
+
+    def __init__(self, inner: logging.Formatter, url: str) -> None:
+        super().__init__()
+        self.inner, self.url = inner, url
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact(self.inner.format(record), self.url)
+
+
 _listener: logging.handlers.QueueListener | None = None
 
 
@@ -60,8 +74,10 @@ def _stop_listener() -> None:
         _listener = None
 
 
-def configure_logging(verbose: bool, logfile: str | None, level: str = "info", fmt: str = "text") -> None:
-    """Log to stdout (or `logfile`) at `level` (`verbose` means debug), as text or JSON.
+def configure_logging(verbose: bool, logfile: str | None, level: str = "info", fmt: str = "text",
+                      url: str = "") -> None:
+    """Log to stdout (or `logfile`) at `level` (`verbose` means debug), as text or JSON, with
+    the credentials of the Redis `url` scrubbed from every line.
 
     Threads hand records to a queue (a lock-free put) and one listener thread writes them, so
     ten processors logging a line per job never contend for the stream's lock.
@@ -69,8 +85,8 @@ def configure_logging(verbose: bool, logfile: str | None, level: str = "info", f
     global _listener
     first = _listener is None
     output: logging.Handler = logging.FileHandler(logfile) if logfile else logging.StreamHandler(sys.stdout)
-    output.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(
-        "%(asctime)s pid=%(process)d tid=%(tid)s%(job)s %(levelname)s: %(message)s"))
+    output.setFormatter(Redacting(JsonFormatter() if fmt == "json" else logging.Formatter(
+        "%(asctime)s pid=%(process)d tid=%(tid)s%(job)s %(levelname)s: %(message)s"), url))
     if _listener is not None:
         _listener.stop()
     _listener = logging.handlers.QueueListener(queue.SimpleQueue(), output)

@@ -62,6 +62,7 @@ def web(host: str, port: int, redis_url: str | None, read_only: bool, basic_auth
         config = Config.from_env()
         if redis_url:
             config = config.replace(redis_url=redis_url)
+        configure_logging(False, None, url=config.url)  # now that its credentials are known
         client = Client(config)
         # Connect now: a wrong URL is one line at start, not an error page later. Without a URL, the
         # Redis on localhost (the embedded one `sidequest worker` started) if it answers; never a new

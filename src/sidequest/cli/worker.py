@@ -234,7 +234,7 @@ def worker(requires: tuple[str, ...], queues: tuple[str, ...], concurrency: int 
     check_folder("-L/--logfile", config.logfile)
     check_folder("-P/--pidfile", config.pidfile)
     with held_pidfile(config.pidfile):  # the supervisor's under --processes; a child has none
-        configure_logging(config.verbose, config.logfile, config.log_level, config.log_format)
+        configure_logging(config.verbose, config.logfile, config.log_level, config.log_format, url=config.url)
         count = config.worker_processes()
         if count >= 1:
             code = run_supervisor(config, count)

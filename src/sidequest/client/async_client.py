@@ -67,6 +67,7 @@ from sidequest.store.connection import (
 )
 from sidequest.store.direct import AsyncDirectPath
 from sidequest.store.idle import unfit_async
+from sidequest.store.redaction import redact
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -97,7 +98,7 @@ def connect(url: str, direct: bool = False) -> aioredis.Redis:
         pool = CheckedPool.from_url(url, socket_timeout=SOCKET_TIMEOUT, socket_connect_timeout=CONNECT_TIMEOUT,
                                     health_check_interval=30, retry=Retry(NoBackoff(), 0), **options)
     except ValueError as exc:
-        raise RedisURLError(f"invalid Redis URL {mask_url(url)}: {exc}") from None
+        raise RedisURLError(f"invalid Redis URL {mask_url(url)}: {redact(str(exc), url)}") from None
     client = kind(connection_pool=pool)
     client.auto_close_connection_pool = True  # as `from_url` makes it: the pool is the client's own
     return client

@@ -58,7 +58,7 @@ from sidequest.jobs.payload import Shapes, check_args, check_kwargs, encode, enc
 from sidequest.jobs.registry import Registry, default_registry
 from sidequest.store import direct as direct_path
 from sidequest.store import keys, lanes
-from sidequest.store.connection import connect, is_cluster_url
+from sidequest.store.connection import SOCKET_TIMEOUT, connect, is_cluster_url
 
 PlainRedis = redis.Redis  # the name `redis` is a property inside Client
 
@@ -73,9 +73,12 @@ class Client:
     job_registry: Registry = default_registry
 
     def __init__(self, config: Config | None = None, *, redis_client: redis.Redis | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, socket_timeout: float = SOCKET_TIMEOUT) -> None:
+        """`socket_timeout`: seconds any one Redis call of the connection made from `config.url`
+        may wait (not of a given `redis_client`): a dashboard's and a probe's are short."""
         self.config = config or Config()
         self._redis = redis_client
+        self.socket_timeout = socket_timeout
         self.connection_given = redis_client is not None  # else made from config.url, on first use
         self._lock = threading.Lock()
         self.clock = clock
@@ -86,7 +89,7 @@ class Client:
         if self._redis is None:
             with self._lock:
                 if self._redis is None:
-                    self._redis = connect(self.config.url)
+                    self._redis = connect(self.config.url, socket_timeout=self.socket_timeout)
         return self._redis
 
     # -- public --------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ with clear errors.
     r = connect("redis+sentinel://:secret@s1:26379,s2:26379,s3:26379/mymaster/0")
     r = connect("redis+cluster://:secret@n1:6379,n2:6379,n3:6379")
 
-The error names the URL with the password masked, and says whether the server could not be
+The error names the URL with every credential masked (`redaction`), and says whether the server could not be
 reached, refused the credentials, or (for rediss://) did not answer TLS.
 
 A Sentinel URL names the Sentinels, the service (the name in `sentinel monitor`) and the
@@ -33,9 +33,9 @@ import re
 import socket
 import ssl
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeGuard, cast
-from urllib.parse import parse_qs, unquote, urlsplit, urlunsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import redis
 from redis.backoff import NoBackoff
@@ -44,6 +44,8 @@ from redis.exceptions import RedisClusterException
 from redis.retry import Retry
 
 from sidequest.errors import RedisUnavailableError, RedisURLError
+from sidequest.store.redaction import mask_url as mask_url  # its old home: imported from here too
+from sidequest.store.redaction import redact
 
 # A blocking fetch waits at most a few seconds; the socket timeout must be longer than any
 # blocking call we make, or redis-py would cut a healthy BRPOP short.
@@ -57,23 +59,6 @@ HANDSHAKE_TIMEOUT = 3.0
 # two dozen connections of an idle worker (two per processor thread), was 0.8 MB of its RSS. A
 # worker's replies are mostly far smaller; a longer one takes a few more reads.
 READ_SIZE = 16 * 1024
-
-
-def mask_url(url: str) -> str:
-    """`redis://user:secret@host:6379/0` -> `redis://user:****@host:6379/0`."""
-    if is_sentinel_url(url) or is_cluster_url(url):
-        return _mask_many_hosts(url)
-    parts = urlsplit(url)
-    try:
-        if parts.password is None:
-            return url
-        user = parts.username or ""
-        host = parts.hostname or ""
-        if parts.port:
-            host = f"{host}:{parts.port}"
-    except ValueError:  # a port that is not a number: show the host part no further
-        return f"{parts.scheme}://****@{parts.netloc.rpartition('@')[2]}" if "@" in parts.netloc else url
-    return urlunsplit((parts.scheme, f"{user}:****@{host}", parts.path, parts.query, parts.fragment))
 
 
 # OpenSSL's reasons for a handshake answered with something that is not TLS (a plain Redis's
@@ -138,10 +123,10 @@ class SentinelURL:
     service: str  # the name the Sentinels monitor the primary by
     db: int
     username: str | None
-    password: str | None
+    password: str | None = field(repr=False)  # never in a log line or a traceback's locals
     tls: bool
     sentinel_username: str | None = None
-    sentinel_password: str | None = None
+    sentinel_password: str | None = field(default=None, repr=False)
 
 
 def is_sentinel_url(url: str) -> bool:
@@ -154,7 +139,7 @@ class ClusterURL:
 
     nodes: tuple[tuple[str, int], ...]  # (host, port) of the nodes first asked for the slot map
     username: str | None
-    password: str | None
+    password: str | None = field(repr=False)
     tls: bool
 
 
@@ -169,17 +154,6 @@ def _split_many_hosts(url: str) -> tuple[str, str, str, str, str]:
     netloc, slash, path = rest.partition("/")
     credentials, at, hosts = netloc.rpartition("@")
     return scheme.lower(), credentials if at else "", hosts, slash + path, query
-
-
-def _mask_many_hosts(url: str) -> str:
-    scheme, credentials, hosts, path, query = _split_many_hosts(url)
-    if not credentials:
-        return url
-    user, colon, _ = credentials.partition(":")
-    masked = f"{user}:****" if colon else credentials
-    hidden = "&".join(f"{k}=****" if k == "sentinel_password" else f"{k}={v}"
-                      for k, _, v in (item.partition("=") for item in query.split("&") if item))
-    return f"{scheme}://{masked}@{hosts}{path}" + (f"?{hidden}" if hidden else "")
 
 
 def parse_sentinel_url(url: str) -> SentinelURL:
@@ -307,7 +281,8 @@ def connect(url: str, *, check: bool = True, max_connections: int | None = None,
             **options,
         )
     except ValueError as exc:
-        raise RedisURLError(f"invalid Redis URL {mask_url(url)}: {exc}; the form is {URL_FORM}") from None
+        raise RedisURLError(f"invalid Redis URL {mask_url(url)}: {redact(str(exc), url)}; "
+                            f"the form is {URL_FORM}") from None
     if check:
         ping(client, url)
     return client
@@ -416,7 +391,7 @@ def ping(client: redis.Redis | RedisCluster, url: str) -> None:
 
 def unavailable(exc: Exception, url: str) -> RedisUnavailableError:
     """The one-line error for what went wrong asking `url` something (see `ping`)."""
-    where = mask_url(url)
+    where, said = mask_url(url), redact(str(exc), url)  # redis-py's text may quote the URL
     if isinstance(exc, RedisClusterException):  # no node gave a slot map: the last one's reason is the cause
         if "Cluster mode is not enabled" in str(exc):
             return RedisURLError(f"{where} names a Redis that is not in cluster mode; use redis:// "
@@ -427,17 +402,17 @@ def unavailable(exc: Exception, url: str) -> RedisUnavailableError:
             r"unknown command ['`]sentinel['`]", str(exc), re.IGNORECASE):  # 6.2 quotes with backticks
         return not_a_sentinel(url)
     if isinstance(exc, redis.AuthenticationError) or (
-            isinstance(exc, redis.ResponseError) and any(w in str(exc) for w in ("NOAUTH", "WRONGPASS", "NOPERM"))):
-        return RedisUnavailableError(f"Redis at {where} refused authentication: {exc}")
+            isinstance(exc, redis.ResponseError) and any(w in said for w in ("NOAUTH", "WRONGPASS", "NOPERM"))):
+        return RedisUnavailableError(f"Redis at {where} refused authentication: {said}")
     if isinstance(exc, redis.ResponseError | RedisClusterException):
-        return RedisUnavailableError(f"Redis at {where} answered with an error: {exc}")
+        return RedisUnavailableError(f"Redis at {where} answered with an error: {said}")
     if isinstance(exc, NotTLSError):
         return RedisURLError(f"Redis at {where} did not answer TLS: if the server does not use TLS, "
                              "use redis:// instead of rediss://; else check the port")
     if isinstance(exc, redis.ConnectionError | redis.TimeoutError | OSError):
-        return RedisUnavailableError(f"cannot reach Redis at {where}: {exc}")
+        return RedisUnavailableError(f"cannot reach Redis at {where}: {said}")
     # e.g. InvalidResponse: an HTTP server, a database...
-    return RedisURLError(f"{where} does not answer as a Redis server ({exc}); check the host and port in REDIS_URL")
+    return RedisURLError(f"{where} does not answer as a Redis server ({said}); check the host and port in REDIS_URL")
 
 
 def not_a_sentinel(url: str) -> RedisURLError:

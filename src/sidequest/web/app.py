@@ -19,22 +19,19 @@ dashboard does not answer to (DNS rebinding).
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 
 import redis
 from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Mount
 from starlette.staticfiles import StaticFiles
 
 from sidequest.client.sync_client import Client, default_client
 from sidequest.errors import RedisUnavailableError
 from sidequest.store.connection import mask_url
-from sidequest.web import health, prometheus
+from sidequest.web import health, outage, prometheus
 from sidequest.web.hosts import HostCheck
 from sidequest.web.pages import busy, cluster, dashboard, job_metrics, periodic, queues, sets, tasks, workflows
 from sidequest.web.render import Renderer
@@ -42,8 +39,6 @@ from sidequest.web.security import AuthHook, Guard
 from sidequest.web.site import Site
 
 POLL_INTERVAL = 2.0
-
-log = logging.getLogger(__name__)
 
 
 def create_app(client: Client | None = None, *, auth: AuthHook | None = None,
@@ -64,7 +59,7 @@ def create_app(client: Client | None = None, *, auth: AuthHook | None = None,
         raise ValueError("poll_interval must be positive")
     if basic_auth is not None and (len(basic_auth) != 2 or not all(basic_auth)):
         raise ValueError("basic_auth must be a (user, password) pair, both non-empty")
-    chosen = client or default_client()
+    chosen = _reader(client or default_client())
     renderer = Renderer(poll_interval=poll_interval, redis_label=mask_url(chosen.config.url),
                         cluster=chosen.keys.cluster)
     site = Site(chosen, renderer)
@@ -83,16 +78,20 @@ def create_app(client: Client | None = None, *, auth: AuthHook | None = None,
         *health.routes(site),
         Mount("/static", StaticFiles(directory=static), name="static"),
     ]
-    app = Starlette(routes=routes, exception_handlers={redis.RedisError: _redis_down,
-                                                       RedisUnavailableError: _redis_down})
+    redis_down = outage.handler(renderer, chosen.config.url)
+    app = Starlette(routes=routes, exception_handlers={redis.RedisError: redis_down,
+                                                       RedisUnavailableError: redis_down})
     app.add_middleware(Guard, basic_auth=basic_auth, auth=auth, read_only=read_only)
     if allowed_hosts is not None:  # outermost: a rebound name gets no page, no cookie, no prompt
         app.add_middleware(HostCheck, names=allowed_hosts)
     return app
 
 
-async def _redis_down(request: Request, exc: Exception) -> Response:
-    """Redis went away: say so (the pages' script keeps polling and recovers by itself)."""
-    log.warning("dashboard: Redis error on %s: %s", request.url.path, exc)
-    return PlainTextResponse(f"Redis is unavailable ({type(exc).__name__}); the page recovers once it is back.",
-                             status_code=503, headers={"Retry-After": "5"})
+def _reader(client: Client) -> Client:
+    """The client the dashboard reads with: one of its own on the same Redis whose calls give up
+    after `outage.PAGE_TIMEOUT` (a page, a scrape or `/health` on a Redis that hangs answers 503
+    at once, not after the 30 s a worker's calls may wait); a client given its connection (a
+    Cluster or Sentinel client the application made) is used as it is, with its own timeouts."""
+    if type(client) is not Client or client.connection_given:
+        return client
+    return Client(client.config, clock=client.clock, socket_timeout=outage.PAGE_TIMEOUT)

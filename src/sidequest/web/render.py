@@ -130,6 +130,14 @@ class Renderer:
         return response
 
 
+    def unavailable(self, request: Request, error: str, retry_after: int) -> str:
+        """The page every route shows while Redis does not answer (see `outage`): it needs no Redis."""
+        root = request.scope.get("root_path", "")
+        return self.env.get_template("unavailable.html").render(
+            root=root, error=error, retry_after=retry_after,
+            static=lambda name: f"{root}/static/{name}?v={self.asset_version}")
+
+
 def _flash(request: Request) -> dict[str, str] | None:
     raw = request.cookies.get(FLASH_COOKIE)
     if not raw or request.headers.get(FRAGMENT_HEADER):

@@ -31,7 +31,7 @@ def test_an_embedded_worker_serves_live_and_ready(start, tmp_path, redis_url):
     status, body = get(port, "/live")
     assert status == 200 and body == f"ok: {launcher.identity}: its threads and event loop answer\n"
     status, body = get(port, "/ready")
-    assert status == 200 and body.startswith("ok: Redis at ") and body.count("\n") == 1
+    assert status == 200 and body.startswith("ok: Redis answers and accepts writes (") and body.count("\n") == 1
     assert get(port, "/metrics")[0] == 404
     live = state.judge(Config(health_dir=str(tmp_path)))  # what `sidequest health --live` reads
     assert live.ok and launcher.identity in live.reason

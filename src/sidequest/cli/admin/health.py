@@ -11,6 +11,7 @@ from sidequest.cli.admin.connect import AdminCommand, redis_url_option
 from sidequest.cli.root import UserError, main
 from sidequest.config import Config
 from sidequest.errors import ConfigError, RedisURLError
+from sidequest.store.redaction import mask_url
 
 
 @main.command(cls=AdminCommand)
@@ -87,7 +88,7 @@ def _verdict(checks: Any, config: Config, *, live: bool, ready: bool, heartbeat:
         except (ConfigError, RedisURLError) as exc:
             raise UserError(str(exc)) from None
         if ready:
-            verdicts.append(checks.check_redis(client, write=True))
+            verdicts.append(checks.check_redis(client, write=True, where=f"Redis at {mask_url(config.url)}"))
             if pid is not None and verdicts[-1].ok:
                 verdicts.append(checks.check_live(config, [pid], ready=True))
         if heartbeat and all(v.ok for v in verdicts):

@@ -6,6 +6,6 @@
                 threads move, its event loop answers within `liveness_timeout`
     state       `LiveReport`: the last verdict, and the liveness file `sidequest health --live`
                 reads (one per process, in `health_dir`); `judge` reads those files
-    server      `ProbeServer`: `GET /live` and `GET /ready` on `health_port` (stdlib http.server)
+    server      `ProbeServer`: `GET /live` and `GET /ready` on `health_port` (asyncio, bounded)
     fleet       `FleetWatch`: a supervisor's verdicts, for its whole fleet of children
 """

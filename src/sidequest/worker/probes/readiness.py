@@ -20,7 +20,8 @@ from sidequest.client.sync_client import Client
 from sidequest.config import Config
 from sidequest.errors import RedisUnavailableError
 from sidequest.store import keys
-from sidequest.store.connection import connect, mask_url
+from sidequest.store.connection import connect
+from sidequest.store.redaction import mask_url, redact
 
 DEFAULT_TIMEOUT = 2.0  # seconds a probe waits for Redis: below a probe's own timeout
 MARK_TTL_MS = 60_000  # the readiness check's written key expires after a minute
@@ -43,10 +44,14 @@ def probe_client(config: Config, timeout: float = DEFAULT_TIMEOUT) -> Client:
     return Client(config, redis_client=connect(config.url, check=False, socket_timeout=timeout))
 
 
-def check_redis(client: Client, *, write: bool) -> Health:
+def check_redis(client: Client, *, write: bool, where: str = "Redis") -> Health:
     """Redis answers PING and, with `write`, takes a write (a replica, a full server with
-    `noeviction` or a read-only ACL user refuse it): a short-lived key, `keys.HEALTH`."""
-    where = f"Redis at {mask_url(client.config.url)}"
+    `noeviction` or a read-only ACL user refuse it): a short-lived key, `keys.HEALTH`.
+
+    The reason names Redis as `where` says: a probe's body (anyone who reaches the port reads
+    it) says "Redis", with no URL; `sidequest health` names the URL, masked. No reason quotes a
+    credential of the URL, whatever redis-py's error says."""
+    url = client.config.url
     began = time.perf_counter()
     try:
         connection = client.redis
@@ -54,15 +59,17 @@ def check_redis(client: Client, *, write: bool) -> Health:
         if write:
             connection.set(keys.HEALTH, this_host(client.config), px=MARK_TTL_MS)
     except RedisUnavailableError as exc:  # the client's first connection: its message names the URL
-        return Health(False, str(exc))
+        reason = str(exc).replace(f"Redis at {mask_url(url)}", where).replace(mask_url(url), where)
     except redis.TimeoutError:
-        return Health(False, f"{where} did not answer in time")
+        reason = f"{where} did not answer in time"
     except (redis.ConnectionError, OSError) as exc:
-        return Health(False, f"cannot reach {where}: {exc}")
+        reason = f"cannot reach {where}: {exc}"
     except redis.RedisError as exc:
-        return Health(False, f"{where} refused {'a write' if write else 'PING'}: {exc}")
-    took = (time.perf_counter() - began) * 1000
-    return Health(True, f"{where} answers{' and accepts writes' if write else ''} ({took:.1f} ms)")
+        reason = f"{where} refused {'a write' if write else 'PING'}: {exc}"
+    else:
+        took = (time.perf_counter() - began) * 1000
+        return Health(True, f"{where} answers{' and accepts writes' if write else ''} ({took:.1f} ms)")
+    return Health(False, redact(reason, url))
 
 
 class Readiness:
