@@ -87,13 +87,17 @@ class NotTLSError(redis.ConnectionError):
 
 
 class _TCPStep(redis.Connection):
-    """The TCP part of a TLSConnection's connect: notes that it succeeded."""
+    """The TCP part of a TLSConnection's connect: notes that it succeeded, and bounds the TLS
+    handshake that follows by HANDSHAKE_TIMEOUT, under whichever timeout redis-py runs it: up to
+    8.1 the socket's own, from 8.2 `socket_connect_timeout` (which it sets on the socket just
+    before the handshake; TLSConnection puts the connect bound back once it is done)."""
 
     tcp_connected = False
 
     def _connect(self) -> socket.socket:
         sock: socket.socket = super()._connect()  # type: ignore[no-untyped-call]  # untyped in redis-py
-        sock.settimeout(HANDSHAKE_TIMEOUT)  # for the TLS handshake that follows
+        sock.settimeout(HANDSHAKE_TIMEOUT)
+        self.socket_connect_timeout = HANDSHAKE_TIMEOUT
         self.tcp_connected = True
         return sock
 
@@ -101,21 +105,24 @@ class _TCPStep(redis.Connection):
 class TLSConnection(redis.SSLConnection, _TCPStep):
     """redis-py's TLS connection, with a short bound on the handshake.
 
-    redis-py runs the handshake under the read timeout (SOCKET_TIMEOUT), so `rediss://` to a
-    Redis without TLS, which waits for the end of a line that never comes, hung 30 s and then
-    said "timeout". Here the handshake gets HANDSHAKE_TIMEOUT, and no answer or an answer that
-    is not TLS, once TCP is up, raises NotTLSError. (In the MRO, SSLConnection's call to the
-    plain TCP connect lands in _TCPStep.)
+    redis-py runs the handshake under the read timeout (SOCKET_TIMEOUT; from 8.2 under the
+    connect timeout, CONNECT_TIMEOUT), so `rediss://` to a Redis without TLS, which waits for the
+    end of a line that never comes, hung 30 s (5 s) and then said "timeout". Here the handshake
+    gets HANDSHAKE_TIMEOUT, and no answer or an answer that is not TLS, once TCP is up, raises
+    NotTLSError. (In the MRO, SSLConnection's call to the plain TCP connect lands in _TCPStep.)
     """
 
     def _connect(self) -> socket.socket:
         self.tcp_connected = False
+        tcp_bound = self.socket_connect_timeout
         try:
             sock: socket.socket = super()._connect()  # type: ignore[no-untyped-call]  # untyped in redis-py
         except (TimeoutError, ssl.SSLError) as exc:
             if self.tcp_connected and (isinstance(exc, TimeoutError) or exc.reason in NOT_TLS_REASONS):
                 raise NotTLSError(f"{self.host}:{self.port} did not answer TLS ({exc})") from None
             raise
+        finally:
+            self.socket_connect_timeout = tcp_bound  # the next connect's TCP step gets its own bound
         sock.settimeout(self.socket_timeout)
         return sock
 
