@@ -38,12 +38,15 @@ from typing import Any, TypeGuard, cast
 from urllib.parse import parse_qs, unquote, urlsplit, urlunsplit
 
 import redis
+from redis.asyncio.sentinel import MasterNotFoundError as AsyncMasterNotFoundError
 from redis.backoff import NoBackoff
 from redis.cluster import ClusterNode, RedisCluster
 from redis.exceptions import RedisClusterException
 from redis.retry import Retry
+from redis.sentinel import MasterNotFoundError
 
 from sidequest.errors import RedisUnavailableError, RedisURLError
+from sidequest.store.reasons import reason
 
 # A blocking fetch waits at most a few seconds; the socket timeout must be longer than any
 # blocking call we make, or redis-py would cut a healthy BRPOP short.
@@ -385,8 +388,8 @@ def sentinel_client(url: SentinelURL, *, socket_timeout: float = SOCKET_TIMEOUT,
     settings.update(socket_read_size=READ_SIZE, **_driver_options())
     if max_connections:
         settings["max_connections"] = max_connections
-    sentinels = Sentinel(list(url.sentinels), sentinel_kwargs={**asked, "retry": Retry(NoBackoff(), 0)})  # type: ignore[no-untyped-call]
-    primary: redis.Redis = sentinels.master_for(url.service, retry=Retry(NoBackoff(), 0), **settings)  # type: ignore[no-untyped-call]
+    sentinels = Sentinel(list(url.sentinels), sentinel_kwargs={**asked, "retry": Retry(NoBackoff(), 0)})  # type: ignore[no-untyped-call, unused-ignore]  # typed from redis-py 8.2
+    primary: redis.Redis = sentinels.master_for(url.service, retry=Retry(NoBackoff(), 0), **settings)  # type: ignore[no-untyped-call, unused-ignore]
     return primary
 
 
@@ -430,21 +433,43 @@ def unavailable(exc: Exception, url: str) -> RedisUnavailableError:
                                  "(or redis+sentinel://) for it")
         if isinstance(exc.__cause__, redis.RedisError | OSError):
             return unavailable(exc.__cause__, url)
-    if is_sentinel_url(url) and isinstance(exc, redis.ResponseError) and re.search(
-            r"unknown command ['`]sentinel['`]", str(exc), re.IGNORECASE):  # 6.2 quotes with backticks
-        return not_a_sentinel(url)
+    if is_sentinel_url(url):
+        refused = _sentinel_refused(exc, url)
+        if refused is not None:
+            return refused
+    why = reason(exc)
     if isinstance(exc, redis.AuthenticationError) or (
             isinstance(exc, redis.ResponseError) and any(w in str(exc) for w in ("NOAUTH", "WRONGPASS", "NOPERM"))):
-        return RedisUnavailableError(f"Redis at {where} refused authentication: {exc}")
+        return RedisUnavailableError(f"Redis at {where} refused authentication: {why}")
     if isinstance(exc, redis.ResponseError | RedisClusterException):
-        return RedisUnavailableError(f"Redis at {where} answered with an error: {exc}")
+        return RedisUnavailableError(f"Redis at {where} answered with an error: {why}")
     if isinstance(exc, NotTLSError):
         return RedisURLError(f"Redis at {where} did not answer TLS: if the server does not use TLS, "
                              "use redis:// instead of rediss://; else check the port")
     if isinstance(exc, redis.ConnectionError | redis.TimeoutError | OSError):
-        return RedisUnavailableError(f"cannot reach Redis at {where}: {exc}")
+        return RedisUnavailableError(f"cannot reach Redis at {where}: {why}")
     # e.g. InvalidResponse: an HTTP server, a database...
-    return RedisURLError(f"{where} does not answer as a Redis server ({exc}); check the host and port in REDIS_URL")
+    return RedisURLError(f"{where} does not answer as a Redis server ({why}); check the host and port in REDIS_URL")
+
+
+NO_PRIMARY = (MasterNotFoundError, AsyncMasterNotFoundError)  # the sync and the asyncio Sentinel's own classes
+
+
+def _sentinel_refused(exc: Exception, url: str) -> RedisUnavailableError | None:
+    """The error for a Sentinel URL whose Sentinels named no primary, in sidequest's words (not
+    redis-py's message, which from 8.2 holds each Sentinel client's whole repr); None for others.
+    A plain Redis in a Sentinel's place answers SENTINEL with "unknown command": redis-py up to
+    8.1 raised that reply, 8.2 folds it into its "No master found"."""
+    if not isinstance(exc, (redis.ResponseError, *NO_PRIMARY)):
+        return None
+    if re.search(r"unknown command ['`]sentinel['`]", str(exc), re.IGNORECASE):  # 6.2 quotes with backticks
+        return not_a_sentinel(url)
+    if not isinstance(exc, NO_PRIMARY):
+        return None
+    parsed = parse_sentinel_url(url)
+    asked = ", ".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in parsed.sentinels)
+    return RedisUnavailableError(f"cannot reach Redis at {mask_url(url)}: no Sentinel ({asked}) named a primary "
+                                 f"for {parsed.service!r}; check that they run and monitor it by that name")
 
 
 def not_a_sentinel(url: str) -> RedisURLError:

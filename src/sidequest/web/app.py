@@ -34,6 +34,7 @@ from starlette.staticfiles import StaticFiles
 from sidequest.client.sync_client import Client, default_client
 from sidequest.errors import RedisUnavailableError
 from sidequest.store.connection import mask_url
+from sidequest.store.reasons import reason
 from sidequest.web import health, prometheus
 from sidequest.web.hosts import HostCheck
 from sidequest.web.pages import busy, cluster, dashboard, job_metrics, periodic, queues, sets, tasks, workflows
@@ -93,6 +94,6 @@ def create_app(client: Client | None = None, *, auth: AuthHook | None = None,
 
 async def _redis_down(request: Request, exc: Exception) -> Response:
     """Redis went away: say so (the pages' script keeps polling and recovers by itself)."""
-    log.warning("dashboard: Redis error on %s: %s", request.url.path, exc)
+    log.warning("dashboard: Redis error on %s: %s", request.url.path, reason(exc))
     return PlainTextResponse(f"Redis is unavailable ({type(exc).__name__}); the page recovers once it is back.",
                              status_code=503, headers={"Retry-After": "5"})

@@ -21,6 +21,7 @@ from sidequest.config import Config
 from sidequest.errors import RedisUnavailableError
 from sidequest.store import keys
 from sidequest.store.connection import connect, mask_url
+from sidequest.store.reasons import reason
 
 DEFAULT_TIMEOUT = 2.0  # seconds a probe waits for Redis: below a probe's own timeout
 MARK_TTL_MS = 60_000  # the readiness check's written key expires after a minute
@@ -58,9 +59,9 @@ def check_redis(client: Client, *, write: bool) -> Health:
     except redis.TimeoutError:
         return Health(False, f"{where} did not answer in time")
     except (redis.ConnectionError, OSError) as exc:
-        return Health(False, f"cannot reach {where}: {exc}")
+        return Health(False, f"cannot reach {where}: {reason(exc)}")
     except redis.RedisError as exc:
-        return Health(False, f"{where} refused {'a write' if write else 'PING'}: {exc}")
+        return Health(False, f"{where} refused {'a write' if write else 'PING'}: {reason(exc)}")
     took = (time.perf_counter() - began) * 1000
     return Health(True, f"{where} answers{' and accepts writes' if write else ''} ({took:.1f} ms)")
 
