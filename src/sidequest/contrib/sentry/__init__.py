@@ -11,12 +11,14 @@ and the trace carried from push to run (extra `sentry`).
 process uses them; they do nothing while no Sentry client with this integration is active.
 
 In the worker, each job runs in its own isolation scope and transaction (op
-`queue.task.sidequest`, named for the job's class, source "task", continuing the pushed trace)
-with a `queue.process` span carrying the `messaging.*` data Sentry's Queues page reads. A failed
-run is captured once, unhandled, with tags `sidequest_job`, `sidequest_jid`, `sidequest_queue`
-and a `sidequest` context (class, jid, queue, retry count, args). Args are sent only with
-`send_default_pii=True` (or `data_collection` allowing queues), else "[Filtered]", as Sentry's
-Celery, RQ and arq integrations do; Sentry's serializer trims them like any event data.
+`queue.task.sidequest`, named for the job's class, source "task", continuing the pushed trace;
+a segment span of that name and op with sentry-sdk 3, see `tracing`) with a `queue.process`
+span carrying the `messaging.*` data Sentry's Queues page reads. A failed run is captured once,
+unhandled, with tags `sidequest_job`, `sidequest_jid`, `sidequest_queue` and a `sidequest`
+context (class, jid, queue, retry count, args). Args are sent only where Sentry may collect
+queue data (`data_collection`'s `queues`, or `send_default_pii=True` on 2.x SDKs without it),
+else "[Filtered]", as Sentry's Celery, RQ and arq integrations do; Sentry's serializer trims
+them like any event data.
 
 Expected failures stay quiet while the job will be retried: those of `ignore_retries_of`, or
 every failure with `report_after_job_retries=True` (sentry-ruby's Sidekiq option). The run that
