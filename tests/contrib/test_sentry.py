@@ -23,15 +23,28 @@ from sidequest.contrib.sentry import SidequestIntegration, will_retry  # noqa: E
 from sidequest.errors import Cancelled, JobFailed  # noqa: E402
 
 STREAMED = not hasattr(sentry_sdk, "start_transaction")  # sentry-sdk 3: spans, no transactions
-FAILED = "error" if STREAMED else "internal_error"  # a streamed span's status is "ok" or "error"
-STOPPED = "ok" if STREAMED else "cancelled"
+# sentry-sdk 2.7x streams spans too when asked (trace_lifecycle="stream"): the tracing tests run both ways
+LIFECYCLES = ["stream"] if STREAMED else ["transactions", "stream"] if hasattr(
+    sentry_sdk.tracing_utils, "has_span_streaming_enabled") else ["transactions"]
 LEGACY_PII = hasattr(sentry_sdk.scope, "should_send_default_pii")  # send_default_pii: sentry-sdk 2 only
 DATA_COLLECTION = STREAMED or tuple(int(n) for n in sentry_sdk.VERSION.split(".")[:2]) >= (2, 75)
 
 
-def request_span(name: str):
+def status(outcome: str, lifecycle: str) -> str:
+    """A job's transaction status: a streamed span's is "ok" or "error" alone."""
+    if lifecycle == "stream":
+        return "error" if outcome == "failed" else "ok"
+    return {"failed": "internal_error", "stopped": "cancelled"}[outcome]
+
+
+@pytest.fixture(params=LIFECYCLES)
+def lifecycle(request) -> str:
+    return request.param
+
+
+def request_span(name: str, lifecycle: str):
     """A request's span, as a web framework integration would start it."""
-    if STREAMED:
+    if lifecycle == "stream":
         return sentry_sdk.traces.start_span(name=name, attributes={"sentry.op": "http.server"})
     return sentry_sdk.start_transaction(name=name, op="http.server")
 
@@ -62,8 +75,10 @@ def sentry_flaky(error):
 def sentry():
     """`sentry(sdk={...}, **integration_options)` starts Sentry with the integration (and no
     other, so nothing else is patched for the rest of the session); returns the transport."""
-    def init(sdk: dict | None = None, **options) -> MemoryTransport:
+    def init(sdk: dict | None = None, lifecycle: str = LIFECYCLES[0], **options) -> MemoryTransport:
         transport = MemoryTransport()
+        if lifecycle == "stream" and not STREAMED:
+            sdk = {**(sdk or {}), "trace_lifecycle": "stream"}
         sentry_sdk.init(transport=transport, traces_sample_rate=1.0,
                         default_integrations=False, auto_enabling_integrations=False,
                         integrations=[SidequestIntegration(**options)], **(sdk or {}))
@@ -82,8 +97,8 @@ def raw_job(jid, error, **fields):
                        "created_at": 1.0, "enqueued_at": 2.0, **fields})
 
 
-def test_a_failing_job_is_reported_once_with_its_job_and_a_transaction(sentry, client, start):
-    transport = sentry(sdk=queue_data(True))
+def test_a_failing_job_is_reported_once_with_its_job_and_a_transaction(sentry, client, start, lifecycle):
+    transport = sentry(sdk=queue_data(True), lifecycle=lifecycle)
     jid = client.push(sentry_boom, ["s3cret", 7])
     start()
     [transaction] = transactions(transport, 1)
@@ -98,7 +113,7 @@ def test_a_failing_job_is_reported_once_with_its_job_and_a_transaction(sentry, c
     assert event["contexts"]["trace"]["trace_id"] == transaction["contexts"]["trace"]["trace_id"]
     trace = transaction["contexts"]["trace"]
     assert (transaction["transaction"], transaction["transaction_info"], trace["op"], trace["status"]) == (
-        "SentryBoom", {"source": "task"}, "queue.task.sidequest", FAILED)
+        "SentryBoom", {"source": "task"}, "queue.task.sidequest", status("failed", lifecycle))
     [process] = transaction["spans"]
     assert process["op"] == "queue.process" and process["data"]["messaging.message.id"] == jid
     assert process["data"]["messaging.destination.name"] == "default"
@@ -165,17 +180,18 @@ def test_report_after_job_retries_quiets_every_failure_that_will_be_retried(sent
     assert sorted(e["tags"]["sidequest_jid"] for e in transport.of("event")) == ["5" * 24, "6" * 24]
 
 
-def test_a_job_that_cancels_itself_is_not_an_error(sentry, client, start):
-    transport = sentry()
+def test_a_job_that_cancels_itself_is_not_an_error(sentry, client, start, lifecycle):
+    transport = sentry(lifecycle=lifecycle)
     client.push(sentry_flaky, ["cancel"])
     start()
     [transaction] = transactions(transport, 1)
-    assert transaction["contexts"]["trace"]["status"] == STOPPED and not transport.of("event")
+    assert transaction["contexts"]["trace"]["status"] == status("stopped", lifecycle) and not transport.of("event")
 
 
-def test_a_push_in_a_transaction_gets_a_publish_span_and_the_job_continues_its_trace(sentry, client, start, r):
-    transport = sentry()
-    with request_span("POST /signup"):
+def test_a_push_in_a_transaction_gets_a_publish_span_and_the_job_continues_its_trace(sentry, client, start, r,
+                                                                                     lifecycle):
+    transport = sentry(lifecycle=lifecycle)
+    with request_span("POST /signup", lifecycle):
         jid = client.push(sentry_ok, [1])
     [request] = transactions(transport, 1)
     [publish] = request["spans"]

@@ -38,12 +38,11 @@ def streamed() -> bool:
 
 def publish_span(name: str, origin: str) -> AbstractContextManager[Any]:
     """A `queue.publish` span under the current one; none outside a span (nothing to hang it on)."""
-    if sentry_sdk.get_current_span() is None:
-        return nullcontext()
-    span: AbstractContextManager[Any]
-    if streamed():
-        span = sdk.traces.start_span(name=name, attributes={"sentry.op": PUBLISH_OP, "sentry.origin": origin})
-    else:
+    span: AbstractContextManager[Any] = nullcontext()
+    if streamed():  # 2.x's sentry_sdk.get_current_span() never sees a streamed span
+        if sdk.traces.get_current_span() is not None:
+            span = sdk.traces.start_span(name=name, attributes={"sentry.op": PUBLISH_OP, "sentry.origin": origin})
+    elif sentry_sdk.get_current_span() is not None:
         span = sdk.start_span(op=PUBLISH_OP, name=name, origin=origin)
     return span
 
