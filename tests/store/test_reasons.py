@@ -23,8 +23,8 @@ def test_a_sentinels_no_primary_keeps_its_words_and_drops_the_clients_reprs():
 def test_a_servers_reply_is_kept_as_it_came(r):
     with pytest.raises(redis.ResponseError) as caught:
         r.execute_command("NOSUCHCOMMAND", "a")
-    assert reason(caught.value) == str(caught.value).strip()
-    assert "unknown command" in reason(caught.value)
+    said = reason(caught.value)  # the reply as it came, less trailing blanks and commas (Redis 6.2 ends it with ",")
+    assert said.startswith("unknown command") and said in str(caught.value) and len(said) >= len(str(caught.value)) - 2
 
 
 def test_a_long_reply_is_cut_and_nested_reprs_go_whole(r):
