@@ -1,3 +1,4 @@
+import asyncio
 import shutil
 import subprocess
 import time
@@ -5,6 +6,7 @@ import time
 import pytest
 from conftest import RedisServer, free_port
 
+import sidequest
 import sidequest.client.async_client
 from sidequest.errors import RedisUnavailableError, RedisURLError
 from sidequest.store.connection import connect, mask_url
@@ -26,6 +28,27 @@ def test_unreachable_names_the_masked_url():
     with pytest.raises(RedisUnavailableError, match=r"cannot reach Redis at redis://:\*\*\*\*@127.0.0.1") as info:
         connect(url)
     assert "topsecret" not in str(info.value)
+
+
+def test_sentinels_that_name_no_primary_are_one_short_line_in_sidequests_words():
+    """Issue 37: redis-py 8.2's "No master found" holds each Sentinel client's repr (its whole
+    pool, 1,200 characters a Sentinel); the line names the URL masked and the Sentinels asked."""
+    ports = free_port(), free_port()
+    url = f"redis+sentinel://:topsecret@127.0.0.1:{ports[0]},127.0.0.1:{ports[1]}/mymaster/0"
+    expected = (f"cannot reach Redis at redis+sentinel://:****@127.0.0.1:{ports[0]},127.0.0.1:{ports[1]}/mymaster/0: "
+                f"no Sentinel (127.0.0.1:{ports[0]}, 127.0.0.1:{ports[1]}) named a primary for 'mymaster'; "
+                "check that they run and monitor it by that name")
+    with pytest.raises(RedisUnavailableError) as info:
+        connect(url)
+    assert str(info.value) == expected
+
+    async def push() -> None:
+        async with sidequest.client.async_client.AsyncClient(sidequest.Config(redis_url=url)) as client:
+            await client.push("Anything", [])
+
+    with pytest.raises(RedisUnavailableError) as info:
+        asyncio.run(push())
+    assert str(info.value) == expected
 
 
 def test_invalid_url_is_a_clear_error():

@@ -231,7 +231,13 @@ class Span(sidequest.Job, name="Span"):
 
 
 # Keeps Redis busy for ARGV[1] seconds: every client waits, and replies already made are sent after it.
-STALL = ("local t = redis.call('TIME') local stop = t[1] * 1000000 + t[2] + ARGV[1] * 1000000 "
+# Holds the server ARGV[1] seconds. From Redis 7.2, and in Valkey, TIME inside a script answers
+# the script's start time every time (redis/redis#10300), so a loop waiting for it never ends:
+# there the loop counts the server's CPU seconds (`os.clock`, Redis 7+ and Valkey), at least as
+# long in wall time. Redis 6.2 and 7.0 have no `os` in scripts, and their TIME moves.
+STALL = ("local ok, clock = pcall(function() return os.clock end) "
+         "if ok and clock then local stop = clock() + ARGV[1] repeat until clock() >= stop return 1 end "
+         "local t = redis.call('TIME') local stop = t[1] * 1000000 + t[2] + ARGV[1] * 1000000 "
          "repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] >= stop return 1")
 
 

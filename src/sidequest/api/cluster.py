@@ -129,12 +129,13 @@ def _text(value: Any) -> str:
 
 
 def _from_shards(described: list[Any]) -> list[Shard]:
-    """Shards from CLUSTER SHARDS: per shard its slot ranges (flat) and its nodes, each a map."""
+    """Shards from CLUSTER SHARDS: per shard its slot ranges and its nodes, each a map. As the
+    server sends it (RESP2: maps as flat lists; RESP3: maps) or as redis-py parsed it (up to 7:
+    the reply's flat slot list; from 8: (first, last) pairs), with bytes or str keys."""
     shards: list[Shard] = []
     for raw in described:
         entry = {_text(k): v for k, v in (raw.items() if isinstance(raw, dict) else _pairs(raw))}
-        flat = [int(n) for n in entry.get("slots", [])]
-        ranges = list(zip(flat[::2], flat[1::2], strict=True))
+        ranges = _ranges(entry.get("slots") or [])
         primary: str | None = None
         replicas: list[str] = []
         for node in entry.get("nodes", []):
@@ -151,6 +152,15 @@ def _from_shards(described: list[Any]) -> list[Shard]:
         if primary is not None:
             shards.append(Shard(primary, ranges, replicas))
     return shards
+
+
+def _ranges(slots: list[Any]) -> list[tuple[int, int]]:
+    """[(first, last), ...] of a shard's `slots`: flat `[first, last, first, last...]` (the
+    reply; numbers, or their text) or already paired (redis-py 8's tuples)."""
+    if all(isinstance(item, list | tuple) for item in slots):
+        return [(int(first), int(last)) for first, last in slots]
+    flat = [int(n) for n in slots]
+    return list(zip(flat[::2], flat[1::2], strict=True))
 
 
 def _pairs(flat: list[Any]) -> list[tuple[Any, Any]]:

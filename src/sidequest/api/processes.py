@@ -123,7 +123,9 @@ class Process:
     def _signal(self, name: str) -> None:
         if self.embedded:
             raise RuntimeError(f"process {self.identity} is embedded in an application; control it there")
-        pipe = self.client.redis.pipeline(transaction=True)
+        # one MULTI; redis-py before 6 has none on a Cluster: there the two calls go in one round
+        # trip (one key: a lost EXPIRE leaves a list its process empties at its next beat)
+        pipe = self.client.redis.pipeline(transaction=not self.client.keys.cluster)
         pipe.lpush(keys.signals(self.identity), name)
         pipe.expire(keys.signals(self.identity), SIGNAL_TTL)
         pipe.execute()

@@ -28,6 +28,7 @@ from sidequest.client.sync_client import configure_unless_set
 from sidequest.config import Config
 from sidequest.errors import ConfigError, RedisUnavailableError, SidequestError
 from sidequest.store.connection import check_server, check_url, connect, mask_url
+from sidequest.store.reasons import reason
 from sidequest.worker.signals import SignalPipe
 from sidequest.worker.supervisor import CONFIG_EXIT, shared_capsules
 
@@ -263,7 +264,7 @@ def run_supervisor(config: Config, count: int) -> int:
         log.error("%s", exc)
         return 1
     except (redis.RedisError, OSError) as exc:  # the INFO after a PING that answered
-        log.error("cannot check Redis at %s: %s", mask_url(config.url), exc)
+        log.error("cannot check Redis at %s: %s", mask_url(config.url), reason(exc))
         return 1
     argv = sys.argv[sys.argv.index("worker") + 1:] if "worker" in sys.argv else []
     return run_swarm(count, argv, config.replace(redis_url=url), client)

@@ -120,7 +120,7 @@ def _sentinel_connect(url: SentinelURL) -> aioredis.Redis:
     from redis.asyncio.sentinel import Sentinel
 
     asked, settings = sentinel_settings(url)
-    sentinels = Sentinel(list(url.sentinels), sentinel_kwargs={**asked, "retry": Retry(NoBackoff(), 0)})  # type: ignore[no-untyped-call]
+    sentinels = Sentinel(list(url.sentinels), sentinel_kwargs={**asked, "retry": Retry(NoBackoff(), 0)})  # type: ignore[no-untyped-call, unused-ignore]  # typed from redis-py 8.2
     primary: aioredis.Redis = sentinels.master_for(url.service, retry=Retry(NoBackoff(), 0), **settings)
     return primary
 

@@ -51,6 +51,7 @@ from sidequest.errors import PayloadError
 from sidequest.jobs.payload import decode
 from sidequest.store import faults, keys, lanes
 from sidequest.store.lanes import ADMIN_DELETE_LANED
+from sidequest.store.reasons import reason
 from sidequest.store.scripts import ADMIN_DELETE, core_lib
 from sidequest.worker.lifecycle import operator_lifecycle
 from sidequest.worker.outcome import Outcome
@@ -231,7 +232,7 @@ class _Watch:
             self._seen = bool(self.redis.exists(keys.cancel_flag(self.jid)))
         except (redis.RedisError, OSError) as exc:  # a job polling through an outage carries on
             if not self._failing:
-                log.warning("could not read the cancel flag (%s); treating the job as not cancelled", exc)
+                log.warning("could not read the cancel flag (%s); treating the job as not cancelled", reason(exc))
             self._failing = True
             return False
         self._failing = False

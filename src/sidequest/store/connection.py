@@ -38,12 +38,15 @@ from typing import Any, TypeGuard, cast
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import redis
+from redis.asyncio.sentinel import MasterNotFoundError as AsyncMasterNotFoundError
 from redis.backoff import NoBackoff
 from redis.cluster import ClusterNode, RedisCluster
 from redis.exceptions import RedisClusterException
 from redis.retry import Retry
+from redis.sentinel import MasterNotFoundError
 
 from sidequest.errors import RedisUnavailableError, RedisURLError
+from sidequest.store.reasons import reason
 from sidequest.store.redaction import mask_url as mask_url  # its old home: imported from here too
 from sidequest.store.redaction import redact
 
@@ -72,13 +75,17 @@ class NotTLSError(redis.ConnectionError):
 
 
 class _TCPStep(redis.Connection):
-    """The TCP part of a TLSConnection's connect: notes that it succeeded."""
+    """The TCP part of a TLSConnection's connect: notes that it succeeded, and bounds the TLS
+    handshake that follows by HANDSHAKE_TIMEOUT, under whichever timeout redis-py runs it: up to
+    8.1 the socket's own, from 8.2 `socket_connect_timeout` (which it sets on the socket just
+    before the handshake; TLSConnection puts the connect bound back once it is done)."""
 
     tcp_connected = False
 
     def _connect(self) -> socket.socket:
         sock: socket.socket = super()._connect()  # type: ignore[no-untyped-call]  # untyped in redis-py
-        sock.settimeout(HANDSHAKE_TIMEOUT)  # for the TLS handshake that follows
+        sock.settimeout(HANDSHAKE_TIMEOUT)
+        self.socket_connect_timeout = HANDSHAKE_TIMEOUT
         self.tcp_connected = True
         return sock
 
@@ -86,21 +93,24 @@ class _TCPStep(redis.Connection):
 class TLSConnection(redis.SSLConnection, _TCPStep):
     """redis-py's TLS connection, with a short bound on the handshake.
 
-    redis-py runs the handshake under the read timeout (SOCKET_TIMEOUT), so `rediss://` to a
-    Redis without TLS, which waits for the end of a line that never comes, hung 30 s and then
-    said "timeout". Here the handshake gets HANDSHAKE_TIMEOUT, and no answer or an answer that
-    is not TLS, once TCP is up, raises NotTLSError. (In the MRO, SSLConnection's call to the
-    plain TCP connect lands in _TCPStep.)
+    redis-py runs the handshake under the read timeout (SOCKET_TIMEOUT; from 8.2 under the
+    connect timeout, CONNECT_TIMEOUT), so `rediss://` to a Redis without TLS, which waits for the
+    end of a line that never comes, hung 30 s (5 s) and then said "timeout". Here the handshake
+    gets HANDSHAKE_TIMEOUT, and no answer or an answer that is not TLS, once TCP is up, raises
+    NotTLSError. (In the MRO, SSLConnection's call to the plain TCP connect lands in _TCPStep.)
     """
 
     def _connect(self) -> socket.socket:
         self.tcp_connected = False
+        tcp_bound = self.socket_connect_timeout
         try:
             sock: socket.socket = super()._connect()  # type: ignore[no-untyped-call]  # untyped in redis-py
         except (TimeoutError, ssl.SSLError) as exc:
             if self.tcp_connected and (isinstance(exc, TimeoutError) or exc.reason in NOT_TLS_REASONS):
                 raise NotTLSError(f"{self.host}:{self.port} did not answer TLS ({exc})") from None
             raise
+        finally:
+            self.socket_connect_timeout = tcp_bound  # the next connect's TCP step gets its own bound
         sock.settimeout(self.socket_timeout)
         return sock
 
@@ -353,8 +363,8 @@ def sentinel_client(url: SentinelURL, *, socket_timeout: float = SOCKET_TIMEOUT,
     settings.update(socket_read_size=READ_SIZE, **_driver_options())
     if max_connections:
         settings["max_connections"] = max_connections
-    sentinels = Sentinel(list(url.sentinels), sentinel_kwargs={**asked, "retry": Retry(NoBackoff(), 0)})  # type: ignore[no-untyped-call]
-    primary: redis.Redis = sentinels.master_for(url.service, retry=Retry(NoBackoff(), 0), **settings)  # type: ignore[no-untyped-call]
+    sentinels = Sentinel(list(url.sentinels), sentinel_kwargs={**asked, "retry": Retry(NoBackoff(), 0)})  # type: ignore[no-untyped-call, unused-ignore]  # typed from redis-py 8.2
+    primary: redis.Redis = sentinels.master_for(url.service, retry=Retry(NoBackoff(), 0), **settings)  # type: ignore[no-untyped-call, unused-ignore]
     return primary
 
 
@@ -391,16 +401,17 @@ def ping(client: redis.Redis | RedisCluster, url: str) -> None:
 
 def unavailable(exc: Exception, url: str) -> RedisUnavailableError:
     """The one-line error for what went wrong asking `url` something (see `ping`)."""
-    where, said = mask_url(url), redact(str(exc), url)  # redis-py's text may quote the URL
+    where, said = mask_url(url), redact(reason(exc), url)  # redis-py's text may quote the URL
     if isinstance(exc, RedisClusterException):  # no node gave a slot map: the last one's reason is the cause
         if "Cluster mode is not enabled" in str(exc):
             return RedisURLError(f"{where} names a Redis that is not in cluster mode; use redis:// "
                                  "(or redis+sentinel://) for it")
         if isinstance(exc.__cause__, redis.RedisError | OSError):
             return unavailable(exc.__cause__, url)
-    if is_sentinel_url(url) and isinstance(exc, redis.ResponseError) and re.search(
-            r"unknown command ['`]sentinel['`]", str(exc), re.IGNORECASE):  # 6.2 quotes with backticks
-        return not_a_sentinel(url)
+    if is_sentinel_url(url):
+        refused = _sentinel_refused(exc, url)
+        if refused is not None:
+            return refused
     if isinstance(exc, redis.AuthenticationError) or (
             isinstance(exc, redis.ResponseError) and any(w in said for w in ("NOAUTH", "WRONGPASS", "NOPERM"))):
         return RedisUnavailableError(f"Redis at {where} refused authentication: {said}")
@@ -413,6 +424,26 @@ def unavailable(exc: Exception, url: str) -> RedisUnavailableError:
         return RedisUnavailableError(f"cannot reach Redis at {where}: {said}")
     # e.g. InvalidResponse: an HTTP server, a database...
     return RedisURLError(f"{where} does not answer as a Redis server ({said}); check the host and port in REDIS_URL")
+
+
+NO_PRIMARY = (MasterNotFoundError, AsyncMasterNotFoundError)  # the sync and the asyncio Sentinel's own classes
+
+
+def _sentinel_refused(exc: Exception, url: str) -> RedisUnavailableError | None:
+    """The error for a Sentinel URL whose Sentinels named no primary, in sidequest's words (not
+    redis-py's message, which from 8.2 holds each Sentinel client's whole repr); None for others.
+    A plain Redis in a Sentinel's place answers SENTINEL with "unknown command": redis-py up to
+    8.1 raised that reply, 8.2 folds it into its "No master found"."""
+    if not isinstance(exc, (redis.ResponseError, *NO_PRIMARY)):
+        return None
+    if re.search(r"unknown command ['`]sentinel['`]", str(exc), re.IGNORECASE):  # 6.2 quotes with backticks
+        return not_a_sentinel(url)
+    if not isinstance(exc, NO_PRIMARY):
+        return None
+    parsed = parse_sentinel_url(url)
+    asked = ", ".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in parsed.sentinels)
+    return RedisUnavailableError(f"cannot reach Redis at {mask_url(url)}: no Sentinel ({asked}) named a primary "
+                                 f"for {parsed.service!r}; check that they run and monitor it by that name")
 
 
 def not_a_sentinel(url: str) -> RedisURLError:

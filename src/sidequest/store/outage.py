@@ -24,6 +24,8 @@ from collections.abc import Callable
 import redis
 from redis.exceptions import RedisClusterException
 
+from sidequest.store.reasons import reason
+
 log = logging.getLogger(__name__)
 
 BACKOFF_START, BACKOFF_MAX = 0.5, 5.0
@@ -66,7 +68,7 @@ class RedisOutage:
             if self._since is None:
                 self._since = self._last_failure
                 self._refused = refused(exc)
-                log.error(REFUSED if self._refused else UNAVAILABLE, type(exc).__name__, exc)
+                log.error(REFUSED if self._refused else UNAVAILABLE, type(exc).__name__, reason(exc))
 
     def up(self, began: float) -> None:
         """A call that began at `began` (the clock's time) succeeded."""

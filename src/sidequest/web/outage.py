@@ -14,6 +14,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 
 from sidequest.api.health import DEFAULT_TIMEOUT
+from sidequest.store.reasons import reason
 from sidequest.store.redaction import redact
 from sidequest.web.render import Renderer
 
@@ -27,7 +28,7 @@ def handler(renderer: Renderer, url: str) -> Callable[[Request, Exception], Awai
     """The handler of redis.RedisError and RedisUnavailableError for the dashboard on `url`."""
 
     async def redis_down(request: Request, exc: Exception) -> Response:
-        log.warning("dashboard: Redis error on %s: %s", request.url.path, redact(str(exc), url))
+        log.warning("dashboard: Redis error on %s: %s", request.url.path, redact(reason(exc), url))
         why = "it did not answer in time" if isinstance(exc, redis.TimeoutError) else type(exc).__name__
         headers = {"Retry-After": str(RETRY_AFTER), "Cache-Control": "no-store"}
         if "text/html" in request.headers.get("accept", ""):

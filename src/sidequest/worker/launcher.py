@@ -33,6 +33,7 @@ from sidequest.jobs.registry import Registry, default_registry
 from sidequest.store import keys
 from sidequest.store.connection import check_server, connect
 from sidequest.store.direct import direct_path_for
+from sidequest.store.reasons import reason
 from sidequest.store.scripts import Scripts
 from sidequest.worker.asyncio_runner import AsyncioRunner, runs_on_the_loop
 from sidequest.worker.background.heartbeat import Heartbeat, make_identity, rss_kb
@@ -295,7 +296,7 @@ class Launcher:
             for index, held in lists.items():
                 self.scripts.forget_reserved(keys=[index, *held], args=[])
         except (redis.RedisError, OSError) as exc:
-            log.warning("could not release this process's reserved lists (%s); recovery will", exc)
+            log.warning("could not release this process's reserved lists (%s); recovery will", reason(exc))
         finally:
             lane.close()
 

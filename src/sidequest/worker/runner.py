@@ -25,6 +25,7 @@ from typing import Protocol
 from sidequest.errors import PayloadError
 from sidequest.jobs.payload import decode
 from sidequest.store.direct import DirectPath
+from sidequest.store.reasons import reason
 from sidequest.worker.fetch.unit import UnitOfWork
 from sidequest.worker.lifecycle import Lifecycle
 
@@ -146,4 +147,4 @@ def put_back(lifecycle: Lifecycle, unit: UnitOfWork) -> None:
     try:
         unit.put_back(lifecycle.ops("put_back", payload))
     except Exception as exc:  # Redis down: reliable fetch keeps it reserved for recovery
-        log.error("could not put a job back (%s); it stays reserved and will be recovered", exc)
+        log.error("could not put a job back (%s); it stays reserved and will be recovered", reason(exc))

@@ -21,6 +21,7 @@ from sidequest.client.sync_client import Client
 from sidequest.config import Config
 from sidequest.errors import ConfigError, RedisUnavailableError, RedisURLError
 from sidequest.store.connection import mask_url
+from sidequest.store.reasons import reason
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -80,9 +81,9 @@ def redis_errors(f: Callable[P, R]) -> Callable[P, R]:
         try:
             return f(*args, **kwargs)
         except (redis.ConnectionError, redis.TimeoutError) as exc:
-            raise Unreachable(f"lost the connection to Redis: {exc}") from None
+            raise Unreachable(f"lost the connection to Redis: {reason(exc)}") from None
         except redis.RedisError as exc:
-            raise Unreachable(f"Redis refused a command: {exc}") from None
+            raise Unreachable(f"Redis refused a command: {reason(exc)}") from None
 
     return wrapper
 

@@ -18,6 +18,7 @@ import redis
 
 from sidequest.cli.admin.connect import AdminCommand, admin_client, describe, redis_url_option
 from sidequest.cli.root import Unreachable, main
+from sidequest.store.reasons import reason
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -49,7 +50,7 @@ class Top:
             if strict:
                 raise
             stamp = time.strftime("%H:%M:%S")
-            return Text(f"{stamp} Redis at {describe(self.client)} did not answer: {exc}; trying again",
+            return Text(f"{stamp} Redis at {describe(self.client)} did not answer: {reason(exc)}; trying again",
                         style="red")
 
     def _frame(self) -> RenderableType:
@@ -152,7 +153,7 @@ def top(interval: float, once: bool, redis_url: str | None) -> None:
         try:
             out.print(view.frame(strict=True))
         except redis.RedisError as exc:
-            raise Unreachable(f"Redis failed mid-command: {exc}") from None
+            raise Unreachable(f"Redis failed mid-command: {reason(exc)}") from None
         return
     try:
         with Live(view.frame(), console=out, auto_refresh=False, redirect_stdout=False,

@@ -28,6 +28,7 @@ import redis
 from sidequest.client.sync_client import Client
 from sidequest.features.limiter.base import Limiter, check
 from sidequest.store import keys
+from sidequest.store.reasons import reason
 from sidequest.worker.background.loop import Background
 
 log = logging.getLogger(__name__)
@@ -170,7 +171,7 @@ class _Leases:
                 kept = limiter.refresh(client, tokens)
             except (redis.RedisError, OSError) as exc:
                 if not self._failing:
-                    log.warning("could not extend the leases of limiter %r (%s); retrying", limiter.name, exc)
+                    log.warning("could not extend the leases of limiter %r (%s); retrying", limiter.name, reason(exc))
                 self._failing = True
                 for _, lease in group:
                     lease.due = now + min(1.0, limiter.lease / 10)

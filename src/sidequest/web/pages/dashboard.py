@@ -18,6 +18,7 @@ from starlette.routing import Route
 
 from sidequest.api import Cluster, Stats
 from sidequest.client.sync_client import Client
+from sidequest.store.reasons import reason
 from sidequest.web.site import Site, nav_counts, whole
 
 HISTORY_DAYS = (7, 30, 90)
@@ -38,14 +39,14 @@ def redis_info(client: Client) -> list[tuple[str, str]]:
     try:
         info: dict[str, Any] = client.redis.info()
     except Exception as exc:  # the page still shows everything else
-        return [("Error", f"{type(exc).__name__}: {exc}")]
+        return [("Error", f"{type(exc).__name__}: {reason(exc)}")]
     name = "Valkey" if "valkey_version" in info else "Redis"
     version = str(info.get("valkey_version", info.get("redis_version", "?")))
     if client.keys.cluster:  # `info` is one node's: the rest is added up over the primaries
         try:
             return cluster_info(client, f"{name} {version}", str(info.get("maxmemory_policy", "?")))
         except Exception as exc:  # as above
-            return [("Version", f"{name} {version}"), ("Error", f"{type(exc).__name__}: {exc}")]
+            return [("Version", f"{name} {version}"), ("Error", f"{type(exc).__name__}: {reason(exc)}")]
     uptime = int(info.get("uptime_in_seconds", 0))
     return [
         ("Version", f"{name} {version}"),

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 
 from sidequest.store.connection import OUTAGE_ERRORS
+from sidequest.store.reasons import reason
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +89,7 @@ class Background:
             self.on_outage()
         if self.loud and not self._failing:
             retry = self.retry() if callable(self.retry) else self.retry
-            log.warning("%s failed (%s); trying again every %g s", self.what, exc, retry)
+            log.warning("%s failed (%s); trying again every %g s", self.what, reason(exc), retry)
         elif not self.loud:
-            log.debug("%s: Redis unavailable: %s", self.what, exc)
+            log.debug("%s: Redis unavailable: %s", self.what, reason(exc))
         self._failing = True

@@ -21,6 +21,7 @@ from sidequest.config import Config
 from sidequest.errors import RedisUnavailableError
 from sidequest.store import keys
 from sidequest.store.connection import connect
+from sidequest.store.reasons import reason
 from sidequest.store.redaction import mask_url, redact
 
 DEFAULT_TIMEOUT = 2.0  # seconds a probe waits for Redis: below a probe's own timeout
@@ -59,17 +60,17 @@ def check_redis(client: Client, *, write: bool, where: str = "Redis") -> Health:
         if write:
             connection.set(keys.HEALTH, this_host(client.config), px=MARK_TTL_MS)
     except RedisUnavailableError as exc:  # the client's first connection: its message names the URL
-        reason = str(exc).replace(f"Redis at {mask_url(url)}", where).replace(mask_url(url), where)
+        why = str(exc).replace(f"Redis at {mask_url(url)}", where).replace(mask_url(url), where)
     except redis.TimeoutError:
-        reason = f"{where} did not answer in time"
+        why = f"{where} did not answer in time"
     except (redis.ConnectionError, OSError) as exc:
-        reason = f"cannot reach {where}: {exc}"
+        why = f"cannot reach {where}: {reason(exc)}"
     except redis.RedisError as exc:
-        reason = f"{where} refused {'a write' if write else 'PING'}: {exc}"
+        why = f"{where} refused {'a write' if write else 'PING'}: {reason(exc)}"
     else:
         took = (time.perf_counter() - began) * 1000
         return Health(True, f"{where} answers{' and accepts writes' if write else ''} ({took:.1f} ms)")
-    return Health(False, redact(reason, url))
+    return Health(False, redact(why, url))
 
 
 class Readiness:

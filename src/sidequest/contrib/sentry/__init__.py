@@ -11,12 +11,14 @@ and the trace carried from push to run (extra `sentry`).
 process uses them; they do nothing while no Sentry client with this integration is active.
 
 In the worker, each job runs in its own isolation scope and transaction (op
-`queue.task.sidequest`, named for the job's class, source "task", continuing the pushed trace)
-with a `queue.process` span carrying the `messaging.*` data Sentry's Queues page reads. A failed
-run is captured once, unhandled, with tags `sidequest_job`, `sidequest_jid`, `sidequest_queue`
-and a `sidequest` context (class, jid, queue, retry count, args). Args are sent only with
-`send_default_pii=True` (or `data_collection` allowing queues), else "[Filtered]", as Sentry's
-Celery, RQ and arq integrations do; Sentry's serializer trims them like any event data.
+`queue.task.sidequest`, named for the job's class, source "task", continuing the pushed trace;
+a segment span of that name and op with sentry-sdk 3, see `tracing`) with a `queue.process`
+span carrying the `messaging.*` data Sentry's Queues page reads. A failed run is captured once,
+unhandled, with tags `sidequest_job`, `sidequest_jid`, `sidequest_queue` and a `sidequest`
+context (class, jid, queue, retry count, args). Args are sent only where Sentry may collect
+queue data (`data_collection`'s `queues`, or `send_default_pii=True` on 2.x SDKs without it),
+else "[Filtered]", as Sentry's Celery, RQ and arq integrations do; Sentry's serializer trims
+them like any event data.
 
 Expected failures stay quiet while the job will be retried: those of `ignore_retries_of`, or
 every failure with `report_after_job_retries=True` (sentry-ruby's Sidekiq option). The run that
@@ -30,15 +32,13 @@ key sentry-ruby's Sidekiq middleware uses, so Ruby and Python continue each othe
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import sentry_sdk
 from sentry_sdk.integrations import Integration
-from sentry_sdk.scope import should_send_default_pii
-from sentry_sdk.tracing import Span
-from sentry_sdk.utils import capture_internal_exceptions, event_from_exception
+from sentry_sdk.utils import capture_internal_exceptions
 
+from sidequest.contrib.sentry import tracing
 from sidequest.errors import Cancelled, JobFailed, OverLimit
 from sidequest.jobs.middleware import PROCESS_CLIENT, PROCESS_SERVER
 from sidequest.jobs.payload import display_name, epoch
@@ -110,12 +110,9 @@ def _producer(job_name: str, payload: dict[str, Any], queue: str, call_next: Cal
     integration = _integration()
     if integration is None:
         return call_next()
-    publishing: AbstractContextManager[Any] = nullcontext()
-    if sentry_sdk.get_current_span() is not None:  # a span of its own only inside a transaction
-        publishing = sentry_sdk.start_span(op="queue.publish", name=display_name(payload), origin=integration.origin)
-    with publishing as span:
+    with tracing.publish_span(display_name(payload), integration.origin) as span:  # inside a span only
         if span is not None:
-            _describe_span(span, payload, queue)
+            _describe_span(span, payload, queue, processing=False)
         if integration.propagate_traces:  # taken inside the span: the job's run is its child
             payload[HEADERS] = dict(sentry_sdk.get_current_scope().iter_trace_propagation_headers())
         return call_next()
@@ -131,24 +128,21 @@ def _consumer(job: Any, payload: dict[str, Any], queue: str, call_next: Callable
         scope.clear_breadcrumbs()  # the processor thread's breadcrumbs belong to earlier jobs
         scope.add_event_processor(_job_details(payload, queue))
         headers = payload.get(HEADERS)
-        transaction = sentry_sdk.continue_trace(headers if isinstance(headers, dict) else {},
-                                                op="queue.task.sidequest", name=name, source="task",
-                                                origin=integration.origin)
         sampling = {"sidequest_job": {"class": name, "queue": queue, "jid": payload.get("jid")}}
-        with (sentry_sdk.start_transaction(transaction, custom_sampling_context=sampling),
-              sentry_sdk.start_span(op="queue.process", name=name, origin=integration.origin) as span):
-            _describe_span(span, payload, queue)
+        with tracing.job_run(headers if isinstance(headers, dict) else {}, name, integration.origin,
+                             sampling) as (transaction, span):
+            _describe_span(span, payload, queue, processing=True)
             try:
                 return _run(integration, transaction, payload, call_next)
             except CONTROL as exc:
                 # raised again outside: leaving a transaction by an exception marks it an error
-                transaction.set_status("cancelled")
-                span.set_status("cancelled")
+                tracing.set_outcome(transaction, "stopped")
+                tracing.set_outcome(span, "stopped")
                 stopped = exc
     raise stopped
 
 
-def _run(integration: SidequestIntegration, transaction: Span, payload: dict[str, Any],
+def _run(integration: SidequestIntegration, transaction: Any, payload: dict[str, Any],
          call_next: Callable[[], Any]) -> Any:
     """The job, with the transaction's status, and a failure captured unless it is quiet."""
     try:
@@ -156,26 +150,26 @@ def _run(integration: SidequestIntegration, transaction: Span, payload: dict[str
     except CONTROL:
         raise
     except BaseException as exc:  # SystemExit from a job is a job failure too
-        transaction.set_status("internal_error")
+        tracing.set_outcome(transaction, "failed")
         if not integration.quiet(payload, exc):
-            event, hint = event_from_exception(exc, client_options=sentry_sdk.get_client().options,
-                                               mechanism={"type": integration.identifier, "handled": False})
+            event, hint = tracing.failure_event(exc, {"type": integration.identifier, "handled": False})
             sentry_sdk.capture_event(event, hint=hint)
         raise
-    transaction.set_status("ok")
+    tracing.set_outcome(transaction, "ok")
     return result
 
 
-def _describe_span(span: Span, payload: dict[str, Any], queue: str) -> None:
+def _describe_span(span: Any, payload: dict[str, Any], queue: str, *, processing: bool) -> None:
     """The `messaging.*` data Sentry's Queues page reads."""
-    span.set_data("messaging.system", SYSTEM)
-    span.set_data("messaging.destination.name", queue)
-    span.set_data("messaging.message.id", payload.get("jid"))
+    tracing.set_data(span, "messaging.system", SYSTEM)
+    tracing.set_data(span, "messaging.destination.name", queue)
+    tracing.set_data(span, "messaging.message.id", payload.get("jid"))
     if isinstance(payload.get("retry_count"), int):
-        span.set_data("messaging.message.retry.count", payload["retry_count"])
+        tracing.set_data(span, "messaging.message.retry.count", payload["retry_count"])
     enqueued = epoch(payload.get("enqueued_at"))
-    if enqueued is not None and span.op == "queue.process":
-        span.set_data("messaging.message.receive.latency", max(0.0, span.start_timestamp.timestamp() - enqueued) * 1000)
+    if enqueued is not None and processing and span.start_timestamp is not None:
+        latency = max(0.0, span.start_timestamp.timestamp() - enqueued) * 1000
+        tracing.set_data(span, "messaging.message.receive.latency", latency)
 
 
 def _job_details(payload: dict[str, Any], queue: str) -> Callable[[Any, Any], Any]:
@@ -192,9 +186,5 @@ def _job_details(payload: dict[str, Any], queue: str) -> Callable[[Any, Any], An
 
 
 def _args(payload: dict[str, Any]) -> Any:
-    """The job's args, or "[Filtered]" unless the user lets Sentry have personal data."""
-    options = sentry_sdk.get_client().options
-    chosen = options.get("data_collection")
-    if isinstance(chosen, dict) and chosen.get("provided_by_user"):  # newer SDKs' finer switch
-        return payload.get("args") if chosen.get("queues") else FILTERED
-    return payload.get("args") if should_send_default_pii() else FILTERED
+    """The job's args, or "[Filtered]" unless the user lets Sentry have queue data."""
+    return payload.get("args") if tracing.may_send_queue_data() else FILTERED
