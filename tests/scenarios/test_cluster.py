@@ -25,6 +25,9 @@ from sidequest.client.sync_client import Client
 from sidequest.errors import ConfigError, JobArgumentError
 from sidequest.features.periodic.entries import make_entry
 from sidequest.features.periodic.scheduler import PeriodicScheduler
+from sidequest.periodic import forget
+from sidequest.periodic import status as periodic_status
+from sidequest.store import keys
 from sidequest.store.connection import connect
 from sidequest.store.keys import CLUSTER, DEFAULT, space
 from sidequest.worker.launcher import Launcher
@@ -206,6 +209,19 @@ def test_a_periodic_tick_is_enqueued_once_among_schedulers_and_recorded(url, rc)
     assert rc.llen(CLUSTER.queue("q17")) == 1
     assert float(rc.hget("sidequest:periodic:every-minute", "last_run")) == tick
     assert float(rc.hget(CLUSTER.periodic_claim("every-minute", "q17"), "last")) == tick
+
+
+def test_a_periodic_entry_removed_from_the_code_is_forgotten_at_once(url, rc):
+    """`forget` (`sidequest.periodic`): the entry's record and its place in the list are in two slots,
+    so they are deleted in one round trip but not in one MULTI (Redis refuses a cross-slot one)."""
+    client = Client(Config(redis_url=url))
+    entry = make_entry("* * * * *", cluster_plain, args=[9], queue="q17", id="gone-from-the-code")
+    PeriodicScheduler(client, lambda: [entry]).run_due(time.time())  # the scheduler describes it
+    assert [s.id for s in periodic_status(client)] == ["gone-from-the-code"]
+    assert forget("gone-from-the-code", client) is True
+    assert periodic_status(client) == []
+    assert not rc.sismember(keys.PERIODIC, "gone-from-the-code") and not rc.exists(keys.periodic("gone-from-the-code"))
+    assert forget("gone-from-the-code", client) is False
 
 
 def test_what_cluster_mode_cannot_hold_yet_is_refused_in_one_line(url):

@@ -310,8 +310,6 @@ def connect_cluster(url: str, *, check: bool = True, max_connections: int | None
     """
     parsed = parse_cluster_url(url)
     options = {**_quiet_options(), **_driver_options()}
-    if int(redis.__version__.split(".")[0]) < 6:  # before 6 the re-sends were counted here, not in `retry`
-        options["cluster_error_retry_attempts"] = 0
     try:
         # no health_check_interval: RedisCluster drops it; no TLSConnection: its node clients
         # take no connection class, so `ssl` gets redis-py's own (no short TLS handshake bound)

@@ -81,7 +81,8 @@ def forget(entry_id: str, client: Client | None = None) -> bool:
     """Delete the records of an entry removed from the code; True if there were any. An entry
     still registered in a running worker is described again within 30 s."""
     client = client or default_client()
-    pipe = client.redis.pipeline(transaction=True)
+    # one MULTI; in Cluster mode the two keys are in two slots, so two deletes in one round trip
+    pipe = client.redis.pipeline(transaction=not client.keys.cluster)
     pipe.srem(keys.PERIODIC, entry_id)
     pipe.delete(keys.periodic(entry_id))
     removed, deleted = pipe.execute()
