@@ -20,7 +20,7 @@ from typing import Any, cast
 
 from sidequest.errors import ConfigError
 from sidequest.jobs.middleware import PROCESS_CLIENT, PROCESS_SERVER, Chain
-from sidequest.store.connection import check_url
+from sidequest.store.urls import check_url
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,8 @@ from sidequest import Client, Config
 from sidequest.api import Queue
 from sidequest.client.async_client import AsyncClient
 from sidequest.errors import JobArgumentError, NotReplicatedError, RedisURLError
-from sidequest.store.connection import connect, mask_url, parse_sentinel_url
+from sidequest.store.connection import connect, mask_url
+from sidequest.store.urls import parse_sentinel_url
 
 
 @pytest.fixture

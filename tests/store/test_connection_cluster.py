@@ -22,7 +22,8 @@ from sidequest.client import async_client as aio
 from sidequest.client.async_client import AsyncClient
 from sidequest.config import Config
 from sidequest.errors import RedisUnavailableError, RedisURLError
-from sidequest.store.connection import connect, connect_cluster, is_cluster, mask_url, parse_cluster_url
+from sidequest.store.connection import connect, connect_cluster, is_cluster, mask_url
+from sidequest.store.urls import parse_cluster_url
 
 # what a call may raise while a shard has no primary; the next call after it asks again
 DURING_FAILOVER = (redis.ConnectionError, redis.TimeoutError, redis.exceptions.ClusterError,

@@ -27,8 +27,9 @@ from sidequest.cli.root import UserError, main
 from sidequest.client.sync_client import configure_unless_set
 from sidequest.config import Config
 from sidequest.errors import ConfigError, RedisUnavailableError, SidequestError
-from sidequest.store.connection import check_server, check_url, connect, mask_url
+from sidequest.store.connection import check_server, connect, mask_url
 from sidequest.store.reasons import reason
+from sidequest.store.urls import check_url
 from sidequest.worker.signals import SignalPipe
 from sidequest.worker.supervisor import CONFIG_EXIT, shared_capsules
 

@@ -53,21 +53,23 @@ from sidequest.jobs.options import JobOptions, check_options, merge_options
 from sidequest.store.connection import (
     CONNECT_TIMEOUT,
     SOCKET_TIMEOUT,
-    ClusterURL,
-    SentinelURL,
     _quiet_options,
-    check_url,
-    is_cluster_url,
-    is_sentinel_url,
     mask_url,
-    parse_cluster_url,
-    parse_sentinel_url,
     sentinel_settings,
     unavailable,
 )
 from sidequest.store.direct import AsyncDirectPath
 from sidequest.store.idle import unfit_async
 from sidequest.store.redaction import redact
+from sidequest.store.urls import (
+    ClusterURL,
+    SentinelURL,
+    check_url,
+    is_cluster_url,
+    is_sentinel_url,
+    parse_cluster_url,
+    parse_sentinel_url,
+)
 
 P = ParamSpec("P")
 T = TypeVar("T")

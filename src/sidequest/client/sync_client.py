@@ -58,7 +58,8 @@ from sidequest.jobs.payload import Shapes, check_args, check_kwargs, encode, enc
 from sidequest.jobs.registry import Registry, default_registry
 from sidequest.store import direct as direct_path
 from sidequest.store import keys, lanes
-from sidequest.store.connection import SOCKET_TIMEOUT, connect, is_cluster_url
+from sidequest.store.connection import SOCKET_TIMEOUT, connect
+from sidequest.store.urls import is_cluster_url
 
 PlainRedis = redis.Redis  # the name `redis` is a property inside Client
 
