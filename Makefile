@@ -51,25 +51,23 @@ lock: | $(BIN)/python  # after a change to pyproject.toml's dependencies; commit
 	  --no-header --constraints $(LOCK) --output-file $(DEMO_LOCK)  # the same versions as the suite's
 
 # A venv of its own each, remade from nothing every run: what the index serves changes by the day.
+# $(1): latest or floor (.ci/deps.py's kinds), $(2): the Python to make the venv with.
+define fresh_suite
+	rm -rf .venv-$(1)
+	$(2) -m venv .venv-$(1)
+	.venv-$(1)/bin/python -m pip install -q --upgrade pip
+	$(PYTHON) .ci/deps.py $(1) > .venv-$(1)/requirements.txt
+	.venv-$(1)/bin/python -m pip install -q -r .venv-$(1)/requirements.txt
+	.venv-$(1)/bin/python -m pip install -q --no-deps -e .
+	.venv-$(1)/bin/python -m pip list --format=freeze > .venv-$(1)/versions.txt
+	.venv-$(1)/bin/python $(PYTEST) $(PYTEST_ARGS)
+endef
+
 test-latest:
-	rm -rf .venv-latest
-	$(PYTHON) -m venv .venv-latest
-	.venv-latest/bin/python -m pip install -q --upgrade pip
-	$(PYTHON) .ci/deps.py latest > .venv-latest/requirements.txt
-	.venv-latest/bin/python -m pip install -q -r .venv-latest/requirements.txt
-	.venv-latest/bin/python -m pip install -q --no-deps -e .
-	.venv-latest/bin/python -m pip list --format=freeze > .venv-latest/versions.txt
-	.venv-latest/bin/python $(PYTEST) $(PYTEST_ARGS)
+	$(call fresh_suite,latest,$(PYTHON))
 
 test-floor:
-	rm -rf .venv-floor
-	$(FLOOR_PYTHON) -m venv .venv-floor
-	.venv-floor/bin/python -m pip install -q --upgrade pip
-	$(PYTHON) .ci/deps.py floor > .venv-floor/requirements.txt
-	.venv-floor/bin/python -m pip install -q -r .venv-floor/requirements.txt
-	.venv-floor/bin/python -m pip install -q --no-deps -e .
-	.venv-floor/bin/python -m pip list --format=freeze > .venv-floor/versions.txt
-	.venv-floor/bin/python $(PYTEST) $(PYTEST_ARGS)
+	$(call fresh_suite,floor,$(FLOOR_PYTHON))
 
 lint: $(STAMP)  # what .ci/run checks before the suites
 	$(BIN)/ruff check src tests bench examples

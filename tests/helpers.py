@@ -9,6 +9,8 @@ import signal
 import subprocess
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
@@ -185,3 +187,14 @@ def doc_examples(doc: str, names: set[str], into: Path, redis_url: str) -> Calla
         return done.stdout.splitlines()
 
     return run
+
+
+def http_get(port: int, path: str) -> tuple[int, str]:
+    """`GET path` on 127.0.0.1:port (a health port): (status, body); (0, why) while nothing answers."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+    except OSError as exc:
+        return 0, str(exc)

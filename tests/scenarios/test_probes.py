@@ -8,15 +8,13 @@ from __future__ import annotations
 import json
 import signal
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
 import redis
 from click.testing import CliRunner
 from conftest import STARTUP, RedisServer, free_port, redis_server_binary, wait_until
-from helpers import WorkerProcess
+from helpers import WorkerProcess, http_get
 
 from sidequest import Client, Config
 from sidequest.cli import main
@@ -45,13 +43,7 @@ class Probed:
 
     def http(self, path: str) -> tuple[int, str]:
         """`GET path` on the health port: (status, body); (0, why) while nothing answers."""
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as answer:
-                return answer.status, answer.read().decode()
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc.read().decode()
-        except OSError as exc:
-            return 0, str(exc)
+        return http_get(self.port, path)
 
     def wait(self, want_live: bool | None = None, want_ready: bool | None = None, timeout: float = STARTUP) -> None:
         """Wait until both the CLI and the port say what is wanted."""

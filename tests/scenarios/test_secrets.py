@@ -6,13 +6,11 @@ tests/store/test_redaction.py). A probe body names no URL at all."""
 from __future__ import annotations
 
 import subprocess
-import urllib.error
-import urllib.request
 
 import pytest
 from click.testing import CliRunner
 from conftest import PYTHON, STARTUP, RedisServer, free_port, python_env, redis_server_binary, wait_until
-from helpers import WorkerProcess
+from helpers import WorkerProcess, http_get
 from starlette.testclient import TestClient
 
 from sidequest import Client, Config
@@ -32,14 +30,6 @@ def locked_redis():
     server.stop()
 
 
-def get(port: int, path: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
-            return answer.status, answer.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
-    except OSError as exc:
-        return 0, str(exc)
 
 
 def test_a_worker_shows_no_password_in_its_log_or_its_probes(locked_redis, tmp_path):
@@ -48,11 +38,11 @@ def test_a_worker_shows_no_password_in_its_log_or_its_probes(locked_redis, tmp_p
     worker = WorkerProcess(url, "--health-port", str(port), "--health-host", "127.0.0.1",
                            env={"SIDEQUEST_HEALTH_DIR": str(tmp_path)})
     try:
-        wait_until(lambda: get(port, "/ready")[0] == 200, STARTUP, 0.1, "the worker to be ready")
-        bodies = [get(port, "/live")[1], get(port, "/ready")[1]]
+        wait_until(lambda: http_get(port, "/ready")[0] == 200, STARTUP, 0.1, "the worker to be ready")
+        bodies = [http_get(port, "/live")[1], http_get(port, "/ready")[1]]
         locked_redis.halt()
-        wait_until(lambda: get(port, "/ready")[0] == 503, STARTUP, 0.1, "readiness to fail")
-        bodies.append(get(port, "/ready")[1])
+        wait_until(lambda: http_get(port, "/ready")[0] == 503, STARTUP, 0.1, "readiness to fail")
+        bodies.append(http_get(port, "/ready")[1])
     finally:
         output = worker.stop()
     assert "redis=redis://127.0.0.1" in output, output  # the start line names the URL, masked

@@ -5,34 +5,25 @@ in use is a ConfigError at start. (Real worker processes and a supervisor: scena
 from __future__ import annotations
 
 import socket
-import urllib.error
-import urllib.request
 
 import pytest
 from conftest import free_port, wait_until
+from helpers import http_get
 
 from sidequest import Config
 from sidequest.errors import ConfigError
 from sidequest.worker.probes import state
 
 
-def get(port: int, path: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
-            return answer.status, answer.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
-
-
 def test_an_embedded_worker_serves_live_and_ready(start, tmp_path, redis_url):
     port = free_port()
     launcher = start(health_port=port, health_host="127.0.0.1", liveness_timeout=1, health_dir=str(tmp_path))
-    wait_until(lambda: get(port, "/ready")[0] == 200, 30, 0.05, "the worker to be ready")
-    status, body = get(port, "/live")
+    wait_until(lambda: http_get(port, "/ready")[0] == 200, 30, 0.05, "the worker to be ready")
+    status, body = http_get(port, "/live")
     assert status == 200 and body == f"ok: {launcher.identity}: its threads and event loop answer\n"
-    status, body = get(port, "/ready")
+    status, body = http_get(port, "/ready")
     assert status == 200 and body.startswith("ok: Redis answers and accepts writes (") and body.count("\n") == 1
-    assert get(port, "/metrics")[0] == 404
+    assert http_get(port, "/metrics")[0] == 404
     live = state.judge(Config(health_dir=str(tmp_path)))  # what `sidequest health --live` reads
     assert live.ok and launcher.identity in live.reason
     with pytest.raises(ConfigError, match=f"health_port {port}"):  # the port is taken: one line
