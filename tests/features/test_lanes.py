@@ -256,3 +256,19 @@ def test_a_foreign_payload_with_a_bad_group_rate_runs_once_and_is_acknowledged(c
     wait_until(lambda: sorted(records(r, "tenant")) == [["F", 1], ["G", 2]], timeout=15)
     wait_until(lambda: not any(r.llen(k) for k in r.smembers(keys.RESERVATIONS)), message="acknowledged")
     assert records(r, "tenant").count(["F", 1]) == 1
+
+
+def test_the_next_batch_at_the_head_goes_once_the_last_ones_deepest_is_taken_whatever_was_put_back(
+        client, r, start):
+    for n in range(300):
+        prio_job.set(client=client).perform_async(f"plain-{n}")
+    for n in range(40):  # 32 staged at the head, 8 wait for the batch to be taken
+        prio_job.set(client=client, priority=9).perform_async(f"p9-{n}")
+    for n in range(100):  # a shutdown put 100 jobs back at the head, ahead of the batch
+        prio_job.set(client=client, queue="scratch").perform_async(f"back-{n}")
+        r.lmove(keys.queue("scratch"), keys.queue("default"), "LEFT", "RIGHT")
+    start(concurrency=1)
+    wait_until(lambda: len(records(r, "prio")) == 440, timeout=30)
+    order = [label for (label,) in records(r, "prio")]
+    assert order[:100] == [f"back-{n}" for n in reversed(range(100))]  # RPUSHed one by one: the last runs first
+    assert order[100:140] == [f"p9-{n}" for n in range(40)]  # the next batch as soon as the first is taken

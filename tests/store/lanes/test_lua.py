@@ -117,3 +117,15 @@ def test_clearing_lanes_takes_calls_of_bounded_work_whatever_the_number_of_group
     assert clear_lanes("default", client=client) == len(groups) - CLEAR_GRAIN
     assert not r.exists(LANE.base, LANE.waiting, LANE.limits) and lanes.waiting_lanes(r, LANE.base) == []
     assert Queue("default", client).size == lanes.LANE_DEPTH
+
+
+def test_a_batch_at_the_head_stays_ahead_of_the_next_after_many_put_backs(client, r):
+    fill(client)
+    client.push_bulk(echo, [[n] for n in range(40)], priority=9)  # 32 staged at the head, 8 wait for their take
+    for n in range(100):  # a fleet's shutdown put 100 jobs back at the head, ahead of the batch
+        client.push(echo, [f"back-{n}"], queue="scratch")
+        r.lmove(keys.queue("scratch"), keys.queue("default"), "LEFT", "RIGHT")
+    client.push(echo, [40], priority=9)  # its push stages: the batch is not taken yet
+    urgent = [job["args"][0] for job in queued(r) if job.get("priority") == 9]
+    assert urgent == list(range(lanes.LANE_DEPTH))  # nothing of level 9 went ahead of the batch
+    assert r.llen(LANE.lane(9, "")) == 9

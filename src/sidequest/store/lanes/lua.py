@@ -138,11 +138,13 @@ local function stage(base, queue)
   if not levels then return -1 end
   if #levels == 0 then return 0 end
   local head_free, head = true, redis.call('get', base .. ':head')
-  if head then
+  if head then  -- the last batch's deepest job: deleted when a worker takes it (`lane_taken`)
     if redis.call('lpos', queue, head, 'RANK', -1, 'MAXLEN', LANE_DEPTH * 4) then
       head_free = false
+    elseif redis.call('llen', queue) > LANE_DEPTH * 4 then
+      head_free = false  -- deeper than a bounded look (put-backs went ahead of it): its take will tell
     else
-      redis.call('del', base .. ':head')
+      redis.call('del', base .. ':head')  -- gone without a take sidequest saw (Ruby, a hand LREM)
     end
   end
   local room, high, staged = LANE_DEPTH - redis.call('llen', queue), {}, 0
@@ -181,6 +183,15 @@ local function lane_push(base, level, group, job, limits)
   end
   redis.call('hincrby', base .. ':waiting', group, 1)
   if group ~= '' then redis.call('hset', base .. ':limits', group, limits) end
+end
+-- A laned job of a high level was taken by a worker: if it is the one staged deepest (`B:head`),
+-- the next batch may go to the head now.
+local function lane_taken(base, queue, jid)
+  local head = redis.call('get', base .. ':head')
+  if head and job_jid(head) == jid then
+    redis.call('del', base .. ':head')
+    stage(base, queue)
+  end
 end
 -- Where a laned job of `level` ends: the high levels stage at once (the next batch at the head),
 -- the others once the queue has drained below LANE_REFILL, a batch at a time.
