@@ -687,8 +687,8 @@ def test_group_slots_whose_jobs_are_nowhere_come_back_on_three_primaries(url, rc
     their work hashes in others, so reconciliation reads them one by one (never one script) and
     gives back in the queue's slot. One grouped queue per primary; on each, one job taken by
     hand (a Ruby worker) and one held by a process's work hash: only the first comes back."""
-    from sidequest.store.lanes import LaneKeys
     from sidequest.jobs.payload import decode
+    from sidequest.store.lanes import LaneKeys
     from sidequest.store.lanes.slots import SlotReconciler
 
     by_node: dict[str, str] = {}
