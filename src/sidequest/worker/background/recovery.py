@@ -100,10 +100,18 @@ class Recovery:
                     if owner == self.identity or self.redis.exists(keys.process(owner)):
                         continue
                     moved += self._recover_list(key, owner, index)
-            self.slots.run(self.config.all_queue_names)  # after: a recovered job is in its queue, still counted
+            self._heal_slots()  # after: a recovered job is in its queue, still counted
         finally:
             self.scripts.release_lock(keys=[keys.RECOVERY_LOCK], args=[self.identity])
         return moved
+
+    def _heal_slots(self) -> None:
+        """Give back the group slots of this worker's queues whose job is nowhere (`lanes.slots`).
+        A lane key set by hand to another type is that queue's fault: one line, recovery goes on."""
+        try:
+            self.slots.run(self.config.all_queue_names)
+        except redis.ResponseError as exc:
+            log.warning("could not check the group slots of queues %s: %s", self.config.all_queue_names, exc)
 
     def recover_process(self, owner: str) -> int:
         """Put back the jobs of one process known to be dead (its supervisor has reaped it) at
