@@ -682,6 +682,43 @@ def test_debounce_and_throttle_settle_in_their_queues_slot_and_run_once(url, rc)
     assert counts["ClusterDebounced"]["replaced"] == 19 and counts["ClusterThrottled"]["dropped"] == 2
 
 
+def test_group_slots_whose_jobs_are_nowhere_come_back_on_three_primaries(url, rc):
+    """Issue 38: a queue's running sets and reserved lists are in its slot, the processes and
+    their work hashes in others, so reconciliation reads them one by one (never one script) and
+    gives back in the queue's slot. One grouped queue per primary; on each, one job taken by
+    hand (a Ruby worker) and one held by a process's work hash: only the first comes back."""
+    from sidequest.jobs.payload import decode
+    from sidequest.store.lanes import LaneKeys
+    from sidequest.store.lanes.slots import SlotReconciler
+
+    by_node: dict[str, str] = {}
+    for name in QUEUES:
+        by_node.setdefault(rc.get_node_from_key(CLUSTER.queue(name)).name, name)
+    queues = sorted(by_node.values())
+    assert len(queues) == 3
+    client = Client(Config(redis_url=url))
+    for queue in queues:
+        for n in range(3):
+            client.push("Echo", [n], queue=queue, group="g", group_concurrency=2)
+    held = {}
+    for queue in queues:
+        gone, running = rc.rpop(CLUSTER.queue(queue)), rc.rpop(CLUSTER.queue(queue))
+        held[queue] = (gone, running)
+        identity = f"ruby-{queue}:1:abc"
+        rc.sadd(keys.PROCESSES, identity)
+        rc.hset(keys.work(identity), "tid", f'{{"queue":"{queue}","payload":{running.decode()},"run_at":1}}')
+    now = [0.0]
+    slots = SlotReconciler(rc, 5.0, clock=lambda: now[0])
+    assert slots.run(queues) == 0
+    now[0] = 5.0
+    assert slots.run(queues) == 3
+    for queue in queues:
+        lane = LaneKeys(CLUSTER.lanes(queue))
+        running_jid = decode(held[queue][1])["jid"]
+        staged = decode(rc.lindex(CLUSTER.queue(queue), -1))["jid"]
+        assert rc.smembers(lane.running("g")) == {running_jid.encode(), staged.encode()}  # the third staged
+
+
 def test_groups_and_priorities_stage_in_their_queues_slot_and_run_fairly(url, rc):
     """Issue 31 items 1 and 2 on a Cluster: a queue's lanes are `sidequest:lanes:{q}...`, in its
     slot, so a laned push and each staging are one script call there. 100 jobs of group A then 5

@@ -10,6 +10,11 @@ group in turn, reaches the queue.
 
 A job put back at shutdown or recovered from a dead process goes to the head of its queue and
 stays counted: it is still the group's, and runs next.
+
+A job of a high level (6..9) also has an operation where a worker takes it (`lane_taken`): when
+it is the deepest of the last batch staged at the head (`B:head`), the next batch may go there
+now. Staging's own look for that job is bounded (put-backs can push it deeper than the look), so
+its take is what tells; one more call per high-priority job, none for the others.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ ENDED = frozenset({"finished", "retried", "dead", "dropped", "snoozed", "cancell
 # args: the queue's lanes base, its queue key, the job's group ('' for none), its jid, its level
 LANES_FEATURE = """
 FEATURES['lanes'] = function(point, now, a)
+  if point == 'taken' then return lane_taken(a[1], a[2], a[4]) end
   lane_done(a[1], a[3], a[4])
   lane_ended(a[1], a[2], a[5])
 end
@@ -44,14 +50,18 @@ class LanesFeature:
         self.space = space  # in Cluster mode a queue's lanes live in its slot
 
     def ops(self, point: str, payload: dict[str, Any], outcome: Outcome | None) -> list[Any] | None:
-        if point not in ENDED and not (point == "recovered" and outcome is not None and outcome.kind == "dead"):
+        if point == "taken":  # only a high level's: the batch at the head waits for its deepest job's take
+            if lanes.level_of(payload) <= lanes.DEFAULT_LEVEL or "priority" not in payload:
+                return None
+        elif point not in ENDED and not (point == "recovered" and outcome is not None and outcome.kind == "dead"):
             return None
-        lane = lanes.route(payload, self.space)
         jid = payload.get("jid")
-        if lane is None or not isinstance(jid, str):
+        if ("group" not in payload and "priority" not in payload) or not isinstance(jid, str):
             return None
-        queue = str(payload.get("queue") or "default")
-        return [lane[0], self.space.queue(queue), lane[2], jid, lane[1]]
+        # the queue whose lanes staged it: a retry's payload already names its `retry_queue`
+        queue = (outcome.origin if outcome is not None else None) or str(payload.get("queue") or "default")
+        return [self.space.lanes(queue), self.space.queue(queue), lanes.group_of(payload), jid,
+                str(lanes.level_of(payload))]
 
     def running(self, payload: dict[str, Any]) -> AbstractContextManager[None] | None:
         return None
