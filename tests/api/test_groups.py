@@ -9,7 +9,7 @@ from conftest import wait_until
 from jobs_for_tests import work
 from lane_state import fill, lane_keys, laned, scene
 
-from sidequest.api import GroupInfo, Queue, groups, lanes, pause_group, resume_group
+from sidequest.api import GroupInfo, Queue, groups, lanes, pause_group, reset_group, resume_group
 
 GATE = "test:gate"  # the held `work` jobs end once this key exists
 
@@ -84,6 +84,19 @@ def test_clearing_a_queue_deletes_its_lanes_and_no_other_queues(client):
     before = lane_keys(client, "mailer")
     assert len(lane_keys(client, "mail")) > 10
     assert Queue("mail", client).clear() == pushed
-    assert lane_keys(client, "mail") == [] and Queue("mail", client).size == 0
+    assert lane_keys(client, "mail") == [client.keys.lanes("mail") + ":paused"]  # the operator's pause stays
+    assert Queue("mail", client).size == 0
     assert lane_keys(client, "mailer") == before and lanes("mailer", client=client) == {9: 10, 5: 8, 0: 7}
-    assert groups("mail", client=client) == [] and lanes("mail", client=client) == {}
+    assert groups("mail", client=client) == [GroupInfo("tenant-b", 0, 0, True, None, None)]
+    assert lanes("mail", client=client) == {}
+
+
+def test_resetting_a_group_gives_its_slots_back_and_stages_its_next_job_at_once(client, r):
+    fill(client, "mail")
+    laned(client, "mail", 3, group="stuck", group_concurrency=1, priority=9)  # one staged at the head
+    r.rpop(client.keys.queue("mail"))  # taken where sidequest never hears of its end (a Ruby worker)
+    assert groups("mail", client=client) == [GroupInfo("stuck", 2, 1, False, 1, None)]
+    assert reset_group("mail", "stuck", client=client) == 1
+    assert groups("mail", client=client) == [GroupInfo("stuck", 1, 1, False, 1, None)]  # the next one staged
+    assert r.llen(client.keys.queue("mail")) == 33
+    assert reset_group("mail", "no-such-group", client=client) == 0

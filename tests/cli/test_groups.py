@@ -1,5 +1,5 @@
 """`sidequest groups QUEUE`: a queue's groups as a table (or JSON), largest first, its jobs
-waiting per priority level, `--pause G` / `--resume G`; mistakes are one line."""
+waiting per priority level, `--pause G` / `--resume G` / `--reset G`; mistakes are one line."""
 
 from __future__ import annotations
 
@@ -57,6 +57,14 @@ def test_pause_and_resume_a_group(cli, client, mail):
     assert [g.name for g in groups("mail", client=client) if g.paused] == []
 
 
+def test_reset_gives_a_groups_slots_back(cli, client, mail):
+    assert ok(cli("groups", "mail", "--reset", "tenant-a")) == (
+        "reset group tenant-a of queue mail: gave back 1 slot; its jobs still running go on\n")
+    assert [g.running for g in groups("mail", client=client) if g.name == "tenant-a"] == [0]
+    assert json.loads(ok(cli("groups", "mail", "--reset", "tenant-c", "--json"))) == {
+        "queue": "mail", "group": "tenant-c", "slots_given_back": 0}
+
+
 def test_a_queue_without_groups_says_so(cli, client):
     client.push("Echo", [1], queue="plain")
     assert ok(cli("groups", "plain")) == "queue plain has no groups and no laned jobs waiting\n"
@@ -65,8 +73,9 @@ def test_a_queue_without_groups_says_so(cli, client):
 @pytest.mark.parametrize(("args", "says"), [
     (["groups"], "Missing argument 'QUEUE'"),
     (["groups", "nosuchqueue"], "no queue named 'nosuchqueue'"),
-    (["groups", "mail", "--pause", "a", "--resume", "b"], "either --pause or --resume"),
+    (["groups", "mail", "--pause", "a", "--resume", "b"], "one of --pause, --resume and --reset"),
     (["groups", "mail", "--pause", ""], "GROUP must not be empty"),
+    (["groups", "mail", "--reset", "a", "--pause", "b"], "one of --pause, --resume and --reset"),
     (["groups", "mail", "--resume", "tenant-typo"], "group 'tenant-typo' of queue mail is not paused"),
     (["groups", "mail", "--limit", "0"], "--limit"),
 ])

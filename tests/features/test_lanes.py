@@ -202,3 +202,57 @@ def test_a_group_held_at_its_limit_does_not_let_a_lower_priority_job_ahead(clien
     tags = [x[0] for x in map(json.loads, r.lrange("test:lanes", 0, -1))]
     # staged once "big"'s lane is empty: at most the 3 other threads' "big" jobs end after it
     assert tags[tags.index("prio"):].count("tenant") <= 3
+
+
+@sidequest.job(name="LaneWebhook", group=lambda body, n: "hooks", group_concurrency=1)
+def webhook(body, n):
+    _record("hook", n)
+
+
+def test_a_job_whose_argument_holds_a_jid_gives_its_group_back_when_it_ends(client, r, start):
+    body = {"jid": "aaaaaaaaaaaaaaaaaaaaaaaa", "class": "HardJob"}  # a Sidekiq payload passed along
+    for n in range(8):
+        webhook.set(client=client).perform_async(body, n)
+    start(concurrency=2)
+    wait_until(lambda: len(records(r, "hook")) == 8, timeout=15, message="every job of the group")
+    assert [n for (n,) in records(r, "hook")] == list(range(8))  # one at a time, in order
+    wait_until(lambda: not r.exists(LANE.running("hooks"), LANE.busy), message="the group's slot given back")
+
+
+@sidequest.job(name="LaneRetried", group="r", group_concurrency=1, retry_queue="later", retry=1,
+               retry_in=lambda count, exc: 0.1)
+def retried(n):
+    _record("retried", n)
+    if n == 0 and len(records(_redis(), "retried")) == 1:
+        raise RuntimeError("first run fails")
+
+
+def _redis():
+    from jobs_for_tests import _r
+
+    return _r()
+
+
+def test_a_retry_to_its_retry_queue_gives_the_group_back_in_the_queue_it_ran_from(client, r, start):
+    retried.set(client=client).perform_async(0)  # fails once: its retry goes to queue "later"
+    retried.set(client=client).perform_async(1)  # waits for the group's one slot in "default"
+    start(concurrency=2, queues=["default", "later"])
+    wait_until(lambda: sorted(n for (n,) in records(r, "retried")) == [0, 0, 1], timeout=15,
+               message="the group's next job and the retry")
+    later = lanes.LaneKeys(keys.DEFAULT.lanes("later"))
+    wait_until(lambda: not r.exists(LANE.running("r"), later.running("r"), LANE.busy, later.busy),
+               message="no slot held in either queue")
+
+
+def test_a_foreign_payload_with_a_bad_group_rate_runs_once_and_is_acknowledged(client, r, start):
+    from sidequest.jobs.payload import new_jid
+
+    jid = new_jid()
+    payload = {"class": "LaneTenant", "args": ["F", 1], "queue": "default", "jid": jid, "retry": True,
+               "created_at": time.time(), "enqueued_at": time.time(), "group": "F", "group_rate": [10, "1m"]}
+    r.lpush(keys.queue("default"), json.dumps(payload))  # as a client of another language wrote it
+    tenant_job.set(client=client).perform_async("G", 2)
+    start(concurrency=1)
+    wait_until(lambda: sorted(records(r, "tenant")) == [["F", 1], ["G", 2]], timeout=15)
+    wait_until(lambda: not any(r.llen(k) for k in r.smembers(keys.RESERVATIONS)), message="acknowledged")
+    assert records(r, "tenant").count(["F", 1]) == 1

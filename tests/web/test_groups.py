@@ -1,6 +1,6 @@
 """The queue page's lanes: its groups (the 50 largest, limits, paused, pause and resume with the
-CSRF token) and its jobs waiting per priority level; nothing of it on a queue without lanes;
-group names escaped."""
+CSRF token; reset for a group holding slots) and its jobs waiting per priority level; nothing of
+it on a queue without lanes; group names escaped."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def test_the_queue_page_shows_groups_and_waiting_by_priority(client, mail):
     page = TestClient(create_app(client)).get("/queues/mail", headers=HTML).text
     assert rows(page, "groups") == [
         "tenant-b 10 0 10 per 60 s Pause",
-        "tenant-a 5 1 \N{EN DASH} Pause",
+        "tenant-a 5 1 \N{EN DASH} Pause Reset",
         "tenant-c paused 3 0 2 at once Resume",
     ]
     cards = re.findall(r'<div class="label">Priority (\d)</div><div class="value">([\d,]+)</div>', page)
@@ -73,11 +73,21 @@ def test_pause_and_resume_a_group_with_the_token(client, mail):
     assert done.status_code == 303 and done.headers["location"] == "/queues/mail"
     assert {g.name for g in groups("mail", client=client) if g.paused} == {"tenant-a", "tenant-c"}
     page = http.get("/queues/mail", headers=HTML).text
-    assert "tenant-a paused 5 1 \N{EN DASH} Resume" in rows(page, "groups")
+    assert "tenant-a paused 5 1 \N{EN DASH} Resume Reset" in rows(page, "groups")
     http.post("/queues/group-actions", data={"csrf": token, "name": "mail", "group": "tenant-c", "do": "resume"})
     assert {g.name for g in groups("mail", client=client) if g.paused} == {"tenant-a"}
     wrong = http.post("/queues/group-actions", data={"csrf": token, "name": "mail", "group": "tenant-a", "do": "x"})
     assert wrong.status_code == 400
+
+
+def test_reset_a_group_with_the_token(client, mail):
+    http = TestClient(create_app(client))
+    token = token_of(http, "/queues/mail")
+    done = http.post("/queues/group-actions", data={"csrf": token, "name": "mail", "group": "tenant-a", "do": "reset"},
+                     headers=HTML)
+    assert "Reset group tenant-a: gave back 1 slot; its jobs still running go on." in done.text
+    assert [g.running for g in groups("mail", client=client) if g.name == "tenant-a"] == [0]
+    assert "tenant-a 5 0 \N{EN DASH} Pause" in rows(done.text, "groups")  # no slot held: no Reset button
 
 
 def test_a_group_name_is_shown_and_acted_on_as_text(client):

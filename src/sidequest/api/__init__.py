@@ -50,6 +50,7 @@ are epoch seconds whether Sidekiq 6/7 (float seconds) or Sidekiq 8 (integer ms) 
     groups(queue, limit=100)           GroupInfo (name waiting running paused concurrency rate) of
                                        a queue's fairness groups, largest (waiting + running) first
     pause_group(queue, group)          staging skips the group; resume_group(queue, group)
+    reset_group(queue, group)          give back the group's slots (and rate window) at once
     lanes(queue)                       {level: waiting} of a queue's priority lanes, highest first
     lanes_waiting(queues)              {queue: jobs waiting in its lanes}, not yet in its list
     flow_counts()                      {class: {"replaced": n, "dropped": n}}: pushes debounce
@@ -65,7 +66,7 @@ its actions stay in that slot), and `Stats` adds them up.
 
 from sidequest.api.cluster import Cluster, Shard, ShardDict
 from sidequest.api.flow import flow_counts
-from sidequest.api.groups import GroupInfo, groups, lanes, lanes_waiting, pause_group, resume_group
+from sidequest.api.groups import GroupInfo, groups, lanes, lanes_waiting, pause_group, reset_group, resume_group
 from sidequest.api.iteration import Iteration
 from sidequest.api.job_metrics import JobSummary, MetricsQuery, MinutePoint
 from sidequest.api.load import CapsuleLoad, Load, QueueLoad
@@ -110,5 +111,6 @@ __all__ = [
     "lanes",
     "lanes_waiting",
     "pause_group",
+    "reset_group",
     "resume_group",
 ]

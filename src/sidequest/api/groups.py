@@ -1,5 +1,6 @@
 """A queue's lanes as an operator sees them: its fairness groups (waiting, running, limits,
-paused) and its jobs waiting per priority level; pausing and resuming a group; clearing lanes.
+paused) and its jobs waiting per priority level; pausing, resuming and resetting a group;
+clearing lanes.
 
 Laned jobs (pushed with `group=` or `priority=`) wait in the queue's lanes until staging moves
 them into `queue:<q>` (see `store.lanes`). What is read here is the lanes' own bookkeeping, kept
@@ -8,6 +9,7 @@ running), `B:limits`, `B:paused`; a few round trips whatever the number of group
 
     groups("mail")                 # [GroupInfo(name="tenant-42", waiting=9000, running=2, ...), ...]
     pause_group("mail", "tenant-42"); resume_group("mail", "tenant-42")
+    reset_group("mail", "tenant-42")   # its slots given back at once (they also heal by themselves)
     lanes("mail")                  # {9: 3, 5: 120}: waiting jobs per priority level, highest first
 
 In Cluster mode every key of a queue's lanes shares the queue's hash tag, so each call here
@@ -21,6 +23,7 @@ from typing import Any, cast
 
 from sidequest.client.sync_client import Client, default_client
 from sidequest.store.lanes import CLEAR_LANES, STAGE, LaneKeys, parse_limits, waiting_lanes
+from sidequest.store.lanes.lua import RESET_GROUP
 
 NO_GROUP = ""  # the `B:waiting` field of laned jobs without a group (priority only): not a group
 
@@ -102,12 +105,29 @@ def lanes_waiting(queues: list[str], client: Client | None = None) -> dict[str, 
 
 
 def clear_lanes(queue: str, client: Client | None = None) -> int:
-    """Delete the queue's lanes (waiting jobs, rotations, counts, limits, paused groups) in one
-    atomic call; how many waiting jobs went. `Queue.clear` calls it before emptying the list,
-    so staging cannot refill the queue meanwhile. Jobs already running end as usual."""
+    """Delete the jobs waiting in the queue's lanes (with their turns and counts), a bounded call
+    at a time; how many went. `Queue.clear` calls it before emptying the list, so staging cannot
+    refill the queue meanwhile. A paused group stays paused; jobs already staged or running keep
+    their group's slots until they end (a staged job that `Queue.clear` deletes gives its back)."""
     chosen = client or default_client()
     script = chosen.redis.register_script(CLEAR_LANES)
-    return int(cast("int", script(keys=[_lane_keys(chosen, queue).base])))
+    base, deleted, more = _lane_keys(chosen, queue).base, 0, 1
+    while more:
+        found, more = cast("list[int]", script(keys=[base]))
+        deleted += int(found)
+    return deleted
+
+
+def reset_group(queue: str, group: str, client: Client | None = None) -> int:
+    """Give back every slot of the group at once: the jobs it counts as staged or running (what
+    `group_concurrency` caps) are counted no more, and its `group_rate` window ends; then the
+    queue's lanes are staged. For a group held full by jobs that ended where sidequest could not
+    see (the slots also come back by themselves, see `lanes.slots`). Its jobs still staged or
+    running go on, so until they end the group may run more than its concurrency. Returns how
+    many slots it held."""
+    chosen = client or default_client()
+    script = chosen.redis.register_script(RESET_GROUP)
+    return int(cast("int", script(keys=[_lane_keys(chosen, queue).base, chosen.keys.queue(queue)], args=[group])))
 
 
 def _lane_keys(client: Client, queue: str) -> LaneKeys:

@@ -46,12 +46,13 @@ class LanesFeature:
     def ops(self, point: str, payload: dict[str, Any], outcome: Outcome | None) -> list[Any] | None:
         if point not in ENDED and not (point == "recovered" and outcome is not None and outcome.kind == "dead"):
             return None
-        lane = lanes.route(payload, self.space)
         jid = payload.get("jid")
-        if lane is None or not isinstance(jid, str):
+        if ("group" not in payload and "priority" not in payload) or not isinstance(jid, str):
             return None
-        queue = str(payload.get("queue") or "default")
-        return [lane[0], self.space.queue(queue), lane[2], jid, lane[1]]
+        # the queue whose lanes staged it: a retry's payload already names its `retry_queue`
+        queue = (outcome.origin if outcome is not None else None) or str(payload.get("queue") or "default")
+        return [self.space.lanes(queue), self.space.queue(queue), lanes.group_of(payload), jid,
+                str(lanes.level_of(payload))]
 
     def running(self, payload: dict[str, Any]) -> AbstractContextManager[None] | None:
         return None

@@ -56,6 +56,12 @@ _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_asci
 # Returns 1 (written) or 0 (refused) per job, in order.
 PUSH_UNIQUE = lanes.LANES_LUA + """
 local written, laned = {}, {}
+for i = 2, 1 + 18 * tonumber(ARGV[1]), 18 do  -- every lane takes its job, before the first write
+  local base = ARGV[i + 14]
+  if ARGV[i + 3] ~= '' and base ~= '' and not lane_ready(base, ARGV[i + 15], ARGV[i + 16]) then
+    return redis.error_reply('a key of the lanes ' .. base .. ' is of another type (set by hand?): nothing pushed')
+  end
+end
 local i = 2
 for j = 1, tonumber(ARGV[1]) do
   local flow, ok = ARGV[i + 11], true

@@ -76,6 +76,8 @@ FEATURE_FIELDS = {"workflow_id": "workflows", "workflow_step": "workflows", "tas
 
 # The point where Sidekiq stops reading a number as an interval and reads it as an epoch time.
 EPOCH_THRESHOLD = 1_000_000_000
+MAX_LANE_COUNT = 1_000_000_000  # group_concurrency, group_rate's count: more is no limit (Lua's numbers stay exact)
+MAX_RATE_SECONDS = 366 * 86_400  # group_rate's window: a year at most (its milliseconds expire a Redis key)
 
 
 class JobOptions(TypedDict, total=False):
@@ -207,15 +209,35 @@ def _check_lane(key: str, value: Any) -> Any:
         raise JobArgumentError(f"option 'priority' must be an int from 0 to 9 (9 runs first, 5 is the middle), "
                                f"got {value!r}")
     if key == "group_concurrency":
-        if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        if group_concurrency_of(value) is not None:
             return value
-        raise JobArgumentError(f"option 'group_concurrency' must be an int >= 1, got {value!r}")
-    if (isinstance(value, (tuple, list)) and len(value) == 2 and isinstance(value[0], int)
-            and not isinstance(value[0], bool) and value[0] >= 1 and _is_number(value[1])
-            and math.isfinite(value[1]) and value[1] > 0):
-        return [value[0], value[1]]
-    raise JobArgumentError(f"option 'group_rate' must be (count, seconds), e.g. group_rate=(10, 60) for at most 10 "
-                           f"a minute per group, got {value!r}")
+        raise JobArgumentError(f"option 'group_concurrency' must be an int from 1 to {MAX_LANE_COUNT:,}, got {value!r}")
+    rate = group_rate_of(value)
+    if rate is not None:
+        return list(rate)
+    raise JobArgumentError(f"option 'group_rate' must be (count, seconds), count from 1 to {MAX_LANE_COUNT:,} and "
+                           f"seconds above 0 up to {MAX_RATE_SECONDS:,} (a year), e.g. group_rate=(10, 60) for at most "
+                           f"10 a minute per group, got {value!r}")
+
+
+def group_concurrency_of(value: Any) -> int | None:
+    """A `group_concurrency` value if valid, else None: the one rule for a definition, a push
+    and a payload that came from elsewhere (`lanes.limits_of`)."""
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_LANE_COUNT:
+        return value
+    return None
+
+
+def group_rate_of(value: Any) -> tuple[int, float] | None:
+    """A `group_rate` value as (count, seconds) if valid, else None (see `group_concurrency_of`).
+    The window is bounded so that its milliseconds are an expire time Redis takes (`PEXPIRE`)."""
+    if not (isinstance(value, (tuple, list)) and len(value) == 2):
+        return None
+    count, seconds = value
+    if (isinstance(count, int) and not isinstance(count, bool) and 1 <= count <= MAX_LANE_COUNT
+            and _is_number(seconds) and math.isfinite(seconds) and 0 < seconds <= MAX_RATE_SECONDS):
+        return count, seconds
+    return None
 
 
 def lane_group(base: dict[str, Any]) -> Callable[..., Any] | None:

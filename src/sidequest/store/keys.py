@@ -39,8 +39,10 @@ sidequest's own keys live under the `sidequest:` prefix so Ruby Sidekiq never tr
     sidequest:cancel:<jid>          flag: a running job was cancelled (`sidequest.cancelled()`)
     sidequest:unique:<digest>       a unique job's claim: the jid holding it
     sidequest:debounce|throttle:<d>  a debounced key's pending run (payload), a throttled one's jid (`flow`)
-    sidequest:lanes:<q>[:...]       a queue's lanes: jobs pushed with a group or a priority wait there
-                                    until staged into queue:<q> (`lanes`: the sub-keys and their use)
+    sidequest:lanes:<n>:<q>[:...]   a queue's lanes: jobs pushed with a group or a priority wait there
+                                    until staged into queue:<q> (`lanes`: the sub-keys and their use);
+                                    <n> is the length of the name <q>, so no queue's lane keys are
+                                    another's (`a`'s level 5 and the queue `a:5`)
     sidequest:status:<jid>          hash of a `result_ttl` job's state (and result or error)
     sidequest:status:<jid>:notify   list holding one token once that job has ended (waiters block on it)
     sidequest:django-task:<jid>     hash: a Django task's result record (`contrib.django`: its task,
@@ -283,7 +285,7 @@ def workflow_keys(workflow_id: str) -> list[str]:
 #     sidequest:reserved:{<q>}:<identity>:<slot>  what a process took from it, per queue
 #     sidequest:reservations:{<q>}           the index of those lists (recovery reads it)
 #     sidequest:recovered:{<q>}:<identity>   what recovery took from a dead process's lists
-#     sidequest:lanes:{<q>}[:...]            its lanes (jobs with a group or a priority, see `lanes`)
+#     sidequest:lanes:<n>:{<q>}[:...]        its lanes (jobs with a group or a priority, see `lanes`)
 #     sidequest:unique:{<q>}:<digest>        a unique job's claim (for a queue of a group, the
 #                                            group's tag: the same key whichever queue of the group)
 #     sidequest:periodic:{<q>}:<entry id>    a periodic entry's claimed ticks (`last`), expiring as
@@ -341,8 +343,10 @@ class Keyspace:
         return f"{PREFIX}:{kind}:{tag}{digest}" if digest else f"{PREFIX}:flow:{tag}{kind}"
 
     def lanes(self, queue: str) -> str:
-        """The base name of a queue's lanes (`lanes.LaneKeys` names the keys under it)."""
-        return f"{PREFIX}:lanes:{queue}"
+        """The base name of a queue's lanes (`lanes.LaneKeys` names the keys under it). The name's
+        length comes first: the keys under a base add `:<level>`, `:<level>:<group>`, ..., so with
+        the name alone queue `a`'s level 5 would be queue `a:5`'s base."""
+        return lanes_base(queue)
 
     def periodic_claim(self, entry_id: str, queue: str) -> str:
         """Where a periodic entry's newest handled tick (`last`) is claimed: its record."""
@@ -420,7 +424,7 @@ class ClusterKeyspace(Keyspace):
         return f"{PREFIX}:unique:{self.slot_tag(queue)}:{digest}"
 
     def lanes(self, queue: str) -> str:
-        return f"{PREFIX}:lanes:{self.tagged(queue)}"
+        return lanes_base(self.tagged(queue))
 
     def periodic_claim(self, entry_id: str, queue: str) -> str:
         """The claim of a periodic entry's ticks, in its queue's slot (its record, with the entry's
@@ -432,6 +436,11 @@ class ClusterKeyspace(Keyspace):
 
     def status_notify(self, jid: str, queue: str) -> str:
         return f"{PREFIX}:status:{self.slot_tag(queue)}:{jid}:notify"
+
+
+def lanes_base(name: str) -> str:
+    """`sidequest:lanes:<n>:<name>`: the length makes the base of one name never the prefix of another's."""
+    return f"{PREFIX}:lanes:{len(name)}:{name}"
 
 
 def group_of(queue: str) -> str:

@@ -221,17 +221,21 @@ return answer(1)
 # ARGV: job as scheduled, job to enqueue, queue name, then for a laned job its lane (`lanes.route`:
 # base, level, group, limits)
 # Move one due job from a sorted set to its queue (a laned job: to its lane, then stage); a no-op
-# if another poller got it first.
+# if another poller got it first. A laned job whose lane keys cannot take it (set by hand, of
+# another type) goes to its queue as a plain job, and the reply says so (2), rather than fail the
+# poller's pass on it again and again.
 ENQUEUE_DUE = lanes.LANES_LUA + """
+local laned = ARGV[4] and ARGV[4] ~= ''
+local usable = laned and lane_ready(ARGV[4], ARGV[5], ARGV[6])
 if redis.call('zrem', KEYS[1], ARGV[1]) == 1 then
   if KEYS[3] then redis.call('sadd', KEYS[3], ARGV[3]) end
-  if ARGV[4] and ARGV[4] ~= '' then
+  if usable then
     lane_push(ARGV[4], ARGV[5], ARGV[6], ARGV[2], ARGV[7])
     stage(ARGV[4], KEYS[2])
   else
     redis.call('lpush', KEYS[2], ARGV[2])
   end
-  return 1
+  return (laned and not usable) and 2 or 1
 end
 return 0
 """
@@ -246,11 +250,12 @@ return 0
 # Retry or run now: remove the entry and push the job onto its queue (LPUSH, as a push does), a
 # laned job onto its lane (then stage).
 ADMIN_REQUEUE = """
+local usable = ARGV[6] ~= '' and lane_ready(ARGV[6], ARGV[7], ARGV[8])  -- else its queue, as a plain job
 if redis.call('zrem', KEYS[1], ARGV[1]) == 0 then
   return 0
 end
 if KEYS[3] then redis.call('sadd', KEYS[3], ARGV[3]) end
-if ARGV[6] ~= '' then
+if usable then
   lane_push(ARGV[6], ARGV[7], ARGV[8], ARGV[2], ARGV[9])
   stage(ARGV[6], KEYS[2])
 else

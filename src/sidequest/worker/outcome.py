@@ -42,6 +42,7 @@ class Outcome:
     elapsed: float | None = None  # seconds the run took (None: it did not run)
     result: Any = field(default=None, compare=False)  # what a done job returned (kept only with result_ttl)
     logged: bool = False  # its one log line, fate included, is written already (an unknown job's)
+    origin: str | None = None  # the queue it was taken from, where `payload` now names its `retry_queue`
 
     @classmethod
     def done(cls, elapsed: float | None = None, result: Any = None) -> Outcome:

@@ -185,7 +185,7 @@ class Retrier:
                            f"the job failed ({payload['error_class']}: {payload['error_message'][:200]}) "
                            f"and its payload cannot be written back as JSON: {encode_error}", self.clock())
             return Outcome("dead", dead.blob, dead.at, dead.payload, exc, exhausted=True, reason=dead.reason)
-        return Outcome(kind, blob, at, payload, exc, exhausted=kind == "dead", reason=reason)
+        return Outcome(kind, blob, at, payload, exc, exhausted=kind == "dead", reason=reason, origin=queue)
 
     def snooze(self, payload: dict[str, Any], raw: bytes, queue: str, delay: float | None) -> Outcome:
         """The outcome of a job that met a full rate limit (`OverLimit`): back to `schedule`,

@@ -1,5 +1,6 @@
 """`sidequest groups QUEUE`: a queue's fairness groups (the largest first: waiting, running,
-limits, paused) and its laned jobs waiting per priority level; `--pause G` / `--resume G`.
+limits, paused) and its laned jobs waiting per priority level; `--pause G` / `--resume G`;
+`--reset G` gives back the group's slots.
 
 It acts only through the admin API (`sidequest.api.groups`); a table for people, one JSON
 document with `--json`.
@@ -25,12 +26,14 @@ if TYPE_CHECKING:
 @click.argument("queue")
 @click.option("--pause", "to_pause", metavar="GROUP", help="Pause this group: no job of it is staged until resumed.")
 @click.option("--resume", "to_resume", metavar="GROUP", help="Resume this group: it takes turns again at once.")
+@click.option("--reset", "to_reset", metavar="GROUP",
+              help="Give back this group's slots (and end its rate window): its jobs still running go on.")
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(min=1), help="Groups to list.")
 @json_option
 @redis_url_option
 @redis_errors
-def groups(queue: str, to_pause: str | None, to_resume: str | None, limit: int, as_json: bool,
-           redis_url: str | None) -> None:
+def groups(queue: str, to_pause: str | None, to_resume: str | None, to_reset: str | None, limit: int,
+           as_json: bool, redis_url: str | None) -> None:
     """List a queue's groups, the largest (waiting + running) first, and its jobs waiting per
     priority level; pause or resume one group.
 
@@ -39,17 +42,20 @@ def groups(queue: str, to_pause: str | None, to_resume: str | None, limit: int, 
       sidequest groups mail                     # GROUP WAITING RUNNING CONCURRENCY RATE PAUSED
       sidequest groups mail --pause tenant-42   # its waiting jobs stay waiting
       sidequest groups mail --resume tenant-42
+      sidequest groups mail --reset tenant-42   # its slots back at once
     """
-    if to_pause is not None and to_resume is not None:
-        raise UserError("give either --pause or --resume, not both")
-    group = to_pause if to_pause is not None else to_resume
-    if group == "":
+    given = [g for g in (to_pause, to_resume, to_reset) if g is not None]
+    if len(given) > 1:
+        raise UserError("give one of --pause, --resume and --reset, not several")
+    if given and given[0] == "":
         raise UserError("GROUP must not be empty (`sidequest groups QUEUE` lists the groups)")
     client = admin_client(redis_url)
-    if group is None:
+    if not given:
         list_groups(client, queue, limit, as_json)
+    elif to_reset is not None:
+        reset(client, queue, to_reset, as_json)
     else:
-        change_group(client, queue, group, pause=to_pause is not None, as_json=as_json)
+        change_group(client, queue, given[0], pause=to_pause is not None, as_json=as_json)
 
 
 def list_groups(client: Client, queue: str, limit: int, as_json: bool) -> None:
@@ -108,3 +114,15 @@ def change_group(client: Client, queue: str, group: str, *, pause: bool, as_json
     click.echo(message)
     if pause and group not in {g.name for g in groups_of(queue, 10**9, client) if g.waiting or g.running}:
         click.echo(f"note: group {group!r} has no jobs in queue {queue} now; it is paused all the same", err=True)
+
+
+def reset(client: Client, queue: str, group: str, as_json: bool) -> None:
+    from sidequest.api import reset_group
+    from sidequest.cli.admin import render
+
+    held = reset_group(queue, group, client)
+    if as_json:
+        render.emit_json({"queue": queue, "group": group, "slots_given_back": held})
+        return
+    click.echo(f"reset group {group} of queue {queue}: gave back {render.plural(held, 'slot')}"
+               + ("; its jobs still running go on" if held else ""))

@@ -1,6 +1,6 @@
 """The Queues pages: every queue with its size and latency; one queue's jobs, page by page; pause,
 resume, clear, and deleting one job. Each read is one page of the list (LRANGE) and its length.
-A queue with lanes also shows its largest groups (pause and resume each) and its jobs waiting
+A queue with lanes also shows its largest groups (pause, resume and reset each) and its jobs waiting
 per priority level (`api.groups`), a few round trips whatever the number of groups."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
-from sidequest.api import Queue, Stats, groups, lanes, pause_group, resume_group
+from sidequest.api import Queue, Stats, groups, lanes, pause_group, reset_group, resume_group
 from sidequest.web.render import back
 from sidequest.web.site import PER_PAGE, Site, field, pager, whole
 
@@ -45,6 +45,10 @@ def routes(site: Site) -> list[Route]:
         if action == "resume":
             resume_group(name, group, site.client)
             return back(request, here, f"Resumed group {group}.")
+        if action == "reset":
+            held = reset_group(name, group, site.client)
+            return back(request, here, f"Reset group {group}: gave back {held:,} slot{'s' if held != 1 else ''}; "
+                                       "its jobs still running go on.")
         return PlainTextResponse(f"unknown action {action!r}", status_code=400)
 
     def act(request: Request) -> Response:

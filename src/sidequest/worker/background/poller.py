@@ -136,10 +136,15 @@ class Poller:
             target = self._target(queue, owner)
             if target != owner:
                 self.redis.sadd(keys.QUEUES, target)  # another slot than the move's: listed first
-            return int(self.scripts.enqueue_due(keys=[sorted_set, self.scripts.keys.queue(target)],
-                                                args=[raw, blob, target, *(lane or ())]))
-        return int(self.scripts.enqueue_due(keys=[sorted_set, keys.queue(queue), keys.QUEUES],
-                                            args=[raw, blob, queue, *(lane or ())]))
+            moved = int(self.scripts.enqueue_due(keys=[sorted_set, self.scripts.keys.queue(target)],
+                                                 args=[raw, blob, target, *(lane or ())]))
+        else:
+            moved = int(self.scripts.enqueue_due(keys=[sorted_set, keys.queue(queue), keys.QUEUES],
+                                                 args=[raw, blob, queue, *(lane or ())]))
+        if moved == 2:  # ENQUEUE_DUE: its lane's keys were set by hand to another type
+            log.warning("job %s: the lanes of queue %r cannot take it (a key of another type); queued without "
+                        "its group or priority", payload.get("jid") if lane else None, queue)
+        return min(moved, 1)
 
     @staticmethod
     def _target(queue: str, owner: str) -> str:

@@ -21,6 +21,10 @@ heartbeat hash is in another slot, so it is read just before the job is moved ra
 inside the script; a process that was only paused and beats again in between finds its job
 recovered (the trace in `sidequest:recovered:{q}:<identity>`) and writes nothing for it, so
 the job still runs once more at most.
+
+Each pass, under the same lock, also gives back the group slots of this worker's queues whose
+job is nowhere (`lanes.slots`): a laned job lost with a process under basic fetch, or ended by a
+Ruby worker, frees its group within a few passes.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import redis
 from sidequest.config import Config
 from sidequest.jobs.payload import decode, encode, in_millis, queue_of, stamp
 from sidequest.store import faults, keys
+from sidequest.store.lanes.slots import SlotReconciler, grace_of
 from sidequest.store.scripts import Scripts
 from sidequest.worker.background.heartbeat import forget
 from sidequest.worker.background.loop import Background
@@ -64,6 +69,7 @@ class Recovery:
         self.scripts = scripts
         self.lifecycle = lifecycle or Lifecycle()
         self.clock = clock
+        self.slots = SlotReconciler(client, grace_of(config.heartbeat_interval))  # group slots that heal
         # a pass every recovery_interval; a Redis error is logged once until a pass succeeds
         self.background = Background("sidequest-recovery", self._pass, what="orphan recovery",
                                      retry=config.recovery_interval, outage=(redis.RedisError, OSError), loud=True)
@@ -94,6 +100,7 @@ class Recovery:
                     if owner == self.identity or self.redis.exists(keys.process(owner)):
                         continue
                     moved += self._recover_list(key, owner, index)
+            self.slots.run(self.config.all_queue_names)  # after: a recovered job is in its queue, still counted
         finally:
             self.scripts.release_lock(keys=[keys.RECOVERY_LOCK], args=[self.identity])
         return moved

@@ -1,0 +1,172 @@
+"""Lanes: a queue's jobs pushed with a group (fairness between tenants) or a priority.
+
+    @sidequest.job(group=lambda tenant_id, **_: tenant_id, group_concurrency=2)
+    def sync(tenant_id, ...): ...     # tenants take turns; at most 2 of one tenant at once
+
+    urgent.set(priority=9).perform_async(...)   # before the queue's other jobs (0..9, 5 the middle)
+
+A job with a `group` or a `priority` (a *laned* job) is not pushed onto `queue:<q>`: it waits in
+its lane, one list per (priority level, group), and is **staged** into `queue:<q>`, the list every
+fetch reads, a few at a time. So fetch, the crash contract (reserved lists, recovery, put-back),
+blocking waiters and a Ruby worker see only ordinary jobs in an ordinary queue, and a job without
+these options costs nothing more. Staging (`stage`, Lua, atomic):
+
+- levels 6..9 go to the HEAD of the queue (RPUSH: they run next), all that wait up to LANE_DEPTH,
+  highest level first, in push order; the next batch goes there once the job staged deepest
+  (`B:head`) has been taken, so the order within a level holds;
+- levels 0..5 go to the tail (LPUSH, as a push) while the queue holds fewer than LANE_DEPTH jobs:
+  the queue's plain jobs run before them, and a group with 100,000 waiting jobs has at most a
+  few dozen in the queue at any time;
+- within a level the groups take turns (a rotation list): a group that is paused, has
+  `group_concurrency` jobs staged or running, or has used its `group_rate` for the current
+  window is passed over.
+
+Staging runs where a laned job is pushed (the push's script), where one ends (the lanes
+feature's lifecycle operation: finished, retried, dead, dropped, snoozed, cancelled, deleted,
+killed; after a job of level 0..5 only once the queue holds fewer than LANE_REFILL jobs, so a
+busy queue is refilled a batch at a time rather than one job per end), where one comes back due
+from `schedule` or `retry` (the poller's ENQUEUE_DUE, an operator's requeue), and at each poller
+pass (STAGE, for a rate window that has passed or plain jobs that have drained). An operator's
+cancel of a job still in its lane removes it there (ADMIN_DELETE_LANED, `lane_removed`). A
+group's staged and running jobs are the jids in `B:running:<group>` (each staged job's own jid,
+read from its JSON: an argument may hold a "jid" too), removed at the job's end, in the lanes of
+the queue it ran from (a retry's payload names its `retry_queue` already); a job put back or
+recovered goes to the head of the queue and stays counted until it ends. A slot whose job ended
+where sidequest could not see it comes back by itself (`lanes.slots`), or at an operator's
+`reset_group`. The scripts are in `lanes.lua`.
+
+Limits come from the push's options, checked there (`options.group_rate_of`); a payload from
+elsewhere with limits a push would refuse has them ignored, with one log line (`limits_of`).
+
+Keys, under the base B = `Keyspace.lanes(queue)`, `sidequest:lanes:<length of q>:<q>` (the length
+keeps queue `a`'s `B:5` apart from queue `a:5`'s B; in Cluster mode in the queue's slot):
+
+    B                      set of the levels with waiting jobs
+    B:<level>              list: the level's groups with waiting jobs, in turn ('' = no group)
+    B:<level>:<group>      list: the lane's waiting jobs (LPUSH, RPOP: oldest first)
+    B:waiting              hash: group -> waiting jobs over all levels
+    B:busy                 set: groups with jobs staged or running
+    B:running:<group>      set: their jids
+    B:limits               hash: group -> "<concurrency> <rate count> <rate ms>" (0: none), its last push's
+    B:paused               set: groups an operator paused
+    B:rate:<group>         the group's count in its current rate window (expires with it)
+    B:head                 the job staged deepest in the last batch at the head (expires: HEAD_TTL_MS)
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from sidequest.jobs.options import group_concurrency_of, group_rate_of
+from sidequest.store import keys
+from sidequest.store.lanes.lua import (
+    ADMIN_DELETE_LANED,
+    CLEAR_GRAIN,
+    CLEAR_LANES,
+    DEFAULT_LEVEL,
+    HEAD_TTL_MS,
+    LANE_DEPTH,
+    LANE_REFILL,
+    LANES_LUA,
+    STAGE,
+)
+
+__all__ = ["ADMIN_DELETE_LANED", "CLEAR_GRAIN", "CLEAR_LANES", "DEFAULT_LEVEL", "HEAD_TTL_MS", "LANES_LUA",
+           "LANE_DEPTH", "LANE_REFILL", "STAGE", "LaneKeys", "group_of", "level_of", "limits_of", "parse_limits",
+           "route", "waiting_lanes"]
+
+log = logging.getLogger(__name__)
+
+LEVELS = range(10)
+
+LaneArgs = tuple[str, str, str, str]  # lanes base, level, group, limits: what the scripts take
+
+
+class LaneKeys:
+    """The names of one queue's lane keys (see the module), from its base `Keyspace.lanes(queue)`."""
+
+    def __init__(self, base: str) -> None:
+        self.base = self.levels = base
+        self.waiting = f"{base}:waiting"
+        self.busy = f"{base}:busy"
+        self.limits = f"{base}:limits"
+        self.paused = f"{base}:paused"
+        self.head = f"{base}:head"
+
+    def rotation(self, level: int | str) -> str:
+        return f"{self.base}:{level}"
+
+    def lane(self, level: int | str, group: str) -> str:
+        return f"{self.base}:{level}:{group}"
+
+    def running(self, group: str) -> str:
+        return f"{self.base}:running:{group}"
+
+    def rate(self, group: str) -> str:
+        return f"{self.base}:rate:{group}"
+
+
+def level_of(payload: Mapping[str, Any]) -> int:
+    """A payload's priority level: its `priority` (0..9), else the default."""
+    level = payload.get("priority")
+    return level if isinstance(level, int) and not isinstance(level, bool) and level in LEVELS else DEFAULT_LEVEL
+
+
+def group_of(payload: Mapping[str, Any]) -> str:
+    group = payload.get("group")
+    return "" if group is None else str(group)
+
+
+def limits_of(payload: Mapping[str, Any]) -> str:
+    """`B:limits`' value for a grouped payload: concurrency, rate count, rate window (ms), each 0
+    for none. A value a push would refuse (`options.group_rate_of`), as a payload from elsewhere
+    may bring, is that job's to lose: the limit is ignored, with one log line."""
+    concurrency, rate = payload.get("group_concurrency"), payload.get("group_rate")
+    checked_concurrency, checked_rate = group_concurrency_of(concurrency), group_rate_of(rate)
+    for option, value, checked in (("group_concurrency", concurrency, checked_concurrency),
+                                   ("group_rate", rate, checked_rate)):
+        if value is not None and checked is None:
+            log.warning("job %s: its %s %r is not valid (see the job options); its group gets none",
+                        payload.get("jid"), option, value)
+    count, ms = (checked_rate[0], max(int(checked_rate[1] * 1000), 1)) if checked_rate else (0, 0)
+    return f"{checked_concurrency or 0} {count} {ms}"
+
+
+def parse_limits(stored: str | None) -> tuple[int | None, tuple[int, float] | None]:
+    """`B:limits`' value (`limits_of`) read back: (concurrency, (rate count, seconds)), None for none."""
+    parts = (stored or "").split()
+    if len(parts) != 3 or not all(part.isdigit() for part in parts):  # none, or set by hand: staging ignores it too
+        return None, None
+    concurrency, count, period_ms = (int(part) for part in parts)
+    return concurrency or None, ((count, period_ms / 1000) if count and period_ms else None)
+
+
+def route(payload: Mapping[str, Any], space: keys.Keyspace, queue: str | None = None) -> LaneArgs | None:
+    """The lane of a payload about to enter its queue (`queue`, default its own), or None for a
+    plain job (no group, no priority): the scripts' lane arguments."""
+    if "group" not in payload and "priority" not in payload:
+        return None
+    group = group_of(payload)
+    return (space.lanes(queue or str(payload.get("queue") or "default")), str(level_of(payload)), group,
+            limits_of(payload) if group else "")
+
+
+NO_LANE = ("", "", "", "")
+
+
+def waiting_lanes(client: Any, base: str) -> list[tuple[int, str, str]]:
+    """(level, group, lane key) of every lane of the queue whose base is `base` that holds
+    waiting jobs, highest level first, each level's groups in their turn: two round trips."""
+    lane = LaneKeys(base)
+    levels = sorted((int(level) for level in client.smembers(lane.levels)), reverse=True)
+    pipe = client.pipeline(transaction=False)
+    for level in levels:
+        pipe.lrange(lane.rotation(level), 0, -1)
+    found = []
+    for level, groups in zip(levels, pipe.execute(), strict=True):
+        for raw in groups:
+            group = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+            found.append((level, group, lane.lane(level, group)))
+    return found

@@ -1,0 +1,310 @@
+"""The lanes' Lua (see `lanes` for the layout and the rules): the functions shared by the scripts
+that push, stage and end laned jobs (`LANES_LUA`: `scripts.core_lib`, the push's script,
+ENQUEUE_DUE, ADMIN_REQUEUE), and the lanes' own scripts (STAGE, ADMIN_DELETE_LANED, CLEAR_LANES,
+RELEASE_SLOTS, RESET_GROUP).
+
+Two rules hold throughout:
+- no value is read from a payload's text by pattern: a staged job's jid comes from
+  `cjson.decode` (the job staged is not the one pushed, so it cannot be an argument), every
+  other value is a script argument;
+- a script checks what it will write before its first write (Lua has no rollback): `stage`
+  checks the types of the queue's keys, then each group's keys and counts before it pops the
+  group's job, and passes over a group it cannot stage (a key set by hand); a limit read back
+  from `B:limits` is used only within the bounds a push checks (`options.group_rate_of`).
+"""
+
+from __future__ import annotations
+
+from sidequest.jobs.options import MAX_LANE_COUNT, MAX_RATE_SECONDS
+
+LANE_DEPTH = 32  # laned jobs staged into a queue at once (the fairness grain)
+LANE_REFILL = LANE_DEPTH // 2  # a laned job's end stages more once the queue holds fewer than this
+DEFAULT_LEVEL = 5  # a job with a group and no priority; above it: staged at the head
+HEAD_TTL_MS = 3_600_000  # `B:head` outlives its batch an hour at most (untaken that long: no one works the queue)
+CLEAR_GRAIN = 100  # lanes one CLEAR_LANES call deletes at most (a call's work is bounded)
+
+# Paths under B are built by suffix here, as `LaneKeys` builds them.
+LANES_LUA = """
+local LANE_DEPTH, LANE_HIGH, HEAD_TTL, LANE_REFILL = {depth}, {default}, {head_ttl}, {refill}
+local MAX_COUNT, MAX_MS = {max_count}, {max_ms}
+local function typed(key, kind)
+  local found = redis.call('type', key)['ok']
+  return found == 'none' or found == kind
+end
+-- A group's limits from `B:limits` ("<concurrency> <rate count> <rate ms>"), each 0 (none) when
+-- absent or out of the bounds a push checks, so PEXPIRE and the comparisons cannot fail.
+local function lane_limits(base, group)
+  local limits = redis.call('hget', base .. ':limits', group)
+  if not limits then return 0, 0, 0 end
+  local c, n, ms = string.match(limits, '^(%d+) (%d+) (%d+)$')
+  c, n, ms = tonumber(c) or 0, tonumber(n) or 0, tonumber(ms) or 0
+  if c > MAX_COUNT then c = 0 end
+  if n > MAX_COUNT or ms < 1 or ms > MAX_MS then n, ms = 0, 0 end
+  return c, n, ms
+end
+-- Whether `group` may stage one more of `level` now, and its rate (count, ms) to count it
+-- against. It reads every key a staging of the group then writes (its lane, its waiting count,
+-- its running set, its rate count) and errors if one cannot take that write: the caller runs it
+-- under pcall and passes the group over, before anything of it was written.
+local function lane_open(base, level, group, paused)
+  redis.call('llen', base .. ':' .. level .. ':' .. group)
+  if not string.match(redis.call('hget', base .. ':waiting', group) or '0', '^%-?%d+$') then
+    error('the waiting count of group ' .. group .. ' is not a number')
+  end
+  if group == '' then return true, 0, 0 end
+  if paused and redis.call('sismember', base .. ':paused', group) == 1 then return false end
+  local concurrency, count, ms = lane_limits(base, group)
+  local running = redis.call('scard', base .. ':running:' .. group)
+  if concurrency > 0 and running >= concurrency then return false end
+  local used = redis.call('get', base .. ':rate:' .. group)
+  if used and not string.match(used, '^%d+$') then error('the rate count of group ' .. group .. ' is not a number') end
+  if count > 0 and tonumber(used or '0') >= count then return false end
+  return true, count, ms
+end
+-- A staged job's jid, from its JSON (never by pattern over its text: an argument may hold a
+-- "jid" too); nil for a payload without one, which is then staged without a slot.
+local function job_jid(job)
+  local ok, decoded = pcall(cjson.decode, job)
+  if ok and type(decoded) == 'table' and type(decoded['jid']) == 'string' then return decoded['jid'] end
+  return nil
+end
+local function lane_count(base, group, job, count, ms)
+  local jid = job_jid(job)
+  if jid then
+    redis.call('sadd', base .. ':running:' .. group, jid)
+    redis.call('sadd', base .. ':busy', group)
+  end
+  if count > 0 and redis.call('incr', base .. ':rate:' .. group) == 1 then
+    redis.call('pexpire', base .. ':rate:' .. group, ms)
+  end
+end
+-- Move up to `budget` jobs of one level into `out`, the level's groups taking turns; a group
+-- that may not stage now is passed over for the rest of the call. Returns whether the level is
+-- exhausted (every group left is empty or passed over): only then may a lower level stage, so
+-- a group held back never lets a lower level's job ahead of the open groups of this one. The
+-- turns taken are bounded (`budget` and twice the groups), as a call's time must be; a level
+-- cut short by that bound is not exhausted.
+local function lane_take(base, level, budget, out)
+  local rotation = base .. ':' .. level
+  local groups, passed, turns = redis.call('llen', rotation), {}, 0
+  local held, paused = 0, redis.call('exists', base .. ':paused') == 1
+  while #out < budget and groups > held do
+    turns = turns + 1
+    if turns > budget + 2 * groups then return false end
+    local group = redis.call('lmove', rotation, rotation, 'LEFT', 'RIGHT')
+    if not passed[group] then
+      local checked, open, count, ms = pcall(lane_open, base, level, group, paused)
+      if not checked then redis.log(redis.LOG_WARNING, 'sidequest: lanes ' .. base .. ': ' .. tostring(open)) end
+      if checked and open then
+        local lane = base .. ':' .. level .. ':' .. group
+        local job = redis.call('rpop', lane)
+        if job then
+          out[#out + 1] = job
+          if group ~= '' then lane_count(base, group, job, count, ms) end
+          local waiting = base .. ':waiting'
+          if redis.call('hincrby', waiting, group, -1) <= 0 then redis.call('hdel', waiting, group) end
+        end
+        if redis.call('llen', lane) == 0 then
+          redis.call('lrem', rotation, -1, group)
+          groups = groups - 1
+        end
+      else
+        passed[group], held = true, held + 1
+      end
+    end
+  end
+  if groups == 0 then redis.call('srem', base, level) end
+  return groups <= held
+end
+-- The queue's keys that staging writes are of their types (a key set by hand is not): the
+-- levels, sorted highest first, else nil.
+local function stage_levels(base, queue)
+  if not typed(base, 'set') then return nil end
+  local levels = redis.call('smembers', base)
+  for _, level in ipairs(levels) do
+    if not string.match(level, '^%d$') or not typed(base .. ':' .. level, 'list') then return nil end
+  end
+  for suffix, kind in pairs({busy = 'set', waiting = 'hash', paused = 'set', limits = 'hash', head = 'string'}) do
+    if not typed(base .. ':' .. suffix, kind) then return nil end
+  end
+  if not typed(queue, 'list') then return nil end
+  table.sort(levels, function(a, b) return tonumber(a) > tonumber(b) end)
+  return levels
+end
+-- Stage the lanes of the queue whose list is `queue` (see `lanes`); returns how many jobs moved,
+-- or -1 when a key of the queue's lanes is of the wrong type (nothing moved).
+local function stage(base, queue)
+  local levels = stage_levels(base, queue)
+  if not levels then return -1 end
+  if #levels == 0 then return 0 end
+  local head_free, head = true, redis.call('get', base .. ':head')
+  if head then
+    if redis.call('lpos', queue, head, 'RANK', -1, 'MAXLEN', LANE_DEPTH * 4) then
+      head_free = false
+    else
+      redis.call('del', base .. ':head')
+    end
+  end
+  local room, high, staged = LANE_DEPTH - redis.call('llen', queue), {}, 0
+  for _, level in ipairs(levels) do
+    local exhausted = true
+    if tonumber(level) > LANE_HIGH then
+      if head_free then exhausted = lane_take(base, level, LANE_DEPTH, high) end
+    elseif room > 0 then
+      local low = {}
+      exhausted = lane_take(base, level, room, low)
+      if #low > 0 then redis.call('lpush', queue, unpack(low)) end
+      room, staged = room - #low, staged + #low
+    end
+    if not exhausted then break end  -- this level still has jobs that may go: none of a lower one first
+  end
+  if #high > 0 then  -- the first taken ends at the head: it runs first
+    local reversed = {}
+    for i = #high, 1, -1 do reversed[#reversed + 1] = high[i] end
+    redis.call('rpush', queue, unpack(reversed))
+    redis.call('set', base .. ':head', high[#high], 'PX', HEAD_TTL)
+  end
+  return staged + #high
+end
+-- Whether a job may enter its lane: every key `lane_push` writes is of its type. A script checks
+-- it for all its jobs before its first write.
+local function lane_ready(base, level, group)
+  local rotation = base .. ':' .. level
+  if not (typed(base, 'set') and typed(rotation, 'list') and typed(rotation .. ':' .. group, 'list')
+          and typed(base .. ':waiting', 'hash') and typed(base .. ':limits', 'hash')) then return false end
+  return string.match(redis.call('hget', base .. ':waiting', group) or '0', '^%-?%d+$') ~= nil
+end
+local function lane_push(base, level, group, job, limits)
+  if redis.call('lpush', base .. ':' .. level .. ':' .. group, job) == 1 then
+    redis.call('rpush', base .. ':' .. level, group)
+    redis.call('sadd', base, level)
+  end
+  redis.call('hincrby', base .. ':waiting', group, 1)
+  if group ~= '' then redis.call('hset', base .. ':limits', group, limits) end
+end
+-- Where a laned job of `level` ends: the high levels stage at once (the next batch at the head),
+-- the others once the queue has drained below LANE_REFILL, a batch at a time.
+local function lane_ended(base, queue, level)
+  if tonumber(level) > LANE_HIGH or redis.call('llen', queue) < LANE_REFILL then stage(base, queue) end
+end
+-- A job was removed from its lane (an operator's cancel): the counts and turns as if staged.
+local function lane_removed(base, level, group)
+  local waiting, rotation = base .. ':waiting', base .. ':' .. level
+  if redis.call('hincrby', waiting, group, -1) <= 0 then redis.call('hdel', waiting, group) end
+  if redis.call('llen', rotation .. ':' .. group) == 0 then
+    redis.call('lrem', rotation, -1, group)
+    if redis.call('llen', rotation) == 0 then redis.call('srem', base, level) end
+  end
+end
+-- A laned job ended (or left for `schedule`/`retry`): its group no longer counts it.
+local function lane_done(base, group, jid)
+  if group == '' then return end
+  local running = base .. ':running:' .. group
+  if redis.call('srem', running, jid) == 1 and redis.call('scard', running) == 0 then
+    redis.call('srem', base .. ':busy', group)
+    if redis.call('hexists', base .. ':waiting', group) == 0 then
+      redis.call('hdel', base .. ':limits', group)
+    end
+  end
+end
+"""
+for _name, _value in (("depth", LANE_DEPTH), ("default", DEFAULT_LEVEL), ("head_ttl", HEAD_TTL_MS),
+                      ("refill", LANE_REFILL), ("max_count", MAX_LANE_COUNT), ("max_ms", MAX_RATE_SECONDS * 1000)):
+    LANES_LUA = LANES_LUA.replace("{" + _name + "}", str(_value))
+
+# KEYS: the queue's lanes base, queue:<q>. Stage what may be (the poller's pass, a resumed group).
+STAGE = LANES_LUA + """
+if redis.call('exists', KEYS[1]) == 0 then return 0 end
+local staged = stage(KEYS[1], KEYS[2])
+if staged < 0 then
+  return redis.error_reply('a key of the lanes ' .. KEYS[1] .. ' is of another type: nothing staged')
+end
+return staged
+"""
+
+# KEYS: a lane's list (`lanes`)   ARGV: entry, the queue's lanes base, level, group, now, point, ops...
+# Registered after `scripts.core_lib` (it runs the lifecycle's operations). Delete (cancel) a laned
+# job still waiting in its lane: remove one copy, and keep the lanes' counts and turns true
+# (`lane_removed`).
+ADMIN_DELETE_LANED = """
+if redis.call('lrem', KEYS[1], 1, ARGV[1]) == 0 then
+  return 0
+end
+lane_removed(ARGV[2], ARGV[3], ARGV[4])
+run_ops(ARGV, 7, ARGV[6], ARGV[5])
+return answer(1)
+"""
+
+# An operator's clear (`api.groups.clear_lanes`), a grain at a time: KEYS[1] = B. Deletes up to
+# CLEAR_GRAIN lanes (B:<level>:<group>, each with its turn in B:<level> and its count in
+# B:waiting), the highest level first; once no level is left, B:waiting and B:head. A lane that
+# a push starts meanwhile gets its turn as any new lane does, so none is left unnamed between
+# calls. What belongs to jobs already staged or running stays theirs: B:running:<group> and
+# B:busy (each job's end gives its slot back), B:limits of such a group and B:rate:<group> (a window
+# ends by itself); and B:paused: a paused group stays paused. Returns {jobs deleted, 1 if lanes
+# are left}.
+CLEAR_LANES = """
+local base, grain, deleted = KEYS[1], {grain}, 0
+local levels = redis.call('smembers', base)
+table.sort(levels, function(a, b) return a > b end)
+for _, level in ipairs(levels) do
+  local rotation = base .. ':' .. level
+  while grain > 0 do
+    local group = redis.call('lpop', rotation)
+    if not group then break end
+    local lane = rotation .. ':' .. group
+    local n = redis.call('llen', lane)
+    redis.call('del', lane)
+    if n > 0 and redis.call('hincrby', base .. ':waiting', group, -n) <= 0 then
+      redis.call('hdel', base .. ':waiting', group)
+    end
+    local drained = redis.call('hexists', base .. ':waiting', group) == 0
+    if drained and redis.call('scard', base .. ':running:' .. group) == 0 then
+      redis.call('hdel', base .. ':limits', group)  -- as `lane_done` forgets a drained group's
+    end
+    deleted, grain = deleted + n, grain - 1
+  end
+  if redis.call('llen', rotation) == 0 then redis.call('srem', base, level) end
+  if grain == 0 then break end
+end
+if redis.call('scard', base) > 0 then return {deleted, 1} end
+redis.call('del', base, base .. ':waiting', base .. ':head')
+return {deleted, 0}
+""".replace("{grain}", str(CLEAR_GRAIN))
+
+# KEYS: the queue's lanes base B, queue:<q>   ARGV: group, jid...
+# Give back slots of one group whose jobs are nowhere (`lanes.slots`): each jid leaves
+# B:running:<group> as at its job's end (`lane_done`), then the lanes are staged. Returns how
+# many were still held.
+RELEASE_SLOTS = LANES_LUA + """
+if not typed(KEYS[1] .. ':running:' .. ARGV[1], 'set') or not typed(KEYS[1] .. ':busy', 'set') then
+  return redis.error_reply('a key of the lanes ' .. KEYS[1] .. ' is of the wrong type: nothing given back')
+end
+local released = 0
+for i = 2, #ARGV do
+  if redis.call('sismember', KEYS[1] .. ':running:' .. ARGV[1], ARGV[i]) == 1 then
+    lane_done(KEYS[1], ARGV[1], ARGV[i])
+    released = released + 1
+  end
+end
+if released > 0 and redis.call('exists', KEYS[1]) == 1 then stage(KEYS[1], KEYS[2]) end
+return released
+"""
+
+# KEYS: the queue's lanes base B, queue:<q>   ARGV: group
+# An operator's reset of one group (`api.groups.reset_group`): every slot given back (its jobs
+# still staged or running no longer count: they run on) and its rate window ended; then the lanes
+# are staged. Pause and waiting jobs are untouched. Returns how many slots it held.
+RESET_GROUP = LANES_LUA + """
+local running = KEYS[1] .. ':running:' .. ARGV[1]
+if not (typed(running, 'set') and typed(KEYS[1] .. ':busy', 'set') and typed(KEYS[1] .. ':waiting', 'hash')
+        and typed(KEYS[1] .. ':limits', 'hash')) then
+  return redis.error_reply('a key of the lanes ' .. KEYS[1] .. ' is of the wrong type: nothing reset')
+end
+local held = redis.call('scard', running)
+redis.call('del', running, KEYS[1] .. ':rate:' .. ARGV[1])
+redis.call('srem', KEYS[1] .. ':busy', ARGV[1])
+if redis.call('hexists', KEYS[1] .. ':waiting', ARGV[1]) == 0 then redis.call('hdel', KEYS[1] .. ':limits', ARGV[1]) end
+if redis.call('exists', KEYS[1]) == 1 then stage(KEYS[1], KEYS[2]) end
+return held
+"""
