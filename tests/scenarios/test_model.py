@@ -17,7 +17,7 @@ staging:
 `make test` runs a bounded number of examples from fixed seeds (well under a minute);
 `make test-model` runs it for SIDEQUEST_MODEL_MINUTES (default 30) with fresh seeds and prints how
 many steps ran. SIDEQUEST_MODEL_WITHOUT (comma-separated: kill, restart, jid, retry_queue, rate,
-foreign, clear) leaves rule families out, to see each defect's own shrunk sequence.
+foreign, clear, ttl) leaves rule families out, to see each defect's own shrunk sequence.
 """
 
 from __future__ import annotations
@@ -108,7 +108,8 @@ class Model(RuleBasedStateMachine):
 
     # -- pushes ----------------------------------------------------------------------------------
     @rule(args=arguments, group=st.sampled_from([None, *CAPS]), priority=st.none() | st.integers(0, 9),
-          later=st.sampled_from([None, None, 5.0]), retry_queue=st.booleans(), rate=rates)
+          later=st.sampled_from([None, None, 5.0]),
+          retry_queue=st.just(False) if "retry_queue" in WITHOUT else st.booleans(), rate=rates)
     def push(self, args, group, priority, later, retry_queue, rate) -> None:
         options = {k: v for k, v in (("group", group), ("priority", priority), ("in_", later)) if v is not None}
         options["queue"] = QUEUE
@@ -116,7 +117,7 @@ class Model(RuleBasedStateMachine):
             options["group_concurrency"] = CAPS[group]
         if group is not None and rate is not None:
             options["group_rate"] = rate
-        if retry_queue and "retry_queue" not in WITHOUT:
+        if retry_queue:
             options["retry_queue"] = RETRY_QUEUE
         try:
             jid = self.client.push(JOB, args, **options)
@@ -202,8 +203,21 @@ class Model(RuleBasedStateMachine):
     @precondition(lambda self: "restart" not in WITHOUT)
     @rule()
     def restart_redis(self) -> None:
-        self.server.halt()  # appendfsync always: every acknowledged write is on disk
+        self.server.proc.kill()  # a crash: with appendfsync always every acknowledged write is on disk
+        self.server.proc.wait()
         self.server.start()
+
+    @precondition(lambda self: "ttl" not in WITHOUT)
+    @rule()
+    def ten_minutes_without_a_worker(self) -> None:
+        """A deploy, a fleet scaled to zero: no poller runs while every key whose TTL ends within
+        ten minutes expires, as Redis would expire it (Redis keeps its own time, not the model's)."""
+        ending = [key for key in self.r.scan_iter(count=1000) if 0 < self.r.pttl(key) <= 600_000]
+        for key in ending:
+            self.r.pexpire(key, 1)
+        deadline = time.monotonic() + 5
+        while any(self.r.exists(key) for key in ending) and time.monotonic() < deadline:
+            time.sleep(0.002)  # Redis expires them on their next access: a millisecond from now
 
     # -- time and operators ----------------------------------------------------------------------
     @rule(seconds=st.sampled_from([1.0, 30.0, 600.0]))
