@@ -57,7 +57,8 @@ INNER_JIDS = ["a" * 24, "b" * 24]  # a `jid` key in arguments (webhook bodies, S
 
 json_leaf = st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.text(max_size=6)
 json_value = st.recursive(json_leaf, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
-    st.sampled_from(["jid", "class", "args", "x"]) | st.text(max_size=4), inner, max_size=3), max_leaves=8)
+    st.sampled_from(["class", "args", "x"] + ([] if "jid" in WITHOUT else ["jid"])) | st.text(max_size=4).filter(
+        lambda key: key != "jid" or "jid" not in WITHOUT), inner, max_size=3), max_leaves=8)
 with_jid = st.fixed_dictionaries({"jid": st.sampled_from(INNER_JIDS), "body": json_value})
 arguments = st.lists(json_value | (st.nothing() if "jid" in WITHOUT else with_jid), max_size=3)
 # windows of real time that pass in the test (a rate window is a Redis TTL), and values out of range
