@@ -101,6 +101,7 @@ class Model(RuleBasedStateMachine):
         self.lanes: dict[tuple[int, str], list[str]] = {}  # (level, group) -> jids pushed into it, in order
         self.lane_of: dict[str, tuple[int, str]] = {}
         self.fetched: set[str] = set()
+        self.trail: dict[str, list[str]] = {}  # what the model did with a job, for a failure's message
         BEHAVIOUR.runs.clear()
         self.seen_runs = 0
 
@@ -171,6 +172,7 @@ class Model(RuleBasedStateMachine):
         payload = proc.take()
         if payload is not None:
             self.took(str(payload["jid"]))
+            self.trail.setdefault(str(payload["jid"]), []).append(f"fetched ({proc.fetch_kind})")
 
     @precondition(lambda self: any(p.held for p in self.procs))
     @rule(n=st.integers(0, 5), fail=st.booleans())
@@ -181,6 +183,8 @@ class Model(RuleBasedStateMachine):
 
     def _finish(self, proc: Proc, index: int, fail: bool) -> None:
         payload = proc.finish(index, fail)
+        ended = "failed" if fail else "succeeded"
+        self.trail.setdefault(str(payload["jid"]), []).append(f"{ended} ({proc.fetch_kind})")
         self.check_runs()
         if not fail:
             self.jobs[str(payload["jid"])].state = "done"
@@ -243,9 +247,9 @@ class Model(RuleBasedStateMachine):
                 self.jobs[jid].state = "gone"
 
     @precondition(lambda self: self.jobs)
-    @rule(data=st.data())
-    def cancel(self, data) -> None:
-        jid = data.draw(st.sampled_from(sorted(self.jobs)))
+    @rule(n=st.integers(0, 99))
+    def cancel(self, n) -> None:
+        jid = list(self.jobs)[n % len(self.jobs)]  # by push order: jids are random, the choice must not be
         held = {str(p["jid"]) for proc in self.procs for _, p in proc.held}
         if cancel(jid, client=self.client) and jid not in held and jid not in stored_jids(self.r):
             self.jobs[jid].state = "gone"
@@ -263,7 +267,7 @@ class Model(RuleBasedStateMachine):
         assert not doubled, f"jobs stored twice: {doubled}"
         held = {str(p["jid"]) for proc in self.procs for _, p in proc.held}
         lost = [j.jid for j in self.jobs.values() if j.state == "live" and j.jid not in stored and j.jid not in held]
-        assert not lost, f"jobs lost: {lost}"
+        assert not lost, f"jobs lost: {[(jid, self.trail.get(jid)) for jid in lost]}"
 
     def took(self, jid: str) -> None:
         """A job was fetched: its group within its cap, and the first run of a job pushed into a
