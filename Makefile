@@ -20,7 +20,7 @@ FLOOR_PYTHON ?= python3.11
 # the locker: Astral's uv, for its universal resolution (one lock, each Python's versions by marker)
 UV := uv==0.13.9
 
-.PHONY: demo test test-latest test-floor lock lint dist dist-check bench bench-quick bench-failover clean
+.PHONY: demo test test-model test-latest test-floor lock lint dist dist-check bench bench-quick bench-failover clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -62,6 +62,12 @@ define fresh_suite
 	.venv-$(1)/bin/python -m pip list --format=freeze > .venv-$(1)/versions.txt
 	.venv-$(1)/bin/python $(PYTEST) $(PYTEST_ARGS)
 endef
+
+# The model-based test (tests/scenarios/test_model.py) with fresh seeds for SIDEQUEST_MODEL_MINUTES
+# (30 by default); `make test` runs it from fixed seeds, a bounded number of examples.
+test-model: $(STAMP)
+	SIDEQUEST_MODEL_MINUTES=$${SIDEQUEST_MODEL_MINUTES:-30} $(BIN)/python -m pytest -q -n 0 -s -p no:timeout \
+	  tests/scenarios/test_model.py $(PYTEST_ARGS)
 
 test-latest:
 	$(call fresh_suite,latest,$(PYTHON))

@@ -119,6 +119,24 @@ def test_throttle_runs_once_per_period_with_the_first_arguments(client, r, start
     assert flow_counts(client)["Throttled"] == {"replaced": 0, "dropped": 60 - total}
 
 
+def test_a_run_waiting_out_ten_minutes_without_a_poller_is_replaced_not_doubled(client, r, start):
+    """Issue 38, defect 5: with no poller for 10 minutes (a deploy, a fleet scaled to zero) the
+    record of a run still waiting in `schedule` expired, and the next push added a second run."""
+    per_account.set(client=client).perform_async(5, "before the deploy")
+    # Ten minutes pass with no worker: every key whose TTL ends by then expires, as Redis would.
+    ending = [key for key in r.scan_iter("*") if 0 < r.pttl(key) <= 11 * 60 * 1000]
+    for key in ending:
+        r.pexpire(key, 1)
+    wait_until(lambda: not any(r.exists(key) for key in ending), message="those keys to expire")
+    per_account.set(client=client).perform_async(5, "after the deploy")
+    assert r.zcard("schedule") == 1  # the waiting run was replaced, not joined by a second
+    start()  # the fleet is back
+    wait_until(lambda: (5, "after the deploy") in [(a, n) for a, n, _ in runs(r, "per-account")],
+               timeout=10, message="the newest push's run")
+    assert [(a, n) for a, n, _ in runs(r, "per-account")] == [(5, "after the deploy")]
+    assert nothing_pending(r) and not list(r.scan_iter("sidequest:debounce:*"))  # ended with its run
+
+
 def test_twenty_threads_debouncing_one_key_leave_exactly_one_pending_run(client, r):
     barrier = threading.Barrier(20)
 

@@ -25,8 +25,8 @@ ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts" / "scripts"
 
 # The features in a worker's scripts, in the order their operations run: as before the registry
 # (the workflow's operation reads the result the status operation wrote in the same call).
-WORKER_ORDER = ["task", "job_metrics", "cancel", "unique", "lanes", "status", "workflow"]
-OPERATOR_ORDER = ["task", "unique", "lanes", "status", "workflow"]  # no run to count, no flag to read
+WORKER_ORDER = ["task", "job_metrics", "cancel", "unique", "lanes", "flow", "status", "workflow"]
+OPERATOR_ORDER = ["task", "unique", "lanes", "flow", "status", "workflow"]  # no run to count, no flag to read
 
 # The points each script applies (docs/architecture.md, "The lifecycle seam").
 POINTS = {
@@ -40,7 +40,7 @@ POINTS = {
 # A job that uses every feature (each feature's `marks`), to show who has an operation where.
 EVERY_FEATURE = {"class": "Report", "jid": "b1c2d3", "queue": "default", "task_id": "t1",
                  "unique_digest": "sidequest:unique:d1", "result_ttl": 60, "workflow_id": "w1",
-                 "workflow_step": "s1", "group": "g1"}
+                 "workflow_step": "s1", "group": "g1", "debounce": 5, "flow_key": "d2"}
 _LATER, _BOOM = time.time() + 30, RuntimeError("boom")
 OUTCOMES = {"finished": Outcome.done(0.01), "retried": Outcome("retry", at=_LATER, error=_BOOM),
             "dead": Outcome("dead", at=time.time(), error=_BOOM, exhausted=True), "dropped": Outcome("dropped"),

@@ -17,27 +17,33 @@ of one key from any number of clients settle atomically:
   queue), counts it as replaced when it was, schedules itself at now + debounce and takes its
   place in the record. So one run is pending per key at any time, with the newest arguments,
   due `debounce` after the newest push. Each push returns its own jid; only the last one runs.
+  The record has no TTL: its run may wait in `schedule` for as long as no poller runs (a deploy,
+  a fleet scaled to zero), and a record that expired before its run left would let the next
+  push add a second run. It belongs to its run instead: `FlowFeature` deletes it where a worker
+  takes that run (or an operator deletes or kills it); a record whose run a Ruby worker took
+  stays until the key's next push overwrites it (one key per debounce key, never a second run).
 - throttle: `sidequest:throttle:<digest>` is taken with SET NX PX period, holding the jid let
   through: the first push of a period is written (now, or at its `at`), every other push of the
   period writes nothing, is counted as dropped and returns None (as a held `unique_for` claim).
 
 The counts are per class, in `sidequest:flow:replaced` and `sidequest:flow:dropped` (in Cluster
-mode per queue slot, beside the records): `sidequest.api.flow_counts()`. Nothing happens on the
-worker side: a due debounced job is a plain scheduled job (a Ruby worker runs it too).
+mode per queue slot, beside the records): `sidequest.api.flow_counts()`. A due debounced job is
+a plain scheduled job (a Ruby worker runs it too); a sidequest worker only ends its record.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 from sidequest.errors import JobArgumentError
 from sidequest.features.unique import _CANONICAL, digest
 from sidequest.jobs.options import seconds_option
 from sidequest.store import keys
+from sidequest.worker.outcome import Outcome
 
-FLOW_SLACK = 600.0  # seconds a debounce record outlives its run's time: the poller moves it before
 KINDS = (("debounce", "d", "replaced"), ("throttle", "t", "dropped"))  # option, script's code, what is counted
 
 
@@ -87,13 +93,55 @@ def flow_digest(name: str, args: list[Any], queue: str, kwargs: dict[str, Any] |
 def claim(payload: dict[str, Any], now: float, space: keys.Keyspace = keys.DEFAULT
           ) -> tuple[str, int, str, str, str] | None:
     """For a payload about to be pushed with `flow_key`, what `unique.PUSH_UNIQUE` takes in a
-    claim's place: its record's key and milliseconds, its flow code, counts key and class; None
-    when it has no flow option (turned off for this push)."""
+    claim's place: its record's key and milliseconds (0 for a debounce record: it lives as long
+    as its run, see the module), its flow code, counts key and class; None when it has no flow
+    option (turned off for this push)."""
     queue, name = str(payload["queue"]), str(payload["class"])
     for option, code, counted in KINDS:
         seconds = seconds_option(payload.get(option))
         if seconds is not None:
-            hold = seconds + FLOW_SLACK if option == "debounce" else seconds
+            hold = 0 if option == "debounce" else max(int(seconds * 1000), 1)
             record = space.flow(option, queue, str(payload["flow_key"]))
-            return record, max(int(hold * 1000), 1), code, space.flow(counted, queue), name
+            return record, hold, code, space.flow(counted, queue), name
     return None
+
+
+# Points where a debounced run stops being pending: a worker took it, an operator deleted or killed it.
+ENDED = frozenset({"taken", "deleted", "killed"})
+
+# args: the debounce record's key, the run's jid. The record goes only while it holds this run: a
+# later push may already hold it for the next run.
+FLOW_FEATURE = """
+FEATURES['flow'] = function(point, now, a)
+  local held = redis.call('get', a[1])
+  if not held then return end
+  local ok, job = pcall(cjson.decode, held)
+  if ok and type(job) == 'table' and job['jid'] == a[2] then redis.call('del', a[1]) end
+end
+"""
+
+
+class FlowFeature:
+    """Ends a debounce record with its run (see the module docstring)."""
+
+    name = "flow"
+    marks: frozenset[str] | None = frozenset({"flow_key"})  # ops only for debounced or throttled payloads
+    observes, wraps = False, False
+    lua = FLOW_FEATURE
+
+    def __init__(self, space: keys.Keyspace = keys.DEFAULT) -> None:
+        self.space = space  # in Cluster mode a record lives in its queue's slot
+
+    def ops(self, point: str, payload: dict[str, Any], outcome: Outcome | None) -> list[Any] | None:
+        key, jid = payload.get("flow_key"), payload.get("jid")
+        if point not in ENDED or seconds_option(payload.get("debounce")) is None:
+            return None
+        if not isinstance(key, str) or not key or not isinstance(jid, str):
+            return None
+        return [self.space.flow("debounce", str(payload.get("queue")), key), jid]
+
+    def running(self, payload: dict[str, Any]) -> AbstractContextManager[None] | None:
+        return None
+
+    def observe(self, point: str, payload: dict[str, Any], outcome: Outcome | None) -> None:
+        """Everything is written by `ops`, with the job's move."""

@@ -15,6 +15,7 @@ from typing import Any
 
 from sidequest.client.sync_client import Client
 from sidequest.features.cancellation import CancelFeature
+from sidequest.features.flow import FlowFeature
 from sidequest.features.job_metrics import JobMetricsFeature
 from sidequest.features.lanes import LanesFeature
 from sidequest.features.periodic import PeriodicRegistry, PeriodicScheduler, default_periodic, entries_from_config
@@ -52,6 +53,7 @@ PLUGINS = (
     Plugin("cancel", feature=lambda s: CancelFeature(s.redis)),  # the running job's flag (a waiting job: ADMIN_DELETE)
     Plugin("unique", feature=lambda s: UniqueFeature(s.keys), operator=True),
     Plugin("lanes", feature=lambda s: LanesFeature(s.keys), operator=True),  # a laned job's end stages more
+    Plugin("flow", feature=lambda s: FlowFeature(s.keys), operator=True),  # a debounced run ends its record
     Plugin("status", feature=lambda s: StatusFeature(s.clock, s.config.max_payload_size, s.keys), operator=True),
     Plugin("workflow", feature=lambda s: WorkflowFeature(s.keys), operator=True),  # after status: reads the results
     Plugin("periodic", service=_periodic),

@@ -49,8 +49,9 @@ _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_asci
 # or that has none is written as the client's MULTI writes it (SADD + LPUSH, or ZADD), with its
 # status hash when it keeps one; a job whose claim is held by another copy writes nothing.
 # A throttled job's claim is its period's (counted when refused); a debounced job's record holds
-# its pending run's payload, which it removes from the schedule (counted when it was there: it
-# is replaced, and its status record goes) before it takes its place, so one run per key is pending.
+# its pending run's payload (no TTL: ended with its run, `flow.FlowFeature`), which it removes from
+# the schedule (counted when it was there: it is replaced, and its status record goes) before it
+# takes its place, so one run per key is pending.
 # A laned job pushed now goes to its lane, and the queue's lanes are staged (`lanes`).
 # Returns 1 (written) or 0 (refused) per job, in order.
 PUSH_UNIQUE = lanes.LANES_LUA + """
@@ -74,7 +75,7 @@ for j = 1, tonumber(ARGV[1]) do
         redis.call('del', old, old .. ':notify')
       end
     end
-    redis.call('set', ARGV[i], ARGV[i + 6], 'PX', ARGV[i + 1])
+    redis.call('set', ARGV[i], ARGV[i + 6])  -- no TTL: the record lives as long as its run (`flow`)
   elseif ARGV[i] ~= '' and not redis.call('set', ARGV[i], ARGV[i + 2], 'NX', 'PX', ARGV[i + 1]) then
     ok = false
     if flow == 't' then redis.call('hincrby', ARGV[i + 12], ARGV[i + 13], 1) end

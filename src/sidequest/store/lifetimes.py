@@ -16,7 +16,7 @@ operator's choice, or a total that Sidekiq also keeps forever:
     sidequest:limit:leaky:<name>, :points:<name>  until the bucket has drained empty, plus a second
     sidequest:cancel:<jid>             24 hours
     sidequest:unique:<digest>          unique_for (after the job's time, for a scheduled one)
-    sidequest:debounce|throttle:<d>    debounce + flow.FLOW_SLACK s; the throttle period
+    sidequest:throttle:<d>             the throttle period
     sidequest:status:<jid>[:notify]    result_ttl after the job's last change
     sidequest:django-task:<jid>        result_ttl after the task's last change (as its status record)
     sidequest:workflow:<id>[:...]      the workflow's ttl (7 days by default) after its last change
@@ -55,6 +55,8 @@ KEPT: dict[str, str] = {
     STAT_FAILED: "all-time total, kept forever as Sidekiq keeps it",
     f"{PREFIX}:lanes:*": "jobs waiting in a queue's lanes and their bookkeeping (levels, turns, counts, groups' "
                          "running jids and limits), each gone once empty; paused groups until resumed (`lanes`)",
+    f"{PREFIX}:debounce:*": "a debounced key's pending run: it lives as long as that run waits (no poller may run "
+                            "for a while), ended where a worker takes it or the key's next push replaces it (`flow`)",
     f"{PREFIX}:flow:*": "all-time totals of pushes debounce replaced and throttle dropped, per class (`flow`)",
     reserved("*", "*"): "jobs a process took and has not settled; recovery puts back a dead process's",
     RESERVATIONS: "the index of reserved lists, which recovery reads instead of a SCAN",

@@ -1,0 +1,140 @@
+"""The real parts the model test (tests/scenarios/test_model.py) drives, and what it reads back.
+
+A `Proc` is one worker process's job path, in this process and on the model's thread: a
+`Launcher` that is never started (its runtime, scripts, retrier, recovery and poller, all on a
+clock the model moves), its fetch (reliable or basic, as `build_fetch` makes it for a processor)
+and `JobRun`, the step both runners use. The model fetches a unit (the job is then running),
+and later lets it end: `finish` runs the real step (taken, perform, outcome, settle). A `kill -9`
+is the process vanishing without a word: its units are dropped unsettled, and the supervisor's
+`recover_process` is what runs after it (as `sidequest worker` does for a child that died).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+
+import sidequest
+from sidequest import Config
+from sidequest.jobs.payload import decode
+from sidequest.jobs.registry import Registry
+from sidequest.worker.fetch.fetchers import build_fetch
+from sidequest.worker.fetch.unit import UnitOfWork
+from sidequest.worker.job_run import JobRun
+from sidequest.worker.launcher import Launcher, orphan_recovery
+
+QUEUE, RETRY_QUEUE = "m", "m-retry"  # the model's queue, and the retry_queue its failures may name
+JOB = "ModelJob"
+REGISTRY = Registry()
+
+
+class Behaviour:
+    """What the next run of a model job does: the model sets `fail`; each run is counted."""
+
+    def __init__(self) -> None:
+        self.fail = False
+        self.runs: list[str] = []
+
+
+BEHAVIOUR = Behaviour()
+
+
+class ModelJob(sidequest.Job, name=JOB, registry=REGISTRY):
+    def perform(self, *args: Any, **kwargs: Any) -> None:
+        BEHAVIOUR.runs.append(self.jid)
+        if BEHAVIOUR.fail:
+            raise RuntimeError("the model fails this run")
+
+
+@dataclass
+class Proc:
+    """One worker process of the model (see the module)."""
+
+    fetch_kind: str
+    launcher: Launcher
+    job_run: JobRun
+    fetch: Any
+    held: list[tuple[UnitOfWork, dict[str, Any]]] = field(default_factory=list)
+    unflushed: set[str] = field(default_factory=set)  # successes whose acknowledgement may wait
+
+    @classmethod
+    def start(cls, config: Config, fetch_kind: str, clock: Callable[[], float]) -> Proc:
+        config = config.replace(fetch=fetch_kind)
+        launcher = Launcher(config, registry=REGISTRY, clock=clock)
+        fetch = build_fetch(config, launcher.redis, launcher.identity, launcher.scripts)
+        return cls(fetch_kind, launcher, JobRun(launcher.runtime, threading.Event()), fetch)
+
+    def take(self) -> dict[str, Any] | None:
+        """Fetch one job (it is running from now on), or None when none is there."""
+        unit = self.fetch.retrieve_work()
+        if unit is None:
+            return None
+        payload = decode(unit.raw)
+        self.held.append((unit, payload))
+        return payload
+
+    def finish(self, index: int, fail: bool) -> dict[str, Any]:
+        """Let a running job end, succeeding or raising: the real job-run step."""
+        unit, payload = self.held.pop(index)
+        BEHAVIOUR.fail = fail
+        try:
+            self.job_run.run(unit, payload)
+        finally:
+            BEHAVIOUR.fail = False
+        if not fail and self.fetch_kind == "reliable":
+            self.unflushed.add(str(payload["jid"]))
+        return payload
+
+    def flush(self) -> None:
+        self.fetch.flush()
+        self.unflushed.clear()
+
+    def beat(self) -> None:
+        self.launcher.heartbeat.beat()
+
+    def close(self) -> None:
+        """A clean stop's end: the successes not yet acknowledged are sent."""
+        if self.fetch_kind == "reliable":
+            self.fetch.hub.close(self.fetch.lane)
+        self.launcher.executor.close()
+        self.launcher.redis.close()
+
+    def killed(self, config: Config) -> None:
+        """A `kill -9`: the process's threads stop dead, nothing more is written (its acknowledger
+        sends nothing more), then what its supervisor does for a dead child (`recover_process`:
+        reliable fetch's jobs back to their queues)."""
+        if self.fetch_kind == "reliable":
+            ack = self.fetch.hub._ack_thread  # the one thread a process of the model has
+            ack.send = ack.tend = ack.end = lambda *_: None
+            ack.close()
+        self.launcher.executor.close()
+        self.launcher.redis.close()
+        if self.fetch_kind == "reliable":
+            recovery = orphan_recovery(config, redis.Redis.from_url(config.url), "model-supervisor")
+            try:
+                recovery.recover_process(self.launcher.identity)
+            finally:
+                recovery.redis.close()
+
+
+def stored_jids(r: redis.Redis) -> Counter[str]:
+    """Every job held in Redis (queues, lanes, schedule, retry, dead, reserved and batch lists), by
+    jid: a SCAN of the model's small database (a test's reading, never the library's)."""
+    found: Counter[str] = Counter()
+    for key in r.scan_iter(count=1000):
+        kind = r.type(key)
+        members = r.lrange(key, 0, -1) if kind == b"list" else r.zrange(key, 0, -1) if kind == b"zset" else []
+        for member in members:
+            try:
+                job = json.loads(member)
+            except ValueError:
+                continue
+            if isinstance(job, dict) and isinstance(job.get("jid"), str) and "class" in job:
+                found[job["jid"]] += 1
+    return found
