@@ -225,11 +225,8 @@ def test_a_failing_pushed_active_job_retries_in_ruby_with_its_wrapper_and_sidequ
 
 
 
-def test_a_job_declared_active_job_is_pushed_for_rails_to_run(rails, r, redis_url, default_client):
-    jid = receipt_for_rails.set(client=default_client).perform_async(43, "gbp")
-    [pushed] = queued(r, "receipts")
-    assert (pushed["class"], pushed["wrapped"], pushed["args"][0]["arguments"]) == (WRAPPER, "SendReceiptJob",
-                                                                                     [43, "gbp"])
+def run_by_rails(r, redis_url: str) -> tuple[dict, str]:
+    """Real Sidekiq with Rails works queue `receipts` until its one job ran: what perform got, and its log."""
     peer = RubySidekiq(redis_url, queues=("receipts",), require=RAILS)
     try:
         wait_until(lambda: r.llen("test:aj-ran") >= 1 and r.llen("queue:receipts") == 0, 60, 0.1,
@@ -237,6 +234,15 @@ def test_a_job_declared_active_job_is_pushed_for_rails_to_run(rails, r, redis_ur
     finally:
         log = peer.stop()
     [done] = rails_ran(r)
+    return done, log
+
+
+def test_a_job_declared_active_job_is_pushed_for_rails_to_run(rails, r, redis_url, default_client):
+    jid = receipt_for_rails.set(client=default_client).perform_async(43, "gbp")
+    [pushed] = queued(r, "receipts")
+    assert (pushed["class"], pushed["wrapped"], pushed["args"][0]["arguments"]) == (WRAPPER, "SendReceiptJob",
+                                                                                     [43, "gbp"])
+    done, log = run_by_rails(r, redis_url)
     assert (done["job_class"], done["provider_job_id"], done["queue_name"]) == ("SendReceiptJob", jid, "receipts"), log
     assert done["args"] == [{"class": "Integer", "value": 43}, {"class": "String", "value": "gbp"}]
 
@@ -276,13 +282,7 @@ def test_a_wrapped_jobs_hooks_get_its_activejob_arguments(r, start, default_clie
 def test_a_declared_active_jobs_keywords_reach_rails_perform_as_keywords(rails, r, redis_url, default_client):
     jid = receipt_with_note.set(client=default_client).perform_async(43, "gbp", note="gift", copies=2)
     [pushed] = queued(r, "receipts")
-    peer = RubySidekiq(redis_url, queues=("receipts",), require=RAILS)
-    try:
-        wait_until(lambda: r.llen("test:aj-ran") >= 1 and r.llen("queue:receipts") == 0, 60, 0.1,
-                   "Rails to run the job")
-    finally:
-        log = peer.stop()
-    [done] = rails_ran(r)
+    done, log = run_by_rails(r, redis_url)
     assert (done["job_class"], done["provider_job_id"]) == ("SendReceiptJob", jid), log
     assert done["args"] == [{"class": "Integer", "value": 43}, {"class": "String", "value": "gbp"}]
     assert done["kwargs"] == {":note": {"class": "String", "value": "gift"},
