@@ -72,12 +72,14 @@ def test_term_then_kill_mid_iteration_handles_every_item_and_repeats_only_the_un
     second = procs()
     wait_until(lambda: r.llen(HANDLED) >= cursor + 3000, 2 * STARTUP, 0.01, "the second worker to resume")
     # Issue 28 item 17: read once Redis has run all the dead process sent (a checkpoint or an
-    # item's write can be in flight when kill returns: "assert 50 < 50" on a quiet machine)
+    # item's write can be in flight when kill returns)
     second.sigkill_settled(r)
     at_kill = handled(r)
     saved = cursor_of(r, jid)
     unsaved = [x for x in at_kill if x > saved]
-    assert len(unsaved) < IterCount.checkpoint_every
+    # the contract (IterableJob's docstring): at most checkpoint_every items repeat. All of them
+    # when the kill lands after an interval's last item and before its save (seen in CI: 50 of 50)
+    assert len(unsaved) <= IterCount.checkpoint_every
     assert at_kill == list(range(max(at_kill) + 1))  # the resumed slice started right after the cursor
 
     third = procs()  # recovers the killed worker's job once its heartbeat expires
