@@ -12,6 +12,7 @@ is the process vanishing without a word: its units are dropped unsettled, and th
 from __future__ import annotations
 
 import json
+import random
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -64,10 +65,20 @@ class Proc:
     unflushed: set[str] = field(default_factory=set)  # successes whose acknowledgement may wait
 
     @classmethod
-    def start(cls, config: Config, fetch_kind: str, clock: Callable[[], float]) -> Proc:
+    def start(cls, config: Config, fetch_kind: str, clock: Callable[[], float], number: int) -> Proc:
+        """The `number`th process of an example: its identity and its retries' jitter follow from
+        it, so that Hypothesis replays a sequence as it ran (a random nonce or jitter reorders
+        keys and sorted-set members, and a replay that differs cannot be shrunk)."""
         config = config.replace(fetch=fetch_kind)
-        launcher = Launcher(config, registry=REGISTRY, clock=clock)
-        fetch = build_fetch(config, launcher.redis, launcher.identity, launcher.scripts)
+        launcher = Launcher(config, registry=REGISTRY, clock=clock, nonce=f"{number:012x}", rng=random.Random(number))
+        # the capsule's hub (batch list and acknowledger), as the launcher's processors share it
+        fetch = build_fetch(config, launcher.redis, launcher.identity, launcher.scripts, 0, launcher.paused,
+                            launcher.runners[0].hub)
+        if fetch_kind == "reliable":
+            # successes are sent by the model's `flush` steps (or carried by a fetch), never by the
+            # acknowledger's 2 ms timer racing the next step: the window a kill falls into is a
+            # step the model chose, and a replay sends what the run sent
+            fetch.hub.acks.window = 3600.0
         return cls(fetch_kind, launcher, JobRun(launcher.runtime, threading.Event()), fetch)
 
     def take(self) -> dict[str, Any] | None:
@@ -100,8 +111,8 @@ class Proc:
 
     def close(self) -> None:
         """A clean stop's end: the successes not yet acknowledged are sent."""
-        if self.fetch_kind == "reliable":
-            self.fetch.hub.close(self.fetch.lane)
+        hub = self.launcher.runners[0].hub
+        hub.close(self.fetch.lane if self.fetch_kind == "reliable" else None)
         self.launcher.executor.close()
         self.launcher.redis.close()
 
@@ -109,10 +120,9 @@ class Proc:
         """A `kill -9`: the process's threads stop dead, nothing more is written (its acknowledger
         sends nothing more), then what its supervisor does for a dead child (`recover_process`:
         reliable fetch's jobs back to their queues)."""
-        if self.fetch_kind == "reliable":
-            ack = self.fetch.hub._ack_thread  # the one thread a process of the model has
-            ack.send = ack.tend = ack.end = lambda *_: None
-            ack.close()
+        ack = self.launcher.runners[0].hub._ack_thread  # the one thread a process of the model has
+        ack.send = ack.tend = ack.end = lambda *_: None
+        ack.close()
         self.launcher.executor.close()
         self.launcher.redis.close()
         if self.fetch_kind == "reliable":

@@ -163,6 +163,15 @@ class SentinelSet:
                 return c.info("replication").get("role") == "master"
         wait_until(promoted, timeout, 0.05, "the Sentinels to promote the replica")
 
+    def failovers(self) -> int:
+        """How many failovers the Sentinels have completed: the service's configuration epoch
+        (0 at the start, one more for each primary they promoted)."""
+        epochs = []
+        for sentinel in self.sentinels:
+            with sentinel.client() as c:
+                epochs.append(int(c.sentinel_master(SERVICE)["config-epoch"]))
+        return max(epochs)
+
     def rejoin_old_primary(self, timeout: float = STARTUP) -> None:
         """Start the killed primary again as a replica of the new one, as a restarted node is
         configured after a failover (the Sentinels would convert it too, but only after some

@@ -10,6 +10,8 @@ staging:
 - no job runs again once it succeeded, unless it was running at a kill or its success was not
   yet acknowledged (the batch window) when its process died;
 - a group never has more jobs running than its `group_concurrency`;
+- a laned job's first run comes after every job pushed before it into its lane, and after every
+  job of its group pushed before it at a higher level of the same side of the queue (0..5, 6..9);
 - once the system is quiet (everything run out, time moved past every retry), no group holds a
   slot, and no job is stuck anywhere;
 - no step raises anything but a one-line refusal of a user's bad option (`JobArgumentError`).
@@ -17,7 +19,8 @@ staging:
 `make test` runs a bounded number of examples from fixed seeds (well under a minute);
 `make test-model` runs it for SIDEQUEST_MODEL_MINUTES (default 30) with fresh seeds and prints how
 many steps ran. SIDEQUEST_MODEL_WITHOUT (comma-separated: kill, restart, jid, retry_queue, rate,
-foreign, clear, ttl) leaves rule families out, to see each defect's own shrunk sequence.
+window, foreign, clear, ttl) leaves rule families out, to see each defect's own shrunk sequence
+("window": the real-time rate window, whose Redis TTL a replay cannot repeat exactly).
 """
 
 from __future__ import annotations
@@ -38,7 +41,9 @@ from model_world import BEHAVIOUR, JOB, QUEUE, RETRY_QUEUE, Proc, stored_jids
 from sidequest import Client, Config, JobArgumentError
 from sidequest.api import Queue
 from sidequest.api.groups import groups, pause_group, resume_group
+from sidequest.client import sync_client
 from sidequest.features.cancellation import cancel
+from sidequest.jobs.payload import new_jids
 from sidequest.store.keys import QUEUES
 
 try:  # the slots that heal (issue 38); absent from the old code the model is also run against
@@ -62,7 +67,8 @@ json_value = st.recursive(json_leaf, lambda inner: st.lists(inner, max_size=3) |
 with_jid = st.fixed_dictionaries({"jid": st.sampled_from(INNER_JIDS), "body": json_value})
 arguments = st.lists(json_value | (st.nothing() if "jid" in WITHOUT else with_jid), max_size=3)
 # windows of real time that pass in the test (a rate window is a Redis TTL), and values out of range
-rates = st.none() | st.just((2, 0.1)) | (st.nothing() if "rate" in WITHOUT else st.sampled_from(
+rates = st.none() | (st.nothing() if "window" in WITHOUT else st.just((2, 0.1))) | (
+    st.nothing() if "rate" in WITHOUT else st.sampled_from(
     [(1, 1e308), (1, 1e16), (0, 1), (1, 0), (-1, 5), (1, float("nan"))]))
 
 
@@ -88,6 +94,11 @@ class Model(RuleBasedStateMachine):
         self.r = redis.Redis.from_url(self.url)
         self.r.flushdb()
         self.client = Client(self.config, clock=self.clock)
+        self.started = 0  # processes started: each one's identity follows from its number
+        self.pushes = 0
+        # jids in push order: a replay must push the jids the run pushed (their bytes order the
+        # members of a sorted set that share a score, so random ones make a replay differ)
+        sync_client.new_jids = self.next_jids
         self.poller = Poller(self.config, self.client.redis, clock=self.clock)
         # what each recovery pass runs, on the model's clock: a slot whose job is nowhere heals
         self.slots = (SlotReconciler(self.client.redis, grace_of(self.config.heartbeat_interval), clock=self.clock)
@@ -101,12 +112,17 @@ class Model(RuleBasedStateMachine):
         self.lanes: dict[tuple[int, str], list[str]] = {}  # (level, group) -> jids pushed into it, in order
         self.lane_of: dict[str, tuple[int, str]] = {}
         self.fetched: set[str] = set()
+        self.push_order: dict[str, int] = {}  # a laned job's place among the client's pushes
         self.trail: dict[str, list[str]] = {}  # what the model did with a job, for a failure's message
         BEHAVIOUR.runs.clear()
         self.seen_runs = 0
 
     def clock(self) -> float:
         return self.now
+
+    def next_jids(self, count: int) -> list[str]:
+        self.pushes += count
+        return [f"{n:024x}" for n in range(self.pushes - count + 1, self.pushes + 1)]
 
     # -- pushes ----------------------------------------------------------------------------------
     @rule(args=arguments, group=st.sampled_from([None, *CAPS]), priority=st.none() | st.integers(0, 9),
@@ -129,6 +145,7 @@ class Model(RuleBasedStateMachine):
         if rate is not None and group is not None and rate[1] > 1:
             self.slow.add(group)  # accepted: that group's window outlasts the test, not a defect
         self.jobs[jid] = Pushed(jid, group)
+        self.push_order[jid] = len(self.push_order)
         if later is None and (group is not None or priority is not None):
             lane = (5 if priority is None else priority, group or "")
             self.lanes.setdefault(lane, []).append(jid)
@@ -152,7 +169,7 @@ class Model(RuleBasedStateMachine):
     @rule(group=st.sampled_from(list(CAPS)), rate=st.sampled_from([[10, "1m"], [1, -5], "x"]))
     def push_foreign(self, group, rate) -> None:
         """A payload another client wrote (a Ruby app): its options are whatever it says."""
-        jid = f"{len(self.jobs):024x}"
+        jid = f"f{len(self.jobs):023x}"  # never one the client's counter gives
         body = {"class": JOB, "args": [], "queue": QUEUE, "jid": jid, "retry": 2, "created_at": self.now,
                 "enqueued_at": self.now, "group": group, "group_rate": rate}
         self.client.redis.lpush(self.client.keys.queue(QUEUE), json.dumps(body))
@@ -163,7 +180,8 @@ class Model(RuleBasedStateMachine):
     @precondition(lambda self: len(self.procs) < 3)
     @rule(kind=st.sampled_from(["reliable", "basic"]))
     def start_worker(self, kind) -> None:
-        self.procs.append(Proc.start(self.config, kind, self.clock))
+        self.started += 1
+        self.procs.append(Proc.start(self.config, kind, self.clock, self.started))
 
     @precondition(lambda self: self.procs)
     @rule(n=st.integers(0, 2))
@@ -276,9 +294,24 @@ class Model(RuleBasedStateMachine):
         lane = self.lane_of.get(jid)
         if lane is not None and jid not in self.fetched:
             pushed = self.lanes[lane]
-            ahead = [j for j in pushed[:pushed.index(jid)] if j not in self.fetched and self.jobs[j].state == "live"]
+            ahead = [j for j in pushed[:pushed.index(jid)] if self.waits(j)]
             assert not ahead, f"{jid} of lane {lane} ran before {ahead}, pushed before it into that lane"
+            above = [j for j in self.higher_on_its_side(jid, lane) if self.waits(j)]
+            assert not above, f"{jid} of lane {lane} ran before {above}: pushed before it, a higher level"
         self.fetched.add(jid)
+
+    def waits(self, jid: str) -> bool:
+        return jid not in self.fetched and self.jobs[jid].state == "live"
+
+    def higher_on_its_side(self, jid: str, lane: tuple[int, str]) -> list[str]:
+        """Jobs of the same group pushed before `jid` at a higher level of the same side (levels
+        0..5 are staged to the tail, 6..9 to the head): staged by one stage call, highest level
+        first, whatever the grain. Across sides, and across groups (each its own cap, rate and
+        turn), order holds only within the staging grain, which the model does not pin."""
+        level, group = lane
+        side = range(level + 1, 6) if level <= 5 else range(level + 1, 10)
+        before = self.push_order[jid]
+        return [j for higher in side for j in self.lanes.get((higher, group), []) if self.push_order[j] < before]
 
     def check_caps(self) -> None:
         running: dict[str, int] = {}
@@ -345,6 +378,7 @@ class Model(RuleBasedStateMachine):
         try:
             self.drain()
         finally:
+            sync_client.new_jids = new_jids
             for proc in self.procs:
                 proc.close()
             self.client.redis.close()

@@ -182,7 +182,11 @@ def test_a_worker_and_a_producer_on_a_sentinel_url_keep_working_through_a_sigkil
     assert "Traceback" not in run.worker_output
     # an outage is one line each way in each worker process, however many of its threads saw it,
     # and the failures just after Redis answered again are the same outage: the connections made
-    # before the switch fail one by one, and the Sentinels close the promoted replica's clients
+    # before the switch fail one by one, and the Sentinels close the promoted replica's clients.
+    # A second failover is a second outage: on a loaded machine the new primary once missed the
+    # Sentinels' PINGs for `down-after-milliseconds` (1 s here) and was demoted in turn, its
+    # clients all closed at once (CLIENT KILL) 12 s after the first (CI, 2026-12-07)
+    failovers = sentinels.failovers()
     down, up = Counter[str](), Counter[str]()
     for line in run.worker_output.splitlines():
         pid = re.search(r"pid=(\d+)", line)
@@ -190,7 +194,7 @@ def test_a_worker_and_a_producer_on_a_sentinel_url_keep_working_through_a_sigkil
             down[pid.group(1)] += 1
         elif pid and "Redis answers again" in line:
             up[pid.group(1)] += 1
-    assert down and set(down.values()) == {1}, run.worker_output
+    assert down and set(down.values()) <= set(range(1, failovers + 1)), (failovers, run.worker_output)
     assert up == down, run.worker_output
 
 
