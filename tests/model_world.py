@@ -82,12 +82,14 @@ class Proc:
         return cls(fetch_kind, launcher, JobRun(launcher.runtime, threading.Event()), fetch)
 
     def take(self) -> dict[str, Any] | None:
-        """Fetch one job (it is running from now on), or None when none is there."""
+        """Fetch one job (it is running from now on, in the process's work as a processor puts
+        it there, which its heartbeat writes), or None when none is there."""
         unit = self.fetch.retrieve_work()
         if unit is None:
             return None
         payload = decode(unit.raw)
         self.held.append((unit, payload))
+        self.launcher.runtime.counters.work.start(self.tid(unit), unit.queue, unit.raw)
         return payload
 
     def finish(self, index: int, fail: bool) -> dict[str, Any]:
@@ -98,9 +100,14 @@ class Proc:
             self.job_run.run(unit, payload)
         finally:
             BEHAVIOUR.fail = False
+            self.launcher.runtime.counters.work.finish(self.tid(unit))
         if not fail and self.fetch_kind == "reliable":
             self.unflushed.add(str(payload["jid"]))
         return payload
+
+    @staticmethod
+    def tid(unit: UnitOfWork) -> str:
+        return f"model-{id(unit):x}"  # one "thread" a running job: a processor runs one at a time
 
     def flush(self) -> None:
         self.fetch.flush()

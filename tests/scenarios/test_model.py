@@ -44,7 +44,7 @@ from sidequest.api.groups import groups, pause_group, resume_group
 from sidequest.client import sync_client
 from sidequest.features.cancellation import cancel
 from sidequest.jobs.payload import new_jids
-from sidequest.store.keys import QUEUES
+from sidequest.store.keys import QUEUES, work
 
 try:  # the slots that heal (issue 38); absent from the old code the model is also run against
     from sidequest.store.lanes.slots import SlotReconciler, grace_of
@@ -105,8 +105,10 @@ class Model(RuleBasedStateMachine):
                       if SlotReconciler is not None else None)
         self.jobs: dict[str, Pushed] = {}
         self.procs: list[Proc] = []
+        self.dead: list[str] = []  # identities of killed processes
         self.paused: set[str] = set()
         self.slow: set[str] = set()  # groups a push gave a long rate window it accepted
+        self.windowed = False  # a push gave a group a short rate window (real time)
         self.twice_ok: set[str] = set()  # running at a kill, or acknowledged within the window before it
         self.debounced: dict[int, str] = {}
         self.lanes: dict[tuple[int, str], list[str]] = {}  # (level, group) -> jids pushed into it, in order
@@ -144,6 +146,8 @@ class Model(RuleBasedStateMachine):
         assert jid is not None
         if rate is not None and group is not None and rate[1] > 1:
             self.slow.add(group)  # accepted: that group's window outlasts the test, not a defect
+        elif rate is not None and group is not None:
+            self.windowed = True  # a rate window in real time: the drain waits for it to pass
         self.jobs[jid] = Pushed(jid, group)
         self.push_order[jid] = len(self.push_order)
         if later is None and (group is not None or priority is not None):
@@ -222,6 +226,17 @@ class Model(RuleBasedStateMachine):
             for jid in running:
                 self.jobs[jid].state = "lost"
         proc.killed(self.config)
+        self.dead.append(proc.launcher.identity)
+
+    @precondition(lambda self: self.slots is not None)
+    @rule()
+    def reconcile(self) -> None:
+        """A recovery pass's slot healing, mid-flight: live processes have beaten (within their
+        heartbeat TTL, as a live process does), so a running job is in a reserved list or a work
+        hash; a slot given back under a running job shows as a group over its cap at a later fetch."""
+        for proc in self.procs:
+            proc.beat()
+        self.slots.run([QUEUE, RETRY_QUEUE])
 
     @precondition(lambda self: "restart" not in WITHOUT)
     @rule()
@@ -340,6 +355,9 @@ class Model(RuleBasedStateMachine):
         for proc in self.procs:
             while proc.held:
                 self._finish(proc, 0, False)
+        # a day passes: the dead processes' work hashes have expired (their TTL is heartbeat_ttl)
+        for identity in self.dead:
+            self.r.delete(work(identity))
         deadline, idle = time.monotonic() + 30, 0
         while idle < 5 and time.monotonic() < deadline and (left := self._left()) != (0, 0):
             self.advance(86_400.0)
@@ -353,7 +371,7 @@ class Model(RuleBasedStateMachine):
                     ran += 1
                 proc.flush()
             idle = 0 if ran or self._left() < left else idle + 1
-            if idle:
+            if idle and self.windowed:
                 time.sleep(0.12)  # longer than a rate window of the model (real time: a Redis TTL)
         stuck = self._waiting()
         assert not stuck, f"jobs stuck once quiet: {stuck}"
