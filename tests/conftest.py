@@ -15,6 +15,7 @@ and its version are printed in the report header (at the top of the run under `-
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 import shutil
@@ -127,14 +128,32 @@ def wait_until(predicate, timeout: float = 30.0, interval: float = 0.02, message
 
     Deadlines are for a slow machine: waiting ends as soon as the condition holds, so a generous
     one costs nothing, while a tight one fails a correct program on a loaded CI runner."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
-        time.sleep(interval)
+    deadline = _Deadline(timeout, message)
+    while not (value := predicate()):
+        deadline.check()
+        time.sleep(interval)  # the poll's interval: the condition is what is awaited
+    return value
+
+
+async def wait_until_async(predicate, timeout: float = 30.0, interval: float = 0.01, message: str = "condition"):
+    """`wait_until` for code on an event loop: the loop runs other tasks between the polls."""
+    deadline = _Deadline(timeout, message)
+    while not (value := predicate()):
+        deadline.check()
+        await asyncio.sleep(interval)  # the poll's interval, as above
+    return value
+
+
+class _Deadline:
+    """The rule both waits share: once `timeout` seconds have passed, the test fails, naming what it awaited."""
+
+    def __init__(self, timeout: float, message: str) -> None:
+        self.timeout, self.message = timeout, message
+        self.end = time.monotonic() + timeout
+
+    def check(self) -> None:
+        if time.monotonic() > self.end:
+            raise AssertionError(f"timed out after {self.timeout}s waiting for {self.message}")
 
 
 class RedisServer:

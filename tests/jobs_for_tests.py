@@ -55,7 +55,7 @@ class Resize(sidequest.Job, name="Resize", queue="images"):
 
 @sidequest.job(name="AsyncEcho")
 async def async_echo(value, delay=0.0):
-    await asyncio.sleep(delay)
+    await asyncio.sleep(delay)  # the job's own work, if asked for
     record("async", value, threading.current_thread().name)
 
 
@@ -90,7 +90,7 @@ class CustomDelay(sidequest.Job, name="CustomDelay", retry=1):
 @sidequest.job(name="Sleepy")
 def sleepy(seconds, tag=""):
     record("sleepy-start", tag)
-    time.sleep(seconds)
+    time.sleep(seconds)  # the job's own work: a job that takes this long
     record("sleepy-done", tag)
 
 
@@ -101,7 +101,7 @@ def waits_for_file(path, tag=""):
     record("file-start", tag)
     end = time.monotonic() + 60
     while not os.path.exists(path) and time.monotonic() < end:
-        time.sleep(0.02)
+        time.sleep(0.02)  # the job's own poll of the test's file: no Redis while it waits
     record("file-done", tag)
 
 
@@ -152,7 +152,7 @@ async def async_wait(key):
     """Awaits (without blocking any thread) until the test sets `key` in Redis."""
     record("async-wait-start", key)
     while not _r().exists(key):
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.01)  # the job's own poll of the test's key, yielding the loop
     record("async-wait-done", key)
 
 
@@ -178,25 +178,25 @@ def stamp(label):
 def work(n, seconds=0.0, gate=None):
     """Records ("work-start", n, pid) and ("work-done", n, pid), so a test can count runs per job.
 
-    With `isolation`, it waits until the test creates that key (at most `seconds`, else 60 s)
+    With `gate`, it waits until the test creates that key (at most `seconds`, else 60 s)
     instead of sleeping: a job the test can hold in flight for as long as it likes.
     """
     record("work-start", n, os.getpid())
     if gate:
         end = time.monotonic() + (seconds or 60.0)
         while not _r().exists(gate) and time.monotonic() < end:
-            time.sleep(0.01)
+            time.sleep(0.01)  # the job's own poll of the test's gate
     elif seconds:
-        time.sleep(seconds)
+        time.sleep(seconds)  # the job's own work
     record("work-done", n, os.getpid())
 
 
 @sidequest.job(name="Timed")
 def timed(n, seconds, gate=None):
     """Records ("timed-start"|"timed-done", n, pid, epoch seconds): which runs ended before a kill.
-    With `isolation`, it ends only once the test has set that key too (after `seconds`)."""
+    With `gate`, it ends only once the test has set that key too (after `seconds`)."""
     record("timed-start", n, os.getpid(), time.time())
-    time.sleep(seconds)
+    time.sleep(seconds)  # the job's own work
     _wait_for(gate, limit=600.0)
     record("timed-done", n, os.getpid(), time.time())
 
@@ -263,10 +263,9 @@ def hooked_echo(fail=False):
 
 @sidequest.job(name="FailsInPid", retry=3)
 def fails_in_pid(n, gate, pid_key):
-    """Waits for `isolation`, then raises only in the process whose pid the test stored at `pid_key`."""
+    """Waits for `gate`, then raises only in the process whose pid the test stored at `pid_key`."""
     record("fip-start", n, os.getpid())
-    while not _r().exists(gate):
-        time.sleep(0.01)
+    _wait_for(gate, limit=600.0)
     if int(_r().get(pid_key) or 0) == os.getpid():
         record("fip-fail", n, os.getpid())
         raise RuntimeError(f"failing in {os.getpid()}")
@@ -345,7 +344,7 @@ class Limited(sidequest.Job, name="Limited", retry=3):
             record("limited-start", n, os.getpid(), time.time(), self.payload.get("retry_count"),
                    self.payload.get("snoozed"))
             if gate is None:
-                time.sleep(hold)
+                time.sleep(hold)  # the job's own work, inside the slot
             else:
                 _wait_push(gate)
             record("limited-end", n, os.getpid(), time.time())
@@ -376,7 +375,7 @@ def _redis_seconds(client) -> float:
 
 @sidequest.job(name="HoldSlot")
 def hold_slot(name, limit, lease, gate):
-    """Holds a concurrent slot until the test pushes to the list `isolation` (at most 60 s)."""
+    """Holds a concurrent slot until the test pushes to the list `gate` (at most 60 s)."""
     with _limiter("concurrent", name, limit, lease):
         record("hold-slot", os.getpid())
         _wait_push(gate)
@@ -397,7 +396,7 @@ def cooperative(tag):
             raise sidequest.Cancelled()
         last_clear = asked
         steps += 1
-        time.sleep(0.02)
+        time.sleep(0.02)  # one step of the job's own work
     record("coop-done", tag)
 
 
@@ -421,7 +420,7 @@ def _wait_for(gate, limit=30.0):
 
 @sidequest.job(name="UniqueWork", unique_for=60)
 def unique_work(n, gate=None):
-    """Unique per `n`; with `isolation`, it runs until the test creates that key."""
+    """Unique per `n`; with `gate`, it runs until the test creates that key."""
     record("unique-start", n)
     _wait_for(gate)
     record("unique-done", n)
@@ -448,14 +447,14 @@ class UniqueRetry(sidequest.Job, name="UniqueRetry", unique_for=60, retry=3):
 
 @sidequest.job(name="Compute", result_ttl=60)
 def compute(n, gate=None):
-    """Returns a JSON value; with `isolation`, only once the test creates that key."""
+    """Returns a JSON value; with `gate`, only once the test creates that key."""
     _wait_for(gate)
     return {"n": n, "double": 2 * n, "items": [n, None, True]}
 
 
 @sidequest.job(name="ComputeAsync", result_ttl=60)
 async def compute_async(n):
-    await asyncio.sleep(0.01)
+    await asyncio.sleep(0.01)  # the job's own (awaited) work
     return n * 10
 
 
@@ -489,7 +488,7 @@ def logged(n, seconds=0.0):
     """Appends "n pid epoch" to the file $SQ_TEST_RUN_LOG (one write, under PIPE_BUF: whole lines even
     from many processes), so a count of runs survives whatever Redis loses in a failover."""
     if seconds:
-        time.sleep(seconds)
+        time.sleep(seconds)  # the job's own work
     fd = os.open(os.environ["SQ_TEST_RUN_LOG"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, f"{n} {os.getpid()} {time.time():.3f}\n".encode())
@@ -505,7 +504,7 @@ def capsule_span(n, queue, seconds=0.0):
     record("span-start", n, os.getpid())
     start = time.time()
     if seconds:
-        time.sleep(seconds)
+        time.sleep(seconds)  # the job's own work: spans that can overlap
     record("span", n, queue, os.getpid(), start, time.time())
 
 
@@ -617,7 +616,7 @@ def wf_flaky(tag, name):
 def wf_gate(tag, n):
     """Waits (in the job) until `test:gate:<tag>` is set, so that many finish at the same moment."""
     while not _r().exists(f"test:gate:{tag}"):
-        time.sleep(0.005)
+        time.sleep(0.005)  # the job's own poll of the test's gate, short so that all see it at once
     record("wf", tag, "gate", n)
     return n
 
@@ -627,7 +626,7 @@ def wf_until_cancelled(tag):
     """Runs until its workflow is cancelled, then ends as cancelled."""
     record("wf", tag, "started")
     while not sidequest.cancelled():
-        time.sleep(0.05)
+        time.sleep(0.05)  # the job's own work between its checks, as a cooperative job's
     record("wf", tag, "saw cancel")
     raise sidequest.Cancelled()
 
@@ -635,11 +634,11 @@ def wf_until_cancelled(tag):
 # -- jobs for the asyncio runner (worker/test_asyncio_runner; scenarios/test_reliability's kill test) -----------------
 @sidequest.job(name="AsyncTimed")
 async def async_timed(n, seconds, gate=None):
-    """`Timed` as a coroutine: ("timed-start"|"timed-done", n, pid, epoch seconds), `isolation` too."""
+    """`Timed` as a coroutine: ("timed-start"|"timed-done", n, pid, epoch seconds), `gate` too."""
     record("timed-start", n, os.getpid(), time.time())
-    await asyncio.sleep(seconds)
+    await asyncio.sleep(seconds)  # the job's own work
     while gate and not await _ar().exists(gate):
-        await asyncio.sleep(0.02)
+        await asyncio.sleep(0.02)  # the job's own poll of the test's gate, yielding the loop
     record("timed-done", n, os.getpid(), time.time())
 
 
@@ -656,11 +655,11 @@ _gates: dict = {}  # (loop, gate key) -> [the task polling that key for the loop
 
 
 async def _gate_opened(gate: str) -> None:
-    """Until the test sets `isolation`: one poll per loop and gate, however many jobs await it (one
+    """Until the test sets `gate`: one poll per loop and gate, however many jobs await it (one
     per job was 6,000 commands a second for 300 jobs, a load of its own)."""
     async def poll() -> None:
         while not await _ar().exists(gate):
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.05)  # the jobs' poll of the test's gate, yielding the loop
 
     loop = asyncio.get_running_loop()
     watch = _gates.get((loop, gate))
@@ -677,7 +676,7 @@ async def _gate_opened(gate: str) -> None:
 
 @sidequest.job(name="AsyncHeld")
 async def async_held(n, gate):
-    """Records its start and the thread it runs on, then awaits until the test sets `isolation`;
+    """Records its start and the thread it runs on, then awaits until the test sets `gate`;
     a cancellation (a hard stop) is recorded too."""
     await _arecord("held-start", n, threading.get_ident())
     try:
@@ -690,7 +689,7 @@ async def async_held(n, gate):
 
 @sidequest.job(name="AsyncBoom", retry=2)
 async def async_boom(message):
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # a real suspension before it raises
     raise ValueError(message)
 
 
@@ -698,7 +697,7 @@ async def async_boom(message):
 async def async_slow():
     """Past its 0.2 s time limit: cancelled; records only a cancellation."""
     try:
-        await asyncio.sleep(30)
+        await asyncio.sleep(30)  # far past its time limit: cancelled long before
     except asyncio.CancelledError:
         record("slow-cancelled")
         raise
@@ -721,7 +720,7 @@ def kw_sync(user_id, *, template="welcome", extra=None):
 
 @sidequest.job(name="KwAsync")
 async def kw_async(user_id, *, template="welcome", extra=None):
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # a real suspension: it runs as a coroutine
     record("kw", "async", user_id, template, extra)
 
 
@@ -733,7 +732,7 @@ def kw_timed(user_id, *, template="welcome", extra=None):
 
 @sidequest.job(name="KwTimedAsync", timeout=30)
 async def kw_timed_async(user_id, *, template="welcome", extra=None):
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # a real suspension: it runs as a coroutine
     record("kw", "timed-async", user_id, template, extra)
 
 

@@ -28,4 +28,4 @@ async def block_loop(key: str, seconds: float = 120.0) -> None:
     r.set(f"{key}:started", os.getpid())
     deadline = time.monotonic() + seconds
     while not r.exists(key) and time.monotonic() < deadline:
-        time.sleep(0.05)
+        time.sleep(0.05)  # the job's fault on purpose: a blocking sleep holds the loop

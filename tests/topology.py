@@ -555,8 +555,8 @@ def failover_under_load(topology: Any, replicas: int, log_dir: Path, *, before: 
                 except (redis.ConnectionError, redis.TimeoutError, NotReplicatedError,
                         redis.exceptions.ClusterError, redis.exceptions.TryAgainError):  # a cluster mid-switch
                     result.unconfirmed.add(n)
-                    time.sleep(0.05)
-                time.sleep(0.005)
+                    time.sleep(0.05)  # a producer's pause before it pushes again, as an application's
+                time.sleep(0.005)  # a producer's pace: a steady load through the failover
         producer = threading.Thread(target=produce, daemon=True)
         producer.start()
         wait_until(lambda: len(runs_in(log)) >= before, STARTUP, 0.05, "jobs to run before the kill")

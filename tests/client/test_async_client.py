@@ -38,19 +38,21 @@ def test_the_loop_keeps_running_while_a_result_is_awaited(config, r, start):
         async with AsyncClient(config) as client:
             jid = await compute.aio.set(client=client).perform_async(1, "gate")
             ticks = 0
+            twenty = asyncio.Event()
 
             async def tick():
                 nonlocal ticks
                 while True:
                     ticks += 1
-                    await asyncio.sleep(0.01)
+                    if ticks == 20:
+                        twenty.set()
+                    await asyncio.sleep(0.01)  # another task's own pace: its turns are what is counted
 
             async def open_gate():
                 # The job ends only after other tasks have run 20 times during the wait: were
                 # the loop blocked while a result is awaited, it would never end (the wait
                 # times out), however slow or fast the machine.
-                while ticks < 20:
-                    await asyncio.sleep(0.01)
+                await twenty.wait()
                 connection = await client.connection()
                 await connection.set("gate", 1)
 

@@ -59,7 +59,7 @@ def burst(push, count=50, span=2.0):
     """`count` pushes spread over about `span` seconds; the time of the last one."""
     for n in range(count):
         push(n)
-        time.sleep(span / count)
+        time.sleep(span / count)  # a producer's pace: the burst spans what debounce must absorb
     return time.time()
 
 
@@ -100,7 +100,7 @@ def test_throttle_runs_once_per_period_with_the_first_arguments(client, r, start
             before = time.time()
             jid = throttled.set(client=client).perform_async(account, f"call {n}")
             calls[account].append((before, time.time(), jid))
-        time.sleep(0.05)
+        time.sleep(0.05)  # a producer's pace: calls spread over periods (each timed by Redis above)
     for made in calls.values():
         assert made[0][2] is not None  # the first call of a key is let through
         last = made[0]

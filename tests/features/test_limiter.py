@@ -87,7 +87,7 @@ def attempts_until_admitted(limiter, client, timeout: float) -> tuple[list[float
             return refused, redis_now(client)
         refused.append(before)
         assert time.monotonic() < deadline, f"{limiter.name} still refused after {timeout} s"
-        time.sleep(0.02)
+        time.sleep(0.02)  # the pace of the attempts, each timed by Redis: what the limiter is asked
 
 
 @pytest.mark.parametrize("make", [

@@ -28,6 +28,7 @@ def at_interval_start(client, interval: float) -> float:
     Redis's clock; the start of that interval."""
     now = redis_now(client)
     boundary = (math.floor(now / interval) + 1) * interval
+    # a wait for a time, not an event: Redis's clock (this host's) passes the boundary by then
     time.sleep(max(boundary - now, 0.0) + 0.005)
     return boundary
 
@@ -195,7 +196,7 @@ def test_async_with_waits_without_blocking_the_event_loop(client, make):
         async def tick() -> None:
             nonlocal ticks
             while True:
-                await asyncio.sleep(0.01)
+                await asyncio.sleep(0.01)  # another task's pace: its turns show the loop ran
                 ticks += 1
         ticker = asyncio.create_task(tick())
         release, entered = asyncio.Event(), asyncio.Event()

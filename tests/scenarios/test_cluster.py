@@ -270,7 +270,7 @@ def test_a_manual_failover_keeps_a_worker_running(cluster, url, rc, tmp_path):
                 pushed.add(n)
                 n += 1
             except (redis.ConnectionError, redis.TimeoutError, redis.ResponseError):
-                time.sleep(0.1)
+                time.sleep(0.1)  # a producer's pause before it pushes again, as an application's
         wait_until(lambda: pushed <= set(runs_in(log)), STARTUP, 0.05, "every push to run after the failover")
         assert worker.stop() == 0, worker.output()
     finally:
@@ -394,7 +394,7 @@ def cluster_waits_for_cancel(n: int) -> None:
     _note(f"started:{n}")
     deadline = time.time() + STARTUP
     while not sidequest.cancelled() and time.time() < deadline:
-        time.sleep(0.02)
+        time.sleep(0.02)  # the job's own work between its checks, as a cooperative job's
     _note(f"saw-cancel:{n}")
 
 
@@ -407,7 +407,7 @@ class ClusterWalk(sidequest.IterableJob, name="ClusterWalk"):
         return ((i, i) for i in range(start, n))
 
     def each_iteration(self, item, n):
-        time.sleep(0.005)
+        time.sleep(0.005)  # the item's work: slices of 0.05 s end mid-walk
         _note(f"walk:{item}")
 
 

@@ -14,12 +14,18 @@ import time
 
 import pytest
 from conftest import STARTUP, RedisServer, wait_until
-from helpers import ran, reserved, zset_items
+from helpers import fetches_blocked, ran, reserved, zset_items
 from jobs_for_tests import blocker, exit_hard, fails_in_pid, work
 
 from scenarios.test_reliability import done_set, no_reserved_left, procs, wait_children  # noqa: F401 (fixture)
 from sidequest import Client, Config
+from sidequest.cli.worker import SAME_STOP
 from sidequest.store.dev_server import server_binary
+
+
+def refusals(r) -> int:
+    """Error replies the server has sent so far (INFO stats): the worker's refused calls, as Redis counts them."""
+    return int(r.info("stats")["total_error_replies"])
 
 
 def log_lines(text: str) -> list[str]:
@@ -44,7 +50,9 @@ def test_bad_payloads_go_to_dead_once_and_every_job_behind_them_runs(procs, r, c
     assert {d["error_class"] for d in dead} == {"sidequest.errors.PayloadError"}
     assert not any(n == 1 for n, _ in ran(r, "work-start")) or done_set(r) == set(range(20))
     assert r.zcard("retry") == 0 and r.llen("queue:default") == 0
-    time.sleep(0.5)  # nothing keeps happening afterwards: no respawns, no repeats
+    # Nothing can happen afterwards: no copy of any job is left reserved, and the worker's fetch
+    # is back waiting on the empty queue (a respawn would show as "died" in its log below).
+    wait_until(lambda: no_reserved_left(r) and fetches_blocked(r) > 0, 15, 0.05, "the worker to go idle")
     assert r.zcard("dead") == 3 and len(ran(r, "work-start")) == 20
     assert w.stop() == 0
     out = w.output()
@@ -78,7 +86,8 @@ def test_a_redis_out_of_memory_is_a_refusal_logged_once_not_a_loop(procs, own_re
     r.config_set("maxmemory", "1")  # with noeviction, every write is refused with OOM
     try:
         wait_until(lambda: "Redis refuses a call" in w.output(), 15, 0.05, "the refusals to be noticed")
-        time.sleep(2.0)  # a 2 s outage
+        refused = refusals(r)  # then the outage lasts until Redis has refused 20 more of its calls
+        wait_until(lambda: refusals(r) >= refused + 20, 30, 0.05, "20 more calls refused")
         during = log_lines(w.output())[before:]
     finally:
         r.config_set("maxmemory", "0")
@@ -101,7 +110,8 @@ def test_a_redis_without_a_command_we_need_is_a_refusal_logged_once_not_a_loop(p
     w = procs("-c", "10", url=url)
     w.wait_registered(r)
     wait_until(lambda: "Redis refuses a call" in w.output(), 30, 0.05, "the unknown command to be noticed")
-    time.sleep(2.0)
+    refused = refusals(r)
+    wait_until(lambda: refusals(r) >= refused + 20, 30, 0.05, "20 more fetches refused")
     lines = log_lines(w.output())
     assert len(lines) < 20, "\n".join(lines)
     assert w.stop() == 0
@@ -205,7 +215,10 @@ def test_a_second_term_stops_at_once_and_puts_the_running_job_back(procs, r, cli
     began = time.monotonic()
     w.signal(signal.SIGTERM)
     wait_until(lambda: "waiting up to" in w.output(), 30, 0.05, "the graceful stop to begin")
-    time.sleep(1.2)  # a second stop within a second is the same stop delivered twice (see below)
+    # A second stop within SAME_STOP of the first is the same stop delivered twice; the worker
+    # took the first before it logged that line. A rule of the worker's clock (this host's one
+    # monotonic clock), so the wait is for the time itself: there is no event to wait on.
+    time.sleep(SAME_STOP)
     w.signal(signal.SIGTERM)
     assert w.proc.wait(20) == 0, w.output()
     assert time.monotonic() - began < 25  # not the 30 s timeout

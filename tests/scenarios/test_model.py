@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import pytest
 import redis
-from conftest import RedisServer, redis_server_binary
+from conftest import RedisServer, redis_server_binary, wait_until
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
@@ -67,7 +67,8 @@ json_value = st.recursive(json_leaf, lambda inner: st.lists(inner, max_size=3) |
 with_jid = st.fixed_dictionaries({"jid": st.sampled_from(INNER_JIDS), "body": json_value})
 arguments = st.lists(json_value | (st.nothing() if "jid" in WITHOUT else with_jid), max_size=3)
 # windows of real time that pass in the test (a rate window is a Redis TTL), and values out of range
-rates = st.none() | (st.nothing() if "window" in WITHOUT else st.just((2, 0.1))) | (
+RATE_WINDOW = 0.1
+rates = st.none() | (st.nothing() if "window" in WITHOUT else st.just((2, RATE_WINDOW))) | (
     st.nothing() if "rate" in WITHOUT else st.sampled_from(
     [(1, 1e308), (1, 1e16), (0, 1), (1, 0), (-1, 5), (1, float("nan"))]))
 
@@ -250,12 +251,11 @@ class Model(RuleBasedStateMachine):
     def ten_minutes_without_a_worker(self) -> None:
         """A deploy, a fleet scaled to zero: no poller runs while every key whose TTL ends within
         ten minutes expires, as Redis would expire it (Redis keeps its own time, not the model's)."""
-        ending = [key for key in self.r.scan_iter(count=1000) if 0 < self.r.pttl(key) <= 600_000]
+        ending = self._ending_within(600)
         for key in ending:
             self.r.pexpire(key, 1)
-        deadline = time.monotonic() + 5
-        while any(self.r.exists(key) for key in ending) and time.monotonic() < deadline:
-            time.sleep(0.002)  # Redis expires them on their next access: a millisecond from now
+        # Redis expires each on its next access a millisecond from now
+        wait_until(lambda: not any(self.r.exists(key) for key in ending), 5, 0.002, "the keys to expire")
 
     # -- time and operators ----------------------------------------------------------------------
     @rule(seconds=st.sampled_from([1.0, 30.0, 600.0]))
@@ -371,12 +371,16 @@ class Model(RuleBasedStateMachine):
                     ran += 1
                 proc.flush()
             idle = 0 if ran or self._left() < left else idle + 1
-            if idle and self.windowed:
-                time.sleep(0.12)  # longer than a rate window of the model (real time: a Redis TTL)
+            if idle and self.windowed:  # a rate window is real time (a Redis TTL): let the open ones end
+                wait_until(lambda: not self._ending_within(RATE_WINDOW), 5, 0.005, "the rate windows to end")
         stuck = self._waiting()
         assert not stuck, f"jobs stuck once quiet: {stuck}"
         held = self._slots_held()
         assert not held, f"slots held once quiet: {held}"
+
+    def _ending_within(self, seconds: float) -> list[bytes]:
+        """Keys whose TTL ends within `seconds` (the open rate windows, and anything as short-lived)."""
+        return [key for key in self.r.scan_iter(count=1000) if 0 < self.r.pttl(key) <= seconds * 1000]
 
     def _left(self) -> tuple[int, int]:
         return len(self._waiting()), sum(self._slots_held().values())

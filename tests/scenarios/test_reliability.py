@@ -306,7 +306,7 @@ def test_after_a_sigkill_only_running_jobs_run_again_and_recovery_is_not_seriali
     starts once a runs every job, and is idle, fetching, when they come back.
 
     Issue 28 item 17: under load this flaked two ways. The survivor had to register within 7 s
-    (before a's second wave ended): a's second wave now lasts until the test releases it (`isolation`),
+    (before a's second wave ended): a's second wave now lasts until the test releases it (`gate`),
     after the kill, so a start-up of any length is waited for (a start-up wait is no contract).
     And a wall-clock bound (TTL + interval + job time + 2 s) missed by a second: the delay until
     the reruns start is now counted on the survivor's own clock, its heartbeats (see below)."""
@@ -325,7 +325,7 @@ def test_after_a_sigkill_only_running_jobs_run_again_and_recovery_is_not_seriali
 
     def a_in_second_wave():
         # the first wave's ten 1 s jobs done and the second wave's ten jobs under way on a (they
-        # end only once `isolation` is set): counted by job number, a first-wave job is no second wave
+        # end only once `gate` is set): counted by job number, a first-wave job is no second wave
         done_on_a = {n for n, v in records("timed-done").items() if any(pid == a.pid for pid, _ in v)}
         started_on_a = {n for n, v in records("timed-start").items() if any(pid == a.pid for pid, _ in v)}
         return set(range(10)) <= done_on_a and started_on_a >= set(range(10, 20))
@@ -697,7 +697,7 @@ def test_heartbeat_keeps_its_pace_while_jobs_burn_cpu(procs, r, client):
             beats.append(float(raw))
             blind = False
             busy_seen = busy_seen or r.hget(ident, "busy") == b"2"
-        time.sleep(0.05)
+        time.sleep(0.05)  # the sampling pace of the beats (a look late by over an interval is `blind`)
     print(f"\nheartbeat gaps under CPU load (interval {interval} s): max {max(gaps):.3f} s, "
           f"mean {sum(gaps) / len(gaps):.3f} s over {len(gaps)} gaps ({len(beats)} beats seen)")
     assert busy_seen, "no beat showed both spin jobs running"

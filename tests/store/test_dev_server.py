@@ -105,7 +105,7 @@ def resolve_in_subprocess(config: Config, start_at: float | None = None) -> subp
         from sidequest.store import dev_server
         config = Config(embedded_dir={config.embedded_dir!r}, embedded_port={config.embedded_port})
         start_at = {start_at!r}
-        if start_at is not None:
+        if start_at is not None:  # a start at a set time, not a wait for an event: processes that race
             time.sleep(max(0.0, start_at - time.time()))
         url = dev_server.resolve_url(config)
         print(url, dev_server.pid(config), flush=True)

@@ -10,18 +10,10 @@ import time
 
 import pytest
 import redis
-from conftest import RedisServer, redis_server_binary, wait_until
+from conftest import RedisServer, redis_server_binary, wait_until, wait_until_async
 
 from sidequest.client.async_client import AsyncDirectRedis
 from sidequest.store.shared_connection import shareable
-
-
-async def until(predicate, timeout: float = 10.0) -> None:
-    """Await `predicate()` on the loop, polling, with a deadline."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.005)
 
 
 def ours(admin: redis.Redis) -> list[dict]:
@@ -54,7 +46,7 @@ def test_a_blocking_command_waits_on_a_connection_of_its_own(private_redis):
     async def main():
         client = AsyncDirectRedis.from_url(private_redis.url())
         blocked = asyncio.create_task(client.blpop(["nothing"], timeout=10))
-        await until(lambda: any(c["cmd"] == "blpop" for c in ours(admin)))
+        await wait_until_async(lambda: any(c["cmd"] == "blpop" for c in ours(admin)), 10, 0.005, "the BLPOP sent")
         assert await client.incr("n") == 1  # answered while the BLPOP blocks
         assert await client.set("x", "y") is True
         assert not blocked.done()
@@ -76,7 +68,7 @@ def test_a_cancelled_caller_leaves_the_others_their_own_replies(private_redis):
         admin.execute_command("CLIENT", "PAUSE", 10_000, "WRITE")  # writes wait: their replies too
         try:
             calls = [asyncio.create_task(client.incrby(f"k{i}", i + 1)) for i in range(10)]
-            await until(lambda: len(shared._calls) == 10 and not shared._out)  # all sent
+            await wait_until_async(lambda: len(shared._calls) == 10 and not shared._out, 10, 0.005, "all ten sent")
             for call in calls[::2]:
                 call.cancel()
         finally:
@@ -156,7 +148,8 @@ def test_a_demoted_primary_raises_readonly_and_drops_the_shared_connection(priva
             assert len(ours(admin)) == 1
             with pytest.raises(redis.ReadOnlyError):
                 await client.incr("n")
-            await until(lambda: not ours(admin))  # dropped: the next call would find the primary anew
+            await wait_until_async(lambda: not ours(admin), 10, 0.005,  # the next call would find the primary anew
+                                   "the connection to the demoted primary dropped")
             assert await client.get("n") is None  # and it connects again
             await client.aclose()
 

@@ -60,7 +60,7 @@ def boom(message: str) -> None:
 
 @sidequest.job(name="T.Async", registry=REG)
 async def async_job(value: Any) -> None:
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # a real suspension: the job runs on an event loop
     ran.append(("async", value, threading.current_thread().name))
 
 
@@ -78,12 +78,16 @@ def forever() -> None:
 
 @sidequest.job(name="T.Slow", registry=REG, timeout=0.05)
 async def slow() -> None:
-    await asyncio.sleep(5)
+    try:
+        await asyncio.sleep(5)  # far past its time limit: cancelled long before
+    except asyncio.CancelledError:
+        ran.append(("slow", "cancelled"))
+        raise
 
 
 @sidequest.job(name="T.OwnTimeout", registry=REG)
 async def own_timeout() -> None:
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # a real suspension before its own TimeoutError
     raise TimeoutError("the upstream took too long")
 
 
@@ -360,7 +364,9 @@ def test_the_timeout_option_applies() -> None:
         slow.perform_async()
         with pytest.raises(JobTimeoutError):
             jobs.drain()
-        time.sleep(0.1)  # let its event loop finish cancelling it before the block closes the loop
+        # cancelled for real, and done with by the time drain() raises: the block closes its
+        # loop with nothing left running on it
+        assert ran == [("slow", "cancelled")]
 
 
 def test_the_jobs_own_hooks_run_after_it(caplog: pytest.LogCaptureFixture) -> None:

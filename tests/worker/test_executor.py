@@ -74,13 +74,13 @@ def _soon(count, exc):
 
 @sidequest.job(name="OwnTimeoutAsync", queue="limits", retry_on=(TimeoutError,), retry_in=_soon)
 async def own_timeout_async(label):
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # a real suspension before its own TimeoutError
     _own_timeout(label)
 
 
 @sidequest.job(name="OwnTimeoutAsyncLimited", queue="limits", retry_on=(TimeoutError,), retry_in=_soon, timeout=30)
 async def own_timeout_async_limited(label):
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # a real suspension before its own TimeoutError
     _own_timeout(label)
 
 
@@ -97,7 +97,7 @@ def own_timeout_sync_limited(label):
 @sidequest.job(name="OverrunAsync", queue="limits", timeout=0.2, retry_in=lambda count, exc: 600)
 async def overrun_async():
     try:
-        await asyncio.sleep(30)
+        await asyncio.sleep(30)  # far past its 0.2 s limit: cancelled long before
     except asyncio.CancelledError:
         record("overrun-cancelled")
         raise

@@ -11,7 +11,7 @@ from collections import Counter
 
 import pytest
 import redis
-from conftest import wait_until
+from conftest import wait_until, wait_until_async
 from jobs_for_tests import echo
 
 from sidequest.client import async_client as aio
@@ -170,9 +170,7 @@ def test_the_loop_driver_sends_a_window_in_one_call(config, r, client):
         driver.start()
         for _, raw in taken:
             acks.add(ack(raw))
-        deadline = time.monotonic() + 5
-        while r.llen(BATCH) and time.monotonic() < deadline:
-            await asyncio.sleep(0.005)
+        await wait_until_async(lambda: r.llen(BATCH) == 0, 5, 0.005, "the window's successes to be sent")
         await driver.settle()
         await lane.close()
 
@@ -190,7 +188,7 @@ def test_a_send_cancelled_on_the_loop_keeps_its_successes():
 
         async def send(batch: list[tuple[bytes, list[object], str]]) -> None:
             started.set()
-            await asyncio.sleep(60)
+            await asyncio.sleep(60)  # a send still under way when the stop cancels it
 
         driver = AckTimers(acks, send, poke=lambda: None)
         driver.start()
@@ -220,11 +218,9 @@ def test_a_loop_timer_that_fires_before_the_window_ends_still_has_it_sent():
         acks.add(ack(b"a"))  # (before the driver's loop is known: no timer of its own)
         driver.start()
         driver._window_ended()  # as the window's one timer, fired early: nothing yet
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # one pass of the loop: a send begun by that early timer would have run
         assert sent == [] and acks.open
-        deadline = time.monotonic() + 5
-        while not sent and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
+        await wait_until_async(lambda: sent, 5, 0.01, "the window to be sent by a timer")
         await driver.settle()
 
     asyncio.run(scenario())
