@@ -71,11 +71,13 @@ from sidequest.errors import (
     RedisUnavailableError,
     Retry,
     SidequestError,
+    StepError,
     UnknownJobError,
 )
 from sidequest.features import registry as _features  # noqa: F401  (fills the worker's lifecycle seam)
 from sidequest.features.cancellation import cancel, cancelled
 from sidequest.features.lookup import result, status
+from sidequest.features.steps import CurrentStep, astep, current_step, step
 from sidequest.features.tasks import Task, task_message
 from sidequest.features.workflows import ChainResult, GroupResult, Signature, Workflow, chain, chord, group, workflow
 from sidequest.jobs import active_job as _active_job
@@ -143,6 +145,7 @@ __all__ = [
     "Config",
     "ConfigError",
     "CurrentJob",
+    "CurrentStep",
     "GroupResult",
     "IterableJob",
     "Job",
@@ -159,11 +162,13 @@ __all__ = [
     "Retry",
     "SidequestError",
     "Signature",
+    "StepError",
     "Task",
     "UnknownJobError",
     "WorkerSetup",
     "Workflow",
     "aio",
+    "astep",
     "cancel",
     "cancelled",
     "chain",
@@ -171,6 +176,7 @@ __all__ = [
     "configure",
     "configure_worker",
     "current_job",
+    "current_step",
     "default_client",
     "default_registry",
     "group",
@@ -183,6 +189,7 @@ __all__ = [
     "redis",
     "result",
     "status",
+    "step",
     "task_message",
     "workflow",
 ]

@@ -14,6 +14,7 @@
     ├── OverLimit                control: a rate limit is full; the job is snoozed, not failed (limiter)
     ├── Cancelled                control: the job was cancelled; it ends as cancelled, not failed
     ├── Retry                    control: the job asks to run again in `in_` seconds (retry set, no back-off)
+    ├── StepError                a durable step misused: outside a job, a name twice in a run, a result too large
     └── NoResultError            result(jid) has nothing to give: unknown, no result_ttl, not JSON (also LookupError)
 """
 
@@ -128,6 +129,12 @@ class Retry(SidequestError):
         self.seconds = float(seconds)
         self.exc = exc
         super().__init__(f"retry requested in {self.seconds:g} s" + (f" ({type(exc).__name__}: {exc})" if exc else ""))
+
+
+class StepError(SidequestError):
+    """A durable step (`sidequest.step`) was misused: called outside a job, its name used twice in
+    one run of the job, or its result is not native JSON or over the size limit. Raised in the
+    job, it fails the job as any exception does (retried; the step was not recorded)."""
 
 
 class NoResultError(SidequestError, LookupError):
