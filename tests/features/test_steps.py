@@ -255,3 +255,83 @@ def test_an_operator_reset_runs_the_step_again(worker, client, r):
     assert read_steps(r, jid).steps == []
     assert reset_steps(r, jid) == 0 or read_steps(r, jid) is None
     assert reset_steps(r, "0" * 24) == 0
+
+
+# -- a job without steps pays nothing ----------------------------------------------------------
+def test_a_plain_job_has_no_step_operation_and_sends_no_step_command(worker, client, r, redis_url):
+    from sidequest.worker.lifecycle import Setting, compose
+
+    lifecycle = compose(Setting(client.config, client.redis, client.keys)).lifecycle
+    plain = {"class": "PlainNoop", "args": [1], "queue": "default", "jid": "a" * 24}
+    assert lifecycle.ops("taken", plain) == [0] and lifecycle.ops("finished", plain) == [0]
+    seen: list[str] = []
+    stop = threading.Event()
+
+    def watch():
+        import redis as redis_lib
+
+        with redis_lib.Redis.from_url(redis_url).monitor() as m:
+            for command in m.listen():
+                seen.append(command["command"])
+                if stop.is_set():
+                    return
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    wait_until(lambda: any("O" in c.get("flags", "") for c in r.client_list()), 5, message="the monitor")
+    worker()
+    for n in range(20):
+        plain_noop.set(client=client).perform_async(n)
+    wait_until(lambda: not r.llen("queue:default") and r.get("stat:processed") == b"20", 10,
+               message="the plain jobs to run")
+    stop.set()
+    r.ping()
+    watcher.join(5)
+    assert any("RESERVE" in c or "EVALSHA" in c.upper() for c in seen)  # the monitor saw the jobs' calls
+    assert not [c for c in seen if "sidequest:steps" in c or "HGET" in c.upper().split(" ")[0]]
+
+
+# -- metrics -----------------------------------------------------------------------------------
+def test_step_counts_reach_metrics_by_job_class(worker, client, r):
+    from sidequest.web.prometheus import JobCounters, SidequestCollector
+
+    worker()
+    StepsThree.set(client=client).perform_async(9)
+    wait_until(lambda: r.llen("test:done") == 1, 10, message="the job to end")
+    collector = SidequestCollector(client, JobCounters())
+
+    def steps() -> dict:
+        found = {}
+        for metric in collector.collect():
+            if metric.name in ("sidequest_job_steps", "sidequest_job_step_seconds"):
+                for sample in metric.samples:
+                    found[(metric.name, tuple(sorted(sample.labels.items())))] = sample.value
+        return found
+
+    wait_until(lambda: steps().get(("sidequest_job_steps", (("job", "StepsThree"), ("outcome", "ran")))) == 4, 10,
+               message="the heartbeat to write the step counts")
+    found = steps()
+    assert found[("sidequest_job_steps", (("job", "StepsThree"), ("outcome", "failed")))] == 1
+    assert found[("sidequest_job_steps", (("job", "StepsThree"), ("outcome", "replayed")))] == 1  # charge, on the retry
+    assert found[("sidequest_job_step_seconds", (("job", "StepsThree"),))] >= 0
+    assert not any("receipt" in str(labels) for _, labels in found)  # never labelled by step name
+
+
+# -- the docs' snippets run as written ---------------------------------------------------------
+def test_the_durable_steps_snippets_run_as_written(worker, client, r):
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).parents[2] / "docs" / "durable-steps.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert len(blocks) == 2
+    scopes = [{} for _ in blocks]
+    for block, scope in zip(blocks, scopes, strict=True):
+        exec(compile(block, "docs/durable-steps.md", "exec"), scope)
+    worker()
+    checkout = scopes[0]["checkout"]
+    checkout.set(client=client, retry=0).perform_async(42, 1250)
+    scopes[1]["checkout_async"].set(client=client).perform_async(43)
+    wait_until(lambda: int(r.get("stat:processed") or 0) == 2, 10, message="the snippets' jobs to run")
+    assert [c["order"] for c in scopes[0]["CHARGES"].values()] == [42]
+    assert int(r.get("stat:failed") or 0) == 0

@@ -15,8 +15,8 @@ import pytest
 from conftest import STARTUP, wait_until
 from helpers import ran
 from jobs_for_tests import async_steps_order, steps_order, steps_poison
-from scenarios.test_reliability import worker_factory
 
+from scenarios.test_reliability import worker_factory
 from sidequest.api import DeadSet
 from sidequest.features.steps import read_steps
 from sidequest.worker.background.recovery import LIMIT_ERROR

@@ -81,3 +81,22 @@ class StepMetrics:
                     pipe.hincrbyfloat(key, f"{klass}|sms", round(tally.seconds * 1000, 3))
             pipe.expire(key, RETENTION)
         return lambda: give_back(taken)
+
+
+def read_minutes(client: Any, minutes: list[str]) -> dict[str, dict[str, StepTally]]:
+    """minute -> job class -> its step counts, from the per-job metrics' minutes (one round trip)."""
+    pipe = client.pipeline(transaction=False)
+    for minute in minutes:
+        pipe.hgetall(keys.metrics(minute))
+    found: dict[str, dict[str, StepTally]] = {}
+    for minute, raw in zip(minutes, pipe.execute(), strict=True):
+        for field_name, value in raw.items():
+            klass, _, part = field_name.decode().rpartition("|")
+            if part not in ("s", "sf", "sr", "sms"):
+                continue
+            tally = found.setdefault(minute, {}).setdefault(klass, StepTally())
+            if part == "sms":
+                tally.seconds = float(value) / 1000
+            else:
+                setattr(tally, {"s": "ran", "sf": "failed", "sr": "replayed"}[part], int(value))
+    return found

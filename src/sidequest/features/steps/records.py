@@ -76,7 +76,9 @@ class JobSteps:
     steps: list[StepRecord]
 
     def as_dict(self) -> dict[str, Any]:
+        """`completed` as Rails 8.1's continuation names its done steps (`"continuation"` => `"completed"`)."""
         return {"jid": self.jid, "class": self.klass, "queue": self.queue, "created_at": self.created_at,
+                "completed": [s.name for s in self.steps if s.state == "done"],
                 "steps": [s.as_dict() for s in self.steps]}
 
 
