@@ -94,6 +94,9 @@ def main() -> int:
     try:
         while kills < args.kills and r.llen(DONE) < args.orders:
             time.sleep(rng.uniform(0.05, 0.4))
+            seen = r.llen(LOG)
+            while r.llen(LOG) == seen and r.llen(DONE) < args.orders:  # a kill only once steps are running
+                time.sleep(0.02)
             pids = children(worker.pid)
             if pids:
                 os.kill(rng.choice(pids), 9)
