@@ -61,6 +61,7 @@ from sidequest.config import Capsule, Config
 from sidequest.errors import (
     Cancelled,
     ConfigError,
+    EventError,
     JobArgumentError,
     JobDefinitionError,
     JobFailed,
@@ -72,12 +73,24 @@ from sidequest.errors import (
     Retry,
     SidequestError,
     StepError,
+    Suspended,
     UnknownJobError,
+    WaitTimeout,
 )
 from sidequest.features import registry as _features  # noqa: F401  (fills the worker's lifecycle seam)
 from sidequest.features.cancellation import cancel, cancelled
 from sidequest.features.lookup import result, status
-from sidequest.features.steps import CurrentStep, astep, current_step, step
+from sidequest.features.steps import (
+    CurrentStep,
+    asleep,
+    astep,
+    await_for,
+    current_step,
+    send_event,
+    sleep,
+    step,
+    wait_for,
+)
 from sidequest.features.tasks import Task, task_message
 from sidequest.features.workflows import ChainResult, GroupResult, Signature, Workflow, chain, chord, group, workflow
 from sidequest.jobs import active_job as _active_job
@@ -146,6 +159,7 @@ __all__ = [
     "ConfigError",
     "CurrentJob",
     "CurrentStep",
+    "EventError",
     "GroupResult",
     "IterableJob",
     "Job",
@@ -163,12 +177,16 @@ __all__ = [
     "SidequestError",
     "Signature",
     "StepError",
+    "Suspended",
     "Task",
     "UnknownJobError",
+    "WaitTimeout",
     "WorkerSetup",
     "Workflow",
     "aio",
+    "asleep",
     "astep",
+    "await_for",
     "cancel",
     "cancelled",
     "chain",
@@ -188,8 +206,11 @@ __all__ = [
     "push_active_job",
     "redis",
     "result",
+    "send_event",
+    "sleep",
     "status",
     "step",
     "task_message",
+    "wait_for",
     "workflow",
 ]

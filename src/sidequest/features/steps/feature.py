@@ -6,6 +6,10 @@ mark), `dropped` (discarded, retry=False, expired), `cancelled` and an operator'
 removes the records only if they are this incarnation's (the same digest of class and arguments).
 A retry, a put-back, a recovery, `dead` and an operator's kill or retry keep them: the next run
 resumes past the recorded steps.
+
+A job parked by a durable wait (`waits`: its payload marked `outcome.WAITING`) is asked at
+`snoozed`: the call that parks it keeps its entry in the records (`parked`), where `send_event`
+finds it from the jid.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from sidequest.features.steps.lua import STEPS_FEATURE
 from sidequest.features.steps.observer import StepMetrics
 from sidequest.features.steps.records import MARK, digest_of
 from sidequest.store import keys
-from sidequest.worker.outcome import Outcome
+from sidequest.worker.outcome import WAITING, Outcome
 
 ENDS = frozenset({"finished", "dropped", "cancelled", "deleted"})
 
@@ -27,7 +31,7 @@ ENDS = frozenset({"finished", "dropped", "cancelled", "deleted"})
 class StepsFeature:
     name = "steps"
     lua = STEPS_FEATURE
-    marks: frozenset[str] | None = frozenset({MARK})  # a run that called `step` (in memory only)
+    marks: frozenset[str] | None = frozenset({MARK, WAITING})  # a run that called `step` (in memory only), a parked job
     always_at = frozenset({"dropped", "cancelled", "deleted"})  # rare ends: asked for every payload
     observes, wraps = False, False
 
@@ -36,17 +40,28 @@ class StepsFeature:
         self.flush = StepMetrics(clock).flush  # the step counts, written with each heartbeat
 
     def ops(self, point: str, payload: dict[str, Any], outcome: Outcome | None) -> list[Any] | None:
+        jid = payload.get("jid")
+        if not isinstance(jid, str):
+            return None
+        if point == "snoozed":
+            return self._park(jid, payload, outcome)
         if point not in ENDS:
             return None
         digest = payload.get(MARK)
         if not isinstance(digest, str):
-            if point == "finished":  # another feature's mark let the job in: it used no step
+            if point == "finished" and WAITING not in payload:  # another feature's mark let it in: no step
                 return None
             digest = digest_of(payload)
-        jid = payload.get("jid")
-        if not isinstance(jid, str):
-            return None
         return [self.space.steps(jid, str(payload.get("queue"))), digest]
+
+    def _park(self, jid: str, payload: dict[str, Any], outcome: Outcome | None) -> list[Any] | None:
+        wait = payload.get(WAITING)
+        if not isinstance(wait, dict) or outcome is None or outcome.blob is None:
+            return None  # a rate limit's snooze: nothing to keep
+        queue = str(payload.get("queue"))
+        event = wait.get("event")
+        return [self.space.steps(jid, queue), digest_of(payload), "park", outcome.blob, self.space.schedule(queue),
+                event if isinstance(event, str) else ""]
 
     def running(self, payload: dict[str, Any]) -> AbstractContextManager[None] | None:
         return None

@@ -74,8 +74,95 @@ return redis.call('hdel', KEYS[1], 's:' .. ARGV[1], 'r:' .. ARGV[1]) > 0 and 1 o
 
 # The lifecycle operation (`StepsFeature`): args the records' key, the job's digest. The records
 # go when their job ends (done, dropped, cancelled, deleted), only if they are this incarnation's.
+# At `snoozed` of a job parked by a wait, args go on: 'park', its entry in `schedule`, that set's
+# key, the awaited event (or ''): the entry is kept in the records (`parked`) for `EVENT_SEND`, in
+# the call that parks it; an event that came while the run was ending makes it due now (the
+# poller moves it), so no event is missed between the wait's start and the park.
 STEPS_FEATURE = """
 FEATURES['steps'] = function(point, now, a)
-  if redis.call('hget', a[1], 'digest') == a[2] then redis.call('del', a[1]) end
+  if redis.call('hget', a[1], 'digest') ~= a[2] then return end
+  if a[3] == 'park' then
+    redis.call('hset', a[1], 'parked', a[4])
+    if a[6] ~= '' and redis.call('hexists', a[1], 'e:' .. a[6]) == 1 then
+      redis.call('zadd', a[5], 'XX', now, a[4])
+    end
+    return
+  end
+  redis.call('del', a[1])
 end
+"""
+
+# WAIT_BEGIN (durable waits, `waits`): KEYS[1] the records. ARGV: name, digest, now, ttl ms, jid,
+# class, queue, kind ('sleep' or 'wait'), until (epoch seconds), event ('' for a sleep).
+# The wait's record `s:<name>` (kind, seq, state, until, event, started_at, ended_at) is made the
+# first time; `e:<event>` is an event sent and not yet received, `waiting` the event a parked wait
+# waits for (`EVENT_SEND` wakes it), `parked` the job's entry in `schedule` (`STEPS_FEATURE`).
+# Returns {'done', result JSON} (passed: the sleep's time came, or the event's payload, which the
+# record keeps), {'timed_out', until} (recorded: every later run raises again) or {'waiting', until}.
+WAIT_BEGIN = """
+local key, name, digest, now = KEYS[1], ARGV[1], ARGV[2], tonumber(ARGV[3])
+local field = 's:' .. name
+local held = redis.call('hget', key, 'digest')
+if held ~= digest then
+  if held then redis.call('del', key) end
+  redis.call('hset', key, 'digest', digest, 'jid', ARGV[5], 'class', ARGV[6], 'queue', ARGV[7],
+             'created_at', ARGV[3], 'seq', 0)
+end
+local meta = redis.call('hget', key, field)
+local m
+if meta then
+  m = cjson.decode(meta)
+  if m.state == 'done' then return {'done', redis.call('hget', key, 'r:' .. name) or 'null'} end
+  if m.state == 'timed_out' then return {'timed_out', tostring(m['until'])} end
+end
+if not m or m.state ~= 'waiting' then
+  local seq = m and m.seq or redis.call('hincrby', key, 'seq', 1)
+  m = {kind = ARGV[8], seq = seq, attempts = 1, state = 'waiting', started_at = now, ['until'] = tonumber(ARGV[9])}
+  if ARGV[10] ~= '' then m.event = ARGV[10] end
+end
+local answer
+local sent = m.event and redis.call('hget', key, 'e:' .. m.event)
+if sent then
+  redis.call('hdel', key, 'e:' .. m.event, 'waiting')
+  redis.call('hset', key, 'r:' .. name, sent)
+  m.state, m.ended_at = 'done', now
+  answer = {'done', sent}
+elseif now >= m['until'] then
+  m.ended_at = now
+  if m.event then
+    m.state = 'timed_out'
+    redis.call('hdel', key, 'waiting')
+    answer = {'timed_out', tostring(m['until'])}
+  else
+    m.state = 'done'
+    redis.call('hset', key, 'r:' .. name, 'null')
+    answer = {'done', 'null'}
+  end
+else
+  if m.event then redis.call('hset', key, 'waiting', m.event) end
+  answer = {'waiting', tostring(m['until'])}
+end
+redis.call('hset', key, field, cjson.encode(m))
+redis.call('pexpire', key, ARGV[4])
+return answer
+"""
+
+# EVENT_SEND (`events.send_event`): KEYS[1] the records. ARGV: event, payload JSON, now, ttl ms,
+# then digest, jid, class, queue of a job found without records ('' four times: the records must
+# exist). Keeps the event (`e:<event>`, a later one of the same name replaces it) for the job's
+# wait; {0, ''} when there are no records to keep it in, {1, parked entry} when the job is parked
+# waiting for this event (the caller moves that entry to its queue), else {1, ''}.
+EVENT_SEND = """
+local key = KEYS[1]
+if redis.call('exists', key) == 0 then
+  if ARGV[5] == '' then return {0, ''} end
+  redis.call('hset', key, 'digest', ARGV[5], 'jid', ARGV[6], 'class', ARGV[7], 'queue', ARGV[8],
+             'created_at', ARGV[3], 'seq', 0)
+end
+redis.call('hset', key, 'e:' .. ARGV[1], ARGV[2])
+redis.call('pexpire', key, ARGV[4])
+if redis.call('hget', key, 'waiting') == ARGV[1] then
+  return {1, redis.call('hget', key, 'parked') or ''}
+end
+return {1, ''}
 """

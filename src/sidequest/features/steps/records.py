@@ -46,6 +46,9 @@ class StepRecord:
     result: Any  # the recorded value (done), else None
     result_json: str | None  # as stored
     error: str | None  # a failed attempt's error, in a few words
+    kind: str = "step"  # step, or a durable wait: sleep, wait (for an event)
+    until: float | None = None  # a wait's time: when a sleep ends, when a wait for an event times out
+    event: str | None = None  # the event a wait waits for
 
     @property
     def duration(self) -> float | None:
@@ -61,7 +64,8 @@ class StepRecord:
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "state": self.state, "attempts": self.attempts, "seq": self.seq,
                 "started_at": self.started_at, "ended_at": self.ended_at, "duration": self.duration,
-                "result": self.result, "error": self.error}
+                "result": self.result, "error": self.error, "kind": self.kind, "until": self.until,
+                "event": self.event}
 
 
 @dataclass(frozen=True)
@@ -75,10 +79,16 @@ class JobSteps:
     digest: str
     steps: list[StepRecord]
 
+    @property
+    def waiting(self) -> StepRecord | None:
+        """The sleep or wait the job is parked on (state `waiting`), or None."""
+        return next((s for s in self.steps if s.state == "waiting"), None)
+
     def as_dict(self) -> dict[str, Any]:
         """`completed` as Rails 8.1's continuation names its done steps (`"continuation"` => `"completed"`)."""
         return {"jid": self.jid, "class": self.klass, "queue": self.queue, "created_at": self.created_at,
                 "completed": [s.name for s in self.steps if s.state == "done"],
+                "waiting": self.waiting.name if self.waiting is not None else None,
                 "steps": [s.as_dict() for s in self.steps]}
 
 
@@ -110,7 +120,9 @@ def _step(name: str, meta: str, result: str | None) -> StepRecord:
             value = None
     return StepRecord(name, str(m.get("state", "unknown")), int(m.get("attempts") or 0), int(m.get("seq") or 0),
                       _float(m.get("started_at")), _float(m.get("ended_at")), value, result,
-                      m.get("error") if isinstance(m.get("error"), str) else None)
+                      m.get("error") if isinstance(m.get("error"), str) else None,
+                      str(m.get("kind") or "step"), _float(m.get("until")),
+                      m.get("event") if isinstance(m.get("event"), str) else None)
 
 
 def _float(value: Any) -> float | None:
