@@ -803,3 +803,19 @@ def steps_poison(n):
     """Its second step kills its worker, every time."""
     sidequest.step("first", _step_body, n, "first")
     sidequest.step("pill", _step_body, n, "pill", None, True)
+
+
+# -- durable waits (tests/scenarios/test_waits.py) ------------------------------------------------
+@sidequest.job(name="WaitsApproval")
+def waits_approval(n):
+    """A step, then a wait for the event "approved"; records when it resumed past the wait."""
+    sidequest.step("asked", lambda: record("waits-asked", n, os.getpid()))
+    answer = sidequest.wait_for("approved", timeout=120)
+    record("waits-done", n, answer, os.getpid(), time.time())
+
+
+@sidequest.job(name="AsyncWaitsApproval")
+async def async_waits_approval(n):
+    await sidequest.astep("asked", lambda: record("waits-asked", n, os.getpid()))
+    answer = await sidequest.await_for("approved", timeout=120)
+    record("waits-done", n, answer, os.getpid(), time.time())

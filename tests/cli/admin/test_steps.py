@@ -33,3 +33,18 @@ def test_steps_of_a_job_without_records_is_one_line(cli):
     assert result.exit_code == 2
     assert result.output.strip().splitlines() == [
         f"Error: job {'0' * 24} has no recorded steps (it used none, or it has ended, which removes them)"]
+
+
+def test_steps_shows_a_job_waiting_for_an_event(cli, client, start, r, monkeypatch):
+    from features.steps.test_waits import approval
+
+    monkeypatch.setattr(sync_client, "_default", client)
+    start()
+    jid = approval.set(client=client).perform_async(60)
+    wait_until(lambda: r.zcard("schedule") == 1, 10, message="the job to wait")
+    table = ok(cli("steps", jid))
+    assert "waiting" in table and "for event 'approved' until" in table
+    shown = json.loads(ok(cli("steps", jid, "--json")))
+    assert shown["waiting"] == "approved"
+    assert [(s["name"], s["kind"], s["state"], s["event"]) for s in shown["steps"]] == [
+        ("asked", "step", "done", None), ("approved", "wait", "waiting", "approved")]

@@ -202,3 +202,50 @@ def test_wait_outside_a_job_and_bad_durations_say_so():
         sidequest.sleep(-1)
     with pytest.raises(sidequest.StepError, match="non-empty string"):
         sidequest.wait_for("")
+
+
+@sidequest.job(name="WaitGroupedUnique", group="tenant", group_concurrency=1, unique_for=60)
+def grouped_unique(n):
+    sidequest.wait_for("go", timeout=60)
+    note("grouped", n)
+
+
+def test_a_waiting_job_gives_back_its_group_slot_and_keeps_its_unique_claim(worker, client, r):
+    from sidequest.store import keys, lanes
+
+    lane = lanes.LaneKeys(keys.DEFAULT.lanes("default"))
+    worker()
+    jid = grouped_unique.set(client=client).perform_async(1)
+    wait_until(lambda: parked(r), 10, message="the job to wait")
+    wait_until(lambda: r.scard(lane.running("tenant")) == 0, 5, message="its group's slot given back")
+    assert r.keys("sidequest:unique:*")  # its claim is kept: a second push of it is refused
+    assert grouped_unique.set(client=client).perform_async(1) is None
+    assert grouped_unique.set(client=client).perform_async(2) is not None  # the group's slot is free
+    wait_until(lambda: r.zcard("schedule") == 2, 10, message="the second to wait beside it")
+    sidequest.send_event(jid, "go", client=client)
+    wait_until(lambda: ["grouped", 1] in log(r), 5, message="the first to resume")
+    wait_until(lambda: len(r.keys("sidequest:unique:*")) == 1, 5, message="its claim to end (the second's stays)")
+
+
+def test_the_durable_waits_snippets_run_as_written(worker, client, r):
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).parents[3] / "docs" / "durable-steps.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)[2:]
+    assert len(blocks) == 2
+    scopes = [{} for _ in blocks]
+    for block, scope in zip(blocks, scopes, strict=True):
+        exec(compile(block, "docs/durable-steps.md", "exec"), scope)
+    worker()
+    jid = scopes[0]["onboarding"].set(client=client).perform_async(7)
+    def waiting_for():
+        found = read_steps(r, jid)
+        return found is not None and found.waiting is not None and found.waiting.event
+
+    wait_until(lambda: waiting_for() == "approved", 10, message="the wait for the approval")
+    assert [(s.name, s.kind, s.state) for s in read_steps(r, jid).steps] == [
+        ("welcome", "step", "done"), ("sleep-1", "sleep", "done"), ("approved", "wait", "waiting")]
+    assert scopes[1]["approve"](jid) is True
+    wait_until(lambda: scopes[0]["ACCOUNTS"].get(7) == {"by": "ada"}, 5, message="the job to end")
+    assert int(r.get("stat:failed") or 0) == 0

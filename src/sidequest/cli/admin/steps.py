@@ -46,8 +46,13 @@ def steps(jid: str, reset: str | None, as_json: bool, redis_url: str | None) -> 
         render.emit_json(found.as_dict())
         return
     out = render.console()
-    out.print(render.facts([("job", jid), ("class", found.klass), ("queue", found.queue),
-                            ("first step", render.stamp(found.created_at))]))
+    facts = [("job", jid), ("class", found.klass), ("queue", found.queue),
+             ("first step", render.stamp(found.created_at))]
+    wait = found.waiting
+    if wait is not None:  # parked by a durable sleep or wait: no worker holds it
+        what = f"event {wait.event!r}" if wait.event else f"sleep {wait.name!r}"
+        facts.append(("waiting", f"for {what} until {render.stamp(wait.until)}"))
+    out.print(render.facts(facts))
     grid = render.table("#", "STEP", "STATE", "ATTEMPTS", "DURATION", "RESULT / ERROR", right=("#", "ATTEMPTS"))
     for index, record in enumerate(found.steps, 1):
         took = "-" if record.duration is None else f"{record.duration:.3f} s"
