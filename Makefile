@@ -20,7 +20,7 @@ FLOOR_PYTHON ?= python3.11
 # the locker: Astral's uv, for its universal resolution (one lock, each Python's versions by marker)
 UV := uv==0.13.9
 
-.PHONY: demo test test-model test-latest test-floor lock lint dist dist-check bench bench-quick bench-failover clean
+.PHONY: demo test test-model test-latest test-floor lock lint dist dist-check bench bench-quick bench-failover chaos clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -104,6 +104,9 @@ bench-quick: $(VENV)/.bench-installed  # sidequest vs Ruby Sidekiq, one short ro
 
 bench-failover: $(STAMP)  # a Sentinel and a Redis Cluster failover under load, with and without wait_replicas (about 2 minutes; BENCH_ARGS='--topology cluster' for one)
 	$(BIN)/python bench/failover.py $(BENCH_ARGS)
+
+chaos: $(STAMP)  # 200 checkouts with durable steps on 2 worker processes, 50 kill -9 (CHAOS_ARGS='--runner asyncio'); never part of `make test`
+	$(BIN)/python bench/chaos_checkout.py $(CHAOS_ARGS)
 
 clean:
 	rm -rf $(VENV) .venv-latest .venv-floor build dist src/*.egg-info  # .sidequest holds the embedded Redis data: kept

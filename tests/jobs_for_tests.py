@@ -764,3 +764,57 @@ def kw_fn_hooks(user_id, *, template="welcome"):
 def kw_echo(*args, **kwargs):
     """Same wire name as the Ruby job in tests/ruby/jobs.rb, which records what Ruby passes to perform."""
     record("kw-echo", list(args), kwargs)
+
+
+# -- durable steps (tests/scenarios/test_steps_crash.py) -------------------------------------------
+def _step_body(n, name, gate=None, kill=False):
+    """A step's body: records ("step-start"|"step-end", n, name, pid, attempt); with `gate`, it
+    waits for that key (the test kills the worker meanwhile); with `kill`, it kills its process."""
+    current = sidequest.current_step()
+    record("step-start", n, name, os.getpid(), current.attempt)
+    if kill:
+        os.kill(os.getpid(), 9)
+    if gate:
+        _wait_for(gate, limit=60.0)
+    record("step-end", n, name, os.getpid(), current.attempt)
+    return {"n": n, "step": name, "key": current.idempotency_key}
+
+
+@sidequest.job(name="StepsOrder")
+def steps_order(n, gate_step=None, gate=None):
+    """Three steps; `gate_step`'s body waits for the key `gate`."""
+    keys = [sidequest.step(name, _step_body, n, name, gate if name == gate_step else None)["key"]
+            for name in ("charge", "receipt", "crm")]
+    record("steps-done", n, os.getpid(), keys)
+
+
+@sidequest.job(name="AsyncStepsOrder")
+async def async_steps_order(n, gate_step=None, gate=None):
+    async def body(name):
+        return await asyncio.to_thread(_step_body, n, name, gate if name == gate_step else None)
+
+    keys = [(await sidequest.astep(name, body, name))["key"] for name in ("charge", "receipt", "crm")]
+    record("steps-done", n, os.getpid(), keys)
+
+
+@sidequest.job(name="StepsPoison")
+def steps_poison(n):
+    """Its second step kills its worker, every time."""
+    sidequest.step("first", _step_body, n, "first")
+    sidequest.step("pill", _step_body, n, "pill", None, True)
+
+
+# -- durable waits (tests/scenarios/test_waits.py) ------------------------------------------------
+@sidequest.job(name="WaitsApproval")
+def waits_approval(n):
+    """A step, then a wait for the event "approved"; records when it resumed past the wait."""
+    sidequest.step("asked", lambda: record("waits-asked", n, os.getpid()))
+    answer = sidequest.wait_for("approved", timeout=120)
+    record("waits-done", n, answer, os.getpid(), time.time())
+
+
+@sidequest.job(name="AsyncWaitsApproval")
+async def async_waits_approval(n):
+    await sidequest.astep("asked", lambda: record("waits-asked", n, os.getpid()))
+    answer = await sidequest.await_for("approved", timeout=120)
+    record("waits-done", n, answer, os.getpid(), time.time())

@@ -55,7 +55,8 @@ JOB_DEFINITION_PUSHES = frozenset({
 
 # The push carries three features in its own MULTI: a unique job's claim (`unique.PUSH_UNIQUE`), a
 # debounced or throttled job's record (`flow`, in the same script call) and a result_ttl job's status
-# record; `AsyncClient.status`/`result` read the record back. They go
+# record; `AsyncClient.status`/`result` read the record back, and `AsyncClient.send_event` sends the
+# durable waits' event query (`steps.events.send_query`), as `status` sends lookup's. They go
 # when the push takes its features from a registry, as the worker's lifecycle does.
 PUSH_NAMES_FEATURES = frozenset({
     ("client.push_plan", "features.unique"),
@@ -63,6 +64,7 @@ PUSH_NAMES_FEATURES = frozenset({
     ("client.sync_client", "features.flow"),
     ("client.sync_client", "features.results"),
     ("client.async_client", "features.lookup"),
+    ("client.async_client", "features.steps.events"),
 })
 
 # UNTIL fix/feat IS MERGED: the launcher wires the lifecycle features by name. Helper "feat"

@@ -61,6 +61,7 @@ from sidequest.config import Capsule, Config
 from sidequest.errors import (
     Cancelled,
     ConfigError,
+    EventError,
     JobArgumentError,
     JobDefinitionError,
     JobFailed,
@@ -71,11 +72,25 @@ from sidequest.errors import (
     RedisUnavailableError,
     Retry,
     SidequestError,
+    StepError,
+    Suspended,
     UnknownJobError,
+    WaitTimeout,
 )
 from sidequest.features import registry as _features  # noqa: F401  (fills the worker's lifecycle seam)
 from sidequest.features.cancellation import cancel, cancelled
 from sidequest.features.lookup import result, status
+from sidequest.features.steps import (
+    CurrentStep,
+    asleep,
+    astep,
+    await_for,
+    current_step,
+    send_event,
+    sleep,
+    step,
+    wait_for,
+)
 from sidequest.features.tasks import Task, task_message
 from sidequest.features.workflows import ChainResult, GroupResult, Signature, Workflow, chain, chord, group, workflow
 from sidequest.jobs import active_job as _active_job
@@ -143,6 +158,8 @@ __all__ = [
     "Config",
     "ConfigError",
     "CurrentJob",
+    "CurrentStep",
+    "EventError",
     "GroupResult",
     "IterableJob",
     "Job",
@@ -159,11 +176,17 @@ __all__ = [
     "Retry",
     "SidequestError",
     "Signature",
+    "StepError",
+    "Suspended",
     "Task",
     "UnknownJobError",
+    "WaitTimeout",
     "WorkerSetup",
     "Workflow",
     "aio",
+    "asleep",
+    "astep",
+    "await_for",
     "cancel",
     "cancelled",
     "chain",
@@ -171,6 +194,7 @@ __all__ = [
     "configure",
     "configure_worker",
     "current_job",
+    "current_step",
     "default_client",
     "default_registry",
     "group",
@@ -182,7 +206,11 @@ __all__ = [
     "push_active_job",
     "redis",
     "result",
+    "send_event",
+    "sleep",
     "status",
+    "step",
     "task_message",
+    "wait_for",
     "workflow",
 ]

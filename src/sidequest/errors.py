@@ -14,7 +14,13 @@
     ├── OverLimit                control: a rate limit is full; the job is snoozed, not failed (limiter)
     ├── Cancelled                control: the job was cancelled; it ends as cancelled, not failed
     ├── Retry                    control: the job asks to run again in `in_` seconds (retry set, no back-off)
+    ├── StepError                a durable step misused: outside a job, a name twice in a run, a result too large
+    ├── WaitTimeout              a durable wait (`wait_for`) saw no event within its timeout (also TimeoutError)
+    ├── EventError               send_event found no job of that jid (also LookupError)
     └── NoResultError            result(jid) has nothing to give: unknown, no result_ttl, not JSON (also LookupError)
+
+    Suspended (a BaseException)  control: a durable sleep or wait ends the run here; the job resumes later.
+                                 Not an Exception, so a job's `except Exception:` cannot swallow it.
 """
 
 from __future__ import annotations
@@ -128,6 +134,41 @@ class Retry(SidequestError):
         self.seconds = float(seconds)
         self.exc = exc
         super().__init__(f"retry requested in {self.seconds:g} s" + (f" ({type(exc).__name__}: {exc})" if exc else ""))
+
+
+class StepError(SidequestError):
+    """A durable step (`sidequest.step`) was misused: called outside a job, its name used twice in
+    one run of the job, or its result is not native JSON or over the size limit. Raised in the
+    job, it fails the job as any exception does (retried; the step was not recorded)."""
+
+
+class WaitTimeout(SidequestError, TimeoutError):
+    """Raised in a job at `sidequest.wait_for(name, timeout=...)` when the timeout passed without
+    the event: the job resumed at the timeout. Recorded: every later run of the job raises it
+    again at that call (reset the step with `sidequest steps JID --reset NAME` to wait anew)."""
+
+
+class EventError(SidequestError, LookupError):
+    """`sidequest.send_event(jid, ...)` found no job `jid`: none waits, runs, or is queued,
+    scheduled, retrying or dead with that jid (it never existed, or it has ended)."""
+
+
+class Suspended(BaseException):
+    """Control: a durable sleep or wait (`sidequest.sleep`, `sidequest.wait_for`) ends the run of the
+    job here; the worker parks the job in `schedule` until `until` (epoch seconds), without
+    spending a retry or counting a failure, and the next run resumes past the job's recorded steps.
+
+    A BaseException, as KeyboardInterrupt is, so that a job's own `except Exception:` cannot
+    swallow it: let it through (a bare `except:` or `except BaseException:` must raise it again).
+    """
+
+    def __init__(self, until: float, step: str, kind: str, event: str | None = None) -> None:
+        self.until = until
+        self.step = step  # the wait's record in the job's steps
+        self.kind = kind  # "sleep" or "wait"
+        self.event = event  # the event a "wait" waits for
+        what = f"event {event!r}" if event is not None else f"sleep {step!r}"
+        super().__init__(f"waiting for {what} until {until:.3f}")
 
 
 class NoResultError(SidequestError, LookupError):

@@ -25,8 +25,8 @@ ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts" / "scripts"
 
 # The features in a worker's scripts, in the order their operations run: as before the registry
 # (the workflow's operation reads the result the status operation wrote in the same call).
-WORKER_ORDER = ["task", "job_metrics", "cancel", "unique", "lanes", "flow", "status", "workflow"]
-OPERATOR_ORDER = ["task", "unique", "lanes", "flow", "status", "workflow"]  # no run to count, no flag to read
+WORKER_ORDER = ["task", "job_metrics", "cancel", "unique", "lanes", "flow", "status", "steps", "workflow"]
+OPERATOR_ORDER = ["task", "unique", "lanes", "flow", "status", "steps", "workflow"]  # no run to count, no flag to read
 
 # The points each script applies (docs/architecture.md, "The lifecycle seam").
 POINTS = {

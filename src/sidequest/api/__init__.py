@@ -43,6 +43,9 @@ are epoch seconds whether Sidekiq 6/7 (float seconds) or Sidekiq 8 (integer ms) 
                                        payload job) size find_work(jid)
     Load()                             queues (name -> QueueLoad: busy capacity) capsules (name ->
                                        CapsuleLoad: capacity busy {queue: n}) concurrency
+    job_steps(jid)                     JobSteps (klass queue steps: StepRecord name state attempts
+                                       duration result error) of a job's durable steps, or None
+    reset_steps(jid, name=None)        forget a step (or all): the job's next run runs it again
     Iteration                          find(jid) -> IterationState (cursor state executions items
                                        runtime per_item) or None; running() -> {jid: state}
     MetricsQuery()                     top_jobs(minutes, limit) for_job(name, minutes) ->
@@ -75,6 +78,7 @@ from sidequest.api.queues import Queue
 from sidequest.api.records import JobDict, JobRecord, SortedEntry
 from sidequest.api.sets import DeadSet, JobSet, RetrySet, ScheduledSet
 from sidequest.api.stats import History, QueueSummary, Stats, StatsDict
+from sidequest.api.steps import job_steps, reset_steps
 
 __all__ = [
     "CapsuleLoad",
@@ -108,9 +112,11 @@ __all__ = [
     "Workers",
     "flow_counts",
     "groups",
+    "job_steps",
     "lanes",
     "lanes_waiting",
     "pause_group",
     "reset_group",
+    "reset_steps",
     "resume_group",
 ]

@@ -79,7 +79,7 @@ When = float | datetime
 BulkAt = When | Sequence[When] | None
 
 __all__ = ["AsyncClient", "AsyncDirectRedis", "AsyncJobSetter", "default_client", "push", "redis", "result", "run",
-           "status"]
+           "send_event", "status"]
 
 
 def connect(url: str, direct: bool = False) -> aioredis.Redis:
@@ -314,6 +314,15 @@ class AsyncClient:
         return await run(result_query(jid, timeout, space=self.sync.keys), await self.connection())
 
 
+    async def send_event(self, jid: str, name: str, payload: Any = None) -> bool:
+        """`sidequest.send_event`, awaited: the same query (`steps.events.send_query`) on this loop."""
+        from sidequest.features.steps.events import encoded, send_query  # the steps load with their first use
+
+        query = send_query(jid, name, encoded(name, payload), self.sync.clock(), self.sync.keys,
+                           self.sync.config.sidekiq_version >= 8)
+        return await run(query, await self.connection())
+
+
 async def run(query: Query[T], connection: aioredis.Redis) -> T:
     """Run a lookup (see `lookup`) on redis.asyncio."""
     try:
@@ -421,6 +430,11 @@ async def push(job_name: str, args: list[Any], kwargs: Mapping[str, Any] | None 
 async def status(jid: str, *, queue: str | None = None) -> str:
     """`sidequest.status(jid)` without blocking the loop (see `lookup` for what it costs)."""
     return await default_client().status(jid, queue=queue)
+
+
+async def send_event(jid: str, name: str, payload: Any = None) -> bool:
+    """`sidequest.send_event(jid, name, payload)` without blocking the loop (see `steps.events`)."""
+    return await default_client().send_event(jid, name, payload)
 
 
 async def result(jid: str, timeout: float | None = 10.0) -> Any:

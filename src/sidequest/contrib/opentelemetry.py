@@ -38,7 +38,7 @@ from opentelemetry.metrics import Counter, Histogram, get_meter
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from sidequest import __version__
-from sidequest.errors import Cancelled, OverLimit
+from sidequest.errors import Cancelled, OverLimit, Suspended
 from sidequest.jobs.middleware import PROCESS_CLIENT, PROCESS_SERVER
 from sidequest.jobs.payload import display_name
 from sidequest.worker.outcome import error_class_name
@@ -57,7 +57,7 @@ ERROR_TYPE = "error.type"
 # the conventions' advice for messaging durations, in seconds
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
 # a job that stopped itself (rate limit, cancel) ended as designed: not an error
-CONTROL = (OverLimit, Cancelled)
+CONTROL = (OverLimit, Cancelled, Suspended)
 
 
 @dataclass(frozen=True)

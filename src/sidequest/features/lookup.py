@@ -1,7 +1,7 @@
 """A job's state and result by jid: `status(jid)` and `result(jid, timeout)`.
 
-    sidequest.status(jid)                 # 'queued' | 'scheduled' | 'running' | 'retry' | 'dead'
-                                          # | 'done' | 'cancelled' | 'unknown'
+    sidequest.status(jid)                 # 'queued' | 'scheduled' | 'waiting' | 'running' | 'retry'
+                                          # | 'dead' | 'done' | 'cancelled' | 'unknown'
     sidequest.result(jid, timeout=10)     # the return value; JobFailed if it ended dead
 
 Each lookup is written once, as a generator of Redis commands (`status_query`, `result_query`),
@@ -40,6 +40,7 @@ from sidequest.features.results import ENDED, STATES
 from sidequest.jobs.options import seconds_option
 from sidequest.jobs.payload import decode
 from sidequest.store import keys
+from sidequest.worker.outcome import WAITING
 
 if TYPE_CHECKING:
     from sidequest.client.sync_client import Client
@@ -97,7 +98,7 @@ def state_of(record: dict[str, bytes], now: float) -> str:
     """A record's state; a scheduled or retrying job whose time has passed is queued (the
     poller moves it with no lifecycle operation, see `results`)."""
     state = record.get("state", b"").decode()
-    if state in ("scheduled", "retry"):
+    if state in ("scheduled", "waiting", "retry"):
         try:
             due = float(record.get("at") or 0)
         except ValueError:
@@ -122,7 +123,7 @@ def search(jid: str, queue: str | None = None, space: keys.Keyspace = keys.DEFAU
     pattern = _pattern(jid)
     found = yield from _zscan(keys.SCHEDULE, pattern, jid)
     if found is not None:
-        return Found("scheduled", payload=found)
+        return Found(_scheduled(found), payload=found)
     names = yield from _queue_names(queue)
     for name in names:
         found = yield from _lscan(keys.queue(name), jid)
@@ -146,7 +147,7 @@ def _search_cluster(jid: str, queue: str | None, space: keys.Keyspace) -> Query[
     for name in names:
         found = yield from _zscan(space.schedule(name), pattern, jid)
         if found is not None:
-            return Found("scheduled", payload=found)
+            return Found(_scheduled(found), payload=found)
     for name in names:
         found = yield from _lscan(space.queue(name), jid)
         if found is not None:
@@ -162,6 +163,11 @@ def _search_cluster(jid: str, queue: str | None, space: keys.Keyspace) -> Query[
             if found is not None:
                 return Found(state, payload=found)
     return Found("unknown")
+
+
+def _scheduled(payload: dict[str, Any]) -> str:
+    """A job in `schedule`: waiting when a durable sleep or wait parked it there, else scheduled."""
+    return "waiting" if WAITING in payload else "scheduled"
 
 
 def _pattern(jid: str) -> str:
@@ -288,7 +294,7 @@ def _client(client: Client | None) -> Client:
 
 
 def status(jid: str, *, queue: str | None = None, client: Client | None = None) -> str:
-    """The state of job `jid`: queued, scheduled, running, retry, dead, done, cancelled or unknown.
+    """The state of job `jid`: queued, scheduled, waiting, running, retry, dead, done, cancelled or unknown.
 
     O(1) for a job pushed with `result_ttl`; any other job is searched for (see the module
     docstring for the cost), in `queue` only when given. A plain job that is done is unknown.

@@ -20,6 +20,7 @@ from sidequest.features.job_metrics import JobMetricsFeature
 from sidequest.features.lanes import LanesFeature
 from sidequest.features.periodic import PeriodicRegistry, PeriodicScheduler, default_periodic, entries_from_config
 from sidequest.features.results import StatusFeature
+from sidequest.features.steps.feature import StepsFeature
 from sidequest.features.tasks import TaskFeature, TaskRecorder
 from sidequest.features.unique import UniqueFeature
 from sidequest.features.workflows import WorkflowFeature
@@ -33,6 +34,11 @@ def _task(s: Setting) -> TaskFeature:
 
 def _metrics_flush(feature: Any) -> Flush:
     flush: Flush = feature.flush  # written with each heartbeat, in its MULTI
+    return flush
+
+
+def _steps_flush(feature: Any) -> Flush:
+    flush: Flush = feature.flush  # the step counts per job class, in the heartbeat's MULTI
     return flush
 
 
@@ -55,6 +61,8 @@ PLUGINS = (
     Plugin("lanes", feature=lambda s: LanesFeature(s.keys), operator=True),  # a laned job's end stages more
     Plugin("flow", feature=lambda s: FlowFeature(s.keys), operator=True),  # a debounced run ends its record
     Plugin("status", feature=lambda s: StatusFeature(s.clock, s.config.max_payload_size, s.keys), operator=True),
+    Plugin("steps", feature=lambda s: StepsFeature(s.keys, s.clock), operator=True,  # records leave with the job
+           flush=_steps_flush),
     Plugin("workflow", feature=lambda s: WorkflowFeature(s.keys), operator=True),  # after status: reads the results
     Plugin("periodic", service=_periodic),
 )

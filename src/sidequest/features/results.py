@@ -9,8 +9,8 @@
 
 This module writes the record; `lookup` reads it. The record is the hash `sidequest:status:<jid>`:
 
-    state          queued | scheduled | running | retry | dead | done | cancelled
-    at             when a scheduled or retrying job is due (epoch seconds)
+    state          queued | scheduled | waiting | running | retry | dead | done | cancelled
+    at             when a scheduled, waiting or retrying job is due (epoch seconds)
     result         the return value, as JSON (done)
     result_error   why the return value was not kept: not native JSON, or too large (done)
     error_class, error_message   the last failure (retry, dead)
@@ -40,11 +40,11 @@ from sidequest.errors import JobArgumentError
 from sidequest.jobs.options import seconds_option
 from sidequest.jobs.payload import check_json_value
 from sidequest.store import keys
-from sidequest.worker.outcome import Outcome, error_class_name
+from sidequest.worker.outcome import WAITING, Outcome, error_class_name
 
 log = logging.getLogger(__name__)
 
-STATES = ("queued", "scheduled", "running", "retry", "dead", "done", "cancelled", "unknown")
+STATES = ("queued", "scheduled", "waiting", "running", "retry", "dead", "done", "cancelled", "unknown")
 ENDED = ("done", "dead", "cancelled")
 # The state a job is in after each point of its life ('deleted' removes the record); see `lifecycle`.
 STATE_AT = {"taken": "running", "finished": "done", "retried": "retry", "dead": "dead", "dropped": "dead",
@@ -111,13 +111,15 @@ class StatusFeature:
         if keep is None or not isinstance(jid, str):
             return None
         state = STATE_AT.get(point)
+        if point == "snoozed" and WAITING in payload:  # parked by a durable sleep or wait
+            state = "waiting"
         if point == "recovered":
             state = "dead" if outcome is not None and outcome.kind == "dead" else "queued"
         if state is None:
             return None
         now = self.clock()
         fields: list[Any] = []
-        if state in ("scheduled", "retry") and outcome is not None and outcome.at is not None:
+        if state in ("scheduled", "waiting", "retry") and outcome is not None and outcome.at is not None:
             fields += ["at", repr(outcome.at)]
             keep += max(outcome.at - now, 0.0)
         if state in ("retry", "dead"):

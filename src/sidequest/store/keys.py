@@ -54,6 +54,9 @@ sidequest's own keys live under the `sidequest:` prefix so Ruby Sidekiq never tr
     sidequest:workflows             zset of workflow ids by creation time: the recent workflows
     sidequest:iteration:<jid>       hash of an iterable job's progress: cursor (JSON), state,
                                     executions, items, runtime, class, updated_at (see `iteration`)
+    sidequest:steps:<jid>           hash of a job's durable steps: digest (of its class and args),
+                                    jid, class, queue, created_at, seq, and per step `s:<name>`
+                                    (JSON: state, attempts, times) and `r:<name>` (its result, JSON)
 
 How long each key lives, and which are meant to stay: `lifetimes`.
 
@@ -209,6 +212,16 @@ ITERATION_TTL = 30 * 24 * 3600  # seconds a paused iteration keeps its cursor (S
 ITERATION_DONE_TTL = 24 * 3600  # seconds a completed or cancelled one stays readable
 
 
+# -- steps: the recorded steps of a job (`sidequest.step`), kept by its jid (the digest of its
+# class and arguments is inside, so a re-push of the jid with other arguments starts fresh).
+def steps(jid: str) -> str:
+    """The step records of job `jid` on one Redis (see `features.steps`)."""
+    return f"{PREFIX}:steps:{jid}"
+
+
+STEPS_TTL = 180 * 24 * 3600  # seconds after its last write: the last resort (Sidekiq's dead_timeout, 6 months)
+
+
 # -- tasks: `sidequest:task:<id>` hash (name, meta, counts, callbacks), `...:events` hash
 # (jid -> event JSON), `...:order` zset of every jid by position, `...:status:<s>` zsets of jids
 # by status (for filtered, paged event lists). All expire together: task_ttl after the task's last
@@ -291,6 +304,7 @@ def workflow_keys(workflow_id: str) -> list[str]:
 #     sidequest:periodic:{<q>}:<entry id>    a periodic entry's claimed ticks (`last`), expiring as
 #                                            its record does
 #     sidequest:status:{<q>}:<jid>[:notify]  a `result_ttl` job's record, beside the job
+#     sidequest:steps:{<q>}:<jid>            a job's step records (`sidequest.step`), beside the job
 #     sidequest:task:{<q>}<id>[:...]         a task (its id begins with its queue's hash tag)
 #
 # A queue named `{<group>}<name>` (no ':' after the tag) keeps its name as it is, so the queues of
@@ -357,6 +371,9 @@ class Keyspace:
 
     def status_notify(self, jid: str, queue: str) -> str:
         return status_notify(jid)
+
+    def steps(self, jid: str, queue: str) -> str:
+        return steps(jid)
 
 
 class ClusterKeyspace(Keyspace):
@@ -436,6 +453,11 @@ class ClusterKeyspace(Keyspace):
 
     def status_notify(self, jid: str, queue: str) -> str:
         return f"{PREFIX}:status:{self.slot_tag(queue)}:{jid}:notify"
+
+    def steps(self, jid: str, queue: str) -> str:
+        """A job's step records, in its queue's (group's) slot: a retry into another queue of the
+        group finds them; a `retry_queue` in another slot does not (see docs/durable-steps.md)."""
+        return f"{PREFIX}:steps:{self.slot_tag(queue)}:{jid}"
 
 
 def lanes_base(name: str) -> str:

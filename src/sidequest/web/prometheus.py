@@ -12,6 +12,8 @@ official client library (`prometheus_client`), every name `sidequest_`.
     sidequest_job_processed_total{job}, sidequest_job_failed_total{job},
     sidequest_job_runtime_seconds_total{job}, sidequest_job_expired_total{job}
     sidequest_job_debounced_total{job}, sidequest_job_throttled_total{job}   all time (`api.flow_counts`)
+    sidequest_job_steps_total{job,outcome}, sidequest_job_step_seconds_total{job}   durable steps (`features.steps`):
+                                                          outcome ran, failed or replayed; never by step name
 
 Per-job counts exist in Redis only per minute, kept 72 hours (see `sidequest.features.job_metrics`): a sum
 over them would fall as old minutes expire, which Prometheus reads as counter resets. So each
@@ -34,6 +36,8 @@ from starlette.routing import Route
 
 from sidequest.api import Load, MetricsQuery, Stats, flow_counts, lanes_waiting
 from sidequest.client.sync_client import Client
+from sidequest.features.job_metrics import window
+from sidequest.features.steps.observer import read_minutes
 
 RECENT_MINUTES = 10
 
@@ -70,10 +74,38 @@ class JobCounters:
             return {name: list(values) for name, values in self.totals.items()}
 
 
+class StepCounters:
+    """Monotonic step counters per job class, grown by what each scrape finds new in the recent
+    minutes (as `JobCounters`)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._seen: dict[str, dict[str, tuple[int, int, int, float]]] = {}  # minute -> job -> counted so far
+        self.totals: dict[str, list[float]] = {}  # job -> [ran, failed, replayed, seconds]
+
+    def update(self, client: Client) -> dict[str, list[float]]:
+        minutes = window(client.clock(), RECENT_MINUTES)
+        found = read_minutes(client.redis, minutes)
+        with self._lock:
+            for minute, jobs in found.items():
+                seen = self._seen.setdefault(minute, {})
+                for name, tally in jobs.items():
+                    now = (tally.ran, tally.failed, tally.replayed, tally.seconds)
+                    before = seen.get(name, (0, 0, 0, 0.0))
+                    totals = self.totals.setdefault(name, [0, 0, 0, 0.0])
+                    for index in range(4):
+                        totals[index] += max(now[index] - before[index], 0)
+                    seen[name] = tuple(max(a, b) for a, b in zip(now, before, strict=True))  # type: ignore[assignment]
+            for minute in [m for m in self._seen if m < minutes[0]]:
+                del self._seen[minute]
+            return {name: list(values) for name, values in self.totals.items()}
+
+
 class SidequestCollector(Collector):
-    def __init__(self, client: Client, counters: JobCounters) -> None:
+    def __init__(self, client: Client, counters: JobCounters, steps: StepCounters | None = None) -> None:
         self.client = client
         self.counters = counters
+        self.steps = steps or StepCounters()
 
     def collect(self) -> Iterator[Metric]:
         stats = Stats(self.client)
@@ -130,7 +162,23 @@ class SidequestCollector(Collector):
         yield fails
         yield seconds
         yield expired
+        yield from _steps(self.steps.update(self.client))
         yield from _flow(self.client)
+
+
+def _steps(jobs: dict[str, list[float]]) -> Iterator[Metric]:
+    steps = CounterMetricFamily("sidequest_job_steps", "Durable steps of the job: bodies that ran, of which "
+                                "failed, and steps replayed from their record, counted since this exporter "
+                                "started.", labels=["job", "outcome"])
+    seconds = CounterMetricFamily("sidequest_job_step_seconds", "Seconds in the job's step bodies, counted "
+                                  "since this exporter started.", labels=["job"])
+    for name in sorted(jobs):
+        ran, failed, replayed, spent = jobs[name]
+        for outcome, value in (("ran", ran), ("failed", failed), ("replayed", replayed)):
+            steps.add_metric([name, outcome], value)
+        seconds.add_metric([name], spent)
+    yield steps
+    yield seconds
 
 
 def _load(load: Load) -> Iterator[Metric]:

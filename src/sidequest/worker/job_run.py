@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from sidequest.config import Config
-from sidequest.errors import Cancelled, OverLimit, PayloadError, Retry, UnknownJobError
+from sidequest.errors import Cancelled, OverLimit, PayloadError, Retry, Suspended, UnknownJobError
 from sidequest.jobs.active_job import job_name
 from sidequest.jobs.payload import call_arguments, decode, display_name, overdue, trace_id
 from sidequest.jobs.registry import Registry
@@ -236,6 +236,8 @@ class JobRun:
     def failed(self, unit: UnitOfWork, payload: dict[str, Any], job: Any, exc: BaseException,
                started: float) -> Outcome:
         """The outcome of a run that raised `exc` (logged here, in the job's log context)."""
+        if isinstance(exc, Suspended):  # a durable sleep or wait: parked until its time, nothing spent
+            return dataclasses.replace(self._park(unit, exc), elapsed=time.monotonic() - started)
         if isinstance(exc, (OverLimit, Cancelled)):  # the job stopped itself: not a failure, no retry spent
             return dataclasses.replace(self._control(unit, payload, exc), elapsed=time.monotonic() - started)
         if isinstance(exc, Retry):  # the job asked to run again: a failure only once no retry is left
@@ -275,6 +277,16 @@ class JobRun:
             log.exception("could not snooze a job; filing it in the dead set")
             return invalid(unit.raw, unit.queue, error_class_name(bug), f"{error_class_name(exc)}: {exc}")
         log.info("snoozed: %s; again in %.1f s", exc, (outcome.at or 0.0) - self.rt.retrier.clock())
+        return outcome
+
+    def _park(self, unit: UnitOfWork, signal: Suspended) -> Outcome:
+        """A durable sleep or wait: the job to `schedule` until its time (`Retrier.suspend`)."""
+        try:
+            outcome = self.rt.retrier.suspend(decode(unit.raw), unit.raw, unit.queue, signal)
+        except Exception as bug:  # a fault outside the job's code must not decide its fate twice
+            log.exception("could not park a job; filing it in the dead set")
+            return invalid(unit.raw, unit.queue, error_class_name(bug), f"{error_class_name(signal)}: {signal}")
+        log.info("%s; parked for %.1f s", signal, signal.until - self.rt.retrier.clock())
         return outcome
 
     # -- applying it -----------------------------------------------------------------------------

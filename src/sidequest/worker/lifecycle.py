@@ -65,6 +65,7 @@ class Feature(Protocol):
     name: str  # the key of its function in the scripts' FEATURES table
     lua: str  # Lua defining FEATURES[name] = function(point, now, args) ... end
     marks: frozenset[str] | None  # payload keys without which `ops` is None (None: any payload may have ops)
+    # optional `always_at: frozenset[str]`: points where `ops` is asked even without a mark (see `Lifecycle`)
 
     def ops(self, point: str, payload: dict[str, Any], outcome: Outcome | None) -> list[Any] | None:
         """The arguments of this feature's operation for `payload` at `point`, or None."""
@@ -90,17 +91,29 @@ class Lifecycle:
             own = getattr(feature, "marks", None)  # a feature without marks is asked about every payload
             marks = None if marks is None or own is None else marks | own
         self.marks = marks
+        # point -> the features asked there whatever the payload holds (`always_at`): a feature
+        # whose mark a job gains while it runs (steps) is asked at the rarer ends and at an
+        # operator's delete, where the stored payload cannot carry that mark
+        self._always: dict[str, list[Feature]] = {}
+        for feature in self.features:
+            for point in getattr(feature, "always_at", ()):
+                self._always.setdefault(point, []).append(feature)
         # only the features whose hooks do something are asked on every job's path
         self._observers = [f for f in self.features if getattr(f, "observes", True)]
         self._wrappers = [f for f in self.features if getattr(f, "wraps", True)]
 
     def ops(self, point: str, payload: dict[str, Any] | None, outcome: Outcome | None = None) -> list[Any]:
         """The script arguments for every feature's operation at `point`: `n, (name, k, args...)*`."""
-        if payload is None or not self.features or (self.marks is not None and self.marks.isdisjoint(payload)):
+        if payload is None or not self.features:
             return [0]
+        features = self.features
+        if self.marks is not None and self.marks.isdisjoint(payload):
+            if point not in self._always:  # most jobs at every point: no feature asked
+                return [0]
+            features = self._always[point]
         flat: list[Any] = []
         count = 0
-        for feature in self.features:
+        for feature in features:
             args = feature.ops(point, payload, outcome)
             if args is not None:
                 flat += [feature.name, len(args), *args]

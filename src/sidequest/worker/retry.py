@@ -39,10 +39,10 @@ from collections.abc import Callable
 from typing import Any
 
 from sidequest.config import Config
-from sidequest.errors import JobFailed, Retry
+from sidequest.errors import JobFailed, Retry, Suspended
 from sidequest.jobs.definition import Job
 from sidequest.jobs.payload import NO_KWARGS, call_arguments, display_name, encode, in_millis, stamp
-from sidequest.worker.outcome import Kind, Outcome, error_class_name, invalid
+from sidequest.worker.outcome import WAITING, Kind, Outcome, error_class_name, invalid
 
 log = logging.getLogger(__name__)
 
@@ -160,6 +160,7 @@ class Retrier:
         payload["error_class"] = error_class_name(cause)
         payload.pop("recovery_count", None)  # it ran to an end: it does not kill its process
         payload.pop("snoozed", None)  # it got past its rate limits: a later snooze starts short again
+        payload.pop(WAITING, None)  # it waits in `retry` now, not for an event
         if isinstance(payload.get("retry_count"), int) and not isinstance(payload["retry_count"], bool):
             payload["retried_at"] = failed
             payload["retry_count"] += 1
@@ -199,12 +200,30 @@ class Retrier:
             delay = min(2.0 ** min(count, 16) + self.rng.random(), MAX_SNOOZE)
         payload["snoozed"] = count + 1
         payload.pop("recovery_count", None)  # it ran to a controlled end: it does not kill its process
+        payload.pop(WAITING, None)
         try:
             blob = encode(payload)
         except (ValueError, TypeError, RecursionError) as encode_error:
             return invalid(raw, queue, error_class_name(encode_error),
                            f"the job was snoozed and its payload cannot be written back as JSON: {encode_error}", now)
         return Outcome("snoozed", blob, now + delay, payload, reason=f"snoozed {count + 1} time(s)")
+
+    def suspend(self, payload: dict[str, Any], raw: bytes, queue: str, signal: Suspended) -> Outcome:
+        """The outcome of a durable sleep or wait (`Suspended`): parked in `schedule` until its
+        time, marked `WAITING`, with `retry_count`, `snoozed` and `recovery_count` as they were: a
+        wait spends no retry, and a job that kills its worker stays bounded by `max_recoveries`
+        across its waits (its count is not reset by a controlled end, as a snooze's is)."""
+        mark = {"kind": signal.kind, "step": signal.step, "until": signal.until}
+        if signal.event is not None:
+            mark["event"] = signal.event
+        payload[WAITING] = mark
+        try:
+            blob = encode(payload)
+        except (ValueError, TypeError, RecursionError) as encode_error:
+            return invalid(raw, queue, error_class_name(encode_error),
+                           f"the job was parked and its payload cannot be written back as JSON: {encode_error}",
+                           self.clock())
+        return Outcome("snoozed", blob, signal.until, payload, reason="waiting")
 
     def fate(self, outcome: Outcome) -> str:
         """A failed job's outcome in a few words, for its log line."""

@@ -39,14 +39,14 @@ from sentry_sdk.integrations import Integration
 from sentry_sdk.utils import capture_internal_exceptions
 
 from sidequest.contrib.sentry import tracing
-from sidequest.errors import Cancelled, JobFailed, OverLimit
+from sidequest.errors import Cancelled, JobFailed, OverLimit, Suspended
 from sidequest.jobs.middleware import PROCESS_CLIENT, PROCESS_SERVER
 from sidequest.jobs.payload import display_name, epoch
 from sidequest.worker.launcher import WorkerSetup, configure_worker
 
 HEADERS = "trace_propagation_headers"  # the payload key sentry-ruby's Sidekiq middleware writes
 SYSTEM = "sidekiq"  # the queues and wire format are Sidekiq's (as in `contrib.opentelemetry`)
-CONTROL = (OverLimit, Cancelled)  # a job that stopped itself ended as designed: not an error
+CONTROL = (OverLimit, Cancelled, Suspended)  # a job that stopped itself ended as designed: not an error
 DEFAULT_MAX_RETRIES = 25  # `Config.max_retries`' default, for workers that did not say otherwise
 _worker_max_retries: int | None = None  # the running `sidequest worker`'s, set by its hook
 FILTERED = "[Filtered]"  # what Sentry's own integrations send in place of data it may not have

@@ -40,6 +40,16 @@ SETS = (keys.RETRY, keys.SCHEDULE)
 BATCH = 100
 
 
+def due_entry(payload: dict[str, Any], now: float, millis: bool, space: keys.Keyspace,
+              queue: str) -> tuple[bytes, tuple[Any, ...] | None]:
+    """A due job as it enters `queue` (ENQUEUE_DUE's job and lane arguments): no `at`, a fresh
+    `enqueued_at`, its lane if it has one. The poller's rule, which `send_event` follows too when
+    it moves a parked job at once."""
+    payload.pop("at", None)
+    payload["enqueued_at"] = stamp(now, millis or in_millis(payload))
+    return encode(payload).encode("utf-8"), lanes.route(payload, space, queue)
+
+
 class Poller:
     def __init__(self, config: Config, client: redis.Redis, clock: Callable[[], float] = time.time,
                  rng: random.Random | None = None) -> None:
@@ -128,10 +138,8 @@ class Poller:
             log.error("due entry in %r is not a job (%s); queueing it unchanged", sorted_set, exc)
             queue, blob, lane = "default", raw, None
         else:
-            payload.pop("at", None)
-            payload["enqueued_at"] = stamp(now, self.config.sidekiq_version >= 8 or in_millis(payload))
-            blob = encode(payload).encode("utf-8")
-            lane = lanes.route(payload, self.scripts.keys, queue if owner is None else self._target(queue, owner))
+            blob, lane = due_entry(payload, now, self.config.sidekiq_version >= 8, self.scripts.keys,
+                                   queue if owner is None else self._target(queue, owner))
         if owner is not None:  # Cluster mode: to its queue if in the set's slot (a retry_queue of its group)
             target = self._target(queue, owner)
             if target != owner:
