@@ -7,8 +7,9 @@
     app = Starlette(routes=[Mount("/sidequest", create_app(read_only=True))])
 
 Routes, under the mount point: the pages `/`, `/busy`, `/queues`, `/queues/<name>`, `/retries`,
-`/scheduled`, `/dead` (each with `/<key>` for one job), `/job-metrics`, `/tasks`, `/tasks/<id>`,
-`/workflows`, `/workflows/<id>`, `/periodic`, and on a Redis Cluster `/cluster`;
+`/scheduled`, `/dead` (each with `/<key>` for one job), `/jobs/<jid>` (one job, wherever it is),
+`/job-metrics`, `/tasks`, `/tasks/<id>`, `/workflows`, `/workflows/<id>`, `/periodic`, and on a
+Redis Cluster `/cluster`;
 `/api/stats` (what the pages poll), the tasks JSON API (`/tasks/<id>` for non-HTML clients,
 `/api/tasks/<id>`), `/metrics` for Prometheus, `/health` for probes, `/static/...`. Every state
 change is a POST with a CSRF token, guarded by `security.Guard`, which also does basic auth, the
@@ -33,7 +34,7 @@ from sidequest.errors import RedisUnavailableError
 from sidequest.store.connection import mask_url
 from sidequest.web import health, outage, prometheus
 from sidequest.web.hosts import HostCheck
-from sidequest.web.pages import busy, cluster, dashboard, job_metrics, periodic, queues, sets, tasks, workflows
+from sidequest.web.pages import busy, cluster, dashboard, job, job_metrics, periodic, queues, sets, tasks, workflows
 from sidequest.web.render import Renderer
 from sidequest.web.security import AuthHook, Guard
 from sidequest.web.site import Site
@@ -69,6 +70,7 @@ def create_app(client: Client | None = None, *, auth: AuthHook | None = None,
         *busy.routes(site),
         *queues.routes(site),
         *sets.routes(site),
+        *job.routes(site),
         *job_metrics.routes(site),
         *tasks.routes(site),
         *workflows.routes(site),

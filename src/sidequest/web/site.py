@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
@@ -43,6 +43,11 @@ def nav_counts(stats: Stats) -> dict[str, int]:
         "enqueued": stats.enqueued, "retries": stats.retry_size, "scheduled": stats.scheduled_size,
         "dead": stats.dead_size, "processes": stats.processes_size,
     }
+
+
+def job_path(jid: str) -> str:
+    """The job page's path (under the mount point) of `jid`: every page that lists a job links there."""
+    return "/jobs/" + quote(jid, safe="")
 
 
 def form(request: Request) -> dict[str, list[str]]:

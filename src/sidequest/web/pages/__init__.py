@@ -4,6 +4,7 @@
     busy         `/busy`: the processes and the jobs running
     queues       `/queues`, `/queues/<name>`
     sets         `/retries`, `/scheduled`, `/dead`
+    job          `/jobs/<jid>`: one job wherever it is, and its durable steps (found by `whereabouts`)
     job_metrics  `/job-metrics`
     tasks        `/tasks`, `/tasks/<id>` (and the tasks JSON API for non-HTML clients)
     workflows    `/workflows`, `/workflows/<id>`

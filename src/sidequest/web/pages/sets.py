@@ -21,7 +21,7 @@ from sidequest.api import DeadSet, JobSet, RetrySet, ScheduledSet, SortedEntry
 from sidequest.client.sync_client import Client
 from sidequest.errors import PayloadError
 from sidequest.web.render import back
-from sidequest.web.site import PER_PAGE, Site, field, form, pager
+from sidequest.web.site import PER_PAGE, Site, field, form, job_path, pager
 from sidequest.worker.retry import retry_limit
 
 FILTER_CAP = 1000
@@ -115,6 +115,8 @@ def routes(site: Site) -> list[Route]:
             action = field(request, "do")
             q, by, chosen = _filter(lambda n: field(request, n))
             listing_path = kind.path + (("?" + urlencode({"q": q, "by": by})) if q else "")
+            if field(request, "job"):  # posted from the job page: back there
+                listing_path = job_path(field(request, "job"))
             verb = action.removesuffix("_all")
             if action in kind.every:
                 moved = getattr(jobs, kind.every[action])(**chosen)
