@@ -44,6 +44,20 @@ def test_a_slot_whose_job_is_nowhere_comes_back_after_two_passes_a_grace_apart(c
     assert first.encode() not in r.smembers(LANE.running("g"))
 
 
+def test_a_pass_over_other_queues_keeps_what_was_found_missing_in_this_one(client, r):
+    """Recovery looks at other workers' queues a page a pass: a queue's missing jids wait for its
+    next pass, whatever passes over other queues came between."""
+    client.push(echo, [1], group="g", group_concurrency=1)
+    assert r.rpop(keys.queue("default"))  # a Ruby worker took it
+    clock = Clock()
+    slots = reconciler(r, clock)
+    assert slots.run(["default"]) == 0
+    clock.now += 5
+    assert slots.run(["elsewhere"]) == 0
+    clock.now += 5
+    assert slots.run(["default"]) == 1
+
+
 def test_a_slot_is_kept_while_its_job_is_queued_reserved_or_running_anywhere(client, r):
     jids = [client.push(echo, [n], group="g") for n in range(6)]
     raws = {json.loads(raw)["jid"]: raw for raw in r.lrange(keys.queue("default"), 0, -1)}
@@ -93,3 +107,17 @@ def test_a_worker_gives_back_the_slot_of_a_job_a_ruby_worker_ran(client, r, star
     wait_until(lambda: len([x for x in r.lrange("test:ran", 0, -1) if b"echo" in x]) == 2, timeout=30,
                message="the group's other jobs, once its slot came back")
     assert taken["group"] == "g" and r.smembers(LANE.running("g")) == set()
+
+
+def test_a_worker_heals_the_slots_of_a_queue_it_does_not_listen_on(client, r, start):
+    """A queue only Ruby workers take from: a sidequest worker on other queues gives its slots back
+    too (its recovery looks at the `queues` set a page a pass)."""
+    for n in range(2):
+        client.push(echo, [n], queue="ruby-only", group="g", group_concurrency=1)
+    ruby_lane = lanes.LaneKeys(keys.DEFAULT.lanes("ruby-only"))
+    taken = json.loads(r.rpop(keys.queue("ruby-only")))  # a Ruby worker took it and ran it
+    assert r.smembers(ruby_lane.running("g")) == {taken["jid"].encode()}
+    start(concurrency=1, recovery_interval=0.3)  # listens on `default` only
+    wait_until(lambda: r.llen(keys.queue("ruby-only")) == 1, timeout=30,
+               message="the group's next job staged, once the slot of the one Ruby ran came back")
+    assert r.smembers(ruby_lane.running("g")) != {taken["jid"].encode()}

@@ -54,17 +54,22 @@ class SlotReconciler:
         self.release = client.register_script(RELEASE_SLOTS)
 
     def run(self, queues: Iterable[str]) -> int:
-        """One pass over `queues`; how many slots were given back."""
-        held = self.held(queues)
+        """One pass over `queues`; how many slots were given back. What was found missing in
+        other queues is kept for their next pass (a caller may look at some queues in turn)."""
+        looked = set(queues)
+        elsewhere = {key: first for key, first in self.missing.items() if key[0] not in looked}
+        held = self.held(sorted(looked))
         if not held:
-            self.missing.clear()
+            self.missing = elsewhere
             return 0
-        queues = sorted({queue for queue, _ in held})
+        holding = sorted({queue for queue, _ in held})
         seen: set[str] = set()
-        for queue in queues:  # first the queues, then where their jobs go: a job moving meanwhile is seen
+        for queue in holding:  # first the queues, then where their jobs go: a job moving meanwhile is seen
             seen |= self.queued_jids(queue, {jid for (q, _), jids in held.items() if q == queue for jid in jids})
-        seen |= self.reserved_jids(queues) | self.working_jids()
-        return self._give_back(held, seen)
+        seen |= self.reserved_jids(holding) | self.working_jids()
+        released = self._give_back(held, seen)
+        self.missing.update(elsewhere)
+        return released
 
     def held(self, queues: Iterable[str]) -> Held:
         """The jids holding a slot, per queue and group: two round trips per queue."""

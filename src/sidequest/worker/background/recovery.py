@@ -49,6 +49,7 @@ from sidequest.worker.outcome import Outcome, invalid
 log = logging.getLogger(__name__)
 
 LIMIT_ERROR = "sidequest.RecoveryLimitExceeded"
+OTHER_QUEUES = 20  # queues of other workers whose group slots a pass looks at (SSCAN's COUNT hint)
 
 
 def lock_ttl_ms(config: Config) -> int:
@@ -70,6 +71,7 @@ class Recovery:
         self.lifecycle = lifecycle or Lifecycle()
         self.clock = clock
         self.slots = SlotReconciler(client, grace_of(config.heartbeat_interval))  # group slots that heal
+        self._queues_cursor = 0  # where the last pass's page of the `queues` set ended
         # a pass every recovery_interval; a Redis error is logged once until a pass succeeds
         self.background = Background("sidequest-recovery", self._pass, what="orphan recovery",
                                      retry=config.recovery_interval, outage=(redis.RedisError, OSError), loud=True)
@@ -106,12 +108,21 @@ class Recovery:
         return moved
 
     def _heal_slots(self) -> None:
-        """Give back the group slots of this worker's queues whose job is nowhere (`lanes.slots`).
-        A lane key set by hand to another type is that queue's fault: one line, recovery goes on."""
+        """Give back the group slots whose job is nowhere (`lanes.slots`): of this worker's queues
+        at every pass, and of a few others in turn (`queues`, read a page a pass), so a queue no
+        sidequest worker listens on (a Ruby worker's) heals too. A lane key set by hand to another
+        type is that queue's fault: one line, recovery goes on."""
+        queues = [*self.config.all_queue_names, *self._other_queues()]
         try:
-            self.slots.run(self.config.all_queue_names)
+            self.slots.run(queues)
         except redis.ResponseError as exc:
-            log.warning("could not check the group slots of queues %s: %s", self.config.all_queue_names, exc)
+            log.warning("could not check the group slots of queues %s: %s", queues, exc)
+
+    def _other_queues(self) -> list[str]:
+        """The next page of the `queues` set (SSCAN: bounded, whatever the number of queues)."""
+        self._queues_cursor, page = self.redis.sscan(keys.QUEUES, self._queues_cursor, count=OTHER_QUEUES)
+        own = set(self.config.all_queue_names)
+        return [name for raw in page if (name := raw.decode("utf-8", "replace")) not in own]
 
     def recover_process(self, owner: str) -> int:
         """Put back the jobs of one process known to be dead (its supervisor has reaped it) at
