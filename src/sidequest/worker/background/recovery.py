@@ -122,7 +122,8 @@ class Recovery:
         """The next page of the `queues` set (SSCAN: bounded, whatever the number of queues)."""
         self._queues_cursor, page = self.redis.sscan(keys.QUEUES, self._queues_cursor, count=OTHER_QUEUES)
         own = set(self.config.all_queue_names)
-        return [name for raw in page if (name := raw.decode("utf-8", "replace")) not in own]
+        names = (raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw) for raw in page)
+        return [name for name in names if name not in own]
 
     def recover_process(self, owner: str) -> int:
         """Put back the jobs of one process known to be dead (its supervisor has reaped it) at
