@@ -19,7 +19,7 @@ staging:
 `make test` runs a bounded number of examples from fixed seeds (well under a minute);
 `make test-model` runs it for SIDEQUEST_MODEL_MINUTES (default 30) with fresh seeds and prints how
 many steps ran. SIDEQUEST_MODEL_WITHOUT (comma-separated: kill, restart, jid, retry_queue, rate,
-window, foreign, clear, ttl) leaves rule families out, to see each defect's own shrunk sequence
+window, foreign, clear, ttl, flow, cancel) leaves rule families out, to see each defect's own shrunk sequence
 ("window": the real-time rate window, whose Redis TTL a replay cannot repeat exactly).
 """
 
@@ -156,6 +156,7 @@ class Model(RuleBasedStateMachine):
             self.lanes.setdefault(lane, []).append(jid)
             self.lane_of[jid] = lane
 
+    @precondition(lambda self: "flow" not in WITHOUT)
     @rule(which=st.integers(0, 1), kind=st.sampled_from(["debounce", "throttle"]))
     def push_flow(self, which, kind) -> None:
         replaced = self.debounced.get(which) if kind == "debounce" else None
@@ -279,7 +280,7 @@ class Model(RuleBasedStateMachine):
             if jid in self.jobs and self.jobs[jid].state == "live":
                 self.jobs[jid].state = "gone"
 
-    @precondition(lambda self: self.jobs)
+    @precondition(lambda self: self.jobs and "cancel" not in WITHOUT)
     @rule(n=st.integers(0, 99))
     def cancel(self, n) -> None:
         jid = list(self.jobs)[n % len(self.jobs)]  # by push order: jids are random, the choice must not be
