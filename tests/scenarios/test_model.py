@@ -422,6 +422,29 @@ def _run(server: RedisServer, **given: object) -> None:
         phases=PHASES, **given))
 
 
+# The sequences the model shrank to on 39d679b, each a defect of issue 38, replayed as written
+SHRUNK = {
+    "a jid in the arguments": [("push", {"args": [{"jid": "a" * 24, "body": None}], "group": "g0"}), ("quiet", {})],
+    "retry_queue": [("push", {"args": [], "group": "g1", "retry_queue": True}), ("start_worker", {"kind": "reliable"}),
+                    ("fetch", {"n": 0}), ("finish", {"n": 0, "fail": True}), ("quiet", {})],
+    "a rate out of range": [("push", {"args": [], "group": "g0", "rate": (1, 1e308)}), ("quiet", {})],
+    "a foreign payload's rate": [("push_foreign", {"group": "g0", "rate": [10, "1m"]}), ("quiet", {})],
+}
+PUSH_DEFAULTS = {"group": None, "priority": None, "later": None, "retry_queue": False, "rate": None}
+
+
+@pytest.mark.parametrize("defect", list(SHRUNK))
+def test_the_sequences_the_model_shrank_hold(aof_server, defect):
+    Model.url, Model.server = aof_server.url(0), aof_server
+    model = Model()
+    try:
+        for step, given in SHRUNK[defect]:
+            getattr(model, step)(**({**PUSH_DEFAULTS, **given} if step == "push" else given))
+            model.nothing_lost_nothing_doubled()
+    finally:
+        model.teardown()
+
+
 @pytest.mark.skipif(LONG_MINUTES > 0, reason="make test-model runs the long form")
 def test_the_model_holds_on_fixed_seeds(aof_server):
     _run(aof_server, max_examples=30, stateful_step_count=30, derandomize=True)
