@@ -60,3 +60,23 @@ def test_the_sites_navigation_holds_every_page_of_docs() -> None:
     assert sorted(set(in_nav) - pages) == [], "mkdocs.yml's nav names a page docs/ does not have"
     assert len(in_nav) == len(set(in_nav))
 
+
+def _flattened(doc: str | None) -> bool:
+    """A docstring whose every line after the summary is indented past its closing quotes: an example
+    with no prose beside it, which `inspect.cleandoc` (help(), the site) turns into flush prose."""
+    lines = (doc or "").split("\n")
+    rest = [line for line in lines[1:-1] if line.strip()]
+    closing = lines[-1] if len(lines) > 1 and not lines[-1].strip() else None
+    return bool(rest) and closing is not None and min(len(x) - len(x.lstrip()) for x in rest) > len(closing)
+
+
+def test_no_example_in_the_referenced_docstrings_loses_its_indentation() -> None:
+    import sidequest.api
+
+    objects = [getattr(sidequest, name) for name in sidequest.__all__]
+    objects += [getattr(sidequest.api, name) for name in sidequest.api.__all__]
+    objects += [member for obj in objects if isinstance(obj, type)
+                for name, member in vars(obj).items() if not name.startswith("_")]
+    flattened = sorted({getattr(obj, "__qualname__", repr(obj)) for obj in objects
+                        if _flattened(getattr(obj, "__doc__", None))})
+    assert flattened == [], f"write each example as a ```python block, or beside prose at the indent: {flattened}"
