@@ -7,7 +7,9 @@
 # 3.13 (`--universal`: markers where versions differ). `test-latest` runs the suite with every
 # runtime dependency and integration at its newest release, `test-floor` with each at its declared
 # lower bound (on Python 3.11), the test tools locked in both (.ci/deps.py). `dist` builds the wheel
-# and the sdist into dist/; `dist-check` is what .ci/run checks of them.
+# and the sdist into dist/; `dist-check` is what .ci/run checks of them. `docs` builds the docs site
+# (mkdocs.yml) into site/ in strict mode, with the tools of locks/docs.txt (the `docs` extra, at the
+# suite's versions wherever the two locks share a package, so it can go into the same .venv).
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -15,12 +17,14 @@ STAMP  := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.installed-demo
 LOCK      := locks/test.txt
 DEMO_LOCK := locks/demo.txt
+DOCS_LOCK := locks/docs.txt
+DOCS_STAMP := $(VENV)/.installed-docs
 PYTEST    := -m pytest -q -n 4  # 4 workers: most tests wait on processes and Redis, not the CPU
 FLOOR_PYTHON ?= python3.11
 # the locker: Astral's uv, for its universal resolution (one lock, each Python's versions by marker)
 UV := uv==0.13.9
 
-.PHONY: demo test test-model test-latest test-floor lock lint dist dist-check bench bench-quick bench-failover chaos clean
+.PHONY: demo test test-model test-latest test-floor lock lint docs dist dist-check bench bench-quick bench-failover chaos clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,18 +41,27 @@ $(STAMP): pyproject.toml $(LOCK) | $(BIN)/python
 	$(BIN)/python -m pip install -q --no-deps -e .
 	touch $(STAMP)
 
+$(DOCS_STAMP): $(DOCS_LOCK) | $(BIN)/python  # the site's tools only: MkDocs reads src/, it imports nothing
+	$(BIN)/python -m pip install -q --require-hashes -r $(DOCS_LOCK)
+	touch $(DOCS_STAMP)
+
 demo: $(DEMO_STAMP)
 	$(BIN)/sidequest demo
 
 test: $(STAMP)
 	$(BIN)/python $(PYTEST) $(PYTEST_ARGS)
 
-lock: | $(BIN)/python  # after a change to pyproject.toml's dependencies; commit locks/ with it
+docs: $(DOCS_STAMP)  # site/index.html; strict: a broken link, anchor or reference fails the build
+	$(BIN)/mkdocs build --strict --clean --site-dir site
+
+lock: | $(BIN)/python  # after a change to pyproject.toml's dependencies or extras; commit locks/ with it
 	$(BIN)/python -m pip install -q '$(UV)'
 	$(BIN)/uv pip compile -q pyproject.toml --extra test --universal --python-version 3.11 --generate-hashes \
 	  --no-header --output-file $(LOCK)
 	$(BIN)/uv pip compile -q pyproject.toml --universal --python-version 3.11 --generate-hashes \
 	  --no-header --constraints $(LOCK) --output-file $(DEMO_LOCK)  # the same versions as the suite's
+	$(BIN)/uv pip compile -q pyproject.toml --extra docs --universal --python-version 3.11 --generate-hashes \
+	  --no-header --constraints $(LOCK) --output-file $(DOCS_LOCK)  # the same again, for the site's tools
 
 # A venv of its own each, remade from nothing every run: what the index serves changes by the day.
 # $(1): latest or floor (.ci/deps.py's kinds), $(2): the Python to make the venv with.
@@ -109,4 +122,4 @@ chaos: $(STAMP)  # 200 checkouts with durable steps on 2 worker processes, 50 ki
 	$(BIN)/python bench/chaos_checkout.py $(CHAOS_ARGS)
 
 clean:
-	rm -rf $(VENV) .venv-latest .venv-floor build dist src/*.egg-info  # .sidequest holds the embedded Redis data: kept
+	rm -rf $(VENV) .venv-latest .venv-floor build dist site src/*.egg-info  # .sidequest holds the embedded Redis data: kept

@@ -10,7 +10,8 @@ The two other runs try what a user of a fresh install may get instead:
   (`>=X` becomes `==X`), with the same locked test tools.
 
 A test tool is a requirement of the `test` extra that no runtime extra names (the integrations'
-libraries appear in their own extras). `bench` is not installed by the suite and is left out.
+libraries appear in their own extras). `bench` and `docs` (`make docs`'s tools) are not installed by
+the suite and are left out.
 
 Usage: python .ci/deps.py latest|floor  (prints a requirements file on stdout)
 """
@@ -24,7 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCK = ROOT / "locks" / "test.txt"
-NOT_INSTALLED = {"bench", "test"}  # extras the suite's install does not take as a user would
+NOT_INSTALLED = {"bench", "docs", "test"}  # extras the suite's install does not take as a user would
 
 
 def _name(requirement: str) -> str:

@@ -1,8 +1,9 @@
 """The committed locks (issue 37): `make demo` and `make test` install locks/demo.txt and locks/test.txt,
-written by `make lock` (uv, one universal lock for Python 3.11-3.13). These tests pin what makes a lock
-worth having: every package in it is pinned to one version with its hashes, the versions satisfy
-pyproject.toml's bounds on every Python pyproject promises, the two locks agree, and nothing this
-suite's virtualenv installed at a locked version pulled in a package the lock lacks.
+`make docs` locks/docs.txt (issue 42), all written by `make lock` (uv, one universal lock for Python
+3.11-3.13). These tests pin what makes a lock worth having: every package in it is pinned to one
+version with its hashes, the versions satisfy pyproject.toml's bounds on every Python pyproject
+promises, the locks agree, and nothing this suite's virtualenv installed at a locked version pulled
+in a package the lock lacks.
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-LOCKS = {"demo": ROOT / "locks" / "demo.txt", "test": ROOT / "locks" / "test.txt"}
+LOCKS = {name: ROOT / "locks" / f"{name}.txt" for name in ("demo", "docs", "test")}
 PYTHONS = ["3.11", "3.12", "3.13"]  # pyproject's classifiers; .ci/run tests each
-UNLOCKED_EXTRAS = {"bench"}  # `make bench` installs its own tools on top; the suite never imports them
+# not in the suite's lock: `make bench` installs its own tools on top, `make docs` locks/docs.txt
+UNLOCKED_EXTRAS = {"bench", "docs"}
 
 
 @dataclass(frozen=True)
@@ -68,13 +70,14 @@ def _locked_for(lock: str, python: str) -> dict[str, Version]:
 
 
 def _declared(lock: str) -> list[Requirement]:
-    """What pyproject asks of the lock: the runtime dependencies, and for the suite every extra it installs."""
+    """What pyproject asks of the lock: the runtime dependencies, for the suite every extra it installs,
+    for the docs site the `docs` extra."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     wanted = [Requirement(req) for req in project["dependencies"]]
-    if lock == "test":
-        for extra, reqs in project["optional-dependencies"].items():
-            if extra not in UNLOCKED_EXTRAS:
-                wanted += [Requirement(req) for req in reqs if canonicalize_name(Requirement(req).name) != "sidequest"]
+    extras: dict[str, list[str]] = project["optional-dependencies"]
+    chosen = {"demo": [], "docs": ["docs"], "test": [extra for extra in extras if extra not in UNLOCKED_EXTRAS]}[lock]
+    for extra in chosen:
+        wanted += [Requirement(req) for req in extras[extra] if canonicalize_name(Requirement(req).name) != "sidequest"]
     return wanted
 
 
@@ -101,9 +104,12 @@ def test_the_lock_satisfies_pyproject_on_every_python(lock: str, python: str) ->
 
 
 @pytest.mark.parametrize("python", PYTHONS)
-def test_the_demo_lock_takes_the_suites_versions(python: str) -> None:
-    demo, test = _locked_for("demo", python), _locked_for("test", python)
-    assert {name: (version, test.get(name)) for name, version in demo.items() if test.get(name) != version} == {}
+@pytest.mark.parametrize("lock", ["demo", "docs"])
+def test_the_other_locks_take_the_suites_versions(lock: str, python: str) -> None:
+    """The demo's packages are the suite's; so are the docs site's wherever the two share one, which
+    `make docs` installs into the suite's .venv (`make lock`: --constraints locks/test.txt)."""
+    other, test = _locked_for(lock, python), _locked_for("test", python)
+    assert {name: (version, test[name]) for name, version in other.items() if test.get(name, version) != version} == {}
 
 
 def test_what_the_lock_installed_needs_nothing_the_lock_lacks() -> None:

@@ -52,10 +52,12 @@ class JobSummary:
 class MetricsQuery:
     """Read per-job metrics.
 
-        query = MetricsQuery()
-        for job in query.top_jobs(minutes=60):           # most total run time first
-            job.name, job.runs, job.failed, job.p95_ms
-        query.for_job("SendWelcome", minutes=24 * 60).series
+    ```python
+    query = MetricsQuery()
+    for job in query.top_jobs(minutes=60):           # most total run time first
+        job.name, job.runs, job.failed, job.p95_ms
+    query.for_job("SendWelcome", minutes=24 * 60).series
+    ```
     """
 
     def __init__(self, client: Client | None = None) -> None:

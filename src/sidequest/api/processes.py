@@ -74,10 +74,12 @@ class ProcessDict(TypedDict):
 class Process:
     """One registered worker process.
 
-        for process in ProcessSet():
-            process.identity, process.busy, process.beat, process.stopping
-            process.quiet()     # finish running jobs, take no new ones
-            process.stop()      # shut down within its timeout
+    ```python
+    for process in ProcessSet():
+        process.identity, process.busy, process.beat, process.stopping
+        process.quiet()     # finish running jobs, take no new ones
+        process.stop()      # shut down within its timeout
+    ```
     """
 
     def __init__(self, identity: str, fields: dict[str, Any], client: Client) -> None:
@@ -220,8 +222,10 @@ class Work:
 class Workers:
     """Every job running right now, oldest first (Sidekiq's `WorkSet`, formerly `Workers`).
 
-        for work in Workers():
-            work.process_id, work.thread_id, work.queue, work.run_at, work.job.klass, work.job.args
+    ```python
+    for work in Workers():
+        work.process_id, work.thread_id, work.queue, work.run_at, work.job.klass, work.job.args
+    ```
     """
 
     def __init__(self, client: Client | None = None) -> None:

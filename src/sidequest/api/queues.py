@@ -26,12 +26,14 @@ CLEAR_BATCH = 500  # deletes per round trip in `clear`
 class Queue:
     """One queue.
 
-        queue = Queue("mail")
-        queue.size, queue.latency, queue.paused
-        queue.pause(); queue.unpause()
-        for job in queue: ...            # newest first
-        queue.find_job(jid).delete()     # False if a worker took it first
-        queue.clear()                    # every job, each through the lifecycle
+    ```python
+    queue = Queue("mail")
+    queue.size, queue.latency, queue.paused
+    queue.pause(); queue.unpause()
+    for job in queue: ...            # newest first
+    queue.find_job(jid).delete()     # False if a worker took it first
+    queue.clear()                    # every job, each through the lifecycle
+    ```
     """
 
     def __init__(self, name: str = "default", client: Client | None = None) -> None:

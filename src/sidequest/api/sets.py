@@ -38,14 +38,16 @@ BATCH = 500  # atomic moves per round trip in the "all" actions
 class JobSet:
     """A sorted set of jobs, newest (highest score) first; `soonest_first` says how people see it.
 
-        retries = RetrySet()
-        retries.size
-        for entry in retries: ...                         # newest first, 50 per round trip
-        retries.page(0, 50)                               # one page, for a web view
-        entry = retries.find_job("b4a577edbccf1d805744efa9")
-        entry.retry() or entry.delete() or entry.kill()   # False: someone else moved it first
-        retries.retry_all(name="SendWelcome")             # every entry of one job name
-        retries.kill_all(text="Timeout")                  # every entry whose JSON holds the text
+    ```python
+    retries = RetrySet()
+    retries.size
+    for entry in retries: ...                         # newest first, 50 per round trip
+    retries.page(0, 50)                               # one page, for a web view
+    entry = retries.find_job("b4a577edbccf1d805744efa9")
+    entry.retry() or entry.delete() or entry.kill()   # False: someone else moved it first
+    retries.retry_all(name="SendWelcome")             # every entry of one job name
+    retries.kill_all(text="Timeout")                  # every entry whose JSON holds the text
+    ```
     """
 
     # the order the dashboard and the CLI list this set in, as Sidekiq's Web UI: the soonest first

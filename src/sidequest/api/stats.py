@@ -62,13 +62,15 @@ class StatsDict(TypedDict):
 class Stats:
     """A snapshot of the cluster's numbers.
 
-        stats = Stats()
-        stats.processed, stats.failed, stats.enqueued
-        stats.scheduled_size, stats.retry_size, stats.dead_size
-        stats.processes_size, stats.workers_size
-        stats.queues                      # {"mail": 12, "default": 3}, largest first
-        stats.queue_summaries             # with latency and paused
-        stats.history(7).processed        # {"2026-11-22": 1200, ...}, today first
+    ```python
+    stats = Stats()
+    stats.processed, stats.failed, stats.enqueued
+    stats.scheduled_size, stats.retry_size, stats.dead_size
+    stats.processes_size, stats.workers_size
+    stats.queues                      # {"mail": 12, "default": 3}, largest first
+    stats.queue_summaries             # with latency and paused
+    stats.history(7).processed        # {"2026-11-22": 1200, ...}, today first
+    ```
     """
 
     def __init__(self, client: Client | None = None) -> None:
@@ -151,7 +153,9 @@ class Stats:
 class History:
     """Processed and failed jobs per UTC day (Sidekiq's `Stats::History`), newest day first.
 
-        History(7).processed     # {"2026-11-22": 1200, "2026-11-21": 980, ...}
+    ```python
+    History(7).processed     # {"2026-11-22": 1200, "2026-11-21": 980, ...}
+    ```
     """
 
     def __init__(self, days: int = 30, start: date | None = None, client: Client | None = None) -> None:

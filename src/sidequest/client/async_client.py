@@ -177,9 +177,11 @@ class AsyncDirectRedis(aioredis.Redis):
 class AsyncClient:
     """Pushes jobs and reads their state on `redis.asyncio`; payloads are built by a `Client`.
 
-        async with sidequest.client.async_client.AsyncClient(sidequest.Config(redis_url=url)) as client:
-            jid = await client.push(build_report, [7])
-            print(await client.result(jid))
+    ```python
+    async with sidequest.client.async_client.AsyncClient(sidequest.Config(redis_url=url)) as client:
+        jid = await client.push(build_report, [7])
+        print(await client.result(jid))
+    ```
     """
 
     def __init__(self, config: Config | None = None, *, redis_client: aioredis.Redis | None = None,
