@@ -107,6 +107,9 @@ class LaneKeys:
     def rate(self, group: str) -> str:
         return f"{self.base}:rate:{group}"
 
+    def held(self, level: int | str) -> str:
+        return f"{self.base}:held:{level}"
+
 
 def level_of(payload: Mapping[str, Any]) -> int:
     """A payload's priority level: its `priority` (0..9), else the default."""
@@ -158,15 +161,18 @@ NO_LANE = ("", "", "", "")
 
 def waiting_lanes(client: Any, base: str) -> list[tuple[int, str, str]]:
     """(level, group, lane key) of every lane of the queue whose base is `base` that holds
-    waiting jobs, highest level first, each level's groups in their turn: two round trips."""
+    waiting jobs, highest level first, each level's groups in their turn, then its held groups
+    (soonest due first): two round trips."""
     lane = LaneKeys(base)
     levels = sorted((int(level) for level in client.smembers(lane.levels)), reverse=True)
     pipe = client.pipeline(transaction=False)
     for level in levels:
         pipe.lrange(lane.rotation(level), 0, -1)
+        pipe.zrange(lane.held(level), 0, -1)
+    replies = pipe.execute()
     found = []
-    for level, groups in zip(levels, pipe.execute(), strict=True):
-        for raw in groups:
+    for level, turns, held in zip(levels, replies[::2], replies[1::2], strict=True):
+        for raw in dict.fromkeys([*turns, *held]):  # a group in both (woken, then parked again) once
             group = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
             found.append((level, group, lane.lane(level, group)))
     return found
