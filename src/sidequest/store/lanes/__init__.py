@@ -17,9 +17,15 @@ these options costs nothing more. Staging (`stage`, Lua, atomic):
 - levels 0..5 go to the tail (LPUSH, as a push) while the queue holds fewer than LANE_DEPTH jobs:
   the queue's plain jobs run before them, and a group with 100,000 waiting jobs has at most a
   few dozen in the queue at any time;
-- within a level the groups take turns (a rotation list): a group that is paused, has
-  `group_concurrency` jobs staged or running, or has used its `group_rate` for the current
-  window is passed over.
+- within a level the groups take turns (a rotation list, `B:<level>`); a group that is paused,
+  has `group_concurrency` jobs staged or running, or has used its `group_rate` for the current
+  window is *held*: staging moves it out of the rotation into `B:held:<level>`, scored by when
+  to look at it again (its rate window's end; `inf` for an event), and it comes back to the tail
+  of the rotation when that time has come (at most HELD_GRAIN a level a call) or when the event
+  happens (`lane_wake`: a resume, one of its jobs ending or its slot healing, an operator's
+  reset, a push with new limits). A group that uses its last slot or its rate with the job it
+  stages is held at once. So a call never passes over held groups, and its turns are bounded
+  (its jobs + TURN_SLACK): staging costs O(1) in the number of groups, held or not.
 
 Staging runs where a laned job is pushed (the push's script), where one ends (the lanes
 feature's lifecycle operation: finished, retried, dead, dropped, snoozed, cancelled, deleted,
@@ -43,6 +49,7 @@ keeps queue `a`'s `B:5` apart from queue `a:5`'s B; in Cluster mode in the queue
 
     B                      set of the levels with waiting jobs
     B:<level>              list: the level's groups with waiting jobs, in turn ('' = no group)
+    B:held:<level>         sorted set: the level's held groups, score = ms when to look again (inf: at an event)
     B:<level>:<group>      list: the lane's waiting jobs (LPUSH, RPOP: oldest first)
     B:waiting              hash: group -> waiting jobs over all levels
     B:busy                 set: groups with jobs staged or running
