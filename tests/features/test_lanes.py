@@ -8,6 +8,7 @@ from conftest import wait_until
 
 import sidequest
 from sidequest import JobArgumentError
+from sidequest.api import pause_group, resume_group
 from sidequest.store import keys, lanes
 
 
@@ -135,14 +136,14 @@ def test_group_rate_stages_at_most_count_per_window(client, r, start):
 
 
 def test_a_paused_group_waits_while_others_run_and_resumes(client, r, start):
-    r.sadd(LANE.paused, "A")
+    pause_group("default", "A", client=client)
     for n in range(3):
         tenant_job.set(client=client).perform_async("A", n)
         tenant_job.set(client=client).perform_async("B", n)
     start(concurrency=2)
     wait_until(lambda: len(records(r, "tenant")) == 3)
     assert {t for t, _ in records(r, "tenant")} == {"B"}
-    r.srem(LANE.paused, "A")  # the poller's pass stages it
+    resume_group("default", "A", client=client)  # staged again at once: it was set aside while paused
     wait_until(lambda: len(records(r, "tenant")) == 6)
 
 

@@ -24,6 +24,7 @@ from helpers import WorkerProcess, beats, doc_examples, ran
 from jobs_for_tests import echo, stamp, timed, work
 
 from scenarios.test_reliability import done_set, no_reserved_left, reserved_keys, runs, worker_factory
+from sidequest.api import pause_group, resume_group
 from sidequest.store.keys import DEFAULT
 
 A = range(0, 10_000)  # tenant A's jobs, pushed first
@@ -215,8 +216,7 @@ def test_group_rate_lets_at_most_n_per_period_through(procs, r, client, capsys):
 
 
 def test_a_paused_group_waits_while_others_run_and_resumes(procs, r, client):
-    paused = f"{lanes()}:paused"
-    r.sadd(paused, "P")  # as the admin API's pause_group does
+    pause_group("default", "P", client=client)
     [worker] = fleet(procs, r, count=1)
     client.push_bulk(work, [[n] for n in range(10)], group="P")
     client.push_bulk(work, [[100 + n] for n in range(10)], group="Q")
@@ -225,7 +225,7 @@ def test_a_paused_group_waits_while_others_run_and_resumes(procs, r, client):
     assert not done_set(r) & set(range(10)) and not [n for n, _ in ran(r, "work-start") if n < 10]
     assert int(r.hget(f"{lanes()}:waiting", "P")) == 10 and r.llen("queue:default") == 0
 
-    r.srem(paused, "P")  # resumed: the poller's next pass stages its jobs
+    resume_group("default", "P", client=client)  # staged at once: staging had set it aside while paused
     wait_until(lambda: done_set(r) >= set(range(10)), STARTUP, 0.05, "group P to run once resumed")
     assert sorted(n for n, _ in ran(r, "work-start")) == sorted([*range(10), *range(100, 110)])
     all_settled(r)

@@ -22,8 +22,8 @@ from dataclasses import asdict, dataclass
 from typing import Any, cast
 
 from sidequest.client.sync_client import Client, default_client
-from sidequest.store.lanes import CLEAR_LANES, STAGE, LaneKeys, parse_limits, waiting_lanes
-from sidequest.store.lanes.lua import RESET_GROUP
+from sidequest.store.lanes import CLEAR_LANES, LaneKeys, parse_limits, waiting_lanes
+from sidequest.store.lanes.lua import RESET_GROUP, RESUME_GROUP
 
 NO_GROUP = ""  # the `B:waiting` field of laned jobs without a group (priority only): not a group
 
@@ -74,10 +74,11 @@ def pause_group(queue: str, group: str, client: Client | None = None) -> None:
 
 
 def resume_group(queue: str, group: str, client: Client | None = None) -> None:
-    """The group takes turns again, at once: the queue's lanes are staged after the SREM."""
+    """The group takes turns again, at once: in one call it leaves the paused set, comes back to
+    its turns where staging had set it aside (`lanes`: held groups), and the lanes are staged."""
     chosen = client or default_client()
-    chosen.redis.srem(_lane_keys(chosen, queue).paused, group)
-    _stage(chosen, queue)
+    script = chosen.redis.register_script(RESUME_GROUP)
+    script(keys=[_lane_keys(chosen, queue).base, chosen.keys.queue(queue)], args=[group])
 
 
 def lanes(queue: str, client: Client | None = None) -> dict[int, int]:
@@ -132,13 +133,6 @@ def reset_group(queue: str, group: str, client: Client | None = None) -> int:
 
 def _lane_keys(client: Client, queue: str) -> LaneKeys:
     return LaneKeys(client.keys.lanes(queue))
-
-
-def _stage(client: Client, queue: str) -> None:
-    """Stage the queue's lanes now (the core's STAGE, as the poller's pass does), so a resumed
-    group's jobs are in the queue at once rather than at the next push, job end or pass."""
-    script = client.redis.register_script(STAGE)
-    script(keys=[client.keys.lanes(queue), client.keys.queue(queue)])
 
 
 def _running(client: Client, lane: LaneKeys, busy: list[str]) -> dict[str, int]:

@@ -55,11 +55,14 @@ _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_asci
 # A laned job pushed now goes to its lane, and the queue's lanes are staged (`lanes`).
 # Returns 1 (written) or 0 (refused) per job, in order.
 PUSH_UNIQUE = lanes.LANES_LUA + """
-local written, laned = {}, {}
+local written, laned, ready = {}, {}, {}
 for i = 2, 1 + 18 * tonumber(ARGV[1]), 18 do  -- every lane takes its job, before the first write
-  local base = ARGV[i + 14]
-  if ARGV[i + 3] ~= '' and base ~= '' and not lane_ready(base, ARGV[i + 15], ARGV[i + 16]) then
-    return redis.error_reply('a key of the lanes ' .. base .. ' is of another type (set by hand?): nothing pushed')
+  local base, lane = ARGV[i + 14], ARGV[i + 14] .. ':' .. ARGV[i + 15] .. ':' .. ARGV[i + 16]
+  if ARGV[i + 3] ~= '' and base ~= '' and not ready[lane] then  -- a bulk push's lane is checked once
+    if not lane_ready(base, ARGV[i + 15], ARGV[i + 16]) then
+      return redis.error_reply('a key of the lanes ' .. base .. ' is of another type (set by hand?): nothing pushed')
+    end
+    ready[lane] = true
   end
 end
 local i = 2

@@ -7,10 +7,11 @@ import json
 import time
 
 import pytest
+from conftest import wait_until
 from jobs_for_tests import echo
 
 from sidequest import JobArgumentError
-from sidequest.api import Queue, pause_group
+from sidequest.api import Queue, pause_group, resume_group
 from sidequest.api.groups import clear_lanes
 from sidequest.config import Config
 from sidequest.jobs.payload import new_jid
@@ -129,3 +130,74 @@ def test_a_batch_at_the_head_stays_ahead_of_the_next_after_many_put_backs(client
     urgent = [job["args"][0] for job in queued(r) if job.get("priority") == 9]
     assert urgent == list(range(lanes.LANE_DEPTH))  # nothing of level 9 went ahead of the batch
     assert r.llen(LANE.lane(9, "")) == 9
+
+
+# A test's helper, not a layout of its own: N groups' jobs enter their lanes through the lanes'
+# own `lane_push` (what a push writes, without its stage), each group paused, then the real
+# `stage` runs until staging has set every one of them aside (no group is left in its turn).
+HOLD = lanes.LANES_LUA + """
+local base, queue, first, n = KEYS[1], KEYS[2], tonumber(ARGV[1]), tonumber(ARGV[2])
+for i = first, first + n - 1 do
+  local group = 'held-' .. i
+  lane_push(base, '5', group, cjson.encode({jid = string.format('%024x', i), class = 'Echo', args = {i}}), '0 0 0')
+  redis.call('sadd', base .. ':paused', group)
+end
+local calls = 0
+while redis.call('llen', base .. ':5') > 0 do stage(base, queue); calls = calls + 1 end
+return calls
+"""
+OPEN = lanes.LANES_LUA + """
+for i = 1, tonumber(ARGV[1]) do
+  lane_push(KEYS[1], '5', 'open', cjson.encode({jid = string.format('%024x', i), class = 'Echo', args = {i}}), '0 0 0')
+end
+"""
+
+
+def hold(r, queue, n):
+    """`n` groups of `queue` held back (paused), staging's work with them done: batches of 10,000."""
+    base, script = keys.DEFAULT.lanes(queue), r.register_script(HOLD)
+    for first in range(0, n, 10_000):
+        script(keys=[base, keys.queue(queue)], args=[first, min(10_000, n - first)])
+    assert r.zcard(lanes.LaneKeys(base).held(5)) == n and r.llen(lanes.LaneKeys(base).rotation(5)) == 0
+
+
+def test_a_staging_call_costs_the_same_with_100000_groups_held_back_as_with_10(r):
+    hold(r, "few", 10)
+    hold(r, "many", 100_000)
+    stage, fill = r.register_script(lanes.STAGE), r.register_script(OPEN)
+    took: dict[str, list[float]] = {"few": [], "many": []}
+    for _ in range(15):  # interleaved; the fastest of each: the machine's load is not the call's cost
+        for queue in took:
+            base = keys.DEFAULT.lanes(queue)
+            r.delete(keys.queue(queue))
+            fill(keys=[base], args=[lanes.LANE_DEPTH])
+            begin = time.perf_counter()
+            staged = stage(keys=[base, keys.queue(queue)])
+            took[queue].append(time.perf_counter() - begin)
+            assert staged == lanes.LANE_DEPTH  # the open group's jobs, none of the held ones
+    assert min(took["many"]) <= 2 * min(took["few"]), {q: f"{min(t) * 1000:.2f} ms" for q, t in took.items()}
+    assert r.zcard(lanes.LaneKeys(keys.DEFAULT.lanes("many")).held(5)) == 100_000  # all still held
+
+
+def test_a_group_reopening_among_10000_held_ones_is_staged_within_one_poller_pass(client, r, config: Config):
+    hold(r, "default", 10_000)
+    client.push_bulk(echo, [[1], [2]], group="rated", group_rate=(1, 0.3))  # one now, one after its window
+    assert [job["args"] for job in queued(r)] == [[1]]
+    assert r.zscore(LANE.held(5), "rated") is not None  # set aside until its window's end
+    r.delete(keys.queue("default"))
+    wait_until(lambda: not r.exists(LANE.rate("rated")), timeout=5, message="the rate window's end")
+    Poller(config, r).stage_lanes()
+    assert [job["args"] for job in queued(r)] == [[2]]
+    assert r.zcard(LANE.held(5)) == 10_000  # the paused ones stay held
+
+
+def test_new_limits_from_a_push_and_a_resume_bring_a_held_group_back_at_once(client, r):
+    client.push_bulk(echo, [[1], [2], [3]], group="g", group_concurrency=1)
+    assert [job["args"] for job in queued(r)] == [[1]] and r.zscore(LANE.held(5), "g") == float("inf")
+    client.push(echo, [4], group="g", group_concurrency=2)  # its limits changed: looked at again, staged
+    assert [job["args"] for job in queued(r)] == [[1], [2]]
+    pause_group("default", "h", client=client)
+    client.push_bulk(echo, [[5], [6]], group="h")
+    assert r.zscore(LANE.held(5), "h") == float("inf") and r.llen(LANE.lane(5, "h")) == 2
+    resume_group("default", "h", client=client)
+    assert [job["args"] for job in queued(r)][-2:] == [[5], [6]] and r.zscore(LANE.held(5), "h") is None

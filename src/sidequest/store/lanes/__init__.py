@@ -17,9 +17,15 @@ these options costs nothing more. Staging (`stage`, Lua, atomic):
 - levels 0..5 go to the tail (LPUSH, as a push) while the queue holds fewer than LANE_DEPTH jobs:
   the queue's plain jobs run before them, and a group with 100,000 waiting jobs has at most a
   few dozen in the queue at any time;
-- within a level the groups take turns (a rotation list): a group that is paused, has
-  `group_concurrency` jobs staged or running, or has used its `group_rate` for the current
-  window is passed over.
+- within a level the groups take turns (a rotation list, `B:<level>`); a group that is paused,
+  has `group_concurrency` jobs staged or running, or has used its `group_rate` for the current
+  window is *held*: staging moves it out of the rotation into `B:held:<level>`, scored by when
+  to look at it again (its rate window's end; `inf` for an event), and it comes back to the tail
+  of the rotation when that time has come (at most HELD_GRAIN a level a call) or when the event
+  happens (`lane_wake`: a resume, one of its jobs ending or its slot healing, an operator's
+  reset, a push with new limits). A group that uses its last slot or its rate with the job it
+  stages is held at once. So a call never passes over held groups, and its turns are bounded
+  (its jobs + TURN_SLACK): staging costs O(1) in the number of groups, held or not.
 
 Staging runs where a laned job is pushed (the push's script), where one ends (the lanes
 feature's lifecycle operation: finished, retried, dead, dropped, snoozed, cancelled, deleted,
@@ -43,6 +49,7 @@ keeps queue `a`'s `B:5` apart from queue `a:5`'s B; in Cluster mode in the queue
 
     B                      set of the levels with waiting jobs
     B:<level>              list: the level's groups with waiting jobs, in turn ('' = no group)
+    B:held:<level>         sorted set: the level's held groups, score = ms when to look again (inf: at an event)
     B:<level>:<group>      list: the lane's waiting jobs (LPUSH, RPOP: oldest first)
     B:waiting              hash: group -> waiting jobs over all levels
     B:busy                 set: groups with jobs staged or running
@@ -107,6 +114,9 @@ class LaneKeys:
     def rate(self, group: str) -> str:
         return f"{self.base}:rate:{group}"
 
+    def held(self, level: int | str) -> str:
+        return f"{self.base}:held:{level}"
+
 
 def level_of(payload: Mapping[str, Any]) -> int:
     """A payload's priority level: its `priority` (0..9), else the default."""
@@ -158,15 +168,18 @@ NO_LANE = ("", "", "", "")
 
 def waiting_lanes(client: Any, base: str) -> list[tuple[int, str, str]]:
     """(level, group, lane key) of every lane of the queue whose base is `base` that holds
-    waiting jobs, highest level first, each level's groups in their turn: two round trips."""
+    waiting jobs, highest level first, each level's groups in their turn, then its held groups
+    (soonest due first): two round trips."""
     lane = LaneKeys(base)
     levels = sorted((int(level) for level in client.smembers(lane.levels)), reverse=True)
     pipe = client.pipeline(transaction=False)
     for level in levels:
         pipe.lrange(lane.rotation(level), 0, -1)
+        pipe.zrange(lane.held(level), 0, -1)
+    replies = pipe.execute()
     found = []
-    for level, groups in zip(levels, pipe.execute(), strict=True):
-        for raw in groups:
+    for level, turns, held in zip(levels, replies[::2], replies[1::2], strict=True):
+        for raw in dict.fromkeys([*turns, *held]):  # a group in both (woken, then parked again) once
             group = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
             found.append((level, group, lane.lane(level, group)))
     return found

@@ -1,7 +1,7 @@
 """The lanes' Lua (see `lanes` for the layout and the rules): the functions shared by the scripts
 that push, stage and end laned jobs (`LANES_LUA`: `scripts.core_lib`, the push's script,
 ENQUEUE_DUE, ADMIN_REQUEUE), and the lanes' own scripts (STAGE, ADMIN_DELETE_LANED, CLEAR_LANES,
-RELEASE_SLOTS, RESET_GROUP).
+RELEASE_SLOTS, RESET_GROUP, RESUME_GROUP).
 
 Two rules hold throughout:
 - no value is read from a payload's text by pattern: a staged job's jid comes from
@@ -9,8 +9,10 @@ Two rules hold throughout:
   other value is a script argument;
 - a script checks what it will write before its first write (Lua has no rollback): `stage`
   checks the types of the queue's keys, then each group's keys and counts before it pops the
-  group's job, and passes over a group it cannot stage (a key set by hand); a limit read back
-  from `B:limits` is used only within the bounds a push checks (`options.group_rate_of`).
+  group's job, and parks a group it cannot stage (a key set by hand) for RECHECK_MS; a limit
+  read back from `B:limits` is used only within the bounds a push checks (`options.group_rate_of`).
+  A held group's wake (`lane_wake`, run where a script has already written) writes each level
+  under pcall, its RPUSH before its ZREM, so a key set by hand leaves that level as it was.
 """
 
 from __future__ import annotations
@@ -22,11 +24,15 @@ LANE_REFILL = LANE_DEPTH // 2  # a laned job's end stages more once the queue ho
 DEFAULT_LEVEL = 5  # a job with a group and no priority; above it: staged at the head
 HEAD_TTL_MS = 3_600_000  # `B:head` outlives its batch an hour at most (untaken that long: no one works the queue)
 CLEAR_GRAIN = 100  # lanes one CLEAR_LANES call deletes at most (a call's work is bounded)
+HELD_GRAIN = 2 * LANE_DEPTH  # held groups of a level one staging call moves back to their turns at most
+TURN_SLACK = 2 * LANE_DEPTH  # turns one staging call takes beyond its budget of jobs at most (groups parked)
+RECHECK_MS = 60_000  # a group whose keys were set by hand (of another type) is looked at again this late
 
 # Paths under B are built by suffix here, as `LaneKeys` builds them.
 LANES_LUA = """
 local LANE_DEPTH, LANE_HIGH, HEAD_TTL, LANE_REFILL = {depth}, {default}, {head_ttl}, {refill}
 local MAX_COUNT, MAX_MS = {max_count}, {max_ms}
+local HELD_GRAIN, TURN_SLACK, RECHECK_MS, HELD_EVENT = {held_grain}, {turn_slack}, {recheck}, 'inf'
 local function typed(key, kind)
   local found = redis.call('type', key)['ok']
   return found == 'none' or found == kind
@@ -42,24 +48,37 @@ local function lane_limits(base, group)
   if n > MAX_COUNT or ms < 1 or ms > MAX_MS then n, ms = 0, 0 end
   return c, n, ms
 end
--- Whether `group` may stage one more of `level` now, and its rate (count, ms) to count it
--- against. It reads every key a staging of the group then writes (its lane, its waiting count,
--- its running set, its rate count) and errors if one cannot take that write: the caller runs it
--- under pcall and passes the group over, before anything of it was written.
-local function lane_open(base, level, group, paused)
-  redis.call('llen', base .. ':' .. level .. ':' .. group)
+-- When a group held back by its rate may stage again: its window's end (ms, from `now`).
+local function window_end(base, group, ms, now)
+  local left = redis.call('pttl', base .. ':rate:' .. group)
+  return now + ((left >= 0) and left or ms)  -- a count without expiry (set by hand): a window on
+end
+-- A group's turn at `level`: how many jobs wait in its lane, whether it may stage one more now,
+-- and then its limits and counts (`g`: to count the job and to tell whether it is held after it),
+-- else when to look at it again (a time in ms, or HELD_EVENT: until `lane_wake`). It reads every
+-- key a staging of the group then writes (its lane, its waiting count, its running set, its rate
+-- count) and errors if one cannot take that write: the caller runs it under pcall and parks the
+-- group for RECHECK_MS, before anything of it was written.
+local function lane_open(base, level, group, paused, now)
+  local waiting = redis.call('llen', base .. ':' .. level .. ':' .. group)
   if not string.match(redis.call('hget', base .. ':waiting', group) or '0', '^%-?%d+$') then
     error('the waiting count of group ' .. group .. ' is not a number')
   end
-  if group == '' then return true, 0, 0 end
-  if paused and redis.call('sismember', base .. ':paused', group) == 1 then return false end
-  local concurrency, count, ms = lane_limits(base, group)
-  local running = redis.call('scard', base .. ':running:' .. group)
-  if concurrency > 0 and running >= concurrency then return false end
-  local used = redis.call('get', base .. ':rate:' .. group)
-  if used and not string.match(used, '^%d+$') then error('the rate count of group ' .. group .. ' is not a number') end
-  if count > 0 and tonumber(used or '0') >= count then return false end
-  return true, count, ms
+  if waiting == 0 or group == '' then return waiting, true, nil end
+  if paused and redis.call('sismember', base .. ':paused', group) == 1 then return waiting, false, HELD_EVENT end
+  local g = {}
+  g.concurrency, g.count, g.ms = lane_limits(base, group)
+  g.running = redis.call('scard', base .. ':running:' .. group)
+  if g.concurrency > 0 and g.running >= g.concurrency then return waiting, false, HELD_EVENT end
+  if g.count > 0 then  -- a group without a rate never reads (nor writes) a rate count
+    local used = redis.call('get', base .. ':rate:' .. group)
+    if used and not string.match(used, '^%d+$') then
+      error('the rate count of group ' .. group .. ' is not a number')
+    end
+    g.used = tonumber(used or '0')
+    if g.used >= g.count then return waiting, false, window_end(base, group, g.ms, now) end
+  end
+  return waiting, true, g
 end
 -- A staged job's jid, from its JSON (never by pattern over its text: an argument may hold a
 -- "jid" too); nil for a payload without one, which is then staged without a slot.
@@ -68,53 +87,91 @@ local function job_jid(job)
   if ok and type(decoded) == 'table' and type(decoded['jid']) == 'string' then return decoded['jid'] end
   return nil
 end
-local function lane_count(base, group, job, count, ms)
+-- Count a staged job against its group (`g` from `lane_open`); returns when the group may stage
+-- again if this job used its last slot or its rate (it is parked), else nil.
+local function lane_count(base, group, job, g, now)
   local jid = job_jid(job)
   if jid then
     redis.call('sadd', base .. ':running:' .. group, jid)
-    redis.call('sadd', base .. ':busy', group)
+    if g.running == 0 then redis.call('sadd', base .. ':busy', group) end  -- a running set's group is busy
+    g.running = g.running + 1
   end
-  if count > 0 and redis.call('incr', base .. ':rate:' .. group) == 1 then
-    redis.call('pexpire', base .. ':rate:' .. group, ms)
+  if g.count > 0 then
+    g.used = redis.call('incr', base .. ':rate:' .. group)
+    if g.used == 1 then redis.call('pexpire', base .. ':rate:' .. group, g.ms) end
+  end
+  if g.concurrency > 0 and g.running >= g.concurrency then return HELD_EVENT end
+  if g.count > 0 and g.used >= g.count then
+    return g.used == 1 and now + g.ms or window_end(base, group, g.ms, now)
+  end
+  return nil
+end
+-- The held groups of a level whose time has come (a rate window's end) take turns again, at the
+-- tail of the rotation: at most HELD_GRAIN a call.
+local function lane_due(base, level, now)
+  local held = base .. ':held:' .. level
+  local due = redis.call('zrangebyscore', held, '-inf', now, 'LIMIT', 0, HELD_GRAIN)
+  if #due > 0 then
+    redis.call('rpush', base .. ':' .. level, unpack(due))
+    redis.call('zrem', held, unpack(due))
   end
 end
--- Move up to `budget` jobs of one level into `out`, the level's groups taking turns; a group
--- that may not stage now is passed over for the rest of the call. Returns whether the level is
--- exhausted (every group left is empty or passed over): only then may a lower level stage, so
--- a group held back never lets a lower level's job ahead of the open groups of this one. The
--- turns taken are bounded (`budget` and twice the groups), as a call's time must be; a level
--- cut short by that bound is not exhausted.
-local function lane_take(base, level, budget, out)
-  local rotation = base .. ':' .. level
-  local groups, passed, turns = redis.call('llen', rotation), {}, 0
-  local held, paused = 0, redis.call('exists', base .. ':paused') == 1
-  while #out < budget and groups > held do
+-- Move up to `budget` jobs of one level into `out`, the level's groups taking turns (a turn:
+-- LMOVE from the rotation's head to its tail). A group that may not stage now, or that used its
+-- last slot or its rate with the job it staged, leaves the rotation for `B:held:<level>` (RPOP:
+-- it is the tail), so no call passes over it again until it is due or woken (`lane_wake`).
+-- Returns whether the level is exhausted (its rotation is empty): only then may a lower level
+-- stage, so a group held back never lets a lower level's job ahead of the open groups of this
+-- one. Every turn stages a job or takes a group out of the rotation, and the turns of a call are
+-- bounded by a constant (`budget` + TURN_SLACK), whatever the number of groups; a level cut short
+-- by that bound is not exhausted.
+local function lane_take(base, level, budget, out, now)
+  local rotation, waiting_key = base .. ':' .. level, base .. ':waiting'
+  lane_due(base, level, now)
+  local paused, turns = redis.call('exists', base .. ':paused') == 1, 0
+  while #out < budget do
     turns = turns + 1
-    if turns > budget + 2 * groups then return false end
+    if turns > budget + TURN_SLACK then return false end
     local group = redis.call('lmove', rotation, rotation, 'LEFT', 'RIGHT')
-    if not passed[group] then
-      local checked, open, count, ms = pcall(lane_open, base, level, group, paused)
-      if not checked then redis.log(redis.LOG_WARNING, 'sidequest: lanes ' .. base .. ': ' .. tostring(open)) end
-      if checked and open then
-        local lane = base .. ':' .. level .. ':' .. group
-        local job = redis.call('rpop', lane)
-        if job then
-          out[#out + 1] = job
-          if group ~= '' then lane_count(base, group, job, count, ms) end
-          local waiting = base .. ':waiting'
-          if redis.call('hincrby', waiting, group, -1) <= 0 then redis.call('hdel', waiting, group) end
-        end
-        if redis.call('llen', lane) == 0 then
-          redis.call('lrem', rotation, -1, group)
-          groups = groups - 1
-        end
-      else
-        passed[group], held = true, held + 1
-      end
+    if not group then break end
+    local checked, waiting, open, g = pcall(lane_open, base, level, group, paused, now)
+    local leaves, at = true, nil
+    if not checked then
+      redis.log(redis.LOG_WARNING, 'sidequest: lanes ' .. base .. ': ' .. tostring(waiting))
+      at = now + RECHECK_MS
+    elseif not open then
+      at = g
+    elseif waiting > 0 then
+      local job = redis.call('rpop', rotation .. ':' .. group)
+      out[#out + 1] = job
+      if group ~= '' then at = lane_count(base, group, job, g, now) end
+      if redis.call('hincrby', waiting_key, group, -1) <= 0 then redis.call('hdel', waiting_key, group) end
+      if waiting == 1 then at = nil else leaves = at ~= nil end  -- an emptied lane leaves its turn for good
     end
+    if leaves then redis.call('rpop', rotation) end
+    if at then redis.call('zadd', base .. ':held:' .. level, at, group) end
   end
-  if groups == 0 then redis.call('srem', base, level) end
-  return groups <= held
+  local left = redis.call('llen', rotation)
+  if left == 0 and redis.call('zcard', base .. ':held:' .. level) == 0 then redis.call('srem', base, level) end
+  return left == 0
+end
+-- Wake a held group of one level (`lane_wake`): RPUSH first, so a rotation of another type (set
+-- by hand) errors before the group left `B:held:<level>`.
+local function wake_level(base, level, group, events)
+  local held = base .. ':held:' .. level
+  local at = redis.call('zscore', held, group)
+  if at and (not events or at == 'inf') then
+    redis.call('rpush', base .. ':' .. level, group)
+    redis.call('zrem', held, group)
+  end
+end
+-- A held group takes turns again at every level where it is parked: at its resume, a slot freed,
+-- new limits, an operator's reset. With `events`, only where it waits for such an event (not for
+-- its rate window's end). Each level under pcall: a key set by hand leaves that level as it was.
+local function lane_wake(base, group, events)
+  local ok, levels = pcall(redis.call, 'smembers', base)
+  if not ok then return end
+  for _, level in ipairs(levels) do pcall(wake_level, base, level, group, events) end
 end
 -- The queue's keys that staging writes are of their types (a key set by hand is not): the
 -- levels, sorted highest first, else nil.
@@ -122,7 +179,8 @@ local function stage_levels(base, queue)
   if not typed(base, 'set') then return nil end
   local levels = redis.call('smembers', base)
   for _, level in ipairs(levels) do
-    if not string.match(level, '^%d$') or not typed(base .. ':' .. level, 'list') then return nil end
+    if not string.match(level, '^%d$') or not typed(base .. ':' .. level, 'list')
+       or not typed(base .. ':held:' .. level, 'zset') then return nil end
   end
   for suffix, kind in pairs({busy = 'set', waiting = 'hash', paused = 'set', limits = 'hash', head = 'string'}) do
     if not typed(base .. ':' .. suffix, kind) then return nil end
@@ -148,13 +206,15 @@ local function stage(base, queue)
     end
   end
   local room, high, staged = LANE_DEPTH - redis.call('llen', queue), {}, 0
+  local clock = redis.call('time')
+  local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
   for _, level in ipairs(levels) do
     local exhausted = true
     if tonumber(level) > LANE_HIGH then
-      if head_free then exhausted = lane_take(base, level, LANE_DEPTH, high) end
+      if head_free then exhausted = lane_take(base, level, LANE_DEPTH, high, now) end
     elseif room > 0 then
       local low = {}
-      exhausted = lane_take(base, level, room, low)
+      exhausted = lane_take(base, level, room, low, now)
       if #low > 0 then redis.call('lpush', queue, unpack(low)) end
       room, staged = room - #low, staged + #low
     end
@@ -182,7 +242,12 @@ local function lane_push(base, level, group, job, limits)
     redis.call('sadd', base, level)
   end
   redis.call('hincrby', base .. ':waiting', group, 1)
-  if group ~= '' then redis.call('hset', base .. ':limits', group, limits) end
+  if group == '' then return end
+  local before = redis.call('hget', base .. ':limits', group)
+  if before ~= limits then
+    redis.call('hset', base .. ':limits', group, limits)
+    if before then lane_wake(base, group, false) end  -- new limits: a held group is looked at again
+  end
 end
 -- A laned job of a high level was taken by a worker: if it is the one staged deepest (`B:head`),
 -- the next batch may go to the head now.
@@ -204,22 +269,30 @@ local function lane_removed(base, level, group)
   if redis.call('hincrby', waiting, group, -1) <= 0 then redis.call('hdel', waiting, group) end
   if redis.call('llen', rotation .. ':' .. group) == 0 then
     redis.call('lrem', rotation, -1, group)
-    if redis.call('llen', rotation) == 0 then redis.call('srem', base, level) end
-  end
-end
--- A laned job ended (or left for `schedule`/`retry`): its group no longer counts it.
-local function lane_done(base, group, jid)
-  if group == '' then return end
-  local running = base .. ':running:' .. group
-  if redis.call('srem', running, jid) == 1 and redis.call('scard', running) == 0 then
-    redis.call('srem', base .. ':busy', group)
-    if redis.call('hexists', base .. ':waiting', group) == 0 then
-      redis.call('hdel', base .. ':limits', group)
+    redis.call('zrem', base .. ':held:' .. level, group)
+    if redis.call('llen', rotation) == 0 and redis.call('zcard', base .. ':held:' .. level) == 0 then
+      redis.call('srem', base, level)
     end
   end
 end
+-- A laned job ended (or left for `schedule`/`retry`): its group no longer counts it, and a group
+-- held at its concurrency takes turns again.
+local function lane_done(base, group, jid)
+  if group == '' then return end
+  local running = base .. ':running:' .. group
+  if redis.call('srem', running, jid) == 0 then return end
+  if redis.call('scard', running) == 0 then
+    redis.call('srem', base .. ':busy', group)
+    if redis.call('hexists', base .. ':waiting', group) == 0 then
+      redis.call('hdel', base .. ':limits', group)
+      return  -- nothing of it waits: it is held nowhere
+    end
+  end
+  lane_wake(base, group, true)
+end
 """
-for _name, _value in (("depth", LANE_DEPTH), ("default", DEFAULT_LEVEL), ("head_ttl", HEAD_TTL_MS),
+for _name, _value in (("held_grain", HELD_GRAIN), ("turn_slack", TURN_SLACK), ("recheck", RECHECK_MS),
+                      ("depth", LANE_DEPTH), ("default", DEFAULT_LEVEL), ("head_ttl", HEAD_TTL_MS),
                       ("refill", LANE_REFILL), ("max_count", MAX_LANE_COUNT), ("max_ms", MAX_RATE_SECONDS * 1000)):
     LANES_LUA = LANES_LUA.replace("{" + _name + "}", str(_value))
 
@@ -238,6 +311,10 @@ return staged
 # job still waiting in its lane: remove one copy, and keep the lanes' counts and turns true
 # (`lane_removed`).
 ADMIN_DELETE_LANED = """
+if not (typed(ARGV[2] .. ':' .. ARGV[3], 'list') and typed(ARGV[2] .. ':held:' .. ARGV[3], 'zset')
+        and typed(ARGV[2] .. ':waiting', 'hash') and typed(ARGV[2], 'set')) then
+  return redis.error_reply('a key of the lanes ' .. ARGV[2] .. ' is of the wrong type: nothing deleted')
+end
 if redis.call('lrem', KEYS[1], 1, ARGV[1]) == 0 then
   return 0
 end
@@ -259,10 +336,13 @@ local base, grain, deleted = KEYS[1], {grain}, 0
 local levels = redis.call('smembers', base)
 table.sort(levels, function(a, b) return a > b end)
 for _, level in ipairs(levels) do
-  local rotation = base .. ':' .. level
+  local rotation, held = base .. ':' .. level, base .. ':held:' .. level
   while grain > 0 do
     local group = redis.call('lpop', rotation)
-    if not group then break end
+    if not group then
+      group = redis.call('zpopmin', held)[1]  -- then the held groups
+      if not group then break end
+    end
     local lane = rotation .. ':' .. group
     local n = redis.call('llen', lane)
     redis.call('del', lane)
@@ -275,7 +355,7 @@ for _, level in ipairs(levels) do
     end
     deleted, grain = deleted + n, grain - 1
   end
-  if redis.call('llen', rotation) == 0 then redis.call('srem', base, level) end
+  if redis.call('llen', rotation) == 0 and redis.call('zcard', held) == 0 then redis.call('srem', base, level) end
   if grain == 0 then break end
 end
 if redis.call('scard', base) > 0 then return {deleted, 1} end
@@ -316,6 +396,20 @@ local held = redis.call('scard', running)
 redis.call('del', running, KEYS[1] .. ':rate:' .. ARGV[1])
 redis.call('srem', KEYS[1] .. ':busy', ARGV[1])
 if redis.call('hexists', KEYS[1] .. ':waiting', ARGV[1]) == 0 then redis.call('hdel', KEYS[1] .. ':limits', ARGV[1]) end
+lane_wake(KEYS[1], ARGV[1], false)
 if redis.call('exists', KEYS[1]) == 1 then stage(KEYS[1], KEYS[2]) end
 return held
+"""
+
+# KEYS: the queue's lanes base B, queue:<q>   ARGV: group
+# An operator's resume (`api.groups.resume_group`): the group leaves B:paused, takes turns again at
+# every level where it was held (`lane_wake`), and the lanes are staged. Returns 1 if it was paused.
+RESUME_GROUP = LANES_LUA + """
+if not typed(KEYS[1] .. ':paused', 'set') then
+  return redis.error_reply('a key of the lanes ' .. KEYS[1] .. ' is of the wrong type: nothing resumed')
+end
+local was = redis.call('srem', KEYS[1] .. ':paused', ARGV[1])
+lane_wake(KEYS[1], ARGV[1], false)
+if redis.call('exists', KEYS[1]) == 1 then stage(KEYS[1], KEYS[2]) end
+return was
 """
