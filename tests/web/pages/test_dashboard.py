@@ -51,3 +51,19 @@ def test_with_no_job_in_the_hour_the_chart_starts_live_and_the_history_stays_esc
     assert len(history) == RATE_HISTORY and [row[1] for row in history].count(1) == 1
     assert next(row for row in history if row[1])[0] == float(int(at) // 60 * 60)
     assert minute_of(history[-1][0]) < minute_of(client.clock())  # the current minute is the live part
+
+
+def test_a_live_refresh_reads_no_history_and_keeps_what_the_first_paint_drew(client, r):
+    """The page refreshes its content every poll (`X-Sidequest-Fragment`); the chart and its
+    caption are kept from the first paint, so the refresh does not read the hour's minutes again."""
+    http = TestClient(create_app(client), headers={"Accept": "text/html"})
+    http.get("/")  # the first paint: its reads, once
+
+    def hgetalls() -> int:
+        return int(r.info("commandstats").get("cmdstat_hgetall", {}).get("calls", 0))
+    before = hgetalls()
+    fragment = http.get("/", headers={"X-Sidequest-Fragment": "1"})
+    assert fragment.status_code == 200 and 'id="chart-rate-span" data-keep' in fragment.text
+    assert 'id="rate-history"' not in fragment.text and hgetalls() == before
+    served(client, "rate-history")  # a whole page reads the hour's minutes and the current one
+    assert hgetalls() == before + RATE_HISTORY + 1

@@ -20,6 +20,7 @@ from starlette.routing import Route
 from sidequest.api import Cluster, MetricsQuery, Stats
 from sidequest.client.sync_client import Client
 from sidequest.store.reasons import reason
+from sidequest.web.render import FRAGMENT_HEADER
 from sidequest.web.site import Site, nav_counts, whole
 
 HISTORY_DAYS = (7, 30, 90)
@@ -107,7 +108,8 @@ def routes(site: Site) -> list[Route]:
         return site.page(request, "dashboard.html", page="dashboard", title="Dashboard", stats=stats,
                          totals=nav_counts(stats), days=days, history=history_chart(stats, days),
                          first_reading=stats_document(stats),  # the live charts' first point: the table's data
-                         rate_history=rate_history(site.client),
+                         # read for the first paint only: a live refresh keeps the chart it drew
+                         rate_history=None if request.headers.get(FRAGMENT_HEADER) else rate_history(site.client),
                          redis_info=redis_info(site.client), cluster=site.client.keys.cluster)
 
     def api_stats(request: Request) -> Response:
