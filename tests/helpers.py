@@ -198,3 +198,50 @@ def http_get(port: int, path: str) -> tuple[int, str]:
         return exc.code, exc.read().decode()
     except OSError as exc:
         return 0, str(exc)
+
+
+class ShiftedClock:
+    """The wall clock moved by `offset` seconds: a worker's clock a test walks through past minutes."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        return time.time() + self.offset
+
+
+def worked_for_minutes(config, client, r, minutes: int = 10) -> list[tuple[float, int, int]]:
+    """A real worker that ran through the `minutes` finished minutes before this one, as if it had
+    run for that long: in minute i, i + 1 `Noop` runs and, every third minute, one `NoDead`
+    failure. Returns (minute's start, runs, failed) per minute, oldest first, once every count has
+    reached Redis with the worker's heartbeat."""
+    from jobs_for_tests import no_dead, noop
+
+    from sidequest.worker.launcher import Launcher
+
+    clock = ShiftedClock()
+    start = (int(time.time()) // 60 - minutes) * 60
+    clock.offset = start + 1 - time.time()
+    launcher = Launcher(config, clock=clock)
+    launcher.run()
+    expected = []
+    try:
+        for i in range(minutes):
+            at = start + 60 * i
+            clock.offset = at + 1 - time.time()  # jobs of minute i run (and are counted) in minute i
+            failed = 1 if i % 3 == 0 else 0
+            client.push_bulk(noop, [[i, n] for n in range(i + 1)])
+            if failed:
+                client.push(no_dead)
+            wait_until(lambda at=at, want=i + 1 + failed: _runs_in(r, at) == want, message=f"minute {i} counted")
+            expected.append((float(at), i + 1 + failed, failed))
+    finally:
+        launcher.stop()
+    return expected
+
+
+def _runs_in(r, at: float) -> int:
+    """Runs of every job counted in Redis in the minute starting at `at`."""
+    from sidequest.features.job_metrics import minute_of, read
+
+    return sum(job.per_minute.get(minute_of(at), (0, 0, 0.0))[0] for job in read(r, 2, at + 30).values())

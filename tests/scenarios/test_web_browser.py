@@ -366,3 +366,29 @@ def test_the_latency_chart_shows_the_queues_on_first_paint(page, web, client):
     assert sorted(page.inner_text("#chart-latency-legend").split()) == ["mail", "reports"]
     assert page.locator("#chart-latency circle").count() == 2  # one reading each: a dot, not a line
     assert page.errors == []
+
+
+def test_the_throughput_chart_starts_with_the_minutes_the_workers_ran(page, web, config, client, r):
+    """Issue 42 item 2: opened after workers ran for 10 minutes, the throughput chart shows those
+    10 minutes at once, from the per-minute metrics in Redis. `/api/stats` is held back here, so
+    only the first paint shows (the screenshot: dashboard-throughput-history.png)."""
+    from helpers import worked_for_minutes
+
+    expected = worked_for_minutes(config, client, r, minutes=10)
+    page.route("**/api/stats", lambda route: None)  # never answered: the page has only what it was served
+    page.goto(web.url + "/")
+    page.wait_for_selector("#chart-rate path.line", state="attached")
+    _shoot(page, "dashboard-throughput-history")
+    processed, failed = (page.locator("#chart-rate path.line").nth(i).get_attribute("d") for i in range(2))
+    # a line through the hour's finished minutes (60, or 59 once the oldest one's middle has left
+    # the hour): at 0 before the worker, then its 10 minutes
+    assert processed.count("L") == failed.count("L") and processed.count("L") + 1 in (59, 60)
+    ys = [float(step.split()[1]) for step in processed[1:].split("L")]
+    zero = max(ys)  # y grows downwards
+    drawn = [(zero - y) / (zero - min(ys)) for y in ys if y != zero]
+    runs = [count for _, count, _ in expected]
+    assert len(drawn) == 10 and all(abs(d - n / max(runs)) < 0.02 for d, n in zip(drawn, runs, strict=True))
+    assert "collecting" not in page.locator("#chart-rate").text_content()
+    assert "last hour" in page.inner_text("section:has(#chart-rate) .panel-head")
+    assert page.inner_text("#chart-rate-legend").split() == ["processed/s", "failed/s"]
+    assert page.errors == []

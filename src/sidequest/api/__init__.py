@@ -49,7 +49,8 @@ are epoch seconds whether Sidekiq 6/7 (float seconds) or Sidekiq 8 (integer ms) 
     Iteration                          find(jid) -> IterationState (cursor state executions items
                                        runtime per_item) or None; running() -> {jid: state}
     MetricsQuery()                     top_jobs(minutes, limit) for_job(name, minutes) ->
-                                       JobSummary (runs failed total_ms p50/p95/p99_ms series)
+                                       JobSummary (runs failed total_ms p50/p95/p99_ms series);
+                                       per_minute(minutes) -> [MinutePoint] over every job name
     groups(queue, limit=100)           GroupInfo (name waiting running paused concurrency rate) of
                                        a queue's fairness groups, largest (waiting + running) first
     pause_group(queue, group)          staging skips the group; resume_group(queue, group)

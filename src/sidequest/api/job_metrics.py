@@ -74,6 +74,19 @@ class MetricsQuery:
         found = self._read(minutes, [name])
         return found[0] if found else _summary(JobMetrics(name), self._window(minutes))
 
+    def per_minute(self, minutes: int = 60) -> list[MinutePoint]:
+        """Every job name's runs, failures, run time and expired jobs added up per minute over the
+        last `minutes` (at most 72 h), oldest first, the current minute (still being written) last:
+        the history the dashboard's throughput chart and `sidequest stats --minutes` start from.
+
+            [(p.at, p.runs, p.failed) for p in MetricsQuery().per_minute(10)]
+        """
+        now = self.client.clock()
+        jobs = read(self.client.redis, _span(minutes), now).values()
+        return [_point(minute, [job.per_minute.get(minute, (0, 0, 0.0)) for job in jobs],
+                       sum(job.expired_per_minute.get(minute, 0) for job in jobs))
+                for minute in window(now, _span(minutes))]
+
     def _window(self, minutes: int) -> list[str]:
         return window(self.client.clock(), _span(minutes))
 
@@ -87,11 +100,15 @@ def _span(minutes: int) -> int:
     return min(max(minutes, 1), MAX_MINUTES)
 
 
+def _point(minute: str, counts: list[tuple[int, int, float]], expired: int) -> MinutePoint:
+    """One minute's point from (runs, failed, ms) of each job name in it."""
+    at = datetime.strptime(minute, "%Y%m%d%H%M").replace(tzinfo=UTC).timestamp()
+    return MinutePoint(minute, at, sum(c[0] for c in counts), sum(c[1] for c in counts),
+                       sum(c[2] for c in counts), expired)
+
+
 def _summary(job: JobMetrics, span: list[str]) -> JobSummary:
-    series = []
-    for minute in span:
-        runs, failed, ms = job.per_minute.get(minute, (0, 0, 0.0))
-        at = datetime.strptime(minute, "%Y%m%d%H%M").replace(tzinfo=UTC).timestamp()
-        series.append(MinutePoint(minute, at, runs, failed, ms, job.expired_per_minute.get(minute, 0)))
+    series = [_point(minute, [job.per_minute.get(minute, (0, 0, 0.0))], job.expired_per_minute.get(minute, 0))
+              for minute in span]
     return JobSummary(job.name, job.runs, job.failed, job.total_ms, job.mean_ms, job.failure_rate,
                       job.percentile(0.50), job.percentile(0.95), job.percentile(0.99), series, job.expired)

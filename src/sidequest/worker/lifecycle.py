@@ -29,9 +29,11 @@ A feature may also wrap the run of a job (`running`), e.g. to let the job report
 (`observe`), e.g. to count it in memory (the per-job metrics).
 
 The features are registered here, in one ordered list (`register`, `Plugin`), by
-`sidequest.features.registry` when sidequest is imported; the worker (`launcher`, a supervisor's
-orphan recovery) and the moves made outside a worker (`operator_lifecycle`: the admin API, a
-cancel) compose them from that list (`compose`), so no module of the worker names a feature.
+`sidequest.features.registry` when sidequest is imported (and by an integration that observes
+outcomes, `contrib.opentelemetry`, while it is turned on: `unregister` takes it out); the
+worker (`launcher`, a supervisor's orphan recovery) and the moves made outside a worker
+(`operator_lifecycle`: the admin API, a cancel) compose them from that list (`compose`), so no
+module of the worker names a feature.
 The list's order is the order of the operations in a script: a feature that reads what another
 writes comes after it.
 """
@@ -190,6 +192,11 @@ def register(*plugins: Plugin) -> None:
     """Add features to the list (a name registered again keeps its place, with the new plugin)."""
     for plugin in plugins:
         _plugins[plugin.name] = plugin
+
+
+def unregister(name: str) -> None:
+    """Take a feature out of the list (an integration turned off); workers built with it keep it."""
+    _plugins.pop(name, None)
 
 
 def registered() -> list[Plugin]:

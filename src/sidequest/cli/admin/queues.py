@@ -8,6 +8,7 @@ command, so `sidequest worker` never pays for loading the terminal library.
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -15,6 +16,9 @@ import click
 from sidequest.cli.admin.connect import AdminCommand, admin_client, json_option, redis_errors, redis_url_option
 from sidequest.cli.root import Unreachable, UserError, main
 from sidequest.errors import JobArgumentError, SidequestError
+from sidequest.features.job_metrics import RETENTION
+
+MAX_MINUTES = RETENTION // 60  # what Redis keeps: 72 h
 
 if TYPE_CHECKING:
     from sidequest.api import Queue
@@ -26,20 +30,25 @@ QUEUE_ACTIONS = ("list", "show", "pause", "unpause", "clear")
 @main.command(cls=AdminCommand)
 @click.option("--days", default=7, show_default=True, type=click.IntRange(1, 365),
               help="Days of processed/failed history to show.")
+@click.option("--minutes", type=click.IntRange(1, MAX_MINUTES), default=None,
+              help="Also show the runs, failures and mean run time of every job per minute, over this many "
+                   "minutes (the dashboard's throughput history; kept 72 h).")
 @json_option
 @redis_url_option
 @redis_errors
-def stats(days: int, as_json: bool, redis_url: str | None) -> None:
+def stats(days: int, minutes: int | None, as_json: bool, redis_url: str | None) -> None:
     """Totals, every queue, processed and failed per day, periodic entries, and the pushes debounce
     replaced and throttle dropped per job; on a Redis
-    Cluster, each queue's primary and each primary's slots, keys and memory.
+    Cluster, each queue's primary and each primary's slots, keys and memory. With --minutes, the
+    runs and failures of every job per UTC minute.
 
     \b
     Examples:
       sidequest stats
+      sidequest stats --minutes 10
       sidequest stats --json | jq .retry_size
     """
-    from sidequest.api import Cluster, ProcessSet, Stats, flow_counts
+    from sidequest.api import Cluster, MetricsQuery, ProcessSet, Stats, flow_counts
     from sidequest.cli.admin import render, views
     from sidequest.features.periodic import status as periodic_status
 
@@ -49,10 +58,12 @@ def stats(days: int, as_json: bool, redis_url: str | None) -> None:
     entries = periodic_status(client)
     flows = flow_counts(client)
     cluster = Cluster(client) if client.keys.cluster else None
+    per_minute = MetricsQuery(client).per_minute(minutes) if minutes else None
     if as_json:
         render.emit_json({**snapshot.as_dict(), "history": {"processed": history.processed, "failed": history.failed},
                           "periodic": [e.as_dict() for e in entries], "flow": flows,
-                          **({"cluster": [shard.as_dict() for shard in cluster.shards]} if cluster else {})})
+                          **({"cluster": [shard.as_dict() for shard in cluster.shards]} if cluster else {}),
+                          **({"minutes": [asdict(p) for p in per_minute]} if per_minute is not None else {})})
         return
     out = render.console()
     out.print(views.totals(snapshot, ProcessSet(client, clean=False).total_concurrency))
@@ -64,6 +75,9 @@ def stats(days: int, as_json: bool, redis_url: str | None) -> None:
         out.print(views.cluster(cluster.shards))
     out.print()
     out.print(views.history(history))
+    if per_minute is not None:
+        out.print()
+        out.print(views.minutes(per_minute))
     if entries:
         out.print()
         out.print(views.periodic(entries, client.clock()))

@@ -9,7 +9,7 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from sidequest.api import History, JobRecord, Process, QueueSummary, Shard, SortedEntry, Stats, Work
+from sidequest.api import History, JobRecord, MinutePoint, Process, QueueSummary, Shard, SortedEntry, Stats, Work
 from sidequest.cli.admin import render
 from sidequest.features.periodic import PeriodicStatus
 
@@ -54,6 +54,17 @@ def history(days: History) -> Table:
     grid = render.table("DAY (UTC)", "PROCESSED", "FAILED", title="History", right=("PROCESSED", "FAILED"))
     for day in days.days:
         render.row(grid, day, f"{days.processed[day]:,}", f"{days.failed[day]:,}")
+    return grid
+
+
+def minutes(points: Sequence[MinutePoint]) -> Table:
+    """Every job's runs per UTC minute, oldest first (the last one is still being counted)."""
+    grid = render.table("MINUTE (UTC)", "RUNS", "FAILED", "MEAN RUN TIME", title="Per minute",
+                        right=("RUNS", "FAILED", "MEAN RUN TIME"))
+    for point in points:
+        stamp = f"{point.minute[:4]}-{point.minute[4:6]}-{point.minute[6:8]} {point.minute[8:10]}:{point.minute[10:]}"
+        mean = f"{point.total_ms / point.runs:,.1f} ms" if point.runs else "-"
+        render.row(grid, stamp, f"{point.runs:,}", f"{point.failed:,}", mean)
     return grid
 
 

@@ -1,7 +1,8 @@
 """The Dashboard page and the small JSON document every page polls (`/api/stats`).
 
 The page shows the totals, two live charts drawn in the browser from successive `/api/stats`
-readings (jobs per second, queue latency), processed and failed per day, and the Redis server's
+readings (jobs per second, queue latency), the first of them served filled with the last hour's
+per-minute runs and failures (`api.job_metrics`), processed and failed per day, and the Redis server's
 version, memory and clients (on a Redis Cluster: its primaries, replicas, keys and memory in
 all, with a link to the Cluster page).
 """
@@ -16,12 +17,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from sidequest.api import Cluster, Stats
+from sidequest.api import Cluster, MetricsQuery, Stats
 from sidequest.client.sync_client import Client
 from sidequest.store.reasons import reason
+from sidequest.web.render import FRAGMENT_HEADER
 from sidequest.web.site import Site, nav_counts, whole
 
 HISTORY_DAYS = (7, 30, 90)
+RATE_HISTORY = 60  # minutes of per-minute runs the throughput chart is served with (a fixed bound)
 
 
 def stats_document(stats: Stats) -> dict[str, Any]:
@@ -32,6 +35,16 @@ def stats_document(stats: Stats) -> dict[str, Any]:
                    for q in stats.queue_summaries],
         "time": time.time(),
     }
+
+
+def rate_history(client: Client) -> list[list[float]]:
+    """The throughput chart's first points: [minute's start, runs, failed] per finished minute of
+    the last hour, oldest first. The current minute is left out: its counts are still arriving
+    with each heartbeat, and the live readings cover it. Empty when no job ran in the hour."""
+    minutes = MetricsQuery(client).per_minute(RATE_HISTORY + 1)[:-1]
+    if not any(point.runs for point in minutes):
+        return []
+    return [[point.at, point.runs, point.failed] for point in minutes]
 
 
 def redis_info(client: Client) -> list[tuple[str, str]]:
@@ -95,6 +108,8 @@ def routes(site: Site) -> list[Route]:
         return site.page(request, "dashboard.html", page="dashboard", title="Dashboard", stats=stats,
                          totals=nav_counts(stats), days=days, history=history_chart(stats, days),
                          first_reading=stats_document(stats),  # the live charts' first point: the table's data
+                         # read for the first paint only: a live refresh keeps the chart it drew
+                         rate_history=None if request.headers.get(FRAGMENT_HEADER) else rate_history(site.client),
                          redis_info=redis_info(site.client), cluster=site.client.keys.cluster)
 
     def api_stats(request: Request) -> Response:

@@ -3,7 +3,8 @@
 //
 // - Every `poll` ms (the <body data-poll> value) it reads `<root>/api/stats` and writes the
 //   numbers into every element with a matching `data-stat`; the dashboard feeds its charts,
-//   whose first reading is the one the page was served with (`#first-reading`).
+//   whose first reading is the one the page was served with (`#first-reading`), after the
+//   last hour's per-minute runs and failures it was served with (`#rate-history`).
 // - A <main data-refresh> is re-fetched with `X-Sidequest-Fragment: 1` (the server answers with
 //   the page's content only, escaped as always) and swapped in, unless the reader is busy with
 //   it: something ticked, typed, selected or opened.
@@ -325,13 +326,16 @@
   }
 
   // -- the dashboard's live charts ----------------------------------------------------------
-  const WINDOW = 300; // seconds shown
+  const WINDOW = 300; // seconds shown while no job ran in the last hour
+  const HOUR = 3600; // seconds shown with the hour's per-minute history (#rate-history)
   const AVERAGE = 10; // seconds a rate is averaged over (stats reach Redis with each heartbeat)
   const dashboard = page === "dashboard" ? {
     samples: [],
+    history: [], // [[minute's start, runs, failed], ...] of the finished minutes, from the page
+    span: function () { return this.history.length ? HOUR : WINDOW; },
     add: function (s) {
       this.samples.push({ t: s.time, processed: s.processed, failed: s.failed, queues: s.queues });
-      while (this.samples.length && this.samples[0].t < s.time - WINDOW - AVERAGE) this.samples.shift();
+      while (this.samples.length && this.samples[0].t < s.time - this.span() - AVERAGE) this.samples.shift();
       this.draw();
     },
     rates: function (field) {
@@ -344,15 +348,24 @@
       }
       return out;
     },
+    // a minute's mean rate at its middle, then a gap, then the live rates
+    withHistory: function (index, live, from) {
+      const past = this.history.filter(function (m) { return m[0] + 30 >= from; })
+        .map(function (m) { return [m[0] + 30, m[index] / 60]; });
+      live = live.filter(function (p) { return p[0] >= from; });
+      return past.length && live.length ? past.concat([[past[past.length - 1][0], null]], live) : past.concat(live);
+    },
     draw: function () {
       const to = this.samples.length ? this.samples[this.samples.length - 1].t : now();
-      // the window grows from a minute to WINDOW as readings come in
-      const from = Math.max(to - WINDOW, Math.min(to - 20, this.samples.length ? this.samples[0].t : to));
+      // the live window grows from a minute to WINDOW as readings come in; with history the
+      // throughput chart shows the hour
+      const liveFrom = Math.max(to - WINDOW, Math.min(to - 20, this.samples.length ? this.samples[0].t : to));
+      const from = this.history.length ? to - HOUR : liveFrom;
       const rateSvg = document.getElementById("chart-rate");
       if (rateSvg) {
         const series = [
-          { name: "processed/s", points: this.rates("processed"), color: "var(--c1)" },
-          { name: "failed/s", points: this.rates("failed"), color: "var(--c2)" },
+          { name: "processed/s", points: this.withHistory(1, this.rates("processed"), from), color: "var(--c1)" },
+          { name: "failed/s", points: this.withHistory(2, this.rates("failed"), from), color: "var(--c2)" },
         ];
         lineChart(rateSvg, series, { from: from, to: to, area: true });
         legend(document.getElementById("chart-rate-legend"), series);
@@ -361,6 +374,7 @@
       if (latSvg) {
         const byQueue = {};
         this.samples.forEach(function (smp) {
+          if (smp.t < liveFrom) return;
           (smp.queues || []).forEach(function (q) { (byQueue[q.name] = byQueue[q.name] || []).push([smp.t, q.latency]); });
         });
         const names = Object.keys(byQueue).sort(function (a, b) {
@@ -368,7 +382,7 @@
           return lb - la || (a < b ? -1 : 1);
         }).slice(0, 6);
         const series = names.map(function (n, i) { return { name: n, points: byQueue[n], color: color(i) }; });
-        lineChart(latSvg, series, { from: from, to: to, format: "seconds", empty: names.length ? "collecting…" : "no queues" });
+        lineChart(latSvg, series, { from: liveFrom, to: to, format: "seconds", empty: names.length ? "collecting…" : "no queues" });
         legend(document.getElementById("chart-latency-legend"), series);
       }
     },
@@ -419,6 +433,8 @@
     setLive(live);
     hydrate(document);
     if (dashboard) { // the first point is the reading the page was served with, so the charts match its table
+      const history = document.getElementById("rate-history");
+      if (history) dashboard.history = JSON.parse(history.textContent);
       const first = document.getElementById("first-reading");
       if (first) dashboard.add(JSON.parse(first.textContent)); else dashboard.draw();
     }

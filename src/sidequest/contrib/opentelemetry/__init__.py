@@ -21,8 +21,10 @@ It follows OpenTelemetry's messaging conventions and Ruby Sidekiq's instrumentat
 - `propagation_style` is Ruby's option: "link" (its default, and the conventions' advice: a job's
   trace starts when it runs, linked to the push), "child" (one trace from push to run), "none".
 Metrics: `messaging.client.sent.messages` per push; `messaging.client.consumed.messages` and
-`messaging.process.duration` per run, with `error.type` when it failed. sidequest's own
-Prometheus metrics are unchanged.
+`messaging.process.duration` per run, with `error.type` when it failed; `sidequest.job.retried`
+and `sidequest.job.dead` per job filed there by this process's workers; and, in the one process
+that asks for them (`report_fleet=True`), the fleet's gauges read from Redis (`gauges`).
+sidequest's own Prometheus metrics are unchanged.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ from opentelemetry.metrics import Counter, Histogram, get_meter
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from sidequest import __version__
+from sidequest.client.sync_client import default_client
+from sidequest.contrib.opentelemetry.gauges import FleetGauges, count_outcomes
 from sidequest.errors import Cancelled, OverLimit, Suspended
 from sidequest.jobs.middleware import PROCESS_CLIENT, PROCESS_SERVER
 from sidequest.jobs.payload import display_name
@@ -143,11 +147,15 @@ class ConsumerHook:
 
 
 class SidequestInstrumentor(BaseInstrumentor):  # type: ignore[misc]
-    """`instrument(propagation_style="link", tracer_provider=None, meter_provider=None)`;
-    `uninstrument()` takes the hooks out. The global providers are used when none is given."""
+    """`instrument(propagation_style="link", tracer_provider=None, meter_provider=None,
+    report_fleet=False, client=None)`; `uninstrument()` takes the hooks out. The global providers
+    are used when none is given. `report_fleet=True` adds the fleet's gauges, read from Redis
+    through `client` (the default client when None): ask for it in one process only."""
 
     # on the class: BaseInstrumentor makes one instance per class, and `__init__` runs on every call
     _hooks: tuple[ProducerHook, ConsumerHook] | None = None
+    _stop_counting: Callable[[], None] | None = None
+    _fleet: FleetGauges | None = None
 
     def instrumentation_dependencies(self) -> Collection[str]:
         return ("sidequest >= 0.1",)
@@ -170,9 +178,19 @@ class SidequestInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         self._hooks = (ProducerHook(telemetry), ConsumerHook(telemetry))
         PROCESS_CLIENT.prepend(self._hooks[0])
         PROCESS_SERVER.prepend(self._hooks[1])
+        self._stop_counting = count_outcomes(meter)
+        if kwargs.get("report_fleet"):
+            self._fleet = FleetGauges(kwargs.get("client") or default_client())
+            self._fleet.register(meter)
 
     def _uninstrument(self, **kwargs: Any) -> None:
         if self._hooks is not None:
             PROCESS_CLIENT.remove(self._hooks[0])
             PROCESS_SERVER.remove(self._hooks[1])
             self._hooks = None
+        if self._stop_counting is not None:
+            self._stop_counting()
+            self._stop_counting = None
+        if self._fleet is not None:
+            self._fleet.on = False
+            self._fleet = None
