@@ -20,7 +20,8 @@ COMMANDS = {
     "stats": "admin.queues", "queues": "admin.queues", "enqueue": "admin.queues", "tasks": "admin.queues",
     "retries": "admin.sets", "scheduled": "admin.sets", "dead": "admin.sets",
     "processes": "admin.processes", "top": "admin.top", "health": "admin.health", "workflows": "admin.workflows",
-    "periodic": "admin.periodic", "groups": "admin.groups", "steps": "admin.steps", "web": "web", "demo": "demo",
+    "periodic": "admin.periodic", "groups": "admin.groups", "steps": "admin.steps",
+    "search": "admin.search", "web": "web", "demo": "demo",
     "worker": "worker",
 }
 M_ARENA_MAX = -8  # mallopt's parameter number (glibc's malloc.h)
