@@ -22,7 +22,10 @@ from sidequest.jobs.active_job import RAILS_WRAPPER, job_data_for
 from sidequest.jobs.payload import encode, new_jid
 from sidequest.jobs.registry import Registry
 
-from .test_web_browser import SHOTS, WebServer, browser, page  # noqa: F401 (fixtures)
+from . import test_web_browser as in_browser
+
+SHOTS, WebServer = in_browser.SHOTS, in_browser.WebServer
+browser, page = in_browser.browser, in_browser.page  # the browser tests' fixtures: Chromium, a tab
 
 NAMES = Registry()  # a Rails app's ActiveJob class, as the Python side runs it
 

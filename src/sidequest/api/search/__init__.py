@@ -34,15 +34,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
 
 from sidequest.api.actions import Actions
-from sidequest.api.records import JobDict, JobRecord, SortedEntry
+from sidequest.api.records import JobRecord, SortedEntry
 from sidequest.api.search import bulk
 from sidequest.api.search.matching import (
     PLACES,
     SET_KINDS,
     Criteria,
+    Hit,
     Place,
     decode_cursor,
     encode_cursor,
@@ -55,18 +55,6 @@ from sidequest.client.sync_client import Client, default_client
 __all__ = ["PLACES", "SET_KINDS", "Criteria", "Hit", "Place", "Search", "SearchPage", "places", "walk"]
 
 BUDGET = 100_000  # entries one page reads at most
-
-
-@dataclass(frozen=True)
-class Hit:
-    """One match: where it was found and the record (a `SortedEntry` in a sorted set)."""
-
-    where: str
-    record: JobRecord
-
-    def as_dict(self) -> dict[str, Any]:
-        found: JobDict = self.record.as_dict()
-        return {"where": self.where, **found}
 
 
 @dataclass(frozen=True)

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sidequest.api.actions import Actions, Call
 from sidequest.api.records import JobRecord, SortedEntry
+from sidequest.api.search.matching import Hit
 from sidequest.errors import PayloadError
-
-if TYPE_CHECKING:
-    from sidequest.api.search import Hit
 
 BATCH = 500  # atomic moves per round trip
 

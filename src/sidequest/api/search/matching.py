@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sidequest.api.records import JobRecord, glob_escape
+from sidequest.api.records import JobDict, JobRecord, glob_escape
 from sidequest.client.sync_client import Client
 from sidequest.store import keys
 from sidequest.store.lanes import waiting_lanes
@@ -86,6 +86,18 @@ class Place:
     @property
     def sorted(self) -> bool:
         return self.where not in ("queue", "lane")
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One match: where it was found and the record (a `SortedEntry` in a sorted set)."""
+
+    where: str
+    record: JobRecord
+
+    def as_dict(self) -> dict[str, Any]:
+        found: JobDict = self.record.as_dict()
+        return {"where": self.where, **found}
 
 
 Make = Callable[[Place, bytes, float | None], JobRecord]

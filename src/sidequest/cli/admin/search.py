@@ -93,9 +93,9 @@ def _show(search: Search, page: SearchPage, as_json: bool) -> None:
             r = hit.record
             error = f"{r.error_class}: {r.error_message}" if r.error_class else ""
             render.row(grid, hit.where, r.jid or "-", r.display_class or "(not a job)", r.queue,
-                       render.brief(r.display_args, 40), render.brief(error, 40))
+                       render.brief(r.display_args, 40), error[:40])
         out.print(grid)
-    noun = render.plural(len(page.hits), "match")
+    noun = render.plural(len(page.hits), "matching job")
     if page.cursor is None:
         out.print(f"{noun}; the search is complete")
     else:
