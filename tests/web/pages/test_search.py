@@ -45,3 +45,29 @@ def test_read_only_shows_matches_and_no_actions(client):
     looking = TestClient(create_app(client, read_only=True))
     text = looking.get("/search?args=customer-42", headers=HTML).text
     assert "1 match on this page" in text and "Retry all matching" not in text
+
+
+def test_ticked_matches_are_acted_on_one_by_one(http, client, r):
+    queued = client.push(echo, ["customer-42"])
+    jid = new_jid()
+    r.zadd("retry", {encode({"class": "Echo", "args": ["customer-42"], "queue": "default", "jid": jid,
+                             "retry_count": 1}): 2.0e9})
+    entry = RetrySet(client).find_job(jid)
+    http.get("/", headers=HTML)
+    token = http.cookies[COOKIE]
+    text = http.get("/search?args=customer-42", headers=HTML).text
+    assert f'value="retry|{entry.key}"' in text and f'value="queue|{queued}|default"' in text
+    killed = http.post("/search/actions", data={"do": "kill", "args": "customer-42", "csrf": token,
+                                                "key": [f"retry|{entry.key}", f"queue|{queued}|default"]})
+    assert "Killed 1 job. 1 had moved meanwhile, or cannot be acted on there." in killed.text
+    assert RetrySet(client).size == 0 and [h.where for h in Search(jid=jid, client=client)] == ["dead"]
+    deleted = http.post("/search/actions", data={"do": "delete", "args": "customer-42", "csrf": token,
+                                                 "key": f"queue|{queued}|default"})
+    assert "Deleted 1 job." in deleted.text and list(Search(jid=queued, client=client)) == []
+
+
+def test_a_capped_set_filter_links_to_every_match_on_the_search_page(http, client, r):
+    r.zadd("dead", {encode({"class": "Echo", "args": [n], "queue": "default", "jid": new_jid()}): n for n in range(3)})
+    text = http.get("/dead?q=Echo&by=name", headers=HTML).text
+    assert 'href="/search?name=Echo&amp;in=dead" data-search-link' in text
+    assert "3 matches on this page" in http.get("/search?name=Echo&in=dead", headers=HTML).text
