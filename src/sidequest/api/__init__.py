@@ -57,6 +57,10 @@ are epoch seconds whether Sidekiq 6/7 (float seconds) or Sidekiq 8 (integer ms) 
     reset_group(queue, group)          give back the group's slots (and rate window) at once
     lanes(queue)                       {level: waiting} of a queue's priority lanes, highest first
     lanes_waiting(queues)              {queue: jobs waiting in its lanes}, not yet in its list
+    Search(name, jid, args, text, error, queue, where)
+                                       one search over queues, lanes, scheduled, retry, dead:
+                                       page(cursor, limit) -> SearchPage (hits: Hit where record,
+                                       cursor) iteration retry_all delete_all kill_all
     flow_counts()                      {class: {"replaced": n, "dropped": n}}: pushes debounce
                                        replaced and throttle dropped (`features.flow`)
     Cluster(usage=True)                Cluster mode only: shards (Shard: primary replicas slots
@@ -77,6 +81,7 @@ from sidequest.api.load import CapsuleLoad, Load, QueueLoad
 from sidequest.api.processes import Process, ProcessDict, ProcessSet, Work, Workers, WorkSet
 from sidequest.api.queues import Queue
 from sidequest.api.records import JobDict, JobRecord, SortedEntry
+from sidequest.api.search import Criteria, Hit, Search, SearchPage
 from sidequest.api.sets import DeadSet, JobSet, RetrySet, ScheduledSet
 from sidequest.api.stats import History, QueueSummary, Stats, StatsDict
 from sidequest.api.steps import job_steps, reset_steps
@@ -84,9 +89,11 @@ from sidequest.api.steps import job_steps, reset_steps
 __all__ = [
     "CapsuleLoad",
     "Cluster",
+    "Criteria",
     "DeadSet",
     "GroupInfo",
     "History",
+    "Hit",
     "Iteration",
     "JobDict",
     "JobRecord",
@@ -103,6 +110,8 @@ __all__ = [
     "QueueSummary",
     "RetrySet",
     "ScheduledSet",
+    "Search",
+    "SearchPage",
     "Shard",
     "ShardDict",
     "SortedEntry",

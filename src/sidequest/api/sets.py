@@ -16,23 +16,19 @@ and the filters scan each in turn. Each entry keeps the key of its queue's set a
 
 from __future__ import annotations
 
-import hashlib
 import heapq
-import json
 from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from itertools import islice
 from typing import Any, ClassVar, cast
 
+from sidequest.api import search
 from sidequest.api.actions import Actions, Call
-from sidequest.api.records import SortedEntry, glob_escape
+from sidequest.api.records import SortedEntry
 from sidequest.client.sync_client import Client, default_client
-from sidequest.errors import PayloadError
 from sidequest.store import keys
 
 PAGE = 50  # entries per read while iterating, as Sidekiq's
-SCAN_COUNT = 5000  # ZSCAN COUNT: how much of the set the server walks per round trip
-BATCH = 500  # atomic moves per round trip in the "all" actions
 
 
 class JobSet:
@@ -197,24 +193,14 @@ class JobSet:
     def select(self, name: str | None = None, text: str | None = None) -> Iterator[SortedEntry]:
         """Entries of job name `name` (the payload's `class`, or the class it wraps, its
         `display_class`: an ActiveJob's) and/or whose stored JSON contains `text` (case-sensitive),
-        in no particular order; with neither, every entry. One ZSCAN round trip per
-        `SCAN_COUNT` entries of the set; an entry may come twice if the set changes meanwhile."""
-        needle = text if text is not None else (json.dumps(name, ensure_ascii=False)[1:-1] if name else None)
-        pattern = f"*{glob_escape(needle)}*" if needle else None
-        wanted = text.encode("utf-8") if text else None
-        for key, home in self.sets():  # one, but in Cluster mode
-            cursor = 0
-            while True:
-                cursor, found = cast("tuple[int, list[tuple[bytes, float]]]",
-                                     self.redis.zscan(key, cursor, match=pattern, count=SCAN_COUNT))
-                for value, score in found:
-                    if wanted is not None and wanted not in value:
-                        continue
-                    entry = self._entry(value, score, key, home)
-                    if name is None or name in (entry.klass, entry.display_class):
-                        yield entry
-                if cursor == 0:
-                    break
+        in no particular order, each once; with neither, every entry. This is `Search` over this
+        set alone (one matcher, one walk): one ZSCAN round trip per `SCAN_COUNT` entries."""
+        kind = search.SET_KINDS.get(self.key, "set")
+        criteria = search.Criteria(name=name or None, text=text or None)
+        walk = [search.Place(kind, key, home) for key, home in self.sets()]
+        for _, entry in search.walk(self.redis, criteria, walk, lambda place, value, score:
+                                    self._entry(value, score or 0.0, place.key, place.queue)):
+            yield cast("SortedEntry", entry)
 
     # -- acting on many ------------------------------------------------------------------------
     def retry_all(self, name: str | None = None, text: str | None = None) -> int:
@@ -241,22 +227,7 @@ class JobSet:
         return self.delete_all()
 
     def _each(self, build: Callable[[SortedEntry], Call], name: str | None, text: str | None) -> int:
-        moved = 0
-        seen: set[bytes] = set()  # digests: ZSCAN may return an entry twice
-        calls: list[Call] = []
-        for entry in self.select(name, text):
-            digest = hashlib.blake2b(entry.value, digest_size=16).digest()
-            if digest in seen:
-                continue
-            seen.add(digest)
-            try:
-                calls.append(build(entry))
-            except PayloadError:
-                continue  # not a job: it has no queue to go to
-            if len(calls) >= BATCH:
-                moved += sum(self.actions.many(calls))
-                calls = []
-        return moved + sum(self.actions.many(calls))
+        return search.bulk.act(self.actions, self.select(name, text), build)
 
     def _entry(self, value: bytes, score: float, key: str | None = None, home: str | None = None) -> SortedEntry:
         key = key or self.key

@@ -20,7 +20,8 @@ COMMANDS = {
     "stats": "admin.queues", "queues": "admin.queues", "enqueue": "admin.queues", "tasks": "admin.queues",
     "retries": "admin.sets", "scheduled": "admin.sets", "dead": "admin.sets",
     "processes": "admin.processes", "top": "admin.top", "health": "admin.health", "workflows": "admin.workflows",
-    "periodic": "admin.periodic", "groups": "admin.groups", "steps": "admin.steps", "web": "web", "demo": "demo",
+    "periodic": "admin.periodic", "groups": "admin.groups", "steps": "admin.steps",
+    "search": "admin.search", "mcp": "assistant", "web": "web", "demo": "demo",
     "worker": "worker",
 }
 M_ARENA_MAX = -8  # mallopt's parameter number (glibc's malloc.h)
@@ -89,7 +90,7 @@ def main(ctx: click.Context) -> None:
 
     Set REDIS_URL to use your Redis (redis://, rediss:// for TLS). Without it, `worker`
     and `demo` start an embedded redis-server in ./.sidequest/redis; `web` and the admin
-    commands (stats, queues, groups, retries, scheduled, dead, processes, enqueue, tasks, top)
+    commands (stats, queues, groups, retries, scheduled, dead, search, processes, enqueue, tasks, top, mcp)
     use the Redis on localhost:6379 and never start one.
     """
     if ctx.invoked_subcommand == "worker":

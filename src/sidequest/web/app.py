@@ -35,6 +35,7 @@ from sidequest.store.connection import mask_url
 from sidequest.web import health, outage, prometheus
 from sidequest.web.hosts import HostCheck
 from sidequest.web.pages import busy, cluster, dashboard, job, job_metrics, periodic, queues, sets, tasks, workflows
+from sidequest.web.pages import search as search_page
 from sidequest.web.render import Renderer
 from sidequest.web.security import AuthHook, Guard
 from sidequest.web.site import Site
@@ -70,6 +71,7 @@ def create_app(client: Client | None = None, *, auth: AuthHook | None = None,
         *busy.routes(site),
         *queues.routes(site),
         *sets.routes(site),
+        *search_page.routes(site),
         *job.routes(site),
         *job_metrics.routes(site),
         *tasks.routes(site),

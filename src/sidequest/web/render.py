@@ -32,6 +32,7 @@ NAV = (  # (page key, label, path, badge: a stat the nav shows live)
     ("retries", "Retries", "/retries", "retries"),
     ("scheduled", "Scheduled", "/scheduled", "scheduled"),
     ("dead", "Dead", "/dead", "dead"),
+    ("search", "Search", "/search", None),
     ("job-metrics", "Metrics", "/job-metrics", None),
     ("tasks", "Tasks", "/tasks", None),
     ("workflows", "Workflows", "/workflows", None),

@@ -3,8 +3,9 @@ one entry, the ticked ones, or every entry matching the filter. As Sidekiq's, Re
 Scheduled list the soonest first, Dead the newest first (each set's `soonest_first`, the CLI's order too).
 
 A page reads one page of ranks (ZRANGE or ZREVRANGE) and the set's size, whatever the set holds. A filter
-walks the set with the API's ZSCAN (the server matches), stopping after `FILTER_CAP` matches,
-so a filtered page is not refreshed live; "all matching" actions walk the whole set, in the API.
+walks the set with the API's ZSCAN (the server matches), stopping after `FILTER_CAP` matches
+(a link opens the same filter on the Search page, which pages past any cap), so a filtered page
+is not refreshed live; "all matching" actions walk the whole set, in the API.
 """
 
 from __future__ import annotations
@@ -37,19 +38,21 @@ class Kind:
     one: dict[str, str]  # action on one or the ticked -> SortedEntry method
     every: dict[str, str]  # action on all (matching) -> JobSet method
     past: dict[str, str]  # action -> what the message says was done
+    search_in: str  # this set on the Search page (`api.search.PLACES`), which pages past FILTER_CAP
 
 
 PAST = {"retry": "Retried", "run": "Queued", "delete": "Deleted", "kill": "Killed"}
 KINDS = {
     "retries": Kind("/retries", "Retries", "Next retry", RetrySet,
                     {"retry": "retry", "delete": "delete", "kill": "kill"},
-                    {"retry_all": "retry_all", "delete_all": "delete_all", "kill_all": "kill_all"}, PAST),
+                    {"retry_all": "retry_all", "delete_all": "delete_all", "kill_all": "kill_all"}, PAST, "retry"),
     "scheduled": Kind("/scheduled", "Scheduled", "Runs", ScheduledSet,
                       {"run": "add_to_queue", "delete": "delete", "kill": "kill"},
-                      {"run_all": "add_all_to_queue", "delete_all": "delete_all", "kill_all": "kill_all"}, PAST),
+                      {"run_all": "add_all_to_queue", "delete_all": "delete_all", "kill_all": "kill_all"}, PAST,
+                      "scheduled"),
     "dead": Kind("/dead", "Dead", "Died", DeadSet,
                  {"retry": "retry", "delete": "delete"},
-                 {"retry_all": "retry_all", "delete_all": "delete_all"}, PAST),
+                 {"retry_all": "retry_all", "delete_all": "delete_all"}, PAST, "dead"),
 }
 
 
@@ -86,7 +89,7 @@ def routes(site: Site) -> list[Route]:
             return site.page(request, "set.html", page=kind_name, title=kind.title, kind=kind_name,
                              base=kind.path, when_label=kind.when_label, entries=entries, pager=paging,
                              size=jobs.size if q else paging.total, q=q, by=by, capped=capped,
-                             shown_matches=len(matches) if q else 0, refresh=not q)
+                             shown_matches=len(matches) if q else 0, refresh=not q, search_in=kind.search_in)
         return handler
 
     def detail(kind_name: str) -> Callable[[Request], Response]:
