@@ -77,7 +77,7 @@ def test_the_first_paint_holds_each_queues_longest_wait_per_minute(config, clien
     minutes the jobs started, per queue, the longest-waiting queue first, a gap (null) elsewhere."""
     found = waited_for_minutes(config, r, [{"default": 20.0, "mail": 3.0}, {"mail": 45.0}])
     text, latency = served(client, "latency-history")
-    assert "last hour (per minute, then live)" in text
+    assert "data-keep>age of each queue's oldest job, last hour (per minute, then live)" in text
     assert latency["queues"] == ["mail", "default"]  # 45 s is the hour's longest
     rows = latency["minutes"]
     assert len(rows) == RATE_HISTORY and [row[0] for row in rows] == sorted(row[0] for row in rows)
