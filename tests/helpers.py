@@ -245,3 +245,40 @@ def _runs_in(r, at: float) -> int:
     from sidequest.features.job_metrics import minute_of, read
 
     return sum(job.per_minute.get(minute_of(at), (0, 0, 0.0))[0] for job in read(r, 2, at + 30).values())
+
+
+def waited_for_minutes(config, r, waits: list[dict[str, float]]) -> list[tuple[float, dict[str, float]]]:
+    """A real worker taking from every queue `waits` names, through the len(waits) finished minutes
+    before this one: in minute i, one `Noop` per queue q pushed by a producer whose clock is
+    waits[i][q] seconds behind the worker's, so each job has waited that long when it starts.
+    Returns (minute's start, {queue: longest wait Redis holds}) per minute, oldest first, once
+    every minute's waits have reached Redis with the worker's heartbeat."""
+    import dataclasses
+
+    from jobs_for_tests import noop
+
+    from sidequest.client.sync_client import Client
+    from sidequest.features.job_metrics import minute_of, read_latency
+    from sidequest.worker.launcher import Launcher
+
+    names = sorted({queue for minute in waits for queue in minute})
+    clock, behind = ShiftedClock(), ShiftedClock()
+    start = (int(time.time()) // 60 - len(waits)) * 60
+    clock.offset = start + 1 - time.time()
+    launcher = Launcher(dataclasses.replace(config, queues=names), clock=clock)
+    producer = Client(config, clock=behind)
+    launcher.run()
+    found = []
+    try:
+        for i, minute in enumerate(waits):
+            at = start + 60 * i
+            clock.offset = at + 1 - time.time()  # jobs of minute i start (and are counted) in minute i
+            for queue, seconds in minute.items():
+                behind.offset = clock.offset - seconds
+                producer.push(noop, [i], queue=queue)
+            stored = wait_until(lambda at=at, want=set(minute): set(
+                got := read_latency(r, 2, at + 30)[minute_of(at)]) == want and got, message=f"minute {i}'s waits")
+            found.append((float(at), stored))
+    finally:
+        launcher.stop()
+    return found

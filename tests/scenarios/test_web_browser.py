@@ -392,3 +392,47 @@ def test_the_throughput_chart_starts_with_the_minutes_the_workers_ran(page, web,
     assert "last hour" in page.inner_text("section:has(#chart-rate) .panel-head")
     assert page.inner_text("#chart-rate-legend").split() == ["processed/s", "failed/s"]
     assert page.errors == []
+
+
+def test_the_latency_chart_starts_with_each_queues_waits_in_the_hour(page, web, config, client, r):
+    """Issue 42 item 2: opened after a worker took jobs that had waited, the latency chart draws
+    each queue's longest wait per minute of the hour at once, a gap where none of its jobs started,
+    then the live reading (0: both queues are empty now). `/api/stats` is held back, so only the
+    first paint shows (the screenshot: dashboard-latency-history.png)."""
+    from helpers import waited_for_minutes
+
+    found = waited_for_minutes(config, r, [{"default": 20.0, "mail": 5.0}, {"default": 40.0},
+                                           {"mail": 60.0}, {"default": 10.0, "mail": 30.0}])
+    page.route("**/api/stats", lambda route: None)  # never answered: the page has only what it was served
+    page.goto(web.url + "/")
+    page.wait_for_selector("#chart-latency path.line", state="attached")
+    _shoot(page, "dashboard-latency-history")
+    assert page.inner_text("#chart-latency-legend").split() == ["mail", "default"]  # the hour's longest first
+    assert "last hour" in page.inner_text("section:has(#chart-latency) .panel-head")
+    drawn = page.evaluate("""() => {
+      const names = {}, out = {};
+      document.querySelectorAll('#chart-latency-legend span').forEach(s => {
+        names[s.querySelector('i').style.background] = s.textContent;
+      });
+      const add = (color, x, y) => (out[names[color]] = out[names[color]] || []).push([x, y]);
+      document.querySelectorAll('#chart-latency path.line').forEach(p => {
+        (p.getAttribute('d').match(/[ML][^ML]+/g) || []).forEach(step => {
+          const [x, y] = step.slice(1).split(' ').map(Number);
+          add(p.getAttribute('stroke'), x, y);
+        });
+      });
+      document.querySelectorAll('#chart-latency circle').forEach(c => {
+        add(c.getAttribute('fill'), +c.getAttribute('cx'), +c.getAttribute('cy'));
+      });
+      return out;
+    }""")
+    zero = max(y for points in drawn.values() for _, y in points)  # the live 0
+    top = min(y for points in drawn.values() for _, y in points)  # the hour's longest wait (mail's 60 s)
+    longest = max(seconds for _, waits in found for seconds in waits.values())
+    for queue in ("mail", "default"):
+        points = sorted({tuple(p) for p in drawn[queue]})  # left to right; a lone point is also a dot
+        waits = [minute[queue] for _, minute in found if queue in minute] + [0.0]  # then the live reading
+        assert len(points) == len(waits), (queue, points)
+        heights = [(zero - y) / (zero - top) for _, y in points]
+        assert all(abs(h - w / longest) < 0.02 for h, w in zip(heights, waits, strict=True)), (queue, heights, waits)
+    assert page.errors == []

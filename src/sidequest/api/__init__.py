@@ -50,7 +50,8 @@ are epoch seconds whether Sidekiq 6/7 (float seconds) or Sidekiq 8 (integer ms) 
                                        runtime per_item) or None; running() -> {jid: state}
     MetricsQuery()                     top_jobs(minutes, limit) for_job(name, minutes) ->
                                        JobSummary (runs failed total_ms p50/p95/p99_ms series);
-                                       per_minute(minutes) -> [MinutePoint] over every job name
+                                       per_minute(minutes) -> [MinutePoint] over every job name;
+                                       latency_per_minute(minutes) -> [LatencyPoint] per queue
     groups(queue, limit=100)           GroupInfo (name waiting running paused concurrency rate) of
                                        a queue's fairness groups, largest (waiting + running) first
     pause_group(queue, group)          staging skips the group; resume_group(queue, group)
@@ -76,7 +77,7 @@ from sidequest.api.cluster import Cluster, Shard, ShardDict
 from sidequest.api.flow import flow_counts
 from sidequest.api.groups import GroupInfo, groups, lanes, lanes_waiting, pause_group, reset_group, resume_group
 from sidequest.api.iteration import Iteration
-from sidequest.api.job_metrics import JobSummary, MetricsQuery, MinutePoint
+from sidequest.api.job_metrics import JobSummary, LatencyPoint, MetricsQuery, MinutePoint
 from sidequest.api.load import CapsuleLoad, Load, QueueLoad
 from sidequest.api.processes import Process, ProcessDict, ProcessSet, Work, Workers, WorkSet
 from sidequest.api.queues import Queue
@@ -99,6 +100,7 @@ __all__ = [
     "JobRecord",
     "JobSet",
     "JobSummary",
+    "LatencyPoint",
     "Load",
     "MetricsQuery",
     "MinutePoint",

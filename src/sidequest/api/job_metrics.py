@@ -5,7 +5,9 @@ Worker processes count every run that ended (done, retried, dead, dropped), and 
 unstarted past its deadline (`expires_in`), per job name and UTC minute and write the counts with
 their heartbeat (the feature, `sidequest.features.job_metrics`); this reads them back as summaries: runs,
 failures, expired jobs, total and mean run time, p50/p95/p99 (upper bounds of the histogram
-bucket holding that share of runs), and a per-minute series for charts. Not `api.stats`, which
+bucket holding that share of runs), and a per-minute series for charts; and, per minute and
+queue, the longest time a job that started in it had waited in its queue (`latency_per_minute`,
+what the dashboard's queue-latency chart starts from). Not `api.stats`, which
 reads the cluster-wide totals (processed, failed, queue sizes) that Sidekiq's `Stats` does.
 """
 
@@ -15,7 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from sidequest.client.sync_client import Client, default_client
-from sidequest.features.job_metrics import RETENTION, JobMetrics, read, window
+from sidequest.features.job_metrics import RETENTION, JobMetrics, read, read_latency, window
 
 MAX_MINUTES = RETENTION // 60  # 72 h
 
@@ -30,6 +32,21 @@ class MinutePoint:
     failed: int  # of which failed
     total_ms: float  # their total run time, milliseconds
     expired: int = 0  # jobs dropped unstarted in it, past their deadline (`expires_in`); not runs
+
+
+@dataclass(frozen=True)
+class LatencyPoint:
+    """One UTC minute of every queue's latency."""
+
+    minute: str  # "YYYYMMDDHHMM", UTC
+    at: float  # the minute's start, epoch seconds
+    queues: dict[str, float]  # queue -> the longest a job started in this minute had waited, seconds;
+    # a queue no job of which started in the minute is absent
+
+    @property
+    def longest(self) -> float:
+        """The longest wait over every queue (0.0 when no job started)."""
+        return max(self.queues.values(), default=0.0)
 
 
 @dataclass(frozen=True)
@@ -87,6 +104,17 @@ class MetricsQuery:
                        sum(job.expired_per_minute.get(minute, 0) for job in jobs))
                 for minute in window(now, _span(minutes))]
 
+    def latency_per_minute(self, minutes: int = 60) -> list[LatencyPoint]:
+        """Each queue's latency per minute over the last `minutes` (at most 72 h), oldest first,
+        the current minute last: the longest time a job that started in that minute had waited
+        between its enqueue and its start (the age of the queue's oldest job when it was taken,
+        what the dashboard's latency chart draws live). A queue nobody took from has no points.
+
+            [(p.at, p.queues.get("default")) for p in MetricsQuery().latency_per_minute(10)]
+        """
+        found = read_latency(self.client.redis, _span(minutes), self.client.clock())
+        return [LatencyPoint(minute, _start(minute), queues) for minute, queues in found.items()]
+
     def _window(self, minutes: int) -> list[str]:
         return window(self.client.clock(), _span(minutes))
 
@@ -102,9 +130,12 @@ def _span(minutes: int) -> int:
 
 def _point(minute: str, counts: list[tuple[int, int, float]], expired: int) -> MinutePoint:
     """One minute's point from (runs, failed, ms) of each job name in it."""
-    at = datetime.strptime(minute, "%Y%m%d%H%M").replace(tzinfo=UTC).timestamp()
-    return MinutePoint(minute, at, sum(c[0] for c in counts), sum(c[1] for c in counts),
+    return MinutePoint(minute, _start(minute), sum(c[0] for c in counts), sum(c[1] for c in counts),
                        sum(c[2] for c in counts), expired)
+
+
+def _start(minute: str) -> float:
+    return datetime.strptime(minute, "%Y%m%d%H%M").replace(tzinfo=UTC).timestamp()
 
 
 def _summary(job: JobMetrics, span: list[str]) -> JobSummary:

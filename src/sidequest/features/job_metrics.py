@@ -15,6 +15,13 @@ metrics. One hash per minute, fields per job name:
     <name>|x      jobs dropped unstarted past their deadline (`expires_in`): not runs
     <name>|h<i>   runs whose time fell in bucket i of `BUCKETS` (upper bounds in ms)
 
+and, beside it, `sidequest:metrics:<YYYYMMDDHHMM>:latency`, a sorted set of queue name -> the
+longest time (seconds) a job of that queue waited between its enqueue (`enqueued_at`) and its
+start, of the jobs that started in that minute: the age the oldest job had reached when it was
+taken, which is what the dashboard's queue-latency chart draws (Sidekiq's `Queue#latency`).
+Each process writes its own longest with `ZADD GT`, so the fleet's longest stays (Redis 6.2+).
+A queue nobody takes from has no entry: its growing latency is only seen live.
+
 `read` turns a window of minutes into totals and percentiles (from the histogram), for the
 admin API, the dashboard and the CLI. Its neighbours: `counters` holds one process's totals
 (processed, failed: Sidekiq's `stat:*`), not per job; `api.job_metrics` is the admin API's
@@ -36,6 +43,7 @@ from typing import Any
 
 import redis
 
+from sidequest.jobs.payload import epoch
 from sidequest.store import keys
 from sidequest.worker.outcome import EXPIRED, Outcome
 
@@ -61,6 +69,14 @@ class _Tally:
     expired: int = 0
 
 
+@dataclass
+class Taken:
+    """What one flush writes: the runs per minute and job name, the longest waits per minute and queue."""
+
+    runs: dict[str, dict[str, _Tally]] = field(default_factory=dict)
+    waits: dict[str, dict[str, float]] = field(default_factory=dict)  # minute -> queue -> seconds
+
+
 class JobMetricsFeature:
     """Counts every run that ended, in memory; `flush(pipe)` writes the counts (heartbeat)."""
 
@@ -74,7 +90,8 @@ class JobMetricsFeature:
         self._lock = threading.Lock()  # held to fold, take and give back; a processor never waits on it
         self._runs: deque[tuple[int, str, float, bool]] = deque()  # (minute, name, ms, failed)
         self._expired: deque[tuple[int, str]] = deque()  # (minute, name)
-        self._minutes: dict[str, dict[str, _Tally]] = {}
+        self._waits: deque[tuple[int, str, float]] = deque()  # (minute started, queue, seconds waited)
+        self._taken = Taken()
 
     def ops(self, point: str, payload: dict[str, Any], outcome: Outcome | None) -> list[Any] | None:
         return None
@@ -84,8 +101,13 @@ class JobMetricsFeature:
 
     def observe(self, point: str, payload: dict[str, Any], outcome: Outcome | None) -> None:
         if point in ENDS and outcome is not None and outcome.elapsed is not None:
-            self._runs.append((int(self.clock() // 60), str(payload.get("class", "?")),
+            now = self.clock()
+            self._runs.append((int(now // 60), str(payload.get("class", "?")),
                                outcome.elapsed * 1000, point != "finished" and not outcome.requested))
+            enqueued = epoch(payload.get("enqueued_at"))
+            if enqueued is not None:  # counted in the minute the job started, as the chart would see it
+                started = now - outcome.elapsed
+                self._waits.append((int(started // 60), str(payload.get("queue", "?")), max(started - enqueued, 0.0)))
             if len(self._runs) >= FOLD_AT and self._lock.acquire(blocking=False):  # never waits
                 try:
                     self._fold()
@@ -95,8 +117,8 @@ class JobMetricsFeature:
             self._expired.append((int(self.clock() // 60), str(payload.get("class", "?"))))
 
     def _fold(self) -> None:
-        """Move the runs and expired jobs waiting in the deques into the table (lock held)."""
-        minutes = self._minutes
+        """Move the runs, expired jobs and waits in the deques into the table (lock held)."""
+        minutes, waits = self._taken.runs, self._taken.waits
         labels: dict[int, str] = {}
         while self._runs:
             minute, name, ms, failed = self._runs.popleft()
@@ -110,18 +132,27 @@ class JobMetricsFeature:
             minute, name = self._expired.popleft()
             label = labels.get(minute) or labels.setdefault(minute, minute_of(minute * 60))
             minutes.setdefault(label, {}).setdefault(name, _Tally()).expired += 1
+        while self._waits:
+            minute, queue, seconds = self._waits.popleft()
+            label = labels.get(minute) or labels.setdefault(minute, minute_of(minute * 60))
+            longest = waits.setdefault(label, {})
+            longest[queue] = max(longest.get(queue, 0.0), seconds)
 
-    def take(self) -> dict[str, dict[str, _Tally]]:
+    def take(self) -> Taken:
         with self._lock:
             self._fold()
-            minutes, self._minutes = self._minutes, {}
-        return minutes
+            taken, self._taken = self._taken, Taken()
+        return taken
 
-    def give_back(self, minutes: dict[str, dict[str, _Tally]]) -> None:
+    def give_back(self, taken: Taken) -> None:
         """Counts a failed flush took: they go out with the next one."""
         with self._lock:
-            for minute, names in minutes.items():
-                mine = self._minutes.setdefault(minute, {})
+            for minute, queues in taken.waits.items():
+                longest = self._taken.waits.setdefault(minute, {})
+                for queue, seconds in queues.items():
+                    longest[queue] = max(longest.get(queue, 0.0), seconds)
+            for minute, names in taken.runs.items():
+                mine = self._taken.runs.setdefault(minute, {})
                 for name, tally in names.items():
                     into = mine.setdefault(name, _Tally())
                     into.runs += tally.runs
@@ -133,13 +164,17 @@ class JobMetricsFeature:
     def flush(self, pipe: Any) -> Callable[[], None]:
         """Queue the counts taken since the last flush on `pipe` (the heartbeat's MULTI); the
         returned call gives them back, to go out with the next flush, should that MULTI fail."""
-        minutes = self.take()
-        self.write(pipe, minutes)
-        return lambda: self.give_back(minutes)
+        taken = self.take()
+        self.write(pipe, taken)
+        return lambda: self.give_back(taken)
 
     @staticmethod
-    def write(pipe: Any, minutes: dict[str, dict[str, _Tally]]) -> None:
-        for minute, names in minutes.items():
+    def write(pipe: Any, taken: Taken) -> None:
+        for minute, queues in taken.waits.items():
+            key = keys.metrics_latency(minute)
+            pipe.zadd(key, {queue: round(seconds, 3) for queue, seconds in queues.items()}, gt=True)
+            pipe.expire(key, RETENTION)
+        for minute, names in taken.runs.items():
             key = keys.metrics(minute)
             for name, tally in names.items():
                 if tally.expired:
@@ -223,3 +258,14 @@ def read(client: redis.Redis, minutes: int = 60, now: float | None = None,
             for index in range(len(BUCKETS)):
                 entry.histogram[index] += int(parts.get(f"h{index}", 0))
     return found
+
+
+def read_latency(client: redis.Redis, minutes: int = 60, now: float | None = None) -> dict[str, dict[str, float]]:
+    """Per minute of the last `minutes` (at most 72 h), oldest first: each queue's longest wait
+    (seconds) of the jobs that started in it; {} for a minute no job started in. One round trip."""
+    span = window(time.time() if now is None else now, min(max(minutes, 1), RETENTION // 60))
+    pipe = client.pipeline(transaction=False)
+    for minute in span:
+        pipe.zrange(keys.metrics_latency(minute), 0, -1, withscores=True)
+    return {minute: {queue.decode(): float(seconds) for queue, seconds in rows}
+            for minute, rows in zip(span, pipe.execute(), strict=True)}

@@ -27,6 +27,8 @@ sidequest's own keys live under the `sidequest:` prefix so Ruby Sidekiq never tr
                                     kept (bounded in count and age when a task is created)
     sidequest:paused                set of paused queue names (no worker fetches from them)
     sidequest:metrics:<YYYYMMDDHHMM>  hash of per-job counts and run times for one UTC minute
+    sidequest:metrics:<YYYYMMDDHHMM>:latency  zset of queue -> the longest wait (s) of a job that
+                                    started in that minute (`job_metrics`)
     sidequest:periodic              set of periodic entry ids that a periodic scheduler has described
     sidequest:periodic:<entry id>   hash: last (newest tick handled), last_run, last_jid,
                                     last_enqueued_at, and the entry's description (schedule,
@@ -140,6 +142,11 @@ PAUSED = f"{PREFIX}:paused"
 def metrics(minute: str) -> str:
     """Per-job metrics of one UTC minute, `minute` as `YYYYMMDDHHMM`."""
     return f"{PREFIX}:metrics:{minute}"
+
+
+def metrics_latency(minute: str) -> str:
+    """Per-queue longest waits of one UTC minute, `minute` as `YYYYMMDDHHMM`."""
+    return f"{PREFIX}:metrics:{minute}:latency"
 RECOVERY_LOCK = f"{PREFIX}:recovery-lock"
 HEALTH = f"{PREFIX}:health"
 PERIODIC = f"{PREFIX}:periodic"

@@ -8,7 +8,7 @@ operator's choice, or a total that Sidekiq also keeps forever:
     sidequest:recovery-lock            5 x recovery_interval (its owner deletes it when done)
     sidequest:task:<id>[:...]          task_ttl after the task's last change; task_retention once
                                        it has completed (every key of the task, together)
-    sidequest:metrics:<minute>         72 hours
+    sidequest:metrics:<minute>[:latency]  72 hours
     sidequest:periodic, :periodic:<id> periodic_ttl after a periodic scheduler last described the entry
     sidequest:limit:concurrent:<name>  the longest lease held, plus a second
     sidequest:limit:window:<name>      the window, plus a second

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 
-from helpers import cli_ok, worked_for_minutes
+from helpers import cli_ok, waited_for_minutes, worked_for_minutes
 
 
 def test_stats_minutes_prints_the_per_minute_history_the_dashboard_starts_from(cli, config, client, r):
@@ -23,6 +23,18 @@ def test_stats_minutes_prints_the_per_minute_history_the_dashboard_starts_from(c
     ran = [line.split()[2:4] for line in lines if line.split()[2] != "0"]
     assert ran == [["2", "1"], ["2", "0"], ["3", "0"]]  # runs and failed in the worker's 3 minutes
     assert "MINUTE (UTC)" not in cli_ok(cli("stats"))  # only when asked
+
+
+def test_stats_minutes_shows_the_longest_wait_of_each_minute_with_its_queue(cli, config, r):
+    found = waited_for_minutes(config, r, [{"default": 12.0, "mail": 70.0}, {"default": 30.0}])
+    data = json.loads(cli_ok(cli("stats", "--json", "--minutes", "4")))
+    waited = {m["at"]: m["latency"] for m in data["minutes"] if m["latency"]}
+    assert waited == dict(found)  # every queue's longest wait, in the minute its job started
+    text = cli_ok(cli("stats", "--minutes", "4"))
+    assert "LATENCY" in text
+    lines = [line.rstrip(" │") for line in text.splitlines() if re.match(r"\W*\d{4}-\d\d-\d\d \d\d:\d\d ", line)]
+    assert len(lines) == 4 and lines[0].endswith(" -") and lines[3].endswith(" -")  # no job started then
+    assert lines[1].endswith(" 1m 10s (mail)") and lines[2].endswith(" 30s (default)"), lines
 
 
 def test_stats_minutes_is_bounded_by_what_redis_keeps(cli):

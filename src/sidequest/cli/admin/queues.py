@@ -31,8 +31,9 @@ QUEUE_ACTIONS = ("list", "show", "pause", "unpause", "clear")
 @click.option("--days", default=7, show_default=True, type=click.IntRange(1, 365),
               help="Days of processed/failed history to show.")
 @click.option("--minutes", type=click.IntRange(1, MAX_MINUTES), default=None,
-              help="Also show the runs, failures and mean run time of every job per minute, over this many "
-                   "minutes (the dashboard's throughput history; kept 72 h).")
+              help="Also show the runs, failures and mean run time of every job per minute, and the "
+                   "longest a job started in it had waited in its queue, over this many minutes (the "
+                   "dashboard's throughput and latency history; kept 72 h).")
 @json_option
 @redis_url_option
 @redis_errors
@@ -40,7 +41,8 @@ def stats(days: int, minutes: int | None, as_json: bool, redis_url: str | None) 
     """Totals, every queue, processed and failed per day, periodic entries, and the pushes debounce
     replaced and throttle dropped per job; on a Redis
     Cluster, each queue's primary and each primary's slots, keys and memory. With --minutes, the
-    runs and failures of every job per UTC minute.
+    runs and failures of every job per UTC minute, and the longest wait of a job started in it
+    (its queue's latency then).
 
     \b
     Examples:
@@ -59,11 +61,13 @@ def stats(days: int, minutes: int | None, as_json: bool, redis_url: str | None) 
     flows = flow_counts(client)
     cluster = Cluster(client) if client.keys.cluster else None
     per_minute = MetricsQuery(client).per_minute(minutes) if minutes else None
+    waits = {p.minute: p.queues for p in MetricsQuery(client).latency_per_minute(minutes)} if minutes else {}
     if as_json:
         render.emit_json({**snapshot.as_dict(), "history": {"processed": history.processed, "failed": history.failed},
                           "periodic": [e.as_dict() for e in entries], "flow": flows,
                           **({"cluster": [shard.as_dict() for shard in cluster.shards]} if cluster else {}),
-                          **({"minutes": [asdict(p) for p in per_minute]} if per_minute is not None else {})})
+                          **({"minutes": [{**asdict(p), "latency": waits.get(p.minute, {})} for p in per_minute]}
+                             if per_minute is not None else {})})
         return
     out = render.console()
     out.print(views.totals(snapshot, ProcessSet(client, clean=False).total_concurrency))
@@ -77,7 +81,7 @@ def stats(days: int, minutes: int | None, as_json: bool, redis_url: str | None) 
     out.print(views.history(history))
     if per_minute is not None:
         out.print()
-        out.print(views.minutes(per_minute))
+        out.print(views.minutes(per_minute, waits))
     if entries:
         out.print()
         out.print(views.periodic(entries, client.clock()))

@@ -57,14 +57,18 @@ def history(days: History) -> Table:
     return grid
 
 
-def minutes(points: Sequence[MinutePoint]) -> Table:
-    """Every job's runs per UTC minute, oldest first (the last one is still being counted)."""
-    grid = render.table("MINUTE (UTC)", "RUNS", "FAILED", "MEAN RUN TIME", title="Per minute",
+def minutes(points: Sequence[MinutePoint], waits: Mapping[str, Mapping[str, float]]) -> Table:
+    """Every job's runs per UTC minute, oldest first (the last one is still being counted), and
+    the longest wait of a job started in it (`waits`: minute -> queue -> seconds) with its queue."""
+    grid = render.table("MINUTE (UTC)", "RUNS", "FAILED", "MEAN RUN TIME", "LATENCY", title="Per minute",
                         right=("RUNS", "FAILED", "MEAN RUN TIME"))
     for point in points:
         stamp = f"{point.minute[:4]}-{point.minute[4:6]}-{point.minute[6:8]} {point.minute[8:10]}:{point.minute[10:]}"
         mean = f"{point.total_ms / point.runs:,.1f} ms" if point.runs else "-"
-        render.row(grid, stamp, f"{point.runs:,}", f"{point.failed:,}", mean)
+        queues = waits.get(point.minute) or {}
+        longest = max(queues, key=lambda queue: (queues[queue], queue), default=None)
+        latency = f"{render.span(queues[longest])} ({longest})" if longest is not None else "-"
+        render.row(grid, stamp, f"{point.runs:,}", f"{point.failed:,}", mean, latency)
     return grid
 
 

@@ -1,10 +1,10 @@
 """The Dashboard page and the small JSON document every page polls (`/api/stats`).
 
 The page shows the totals, two live charts drawn in the browser from successive `/api/stats`
-readings (jobs per second, queue latency), the first of them served filled with the last hour's
-per-minute runs and failures (`api.job_metrics`), processed and failed per day, and the Redis server's
-version, memory and clients (on a Redis Cluster: its primaries, replicas, keys and memory in
-all, with a link to the Cluster page).
+readings (jobs per second, queue latency), both served filled with the last hour from the
+per-minute metrics (`api.job_metrics`: runs and failures; each queue's longest wait), processed
+and failed per day, and the Redis server's version, memory and clients (on a Redis Cluster:
+its primaries, replicas, keys and memory in all, with a link to the Cluster page).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from sidequest.web.site import Site, nav_counts, whole
 
 HISTORY_DAYS = (7, 30, 90)
 RATE_HISTORY = 60  # minutes of per-minute runs the throughput chart is served with (a fixed bound)
+LATENCY_QUEUES = 6  # queues the latency chart draws, the longest waits first (the live chart's bound)
 
 
 def stats_document(stats: Stats) -> dict[str, Any]:
@@ -45,6 +46,23 @@ def rate_history(client: Client) -> list[list[float]]:
     if not any(point.runs for point in minutes):
         return []
     return [[point.at, point.runs, point.failed] for point in minutes]
+
+
+def latency_history(client: Client) -> dict[str, Any]:
+    """The latency chart's first points, per finished minute of the last hour (as `rate_history`):
+    {"queues": the `LATENCY_QUEUES` queues with the longest waits, "minutes": [[minute's start, each
+    queue's longest wait in seconds or None when no job of it started then], ...]}. Empty when no
+    job started in the hour."""
+    minutes = MetricsQuery(client).latency_per_minute(RATE_HISTORY + 1)[:-1]
+    peaks: dict[str, float] = {}
+    for point in minutes:
+        for queue, waited in point.queues.items():
+            peaks[queue] = max(peaks.get(queue, 0.0), waited)
+    if not peaks:
+        return {}
+    names = sorted(peaks, key=lambda queue: (-peaks[queue], queue))[:LATENCY_QUEUES]
+    return {"queues": names, "minutes": [[point.at, *(point.queues.get(queue) for queue in names)]
+                                         for point in minutes]}
 
 
 def redis_info(client: Client) -> list[tuple[str, str]]:
@@ -105,11 +123,13 @@ def routes(site: Site) -> list[Route]:
         stats = Stats(site.client)
         days = whole(request.query_params.get("days"), 30)
         days = days if days in HISTORY_DAYS else 30
+        whole_page = not request.headers.get(FRAGMENT_HEADER)  # a live refresh keeps the charts it drew
         return site.page(request, "dashboard.html", page="dashboard", title="Dashboard", stats=stats,
                          totals=nav_counts(stats), days=days, history=history_chart(stats, days),
                          first_reading=stats_document(stats),  # the live charts' first point: the table's data
-                         # read for the first paint only: a live refresh keeps the chart it drew
-                         rate_history=None if request.headers.get(FRAGMENT_HEADER) else rate_history(site.client),
+                         # read for the first paint only
+                         rate_history=rate_history(site.client) if whole_page else None,
+                         latency_history=latency_history(site.client) if whole_page else None,
                          redis_info=redis_info(site.client), cluster=site.client.keys.cluster)
 
     def api_stats(request: Request) -> Response:

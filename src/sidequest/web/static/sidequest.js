@@ -4,7 +4,8 @@
 // - Every `poll` ms (the <body data-poll> value) it reads `<root>/api/stats` and writes the
 //   numbers into every element with a matching `data-stat`; the dashboard feeds its charts,
 //   whose first reading is the one the page was served with (`#first-reading`), after the
-//   last hour's per-minute runs and failures it was served with (`#rate-history`).
+//   last hour's per-minute runs and failures (`#rate-history`) and each queue's longest wait per
+//   minute (`#latency-history`) it was served with.
 // - A <main data-refresh> is re-fetched with `X-Sidequest-Fragment: 1` (the server answers with
 //   the page's content only, escaped as always) and swapped in, unless the reader is busy with
 //   it: something ticked, typed, selected or opened.
@@ -332,7 +333,9 @@
   const dashboard = page === "dashboard" ? {
     samples: [],
     history: [], // [[minute's start, runs, failed], ...] of the finished minutes, from the page
-    span: function () { return this.history.length ? HOUR : WINDOW; },
+    // {queues: [name, ...], minutes: [[minute's start, longest wait or null per queue], ...]}, from the page
+    latency: { queues: [], minutes: [] },
+    span: function () { return this.history.length || this.latency.minutes.length ? HOUR : WINDOW; },
     add: function (s) {
       this.samples.push({ t: s.time, processed: s.processed, failed: s.failed, queues: s.queues });
       while (this.samples.length && this.samples[0].t < s.time - this.span() - AVERAGE) this.samples.shift();
@@ -371,20 +374,33 @@
         legend(document.getElementById("chart-rate-legend"), series);
       }
       const latSvg = document.getElementById("chart-latency");
-      if (latSvg) {
-        const byQueue = {};
-        this.samples.forEach(function (smp) {
-          if (smp.t < liveFrom) return;
-          (smp.queues || []).forEach(function (q) { (byQueue[q.name] = byQueue[q.name] || []).push([smp.t, q.latency]); });
-        });
-        const names = Object.keys(byQueue).sort(function (a, b) {
-          const la = byQueue[a][byQueue[a].length - 1][1], lb = byQueue[b][byQueue[b].length - 1][1];
-          return lb - la || (a < b ? -1 : 1);
-        }).slice(0, 6);
-        const series = names.map(function (n, i) { return { name: n, points: byQueue[n], color: color(i) }; });
-        lineChart(latSvg, series, { from: liveFrom, to: to, format: "seconds", empty: names.length ? "collecting…" : "no queues" });
-        legend(document.getElementById("chart-latency-legend"), series);
-      }
+      if (latSvg) this.drawLatency(latSvg, this.latency.minutes.length ? to - HOUR : liveFrom, to);
+    },
+    // each queue's longest wait per minute (at the minute's middle, a gap where none of its jobs
+    // started), then a gap, then the live readings; the queues waiting longest now (or in the hour) first
+    drawLatency: function (svg, from, to) {
+      const byQueue = {}, peak = {};
+      this.samples.forEach(function (smp) {
+        if (smp.t < from) return;
+        (smp.queues || []).forEach(function (q) { (byQueue[q.name] = byQueue[q.name] || []).push([smp.t, q.latency]); });
+      });
+      const past = {};
+      this.latency.queues.forEach(function (name, i) {
+        past[name] = this.latency.minutes.filter(function (m) { return m[0] + 30 >= from; })
+          .map(function (m) { return [m[0] + 30, m[i + 1]]; });
+        peak[name] = Math.max.apply(null, past[name].map(function (p) { return p[1] || 0; }).concat([0]));
+      }, this);
+      const last = function (n) { return byQueue[n] ? byQueue[n][byQueue[n].length - 1][1] : -1; };
+      const names = Object.keys(Object.assign({}, byQueue, past)).sort(function (a, b) {
+        return last(b) - last(a) || (peak[b] || 0) - (peak[a] || 0) || (a < b ? -1 : 1);
+      }).slice(0, 6);
+      const series = names.map(function (n, i) {
+        const before = past[n] || [], live = byQueue[n] || [];
+        const points = before.length && live.length ? before.concat([[before[before.length - 1][0], null]], live) : before.concat(live);
+        return { name: n, points: points, color: color(i) };
+      });
+      lineChart(svg, series, { from: from, to: to, format: "seconds", empty: names.length ? "collecting…" : "no queues" });
+      legend(document.getElementById("chart-latency-legend"), series);
     },
   } : null;
 
@@ -435,6 +451,9 @@
     if (dashboard) { // the first point is the reading the page was served with, so the charts match its table
       const history = document.getElementById("rate-history");
       if (history) dashboard.history = JSON.parse(history.textContent);
+      const latency = document.getElementById("latency-history");
+      const waits = latency ? JSON.parse(latency.textContent) : {};
+      if (waits.minutes) dashboard.latency = waits; // {} when no job started in the hour
       const first = document.getElementById("first-reading");
       if (first) dashboard.add(JSON.parse(first.textContent)); else dashboard.draw();
     }
