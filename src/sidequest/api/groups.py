@@ -23,7 +23,7 @@ from typing import Any, cast
 
 from sidequest.client.sync_client import Client, default_client
 from sidequest.store.lanes import CLEAR_LANES, LaneKeys, parse_limits, waiting_lanes
-from sidequest.store.lanes.lua import RESET_GROUP, RESUME_GROUP
+from sidequest.store.lanes.admin import RESET_GROUP, RESUME_GROUP
 
 NO_GROUP = ""  # the `B:waiting` field of laned jobs without a group (priority only): not a group
 
