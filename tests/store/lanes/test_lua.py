@@ -201,3 +201,18 @@ def test_new_limits_from_a_push_and_a_resume_bring_a_held_group_back_at_once(cli
     assert r.zscore(LANE.held(5), "h") == float("inf") and r.llen(LANE.lane(5, "h")) == 2
     resume_group("default", "h", client=client)
     assert [job["args"] for job in queued(r)][-2:] == [[5], [6]] and r.zscore(LANE.held(5), "h") is None
+
+
+def test_a_group_held_at_its_concurrency_is_staged_when_an_end_brings_it_below_even_a_lowered_limit(client, r):
+    from sidequest.store.lanes.admin import RELEASE_SLOTS
+
+    client.push_bulk(echo, [[n] for n in range(6)], group="g", group_concurrency=3)
+    running = sorted(r.smembers(LANE.running("g")))
+    assert len(running) == 3 and r.zscore(LANE.held(5), "g") == float("inf")
+    client.push(echo, [6], group="g", group_concurrency=1)  # lowered: 3 still run, so it stays held
+    release = r.register_script(RELEASE_SLOTS)  # the end of a job, as its settle gives its slot back
+    for jid in running[:2]:
+        release(keys=[LANE.base, keys.queue("default")], args=["g", jid])
+        assert r.llen(keys.queue("default")) == 3 and r.zscore(LANE.held(5), "g") == float("inf")
+    release(keys=[LANE.base, keys.queue("default")], args=["g", running[2]])  # 0 running: below 1
+    assert r.llen(keys.queue("default")) == 4 and r.scard(LANE.running("g")) == 1

@@ -274,20 +274,25 @@ local function lane_removed(base, level, group)
     end
   end
 end
--- A laned job ended (or left for `schedule`/`retry`): its group no longer counts it, and a group
--- held at its concurrency takes turns again.
+-- A laned job ended (or left for `schedule`/`retry`): its group no longer counts it. A group held
+-- until an event by its concurrency takes turns again once this end brings its count below its
+-- limit: only an end whose count crosses from the limit to one below wakes it (a count above the
+-- limit, after the limit was lowered, wakes when it crosses), so other ends cost one HGET and no
+-- look at every level's held set. A paused group is woken by its resume, not by its jobs' ends.
 local function lane_done(base, group, jid)
   if group == '' then return end
   local running = base .. ':running:' .. group
   if redis.call('srem', running, jid) == 0 then return end
-  if redis.call('scard', running) == 0 then
+  local left = redis.call('scard', running)
+  if left == 0 then
     redis.call('srem', base .. ':busy', group)
     if redis.call('hexists', base .. ':waiting', group) == 0 then
       redis.call('hdel', base .. ':limits', group)
       return  -- nothing of it waits: it is held nowhere
     end
   end
-  lane_wake(base, group, true)
+  local ok, concurrency = pcall(lane_limits, base, group)
+  if ok and concurrency > 0 and left == concurrency - 1 then lane_wake(base, group, true) end
 end
 """
 for _name, _value in (("held_grain", HELD_GRAIN), ("turn_slack", TURN_SLACK), ("recheck", RECHECK_MS),
