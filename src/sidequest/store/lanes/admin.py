@@ -35,8 +35,11 @@ return answer(1)
 # B:busy (each job's end gives its slot back), B:limits of such a group and B:rate:<group> (a window
 # ends by itself); and B:paused: a paused group stays paused. Returns {jobs deleted, 1 if lanes
 # are left}.
-CLEAR_LANES = """
+CLEAR_LANES = LANES_LUA + """
 local base, grain, deleted = KEYS[1], {grain}, 0
+if not (typed(base, 'set') and typed(base .. ':limits', 'hash') and typed(base .. ':waiting', 'hash')) then
+  return redis.error_reply('a key of the lanes ' .. base .. ' is of the wrong type: nothing cleared')
+end
 local levels = redis.call('smembers', base)
 table.sort(levels, function(a, b) return a > b end)
 for _, level in ipairs(levels) do
@@ -54,8 +57,8 @@ for _, level in ipairs(levels) do
       redis.call('hdel', base .. ':waiting', group)
     end
     local drained = redis.call('hexists', base .. ':waiting', group) == 0
-    if drained and redis.call('scard', base .. ':running:' .. group) == 0 then
-      redis.call('hdel', base .. ':limits', group)  -- as `lane_done` forgets a drained group's
+    if drained and redis.call('scard', base .. ':running:' .. group) == 0 then  -- as `lane_done` forgets
+      limits_forget(base, group, redis.call('hget', base .. ':limits', group))
     end
     deleted, grain = deleted + n, grain - 1
   end
@@ -99,7 +102,9 @@ end
 local held = redis.call('scard', running)
 redis.call('del', running, KEYS[1] .. ':rate:' .. ARGV[1])
 redis.call('srem', KEYS[1] .. ':busy', ARGV[1])
-if redis.call('hexists', KEYS[1] .. ':waiting', ARGV[1]) == 0 then redis.call('hdel', KEYS[1] .. ':limits', ARGV[1]) end
+if redis.call('hexists', KEYS[1] .. ':waiting', ARGV[1]) == 0 then
+  limits_forget(KEYS[1], ARGV[1], redis.call('hget', KEYS[1] .. ':limits', ARGV[1]))
+end
 lane_wake(KEYS[1], ARGV[1], false)
 if redis.call('exists', KEYS[1]) == 1 then stage(KEYS[1], KEYS[2]) end
 return held
@@ -116,4 +121,27 @@ local was = redis.call('srem', KEYS[1] .. ':paused', ARGV[1])
 lane_wake(KEYS[1], ARGV[1], false)
 if redis.call('exists', KEYS[1]) == 1 then stage(KEYS[1], KEYS[2]) end
 return was
+"""
+
+# KEYS: the queue's lanes base B, queue:<q>   ARGV: group, then per override field (concurrency,
+# rate count, rate ms, weight) its new value, '-' to remove it or '' to keep it (`limits.override_args`)
+# An operator's overrides of a group's limits (`api.groups.set_group_limits`, `clear_group_limits`):
+# written beside its push's part of `B:limits` (`lanes.limits`), the group woken at every level
+# where it is held (new limits: looked at again), and the lanes staged. Returns its value as stored.
+SET_GROUP_LIMITS = LANES_LUA + """
+local limits = KEYS[1] .. ':limits'
+if not typed(limits, 'hash') then
+  return redis.error_reply('a key of the lanes ' .. KEYS[1] .. ' is of the wrong type: nothing set')
+end
+local stored = redis.call('hget', limits, ARGV[1])
+local fields, i = {}, 0
+for field in string.gmatch(limits_over(stored), '[^ ]+') do i = i + 1; fields[i] = field end
+if i ~= 4 then fields = {'-', '-', '-', '-'} end
+for n = 1, 4 do if ARGV[n + 1] ~= '' then fields[n] = ARGV[n + 1] end end
+local pushed, over = string.match(stored or '', '^([^;]*)'), table.concat(fields, ' ')
+local value = (over == '- - - -') and pushed or pushed .. ';' .. over
+if value == '' then redis.call('hdel', limits, ARGV[1]) else redis.call('hset', limits, ARGV[1], value) end
+lane_wake(KEYS[1], ARGV[1], false)
+if redis.call('exists', KEYS[1]) == 1 then stage(KEYS[1], KEYS[2]) end
+return value
 """
