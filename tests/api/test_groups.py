@@ -26,7 +26,7 @@ def test_groups_are_listed_largest_first_with_their_limits_and_pause(client):
     ]
     assert [g.name for g in groups("mail", limit=2, client=client)] == ["tenant-b", "tenant-a"]
     assert found[0].as_dict() == {"name": "tenant-b", "waiting": 10, "running": 0, "paused": False,
-                                  "concurrency": None, "rate": (10, 60.0)}
+                                  "concurrency": None, "rate": (10, 60.0), "weight": 1, "overridden": ()}
     with pytest.raises(ValueError, match="limit"):
         groups("mail", limit=0, client=client)
 
@@ -100,3 +100,41 @@ def test_resetting_a_group_gives_its_slots_back_and_stages_its_next_job_at_once(
     assert groups("mail", client=client) == [GroupInfo("stuck", 1, 1, False, 1, None)]  # the next one staged
     assert r.llen(client.keys.queue("mail")) == 33
     assert reset_group("mail", "no-such-group", client=client) == 0
+
+
+def test_an_operators_limits_win_over_the_jobs_until_cleared_and_outlive_the_groups_jobs(client, r):
+    from sidequest.api import clear_group_limits, set_group_limits
+    from sidequest.store.lanes import LaneKeys
+
+    laned(client, "mail", 5, group="t", group_concurrency=1, group_weight=2)
+    assert Queue("mail", client).size == 1  # its concurrency of 1: the other 4 wait
+    info = set_group_limits("mail", "t", concurrency=3, weight=5, client=client)  # held: looked at again, staged
+    assert (info.concurrency, info.weight, info.overridden, info.running) == (3, 5, ("concurrency", "weight"), 3)
+    assert Queue("mail", client).size == 3
+    laned(client, "mail", 1, group="t", group_concurrency=1, group_rate=(100, 60))  # a push: its own part only
+    [listed] = groups("mail", client=client)
+    assert (listed.concurrency, listed.rate, listed.weight) == (3, (100, 60.0), 5)
+    assert set_group_limits("mail", "t", rate=0, client=client).rate is None  # lifted, whatever the jobs say
+    Queue("mail", client).clear()  # every job gone: the override stays, as a pause does
+    assert clear_lanes_left(client) == [LaneKeys(client.keys.lanes("mail")).limits]
+    assert [(g.name, g.overridden) for g in groups("mail", client=client)] == [("t", ("concurrency", "rate", "weight"))]
+    assert clear_group_limits("mail", "t", "weight", client=client).weight == 1  # back to its jobs' (none now)
+    clear_group_limits("mail", "t", client=client)
+    assert groups("mail", client=client) == [] and clear_lanes_left(client) == []
+
+
+def clear_lanes_left(client) -> list[str]:
+    """The queue's lane keys that have no expiry (what would stay for good)."""
+    return [key for key in lane_keys(client, "mail") if client.redis.ttl(key) == -1]
+
+
+@pytest.mark.parametrize(("given", "said"), [
+    ({"weight": 0}, "weight must be an int from 1 to 1,000"), ({"concurrency": -1}, "concurrency must be"),
+    ({"rate": (1, 0)}, "rate must be"), ({}, "give weight="),
+])
+def test_a_wrong_override_is_one_line_and_writes_nothing(client, r, given, said):
+    from sidequest.api import set_group_limits
+
+    with pytest.raises(ValueError, match=said):
+        set_group_limits("mail", "t", client=client, **given)
+    assert r.dbsize() == 0

@@ -33,15 +33,16 @@ def table_rows(output: str) -> list[list[str]]:
 def test_groups_lists_the_largest_first_with_levels_as_text(cli, mail):
     text = ok(cli("groups", "mail"))
     assert "queue mail: 4 groups; waiting by priority: 9: 10, 5: 10, 0: 7" in text
-    assert table_rows(text) == [["tenant-b", "10", "0", "-", "10 per 60 s"], ["tenant-a", "5", "1", "-", "-"],
-                                ["tenant-c", "3", "0", "2", "-"], ["[bold]b[/bold]", "2", "0", "-", "10 per 1.5 s"]]
+    assert table_rows(text) == [["tenant-b", "10", "0", "-", "10 per 60 s", "1"],
+                                ["tenant-a", "5", "1", "-", "-", "1"], ["tenant-c", "3", "0", "2", "-", "1"],
+                                ["[bold]b[/bold]", "2", "0", "-", "10 per 1.5 s", "1"]]
 
 
 def test_groups_json(cli, mail):
     document = json.loads(ok(cli("groups", "mail", "--json", "--limit", "1")))
     assert document == {"queue": "mail", "levels": {"9": 10, "5": 10, "0": 7},
                         "groups": [{"name": "tenant-b", "waiting": 10, "running": 0, "paused": False,
-                                    "concurrency": None, "rate": [10, 60.0]}]}
+                                    "concurrency": None, "rate": [10, 60.0], "weight": 1, "overridden": []}]}
 
 
 def test_pause_and_resume_a_group(cli, client, mail):
@@ -50,7 +51,7 @@ def test_pause_and_resume_a_group(cli, client, mail):
     assert "no jobs in queue mail" in said
     ok(cli("groups", "mail", "--pause", "tenant-a"))
     assert {g.name for g in groups("mail", client=client) if g.paused} == {XSS, "tenant-a"}
-    assert ["tenant-a", "5", "1", "-", "-", "paused"] in table_rows(ok(cli("groups", "mail")))
+    assert ["tenant-a", "5", "1", "-", "-", "1", "paused"] in table_rows(ok(cli("groups", "mail")))
     assert ok(cli("groups", "mail", "--resume", "tenant-a")) == "resumed group tenant-a of queue mail\n"
     assert json.loads(ok(cli("groups", "mail", "--resume", XSS, "--json"))) == {
         "queue": "mail", "group": XSS, "paused": False}
@@ -73,9 +74,9 @@ def test_a_queue_without_groups_says_so(cli, client):
 @pytest.mark.parametrize(("args", "says"), [
     (["groups"], "Missing argument 'QUEUE'"),
     (["groups", "nosuchqueue"], "no queue named 'nosuchqueue'"),
-    (["groups", "mail", "--pause", "a", "--resume", "b"], "one of --pause, --resume and --reset"),
+    (["groups", "mail", "--pause", "a", "--resume", "b"], "one of --pause, --resume, --reset, --set and --clear"),
     (["groups", "mail", "--pause", ""], "GROUP must not be empty"),
-    (["groups", "mail", "--reset", "a", "--pause", "b"], "one of --pause, --resume and --reset"),
+    (["groups", "mail", "--reset", "a", "--pause", "b"], "one of --pause, --resume, --reset, --set and --clear"),
     (["groups", "mail", "--resume", "tenant-typo"], "group 'tenant-typo' of queue mail is not paused"),
     (["groups", "mail", "--limit", "0"], "--limit"),
 ])
@@ -84,3 +85,21 @@ def test_user_errors_are_one_line_and_exit_2(cli, mail, args, says):
     assert result.exit_code == 2, result.output
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and says in lines[0] and "Traceback" not in result.output
+
+
+def test_set_and_clear_a_groups_limits(cli, client, mail):
+    said = ok(cli("groups", "mail", "--set", "tenant-a", "--weight", "4", "--rate", "100/60"))
+    assert said == ("group tenant-a of queue mail: weight 4, concurrency none, rate 100 per 60 s; "
+                    "set by an operator: rate, weight\n")
+    assert ["tenant-a*", "5", "1", "-", "100 per 60 s", "4"] in table_rows(ok(cli("groups", "mail")))
+    assert json.loads(ok(cli("groups", "mail", "--clear", "tenant-a", "--json")))["overridden"] == []
+    assert [g.weight for g in groups("mail", client=client) if g.name == "tenant-a"] == [1]
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["--weight", "2"], "go with --set GROUP"), (["--set", "a", "--rate", "ten"], "--rate must be COUNT/SECONDS"),
+    (["--set", "a"], "give weight="), (["--set", "a", "--clear", "a"], "not several"),
+])
+def test_a_wrong_set_is_one_line(cli, mail, args, said):
+    result = cli("groups", "mail", *args)
+    assert result.exit_code != 0 and said in result.output and "Traceback" not in result.output

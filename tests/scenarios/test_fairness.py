@@ -329,7 +329,7 @@ def test_a_stopped_worker_puts_its_laned_jobs_back_and_the_next_one_runs_them(pr
 
 
 # -- the docs -----------------------------------------------------------------------------------------
-DOC_FILES = {"tenants.py", "fair_demo.py", "priorities_demo.py"}
+DOC_FILES = {"tenants.py", "fair_demo.py", "priorities_demo.py", "weights_demo.py"}
 
 
 def test_the_groups_and_priorities_docs_examples_run(tmp_path, redis_url, r):
@@ -340,6 +340,7 @@ def test_the_groups_and_priorities_docs_examples_run(tmp_path, redis_url, r):
         worker.wait_registered(r)
         assert run("fair_demo.py") == ["exported invoices of account 2", "True"]
         assert run("priorities_demo.py") == ["told user 7: your password was reset", "True"]
+        assert run("weights_demo.py") == ["[('free', 5), ('gold', 17), ('pro', 10)]", "[(4, ('weight',))]", "[1]"]
     finally:
         output = worker.stop()
     assert "Traceback" not in output, output

@@ -15,7 +15,7 @@ from jobs_for_tests import FastBoom, Tick, boom, compute, cooperative, echo, noo
 
 import sidequest
 from sidequest import Task
-from sidequest.api import DeadSet, Queue
+from sidequest.api import DeadSet, Queue, clear_group_limits, set_group_limits
 from sidequest.features.limiter import bucket, concurrent, leaky, points, window
 from sidequest.features.periodic import PeriodicRegistry, PeriodicScheduler, status
 from sidequest.store import keys, lanes, lifetimes
@@ -176,12 +176,17 @@ def test_lanes_leave_nothing_behind_but_a_paused_group(start, client, r):
     for n in range(40):
         client.push("Echo", [n], group=f"t{n % 3}", group_concurrency=2, group_rate=(100, 60))
     client.push("Echo", ["urgent"], priority=9)
-    paused = lanes.LaneKeys(keys.DEFAULT.lanes("default")).paused
-    r.sadd(paused, "nobody")
+    lane = lanes.LaneKeys(keys.DEFAULT.lanes("default"))
+    r.sadd(lane.paused, "nobody")
+    set_group_limits("default", "t1", weight=3, client=client)  # an operator's override: kept until removed
     start()
 
-    def kept() -> list[str]:  # the lanes' keys without a TTL (the rate windows and `head` expire)
-        return [key for key, ttl in ttls(r, "sidequest:lanes:*").items() if ttl == -1]
+    def kept() -> list[str]:  # the lanes' keys without a TTL (the rate windows, `head` and streaks expire)
+        return sorted(key for key, ttl in ttls(r, "sidequest:lanes:*").items() if ttl == -1)
 
-    wait_until(lambda: len(ran(r, "echo")) == 41 and kept() == [paused], message="the lanes to empty")
+    wait_until(lambda: len(ran(r, "echo")) == 41 and kept() == sorted([lane.paused, lane.limits]),
+               message="the lanes to empty")
+    assert r.hgetall(lane.limits) == {b"t1": b";- - - 3"}  # the override alone: its jobs' limits went with them
+    clear_group_limits("default", "t1", client=client)
+    assert kept() == [lane.paused]
     assert all(0 < ttl <= 3600 for ttl in ttls(r, "sidequest:lanes:*").values() if ttl != -1)

@@ -52,10 +52,12 @@ are epoch seconds whether Sidekiq 6/7 (float seconds) or Sidekiq 8 (integer ms) 
                                        JobSummary (runs failed total_ms p50/p95/p99_ms series);
                                        per_minute(minutes) -> [MinutePoint] over every job name;
                                        latency_per_minute(minutes) -> [LatencyPoint] per queue
-    groups(queue, limit=100)           GroupInfo (name waiting running paused concurrency rate) of
-                                       a queue's fairness groups, largest (waiting + running) first
+    groups(queue, limit=100)           GroupInfo (name waiting running paused concurrency rate weight
+                                       overridden) of a queue's fairness groups, largest first
     pause_group(queue, group)          staging skips the group; resume_group(queue, group)
     reset_group(queue, group)          give back the group's slots (and rate window) at once
+    set_group_limits(queue, group, weight=, concurrency=, rate=)  an operator's overrides, over the
+                                       jobs' options until clear_group_limits(queue, group, *names)
     lanes(queue)                       {level: waiting} of a queue's priority lanes, highest first
     lanes_waiting(queues)              {queue: jobs waiting in its lanes}, not yet in its list
     Search(name, jid, args, text, error, queue, where)
@@ -75,7 +77,17 @@ its actions stay in that slot), and `Stats` adds them up.
 
 from sidequest.api.cluster import Cluster, Shard, ShardDict
 from sidequest.api.flow import flow_counts
-from sidequest.api.groups import GroupInfo, groups, lanes, lanes_waiting, pause_group, reset_group, resume_group
+from sidequest.api.groups import (
+    GroupInfo,
+    clear_group_limits,
+    groups,
+    lanes,
+    lanes_waiting,
+    pause_group,
+    reset_group,
+    resume_group,
+    set_group_limits,
+)
 from sidequest.api.iteration import Iteration
 from sidequest.api.job_metrics import JobSummary, LatencyPoint, MetricsQuery, MinutePoint
 from sidequest.api.load import CapsuleLoad, Load, QueueLoad
@@ -122,6 +134,7 @@ __all__ = [
     "Work",
     "WorkSet",
     "Workers",
+    "clear_group_limits",
     "flow_counts",
     "groups",
     "job_steps",
@@ -131,4 +144,5 @@ __all__ = [
     "reset_group",
     "reset_steps",
     "resume_group",
+    "set_group_limits",
 ]

@@ -1,6 +1,6 @@
 """A queue's lanes as an operator sees them: its fairness groups (waiting, running, limits,
-paused) and its jobs waiting per priority level; pausing, resuming and resetting a group;
-clearing lanes.
+paused, weight) and its jobs waiting per priority level; pausing, resuming and resetting a group;
+an operator's overrides of its weight, concurrency and rate; clearing lanes.
 
 Laned jobs (pushed with `group=` or `priority=`) wait in the queue's lanes until staging moves
 them into `queue:<q>` (see `store.lanes`). What is read here is the lanes' own bookkeeping, kept
@@ -10,6 +10,8 @@ running), `B:limits`, `B:paused`; a few round trips whatever the number of group
     groups("mail")                 # [GroupInfo(name="tenant-42", waiting=9000, running=2, ...), ...]
     pause_group("mail", "tenant-42"); resume_group("mail", "tenant-42")
     reset_group("mail", "tenant-42")   # its slots given back at once (they also heal by themselves)
+    set_group_limits("mail", "tenant-42", weight=4, concurrency=10)  # over its jobs' options, until cleared
+    clear_group_limits("mail", "tenant-42", "weight")                 # its jobs' weight again
     lanes("mail")                  # {9: 3, 5: 120}: waiting jobs per priority level, highest first
 
 In Cluster mode every key of a queue's lanes shares the queue's hash tag, so each call here
@@ -22,8 +24,10 @@ from dataclasses import asdict, dataclass
 from typing import Any, cast
 
 from sidequest.client.sync_client import Client, default_client
+from sidequest.jobs.options import MAX_GROUP_WEIGHT, MAX_LANE_COUNT, group_rate_of, group_weight_of
 from sidequest.store.lanes import CLEAR_LANES, LaneKeys, parse_limits, waiting_lanes
-from sidequest.store.lanes.lua import RESET_GROUP, RESUME_GROUP
+from sidequest.store.lanes.admin import RESET_GROUP, RESUME_GROUP, SET_GROUP_LIMITS
+from sidequest.store.lanes.limits import NAMES, override_args
 
 NO_GROUP = ""  # the `B:waiting` field of laned jobs without a group (priority only): not a group
 
@@ -37,6 +41,8 @@ class GroupInfo:
     paused: bool  # skipped by staging until resumed; its staged and running jobs go on
     concurrency: int | None  # at most this many staged or running at once, across the fleet
     rate: tuple[int, float] | None  # at most (count, per period seconds) staged
+    weight: int = 1  # its share of its level's turns (`group_weight`)
+    overridden: tuple[str, ...] = ()  # which of concurrency, rate, weight an operator set (`set_group_limits`)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -59,9 +65,10 @@ def groups(queue: str, limit: int = 100, client: Client | None = None) -> list[G
     paused = {_text(g) for g in cast("set[bytes]", paused_raw)}
     running = _running(chosen, lane, sorted(_text(g) for g in cast("set[bytes]", busy_raw)))
     limits = {_text(g): _text(v) for g, v in cast("dict[bytes, bytes]", limits_raw).items()}
-    names = (set(waiting) | {g for g, n in running.items() if n} | paused) - {NO_GROUP}
-    found = [GroupInfo(name, waiting.get(name, 0), running.get(name, 0), name in paused,
-                       *parse_limits(limits.get(name))) for name in names]
+    overridden = {g for g, v in limits.items() if ";" in v}  # kept until removed, as a pause
+    names = (set(waiting) | {g for g, n in running.items() if n} | paused | overridden) - {NO_GROUP}
+    found = [_info(name, waiting.get(name, 0), running.get(name, 0), name in paused, limits.get(name))
+             for name in names]
     found.sort(key=lambda g: (-(g.waiting + g.running), g.name))
     return found[:limit]
 
@@ -129,6 +136,59 @@ def reset_group(queue: str, group: str, client: Client | None = None) -> int:
     chosen = client or default_client()
     script = chosen.redis.register_script(RESET_GROUP)
     return int(cast("int", script(keys=[_lane_keys(chosen, queue).base, chosen.keys.queue(queue)], args=[group])))
+
+
+def set_group_limits(queue: str, group: str, *, weight: int | None = None, concurrency: int | None = None,
+                     rate: tuple[int, float] | int | None = None, client: Client | None = None) -> GroupInfo:
+    """Override the group's limits at run time, over its jobs' options, until removed
+    (`clear_group_limits`): each one given replaces that limit, the others stay as they were.
+    `concurrency=0` or `rate=0` lifts that limit whatever its jobs say. The group is looked at
+    again at once (a held group takes turns again if its new limits allow) and the lanes are
+    staged; a new weight counts from the group's next turn. Returns the group as it is now."""
+    _check_override(weight, concurrency, rate)
+    return _override(queue, group, override_args(concurrency, rate, weight), client)
+
+
+def clear_group_limits(queue: str, group: str, *limits: str, client: Client | None = None) -> GroupInfo:
+    """Remove the group's overrides (`set_group_limits`) named in `limits` ("concurrency",
+    "rate", "weight"), or all of them: its jobs' options apply again. Returns the group as it is now."""
+    unknown = [name for name in limits if name not in NAMES]
+    if unknown:
+        raise ValueError(f"no such group limit {unknown[0]!r}: the limits are {', '.join(NAMES)}")
+    return _override(queue, group, override_args(None, None, None, removed=limits or NAMES), client)
+
+
+def _override(queue: str, group: str, args: list[str], client: Client | None) -> GroupInfo:
+    if not group:
+        raise ValueError("a group's name must not be empty")
+    chosen = client or default_client()
+    lane = _lane_keys(chosen, queue)
+    script = chosen.redis.register_script(SET_GROUP_LIMITS)
+    stored = _text(script(keys=[lane.base, chosen.keys.queue(queue)], args=[group, *args]))
+    pipe = chosen.redis.pipeline(transaction=False)
+    pipe.hget(lane.waiting, group)
+    pipe.scard(lane.running(group))
+    pipe.sismember(lane.paused, group)
+    waiting, running, paused = pipe.execute()
+    return _info(group, int(waiting or 0), int(running), bool(paused), stored or None)
+
+
+def _check_override(weight: int | None, concurrency: int | None, rate: tuple[int, float] | int | None) -> None:
+    """One line a user can act on, before anything is written."""
+    if weight is not None and group_weight_of(weight) is None:
+        raise ValueError(f"weight must be an int from 1 to {MAX_GROUP_WEIGHT:,}, got {weight!r}")
+    if concurrency is not None and not (concurrency == 0 or (isinstance(concurrency, int) and not isinstance(
+            concurrency, bool) and 0 < concurrency <= MAX_LANE_COUNT)):
+        raise ValueError(f"concurrency must be an int from 0 (no cap) to {MAX_LANE_COUNT:,}, got {concurrency!r}")
+    if rate is not None and rate != 0 and group_rate_of(rate) is None:
+        raise ValueError(f"rate must be (count, seconds) as a job's group_rate, or 0 (no rate), got {rate!r}")
+    if weight is None and concurrency is None and rate is None:
+        raise ValueError("give weight=, concurrency= or rate= (clear_group_limits removes overrides)")
+
+
+def _info(name: str, waiting: int, running: int, paused: bool, stored: str | None) -> GroupInfo:
+    limits = parse_limits(stored)
+    return GroupInfo(name, waiting, running, paused, limits.concurrency, limits.rate, limits.weight, limits.overridden)
 
 
 def _lane_keys(client: Client, queue: str) -> LaneKeys:

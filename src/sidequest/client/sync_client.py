@@ -43,6 +43,7 @@ from sidequest.features import flow, results, unique
 from sidequest.jobs import active_job
 from sidequest.jobs.options import (
     DEFAULTS,
+    LANE_OPTIONS,
     PUSH_ONLY,
     JobOptions,
     check_options,
@@ -173,7 +174,7 @@ class Client:
             if flowing == "debounce":  # each push (re)schedules the one run: debounce after it
                 times = [now + float(base["debounce"])]
         groups: list[str] | None = None
-        if "group" in base or "priority" in base or "group_concurrency" in base or "group_rate" in base:
+        if any(option in base for option in LANE_OPTIONS):
             function = lane_group(base)  # most pushes: none of these, no other work
             if function is not None:
                 groups = [group_value(function, args, keywords, name) for args in checked]

@@ -30,6 +30,8 @@ Known options and their types (`JobOptions` spells them for a type checker):
     priority     an int 0..9: higher runs first within the queue, FIFO within a level (`lanes`)
     group_concurrency  an int >= 1: at most this many jobs of one group staged or running at once
     group_rate   (count, seconds): at most `count` jobs of one group started per `seconds`
+    group_weight an int from 1 to 1,000 (default 1): the group's share of its level's turns (a
+                 group of weight 4 stages 4 jobs to a group of weight 1's one, `lanes`)
     wait_replicas  int >= 0: the push returns once this many replicas hold it (Redis WAIT),
                  or raises NotReplicatedError after wait_timeout (default: the client's
                  configuration, 0); not stored in the payload
@@ -78,6 +80,8 @@ FEATURE_FIELDS = {"workflow_id": "workflows", "workflow_step": "workflows", "tas
 EPOCH_THRESHOLD = 1_000_000_000
 MAX_LANE_COUNT = 1_000_000_000  # group_concurrency, group_rate's count: more is no limit (Lua's numbers stay exact)
 MAX_RATE_SECONDS = 366 * 86_400  # group_rate's window: a year at most (its milliseconds expire a Redis key)
+MAX_GROUP_WEIGHT = 1_000  # a group's turns in a row within one pass of its level's rotation, at most
+LANE_OPTIONS = ("group", "priority", "group_concurrency", "group_rate", "group_weight")
 
 
 class JobOptions(TypedDict, total=False):
@@ -101,6 +105,7 @@ class JobOptions(TypedDict, total=False):
     priority: int | None  # 0..9, higher first within the queue (`lanes`)
     group_concurrency: int | None  # at most this many of one group staged or running at once
     group_rate: tuple[int, float] | None  # (count, seconds): at most count of one group per seconds
+    group_weight: int | None  # the group's share of the turns (1: the default; 4: four turns to 1's one)
     wait_replicas: int  # the push waits until this many replicas hold it (see `Config.wait_replicas`)
     wait_timeout: float  # ... at most this many seconds, then raises NotReplicatedError
     custom: Mapping[str, Any]  # payload fields of your own, native JSON
@@ -212,6 +217,11 @@ def _check_lane(key: str, value: Any) -> Any:
         if group_concurrency_of(value) is not None:
             return value
         raise JobArgumentError(f"option 'group_concurrency' must be an int from 1 to {MAX_LANE_COUNT:,}, got {value!r}")
+    if key == "group_weight":
+        if group_weight_of(value) is not None:
+            return value
+        raise JobArgumentError(f"option 'group_weight' must be an int from 1 to {MAX_GROUP_WEIGHT:,} (its share of the "
+                               f"turns: 2 gets twice a weight of 1's), got {value!r}")
     rate = group_rate_of(value)
     if rate is not None:
         return list(rate)
@@ -224,6 +234,13 @@ def group_concurrency_of(value: Any) -> int | None:
     """A `group_concurrency` value if valid, else None: the one rule for a definition, a push
     and a payload that came from elsewhere (`lanes.limits_of`)."""
     if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_LANE_COUNT:
+        return value
+    return None
+
+
+def group_weight_of(value: Any) -> int | None:
+    """A `group_weight` value if valid, else None (see `group_concurrency_of`)."""
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_GROUP_WEIGHT:
         return value
     return None
 
@@ -243,11 +260,12 @@ def group_rate_of(value: Any) -> tuple[int, float] | None:
 def lane_group(base: dict[str, Any]) -> Callable[..., Any] | None:
     """(At push, on the checked payload fields.) Drop the lane options turned off (None) and
     refuse limits without a group; return the group function to call per job, if one."""
-    for key in ("group", "priority", "group_concurrency", "group_rate"):
+    for key in LANE_OPTIONS:
         if key in base and base[key] is None:
             del base[key]
-    if "group" not in base and ("group_concurrency" in base or "group_rate" in base):
-        raise JobArgumentError("group_concurrency and group_rate limit each group: give the job a group too "
+    if "group" not in base and ("group_concurrency" in base or "group_rate" in base or "group_weight" in base):
+        raise JobArgumentError("group_concurrency, group_rate and group_weight apply to each group: "
+                               "give the job a group too "
                                "(group=lambda tenant_id, **_: tenant_id)")
     group = base.get("group")
     if callable(group):
@@ -332,7 +350,7 @@ def check_option(key: str, value: Any, *, definition: bool = False) -> Any:
             return value
         raise JobArgumentError(f"option 'key' must be a function of the job's arguments (e.g. key=lambda account_id, "
                                f"**_: account_id), got {value!r}")
-    if key in ("group", "priority", "group_concurrency", "group_rate"):
+    if key in LANE_OPTIONS:
         return _check_lane(key, value)
     if key in WORKER_SIDE:
         return _check_exceptions(key, value, definition)

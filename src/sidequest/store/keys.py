@@ -44,7 +44,8 @@ sidequest's own keys live under the `sidequest:` prefix so Ruby Sidekiq never tr
     sidequest:lanes:<n>:<q>[:...]   a queue's lanes: jobs pushed with a group or a priority wait there
                                     until staged into queue:<q> (`lanes`: the sub-keys and their use);
                                     <n> is the length of the name <q>, so no queue's lane keys are
-                                    another's (`a`'s level 5 and the queue `a:5`)
+                                    another's (`a`'s level 5 and the queue `a:5`); an operator's
+                                    overrides of a group's limits stay there until removed
     sidequest:status:<jid>          hash of a `result_ttl` job's state (and result or error)
     sidequest:status:<jid>:notify   list holding one token once that job has ended (waiters block on it)
     sidequest:django-task:<jid>     hash: a Django task's result record (`contrib.django`: its task,

@@ -54,7 +54,8 @@ KEPT: dict[str, str] = {
     STAT_PROCESSED: "all-time total, kept forever as Sidekiq keeps it",
     STAT_FAILED: "all-time total, kept forever as Sidekiq keeps it",
     f"{PREFIX}:lanes:*": "jobs waiting in a queue's lanes and their bookkeeping (levels, turns, counts, groups' "
-                         "running jids and limits), each gone once empty; paused groups until resumed (`lanes`)",
+                         "running jids and limits), each gone once empty; paused groups until resumed, and "
+                         "an operator's limits of a group until removed (`lanes`, `lanes.limits`)",
     f"{PREFIX}:debounce:*": "a debounced key's pending run: it lives as long as that run waits (no poller may run "
                             "for a while), ended where a worker takes it or the key's next push replaces it (`flow`)",
     f"{PREFIX}:flow:*": "all-time totals of pushes debounce replaced and throttle dropped, per class (`flow`)",

@@ -201,3 +201,45 @@ def test_new_limits_from_a_push_and_a_resume_bring_a_held_group_back_at_once(cli
     assert r.zscore(LANE.held(5), "h") == float("inf") and r.llen(LANE.lane(5, "h")) == 2
     resume_group("default", "h", client=client)
     assert [job["args"] for job in queued(r)][-2:] == [[5], [6]] and r.zscore(LANE.held(5), "h") is None
+
+
+def test_a_group_held_at_its_concurrency_is_staged_when_an_end_brings_it_below_even_a_lowered_limit(client, r):
+    from sidequest.store.lanes.admin import RELEASE_SLOTS
+
+    client.push_bulk(echo, [[n] for n in range(6)], group="g", group_concurrency=3)
+    running = sorted(r.smembers(LANE.running("g")))
+    assert len(running) == 3 and r.zscore(LANE.held(5), "g") == float("inf")
+    client.push(echo, [6], group="g", group_concurrency=1)  # lowered: 3 still run, so it stays held
+    release = r.register_script(RELEASE_SLOTS)  # the end of a job, as its settle gives its slot back
+    for jid in running[:2]:
+        release(keys=[LANE.base, keys.queue("default")], args=["g", jid])
+        assert r.llen(keys.queue("default")) == 3 and r.zscore(LANE.held(5), "g") == float("inf")
+    release(keys=[LANE.base, keys.queue("default")], args=["g", running[2]])  # 0 running: below 1
+    assert r.llen(keys.queue("default")) == 4 and r.scard(LANE.running("g")) == 1
+
+
+def stage_shares(client, r, calls):
+    """Stage `calls` batches into an emptied queue: how many jobs of each group went."""
+    stage, shares = r.register_script(lanes.STAGE), {}
+    for _ in range(calls):
+        r.delete(keys.queue("default"))
+        stage(keys=[LANE.base, keys.queue("default")])
+        for job in queued(r):
+            shares[job["args"][0]] = shares.get(job["args"][0], 0) + 1
+    return shares
+
+
+def test_groups_of_weights_1_2_and_4_stage_a_seventh_two_sevenths_and_four_sevenths(client, r):
+    from sidequest.api.groups import set_group_limits
+
+    fill(client)
+    for group, weight in (("a", 1), ("b", 2), ("c", 4)):
+        client.push_bulk(echo, [[group]] * 1000, group=group, group_weight=weight)
+    shares = stage_shares(client, r, 30)  # 960 jobs, none of a group's backlog used up
+    assert sum(shares.values()) == 30 * lanes.LANE_DEPTH
+    for group, weight in (("a", 1), ("b", 2), ("c", 4)):
+        assert abs(shares[group] / sum(shares.values()) - weight / 7) <= 0.1 * weight / 7, shares
+    set_group_limits("default", "a", weight=4, client=client)  # at run time: from a's next turn
+    after = stage_shares(client, r, 2)  # the next 64 jobs staged
+    assert after["a"] >= 0.9 * 64 * 4 / 10 and after["c"] >= 0.9 * 64 * 4 / 10, after
+    assert r.hget(LANE.waiting, "a") == str(1000 - shares["a"] - after["a"]).encode()

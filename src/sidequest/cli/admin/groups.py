@@ -1,6 +1,7 @@
 """`sidequest groups QUEUE`: a queue's fairness groups (the largest first: waiting, running,
 limits, paused) and its laned jobs waiting per priority level; `--pause G` / `--resume G`;
-`--reset G` gives back the group's slots.
+`--reset G` gives back the group's slots; `--set G --weight N [--concurrency N] [--rate N/S]`
+overrides its limits over its jobs' options, `--clear G` removes the overrides.
 
 It acts only through the admin API (`sidequest.api.groups`); a table for people, one JSON
 document with `--json`.
@@ -28,11 +29,18 @@ if TYPE_CHECKING:
 @click.option("--resume", "to_resume", metavar="GROUP", help="Resume this group: it takes turns again at once.")
 @click.option("--reset", "to_reset", metavar="GROUP",
               help="Give back this group's slots (and end its rate window): its jobs still running go on.")
+@click.option("--set", "to_set", metavar="GROUP", help="Override this group's limits (with --weight, --concurrency, "
+              "--rate) over its jobs' options, until --clear.")
+@click.option("--weight", type=click.IntRange(1, 1000), help="With --set: the group's share of the turns.")
+@click.option("--concurrency", type=click.IntRange(min=0), help="With --set: at most this many at once (0: no cap).")
+@click.option("--rate", metavar="COUNT/SECONDS", help="With --set: at most COUNT staged per SECONDS (0: no rate).")
+@click.option("--clear", "to_clear", metavar="GROUP", help="Remove this group's overrides: its jobs' options apply.")
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(min=1), help="Groups to list.")
 @json_option
 @redis_url_option
 @redis_errors
-def groups(queue: str, to_pause: str | None, to_resume: str | None, to_reset: str | None, limit: int,
+def groups(queue: str, to_pause: str | None, to_resume: str | None, to_reset: str | None, to_set: str | None,
+           weight: int | None, concurrency: int | None, rate: str | None, to_clear: str | None, limit: int,
            as_json: bool, redis_url: str | None) -> None:
     """List a queue's groups, the largest (waiting + running) first, and its jobs waiting per
     priority level; pause or resume one group.
@@ -43,10 +51,14 @@ def groups(queue: str, to_pause: str | None, to_resume: str | None, to_reset: st
       sidequest groups mail --pause tenant-42   # its waiting jobs stay waiting
       sidequest groups mail --resume tenant-42
       sidequest groups mail --reset tenant-42   # its slots back at once
+      sidequest groups mail --set tenant-42 --weight 4 --rate 100/60
+      sidequest groups mail --clear tenant-42   # its jobs' limits again
     """
-    given = [g for g in (to_pause, to_resume, to_reset) if g is not None]
+    given = [g for g in (to_pause, to_resume, to_reset, to_set, to_clear) if g is not None]
     if len(given) > 1:
-        raise UserError("give one of --pause, --resume and --reset, not several")
+        raise UserError("give one of --pause, --resume, --reset, --set and --clear, not several")
+    if (weight, concurrency, rate) != (None, None, None) and to_set is None:
+        raise UserError("--weight, --concurrency and --rate go with --set GROUP")
     if given and given[0] == "":
         raise UserError("GROUP must not be empty (`sidequest groups QUEUE` lists the groups)")
     client = admin_client(redis_url)
@@ -54,6 +66,8 @@ def groups(queue: str, to_pause: str | None, to_resume: str | None, to_reset: st
         list_groups(client, queue, limit, as_json)
     elif to_reset is not None:
         reset(client, queue, to_reset, as_json)
+    elif to_set is not None or to_clear is not None:
+        override(client, queue, to_set, to_clear, (weight, concurrency, parse_rate(rate)), as_json)
     else:
         change_group(client, queue, given[0], pause=to_pause is not None, as_json=as_json)
 
@@ -84,11 +98,12 @@ def table(found: list[GroupInfo]) -> Table:
 
     from sidequest.cli.admin import render
 
-    grid = render.table("GROUP", "WAITING", "RUNNING", "CONCURRENCY", "RATE", "PAUSED",
-                        right=("WAITING", "RUNNING", "CONCURRENCY"))
+    grid = render.table("GROUP", "WAITING", "RUNNING", "CONCURRENCY", "RATE", "WEIGHT", "PAUSED",
+                        right=("WAITING", "RUNNING", "CONCURRENCY", "WEIGHT"))
     for g in found:
         rate = f"{g.rate[0]:,} per {g.rate[1]:g} s" if g.rate else None
-        render.row(grid, g.name, f"{g.waiting:,}", f"{g.running:,}", g.concurrency, rate,
+        set_here = "*" if g.overridden else ""  # an operator's override: `--clear` removes it
+        render.row(grid, g.name + set_here, f"{g.waiting:,}", f"{g.running:,}", g.concurrency, rate, g.weight,
                    Text("paused", style="yellow") if g.paused else Text(""))
     return grid
 
@@ -126,3 +141,36 @@ def reset(client: Client, queue: str, group: str, as_json: bool) -> None:
         return
     click.echo(f"reset group {group} of queue {queue}: gave back {render.plural(held, 'slot')}"
                + ("; its jobs still running go on" if held else ""))
+
+
+def parse_rate(given: str | None) -> tuple[int, float] | int | None:
+    """`--rate COUNT/SECONDS` (or 0: no rate) as `set_group_limits` takes it."""
+    if given is None or given.strip() == "0":
+        return None if given is None else 0
+    count, _, seconds = given.partition("/")
+    try:
+        return int(count), float(seconds)
+    except ValueError:
+        raise UserError(f"--rate must be COUNT/SECONDS (e.g. 100/60) or 0, got {given!r}") from None
+
+
+def override(client: Client, queue: str, to_set: str | None, to_clear: str | None,
+             limits: tuple[int | None, int | None, tuple[int, float] | int | None], as_json: bool) -> None:
+    from sidequest.api import clear_group_limits, set_group_limits
+    from sidequest.cli.admin import render
+
+    try:
+        if to_set is not None:
+            weight, concurrency, rate = limits
+            info = set_group_limits(queue, to_set, weight=weight, concurrency=concurrency, rate=rate, client=client)
+        else:
+            info = clear_group_limits(queue, to_clear or "", client=client)
+    except ValueError as error:
+        raise UserError(str(error)) from None
+    if as_json:
+        render.emit_json({"queue": queue, "group": info.name, "concurrency": info.concurrency, "rate": info.rate,
+                          "weight": info.weight, "overridden": list(info.overridden)})
+        return
+    rate_text = f"{info.rate[0]:,} per {info.rate[1]:g} s" if info.rate else "none"
+    click.echo(f"group {info.name} of queue {queue}: weight {info.weight}, concurrency {info.concurrency or 'none'}, "
+               f"rate {rate_text}; set by an operator: {', '.join(info.overridden) or 'nothing'}")

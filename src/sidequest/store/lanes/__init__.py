@@ -25,7 +25,11 @@ these options costs nothing more. Staging (`stage`, Lua, atomic):
   happens (`lane_wake`: a resume, one of its jobs ending or its slot healing, an operator's
   reset, a push with new limits). A group that uses its last slot or its rate with the job it
   stages is held at once. So a call never passes over held groups, and its turns are bounded
-  (its jobs + TURN_SLACK): staging costs O(1) in the number of groups, held or not.
+  (its jobs + TURN_SLACK): staging costs O(1) in the number of groups, held or not;
+- a group of `group_weight` w takes w turns in a row (a run that a call's budget cuts short goes
+  on in the next call, `B:streak:<level>`), so its share of its level's jobs is w / the sum of
+  the weights of the groups in turn; an operator's override of its weight, concurrency or rate
+  (`api.groups.set_group_limits`) wins over its jobs' options.
 
 Staging runs where a laned job is pushed (the push's script), where one ends (the lanes
 feature's lifecycle operation: finished, retried, dead, dropped, snoozed, cancelled, deleted,
@@ -39,7 +43,7 @@ read from its JSON: an argument may hold a "jid" too), removed at the job's end,
 the queue it ran from (a retry's payload names its `retry_queue` already); a job put back or
 recovered goes to the head of the queue and stays counted until it ends. A slot whose job ended
 where sidequest could not see it comes back by itself (`lanes.slots`), or at an operator's
-`reset_group`. The scripts are in `lanes.lua`.
+`reset_group`. The scripts are in `lanes.lua` (staging's) and `lanes.admin` (an operator's).
 
 Limits come from the push's options, checked there (`options.group_rate_of`); a payload from
 elsewhere with limits a push would refuse has them ignored, with one log line (`limits_of`).
@@ -54,7 +58,10 @@ keeps queue `a`'s `B:5` apart from queue `a:5`'s B; in Cluster mode in the queue
     B:waiting              hash: group -> waiting jobs over all levels
     B:busy                 set: groups with jobs staged or running
     B:running:<group>      set: their jids
-    B:limits               hash: group -> "<concurrency> <rate count> <rate ms>" (0: none), its last push's
+    B:limits               hash: group -> its limits: its last push's, and an operator's overrides, which
+                           stay until removed (`lanes.limits`)
+    B:streak:<level>       the weighted group at the head of the level's turns and how many it took in a row
+                           (expires: HEAD_TTL_MS)
     B:paused               set: groups an operator paused
     B:rate:<group>         the group's count in its current rate window (expires with it)
     B:head                 the job staged deepest in the last batch at the head (expires: HEAD_TTL_MS)
@@ -62,16 +69,13 @@ keeps queue `a`'s `B:5` apart from queue `a:5`'s B; in Cluster mode in the queue
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from typing import Any
 
-from sidequest.jobs.options import group_concurrency_of, group_rate_of
 from sidequest.store import keys
+from sidequest.store.lanes.admin import ADMIN_DELETE_LANED, CLEAR_GRAIN, CLEAR_LANES
+from sidequest.store.lanes.limits import Limits, limits_of, parse_limits
 from sidequest.store.lanes.lua import (
-    ADMIN_DELETE_LANED,
-    CLEAR_GRAIN,
-    CLEAR_LANES,
     DEFAULT_LEVEL,
     HEAD_TTL_MS,
     LANE_DEPTH,
@@ -81,10 +85,8 @@ from sidequest.store.lanes.lua import (
 )
 
 __all__ = ["ADMIN_DELETE_LANED", "CLEAR_GRAIN", "CLEAR_LANES", "DEFAULT_LEVEL", "HEAD_TTL_MS", "LANES_LUA",
-           "LANE_DEPTH", "LANE_REFILL", "STAGE", "LaneKeys", "group_of", "level_of", "limits_of", "parse_limits",
-           "route", "waiting_lanes"]
-
-log = logging.getLogger(__name__)
+           "LANE_DEPTH", "LANE_REFILL", "STAGE", "LaneKeys", "Limits", "group_of", "level_of", "limits_of",
+           "parse_limits", "route", "waiting_lanes"]
 
 LEVELS = range(10)
 
@@ -117,6 +119,9 @@ class LaneKeys:
     def held(self, level: int | str) -> str:
         return f"{self.base}:held:{level}"
 
+    def streak(self, level: int | str) -> str:
+        return f"{self.base}:streak:{level}"
+
 
 def level_of(payload: Mapping[str, Any]) -> int:
     """A payload's priority level: its `priority` (0..9), else the default."""
@@ -127,30 +132,6 @@ def level_of(payload: Mapping[str, Any]) -> int:
 def group_of(payload: Mapping[str, Any]) -> str:
     group = payload.get("group")
     return "" if group is None else str(group)
-
-
-def limits_of(payload: Mapping[str, Any]) -> str:
-    """`B:limits`' value for a grouped payload: concurrency, rate count, rate window (ms), each 0
-    for none. A value a push would refuse (`options.group_rate_of`), as a payload from elsewhere
-    may bring, is that job's to lose: the limit is ignored, with one log line."""
-    concurrency, rate = payload.get("group_concurrency"), payload.get("group_rate")
-    checked_concurrency, checked_rate = group_concurrency_of(concurrency), group_rate_of(rate)
-    for option, value, checked in (("group_concurrency", concurrency, checked_concurrency),
-                                   ("group_rate", rate, checked_rate)):
-        if value is not None and checked is None:
-            log.warning("job %s: its %s %r is not valid (see the job options); its group gets none",
-                        payload.get("jid"), option, value)
-    count, ms = (checked_rate[0], max(int(checked_rate[1] * 1000), 1)) if checked_rate else (0, 0)
-    return f"{checked_concurrency or 0} {count} {ms}"
-
-
-def parse_limits(stored: str | None) -> tuple[int | None, tuple[int, float] | None]:
-    """`B:limits`' value (`limits_of`) read back: (concurrency, (rate count, seconds)), None for none."""
-    parts = (stored or "").split()
-    if len(parts) != 3 or not all(part.isdigit() for part in parts):  # none, or set by hand: staging ignores it too
-        return None, None
-    concurrency, count, period_ms = (int(part) for part in parts)
-    return concurrency or None, ((count, period_ms / 1000) if count and period_ms else None)
 
 
 def route(payload: Mapping[str, Any], space: keys.Keyspace, queue: str | None = None) -> LaneArgs | None:

@@ -1,7 +1,7 @@
 """The lanes' Lua (see `lanes` for the layout and the rules): the functions shared by the scripts
 that push, stage and end laned jobs (`LANES_LUA`: `scripts.core_lib`, the push's script,
-ENQUEUE_DUE, ADMIN_REQUEUE), and the lanes' own scripts (STAGE, ADMIN_DELETE_LANED, CLEAR_LANES,
-RELEASE_SLOTS, RESET_GROUP, RESUME_GROUP).
+ENQUEUE_DUE, ADMIN_REQUEUE) and the poller's STAGE. An operator's scripts (and the slots' give-back)
+are in `lanes.admin`.
 
 Two rules hold throughout:
 - no value is read from a payload's text by pattern: a staged job's jid comes from
@@ -17,36 +17,23 @@ Two rules hold throughout:
 
 from __future__ import annotations
 
-from sidequest.jobs.options import MAX_LANE_COUNT, MAX_RATE_SECONDS
+from sidequest.store.lanes.limits import LIMITS_LUA
 
 LANE_DEPTH = 32  # laned jobs staged into a queue at once (the fairness grain)
 LANE_REFILL = LANE_DEPTH // 2  # a laned job's end stages more once the queue holds fewer than this
 DEFAULT_LEVEL = 5  # a job with a group and no priority; above it: staged at the head
 HEAD_TTL_MS = 3_600_000  # `B:head` outlives its batch an hour at most (untaken that long: no one works the queue)
-CLEAR_GRAIN = 100  # lanes one CLEAR_LANES call deletes at most (a call's work is bounded)
 HELD_GRAIN = 2 * LANE_DEPTH  # held groups of a level one staging call moves back to their turns at most
 TURN_SLACK = 2 * LANE_DEPTH  # turns one staging call takes beyond its budget of jobs at most (groups parked)
 RECHECK_MS = 60_000  # a group whose keys were set by hand (of another type) is looked at again this late
 
 # Paths under B are built by suffix here, as `LaneKeys` builds them.
-LANES_LUA = """
+LANES_LUA = LIMITS_LUA + """
 local LANE_DEPTH, LANE_HIGH, HEAD_TTL, LANE_REFILL = {depth}, {default}, {head_ttl}, {refill}
-local MAX_COUNT, MAX_MS = {max_count}, {max_ms}
 local HELD_GRAIN, TURN_SLACK, RECHECK_MS, HELD_EVENT = {held_grain}, {turn_slack}, {recheck}, 'inf'
 local function typed(key, kind)
   local found = redis.call('type', key)['ok']
   return found == 'none' or found == kind
-end
--- A group's limits from `B:limits` ("<concurrency> <rate count> <rate ms>"), each 0 (none) when
--- absent or out of the bounds a push checks, so PEXPIRE and the comparisons cannot fail.
-local function lane_limits(base, group)
-  local limits = redis.call('hget', base .. ':limits', group)
-  if not limits then return 0, 0, 0 end
-  local c, n, ms = string.match(limits, '^(%d+) (%d+) (%d+)$')
-  c, n, ms = tonumber(c) or 0, tonumber(n) or 0, tonumber(ms) or 0
-  if c > MAX_COUNT then c = 0 end
-  if n > MAX_COUNT or ms < 1 or ms > MAX_MS then n, ms = 0, 0 end
-  return c, n, ms
 end
 -- When a group held back by its rate may stage again: its window's end (ms, from `now`).
 local function window_end(base, group, ms, now)
@@ -67,7 +54,7 @@ local function lane_open(base, level, group, paused, now)
   if waiting == 0 or group == '' then return waiting, true, nil end
   if paused and redis.call('sismember', base .. ':paused', group) == 1 then return waiting, false, HELD_EVENT end
   local g = {}
-  g.concurrency, g.count, g.ms = lane_limits(base, group)
+  g.concurrency, g.count, g.ms, g.weight = lane_limits(base, group)
   g.running = redis.call('scard', base .. ':running:' .. group)
   if g.concurrency > 0 and g.running >= g.concurrency then return waiting, false, HELD_EVENT end
   if g.count > 0 then  -- a group without a rate never reads (nor writes) a rate count
@@ -116,24 +103,40 @@ local function lane_due(base, level, now)
     redis.call('zrem', held, unpack(due))
   end
 end
+-- A weighted group's run of turns (`group_weight`): the group at the head of the rotation and how
+-- many jobs it staged in a row, kept in `B:streak:<level>` ("<n> <group>") between calls, since a
+-- call's budget may end a run half-way; nil, 0 for none.
+local function streak_read(key)
+  local kept = redis.call('get', key)
+  if not kept then return nil, 0, false end
+  local n, group = string.match(kept, '^(%d+) (.*)$')
+  return group, tonumber(n) or 0, true
+end
+local function streak_keep(key, group, n, kept)
+  if group then redis.call('set', key, n .. ' ' .. group, 'PX', HEAD_TTL)
+  elseif kept then redis.call('del', key) end
+end
 -- Move up to `budget` jobs of one level into `out`, the level's groups taking turns (a turn:
--- LMOVE from the rotation's head to its tail). A group that may not stage now, or that used its
--- last slot or its rate with the job it staged, leaves the rotation for `B:held:<level>` (RPOP:
--- it is the tail), so no call passes over it again until it is due or woken (`lane_wake`).
--- Returns whether the level is exhausted (its rotation is empty): only then may a lower level
--- stage, so a group held back never lets a lower level's job ahead of the open groups of this
--- one. Every turn stages a job or takes a group out of the rotation, and the turns of a call are
--- bounded by a constant (`budget` + TURN_SLACK), whatever the number of groups; a level cut short
--- by that bound is not exhausted.
+-- LMOVE from the rotation's head to its tail). A group of weight w takes w turns in a row (moved
+-- back to the head after each of its first w - 1), so over a pass of the rotation each group
+-- stages its weight's share, at one more LMOVE per extra turn. A group that may not stage now,
+-- or that used its last slot or its rate with the job it staged, leaves the rotation for
+-- `B:held:<level>` (RPOP: it is the tail), so no call passes over it again until it is due or
+-- woken (`lane_wake`). Returns whether the level is exhausted (its rotation is empty): only then
+-- may a lower level stage, so a group held back never lets a lower level's job ahead of the open
+-- groups of this one. Every turn stages a job or takes a group out of the rotation, and the turns
+-- of a call are bounded by a constant (`budget` + TURN_SLACK), whatever the number of groups; a
+-- level cut short by that bound is not exhausted.
 local function lane_take(base, level, budget, out, now)
-  local rotation, waiting_key = base .. ':' .. level, base .. ':waiting'
+  local rotation, waiting_key, streak_key = base .. ':' .. level, base .. ':waiting', base .. ':streak:' .. level
   lane_due(base, level, now)
   local paused, turns = redis.call('exists', base .. ':paused') == 1, 0
-  while #out < budget do
+  local run, streak, kept = streak_read(streak_key)
+  while #out < budget and turns < budget + TURN_SLACK do
     turns = turns + 1
-    if turns > budget + TURN_SLACK then return false end
     local group = redis.call('lmove', rotation, rotation, 'LEFT', 'RIGHT')
     if not group then break end
+    if group ~= run then run, streak = group, 0 end
     local checked, waiting, open, g = pcall(lane_open, base, level, group, paused, now)
     local leaves, at = true, nil
     if not checked then
@@ -143,14 +146,19 @@ local function lane_take(base, level, budget, out, now)
       at = g
     elseif waiting > 0 then
       local job = redis.call('rpop', rotation .. ':' .. group)
-      out[#out + 1] = job
+      out[#out + 1], streak = job, streak + 1
       if group ~= '' then at = lane_count(base, group, job, g, now) end
       if redis.call('hincrby', waiting_key, group, -1) <= 0 then redis.call('hdel', waiting_key, group) end
       if waiting == 1 then at = nil else leaves = at ~= nil end  -- an emptied lane leaves its turn for good
     end
-    if leaves then redis.call('rpop', rotation) end
+    if leaves then
+      redis.call('rpop', rotation)
+      run = nil
+    elseif g and streak < g.weight then redis.call('lmove', rotation, rotation, 'RIGHT', 'LEFT')  -- its next turn
+    else run = nil end
     if at then redis.call('zadd', base .. ':held:' .. level, at, group) end
   end
+  streak_keep(streak_key, run, streak, kept)
   local left = redis.call('llen', rotation)
   if left == 0 and redis.call('zcard', base .. ':held:' .. level) == 0 then redis.call('srem', base, level) end
   return left == 0
@@ -180,7 +188,9 @@ local function stage_levels(base, queue)
   local levels = redis.call('smembers', base)
   for _, level in ipairs(levels) do
     if not string.match(level, '^%d$') or not typed(base .. ':' .. level, 'list')
-       or not typed(base .. ':held:' .. level, 'zset') then return nil end
+       or not typed(base .. ':held:' .. level, 'zset') or not typed(base .. ':streak:' .. level, 'string') then
+      return nil
+    end
   end
   for suffix, kind in pairs({busy = 'set', waiting = 'hash', paused = 'set', limits = 'hash', head = 'string'}) do
     if not typed(base .. ':' .. suffix, kind) then return nil end
@@ -244,8 +254,9 @@ local function lane_push(base, level, group, job, limits)
   redis.call('hincrby', base .. ':waiting', group, 1)
   if group == '' then return end
   local before = redis.call('hget', base .. ':limits', group)
-  if before ~= limits then
-    redis.call('hset', base .. ':limits', group, limits)
+  local over = limits_over(before)
+  if before ~= limits and before ~= limits .. ';' .. over then  -- the push's part changed (an override stays)
+    redis.call('hset', base .. ':limits', group, over == '' and limits or limits .. ';' .. over)
     if before then lane_wake(base, group, false) end  -- new limits: a held group is looked at again
   end
 end
@@ -275,25 +286,30 @@ local function lane_removed(base, level, group)
     end
   end
 end
--- A laned job ended (or left for `schedule`/`retry`): its group no longer counts it, and a group
--- held at its concurrency takes turns again.
+-- A laned job ended (or left for `schedule`/`retry`): its group no longer counts it. A group held
+-- until an event by its concurrency takes turns again once this end brings its count below its
+-- limit: only an end whose count crosses from the limit to one below wakes it (a count above the
+-- limit, after the limit was lowered, wakes when it crosses), so other ends cost one HGET and no
+-- look at every level's held set. A paused group is woken by its resume, not by its jobs' ends.
 local function lane_done(base, group, jid)
   if group == '' then return end
   local running = base .. ':running:' .. group
   if redis.call('srem', running, jid) == 0 then return end
-  if redis.call('scard', running) == 0 then
+  local left, stored = redis.call('scard', running), redis.call('hget', base .. ':limits', group)
+  if left == 0 then
     redis.call('srem', base .. ':busy', group)
     if redis.call('hexists', base .. ':waiting', group) == 0 then
-      redis.call('hdel', base .. ':limits', group)
+      limits_forget(base, group, stored)
       return  -- nothing of it waits: it is held nowhere
     end
   end
-  lane_wake(base, group, true)
+  local concurrency = limits_parse(stored)
+  if concurrency > 0 and left == concurrency - 1 then lane_wake(base, group, true) end
 end
 """
 for _name, _value in (("held_grain", HELD_GRAIN), ("turn_slack", TURN_SLACK), ("recheck", RECHECK_MS),
                       ("depth", LANE_DEPTH), ("default", DEFAULT_LEVEL), ("head_ttl", HEAD_TTL_MS),
-                      ("refill", LANE_REFILL), ("max_count", MAX_LANE_COUNT), ("max_ms", MAX_RATE_SECONDS * 1000)):
+                      ("refill", LANE_REFILL)):
     LANES_LUA = LANES_LUA.replace("{" + _name + "}", str(_value))
 
 # KEYS: the queue's lanes base, queue:<q>. Stage what may be (the poller's pass, a resumed group).
@@ -304,112 +320,4 @@ if staged < 0 then
   return redis.error_reply('a key of the lanes ' .. KEYS[1] .. ' is of another type: nothing staged')
 end
 return staged
-"""
-
-# KEYS: a lane's list (`lanes`)   ARGV: entry, the queue's lanes base, level, group, now, point, ops...
-# Registered after `scripts.core_lib` (it runs the lifecycle's operations). Delete (cancel) a laned
-# job still waiting in its lane: remove one copy, and keep the lanes' counts and turns true
-# (`lane_removed`).
-ADMIN_DELETE_LANED = """
-if not (typed(ARGV[2] .. ':' .. ARGV[3], 'list') and typed(ARGV[2] .. ':held:' .. ARGV[3], 'zset')
-        and typed(ARGV[2] .. ':waiting', 'hash') and typed(ARGV[2], 'set')) then
-  return redis.error_reply('a key of the lanes ' .. ARGV[2] .. ' is of the wrong type: nothing deleted')
-end
-if redis.call('lrem', KEYS[1], 1, ARGV[1]) == 0 then
-  return 0
-end
-lane_removed(ARGV[2], ARGV[3], ARGV[4])
-run_ops(ARGV, 7, ARGV[6], ARGV[5])
-return answer(1)
-"""
-
-# An operator's clear (`api.groups.clear_lanes`), a grain at a time: KEYS[1] = B. Deletes up to
-# CLEAR_GRAIN lanes (B:<level>:<group>, each with its turn in B:<level> and its count in
-# B:waiting), the highest level first; once no level is left, B:waiting and B:head. A lane that
-# a push starts meanwhile gets its turn as any new lane does, so none is left unnamed between
-# calls. What belongs to jobs already staged or running stays theirs: B:running:<group> and
-# B:busy (each job's end gives its slot back), B:limits of such a group and B:rate:<group> (a window
-# ends by itself); and B:paused: a paused group stays paused. Returns {jobs deleted, 1 if lanes
-# are left}.
-CLEAR_LANES = """
-local base, grain, deleted = KEYS[1], {grain}, 0
-local levels = redis.call('smembers', base)
-table.sort(levels, function(a, b) return a > b end)
-for _, level in ipairs(levels) do
-  local rotation, held = base .. ':' .. level, base .. ':held:' .. level
-  while grain > 0 do
-    local group = redis.call('lpop', rotation)
-    if not group then
-      group = redis.call('zpopmin', held)[1]  -- then the held groups
-      if not group then break end
-    end
-    local lane = rotation .. ':' .. group
-    local n = redis.call('llen', lane)
-    redis.call('del', lane)
-    if n > 0 and redis.call('hincrby', base .. ':waiting', group, -n) <= 0 then
-      redis.call('hdel', base .. ':waiting', group)
-    end
-    local drained = redis.call('hexists', base .. ':waiting', group) == 0
-    if drained and redis.call('scard', base .. ':running:' .. group) == 0 then
-      redis.call('hdel', base .. ':limits', group)  -- as `lane_done` forgets a drained group's
-    end
-    deleted, grain = deleted + n, grain - 1
-  end
-  if redis.call('llen', rotation) == 0 and redis.call('zcard', held) == 0 then redis.call('srem', base, level) end
-  if grain == 0 then break end
-end
-if redis.call('scard', base) > 0 then return {deleted, 1} end
-redis.call('del', base, base .. ':waiting', base .. ':head')
-return {deleted, 0}
-""".replace("{grain}", str(CLEAR_GRAIN))
-
-# KEYS: the queue's lanes base B, queue:<q>   ARGV: group, jid...
-# Give back slots of one group whose jobs are nowhere (`lanes.slots`): each jid leaves
-# B:running:<group> as at its job's end (`lane_done`), then the lanes are staged. Returns how
-# many were still held.
-RELEASE_SLOTS = LANES_LUA + """
-if not typed(KEYS[1] .. ':running:' .. ARGV[1], 'set') or not typed(KEYS[1] .. ':busy', 'set') then
-  return redis.error_reply('a key of the lanes ' .. KEYS[1] .. ' is of the wrong type: nothing given back')
-end
-local released = 0
-for i = 2, #ARGV do
-  if redis.call('sismember', KEYS[1] .. ':running:' .. ARGV[1], ARGV[i]) == 1 then
-    lane_done(KEYS[1], ARGV[1], ARGV[i])
-    released = released + 1
-  end
-end
-if released > 0 and redis.call('exists', KEYS[1]) == 1 then stage(KEYS[1], KEYS[2]) end
-return released
-"""
-
-# KEYS: the queue's lanes base B, queue:<q>   ARGV: group
-# An operator's reset of one group (`api.groups.reset_group`): every slot given back (its jobs
-# still staged or running no longer count: they run on) and its rate window ended; then the lanes
-# are staged. Pause and waiting jobs are untouched. Returns how many slots it held.
-RESET_GROUP = LANES_LUA + """
-local running = KEYS[1] .. ':running:' .. ARGV[1]
-if not (typed(running, 'set') and typed(KEYS[1] .. ':busy', 'set') and typed(KEYS[1] .. ':waiting', 'hash')
-        and typed(KEYS[1] .. ':limits', 'hash')) then
-  return redis.error_reply('a key of the lanes ' .. KEYS[1] .. ' is of the wrong type: nothing reset')
-end
-local held = redis.call('scard', running)
-redis.call('del', running, KEYS[1] .. ':rate:' .. ARGV[1])
-redis.call('srem', KEYS[1] .. ':busy', ARGV[1])
-if redis.call('hexists', KEYS[1] .. ':waiting', ARGV[1]) == 0 then redis.call('hdel', KEYS[1] .. ':limits', ARGV[1]) end
-lane_wake(KEYS[1], ARGV[1], false)
-if redis.call('exists', KEYS[1]) == 1 then stage(KEYS[1], KEYS[2]) end
-return held
-"""
-
-# KEYS: the queue's lanes base B, queue:<q>   ARGV: group
-# An operator's resume (`api.groups.resume_group`): the group leaves B:paused, takes turns again at
-# every level where it was held (`lane_wake`), and the lanes are staged. Returns 1 if it was paused.
-RESUME_GROUP = LANES_LUA + """
-if not typed(KEYS[1] .. ':paused', 'set') then
-  return redis.error_reply('a key of the lanes ' .. KEYS[1] .. ' is of the wrong type: nothing resumed')
-end
-local was = redis.call('srem', KEYS[1] .. ':paused', ARGV[1])
-lane_wake(KEYS[1], ARGV[1], false)
-if redis.call('exists', KEYS[1]) == 1 then stage(KEYS[1], KEYS[2]) end
-return was
 """

@@ -32,7 +32,7 @@ from typing import Any, cast
 
 from sidequest.store import keys
 from sidequest.store.lanes import LaneKeys
-from sidequest.store.lanes.lua import RELEASE_SLOTS
+from sidequest.store.lanes.admin import RELEASE_SLOTS
 
 log = logging.getLogger(__name__)
 
