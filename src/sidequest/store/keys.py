@@ -18,9 +18,8 @@ sidequest's own keys live under the `sidequest:` prefix so Ruby Sidekiq never tr
     sidequest:reserved:<identity>:<slot>  list of payloads processor <slot> took alone while idle
     sidequest:reserved:<identity>:batch-<capsule>  the batch list of a capsule (see `capsule_batch`)
     sidequest:reservations          set of every reserved list's key (recovery reads it, no SCAN)
-    sidequest:recovered:<identity>  set of the payloads recovery took from a dead process's lists
-                                    (expires after RECOVERED_TTL): lets that process, if it was
-                                    only paused, tell "recovered" from "my own earlier attempt"
+    sidequest:recovered:<identity>  set of the payloads recovery took from a dead process's lists (for
+                                    RECOVERED_TTL): that process, if only paused, tells them from its own
     sidequest:recovery-lock         short lock while orphaned work is put back (value: the owner)
     sidequest:task:<id>[:...]       a task (batch) and its per-job events; see below
     sidequest:tasks                 zset of task ids by creation time: the recent tasks, newest
@@ -48,12 +47,10 @@ sidequest's own keys live under the `sidequest:` prefix so Ruby Sidekiq never tr
                                     overrides of a group's limits stay there until removed
     sidequest:status:<jid>          hash of a `result_ttl` job's state (and result or error)
     sidequest:status:<jid>:notify   list holding one token once that job has ended (waiters block on it)
-    sidequest:django-task:<jid>     hash: a Django task's result record (`contrib.django`: its task,
-                                    arguments, times, errors), beside the job's status record
+    sidequest:django-task:<jid>     hash: a Django task's result record (`contrib.django`)
     sidequest:health                string written by `sidequest health --ready` (expires in a minute)
-    sidequest:workflow:<id>[:...]   a workflow (steps with dependencies): its hash (name, state,
-                                    counts), `:graph` (step -> its fixed description), `:state`
-                                    (step -> status), `:pending` (step -> dependencies not yet resolved)
+    sidequest:workflow:<id>[:...]   a workflow: its hash (name, state, counts), `:graph` (step -> its
+                                    description), `:state` (step -> status), `:pending` (its dependencies)
     sidequest:workflows             zset of workflow ids by creation time: the recent workflows
     sidequest:iteration:<jid>       hash of an iterable job's progress: cursor (JSON), state,
                                     executions, items, runtime, class, updated_at (see `iteration`)
@@ -148,6 +145,8 @@ def metrics(minute: str) -> str:
 def metrics_latency(minute: str) -> str:
     """Per-queue longest waits of one UTC minute, `minute` as `YYYYMMDDHHMM`."""
     return f"{PREFIX}:metrics:{minute}:latency"
+
+
 RECOVERY_LOCK = f"{PREFIX}:recovery-lock"
 HEALTH = f"{PREFIX}:health"
 PERIODIC = f"{PREFIX}:periodic"
@@ -206,7 +205,6 @@ def status_notify(jid: str) -> str:
 def django_task(jid: str) -> str:
     """The result record of a Django task run as job `jid` (see `contrib.django.backend`)."""
     return f"{PREFIX}:django-task:{jid}"
-
 
 
 # -- iteration: the progress of an iterable job (`sidequest.IterableJob`), kept by its jid so a
