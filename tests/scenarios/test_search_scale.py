@@ -84,6 +84,9 @@ def web(redis_url):
     server.stop()
 
 
+SLOW = 5.0  # seconds: a page that read everything one entry a round trip would take longer
+
+
 def fastest(call, tries=5):
     """The shortest of a few timings, and the last result: a page's own cost, not the pauses a
     loaded machine (the suite beside it on 2 cores: 1.8 s once) adds to one of them."""
@@ -101,7 +104,10 @@ def test_one_search_over_50_000_entries_and_a_bulk_retry_of_its_120_matches(clie
     every = set().union(*wanted.values())
     search = Search(name="SendInvoiceJob", args="customer-42", client=client)
     took, first = fastest(lambda: search.page(limit=25))
-    assert took < 1.0 and len(first.hits) >= 15  # 0.06 s on a quiet machine
+    # 0.06 s on a quiet machine; the bound is loose since on a loaded one (the suite beside it on 2
+    # cores: 1.0 s at best of five) it times the machine. What the page costs is what it read: it
+    # stopped at its 25th match, far short of the 50,000 entries
+    assert took < SLOW and len(first.hits) >= 15 and first.read < 20_000, (took, first.read)
     assert {(h.where, h.record.jid) for h in search} == {(w, jid) for w, jids in wanted.items() for jid in jids}
 
     cli = subprocess.run([PYTHON, "-m", "sidequest.cli", "search", "--class", "SendInvoiceJob", "--args",
@@ -112,7 +118,7 @@ def test_one_search_over_50_000_entries_and_a_bulk_retry_of_its_120_matches(clie
     assert {h["display_class"] for h in listed["hits"]} == {"SendInvoiceJob"}
 
     took, _ = fastest(lambda: page.goto(web.url + "/search?name=SendInvoiceJob&args=customer-42"))
-    assert took < 1.0  # 0.38 s on a quiet machine
+    assert took < SLOW  # 0.38 s on a quiet machine
     shown = set(page.locator("tr[data-hit] a.mono").all_inner_texts())
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / "search.png"), full_page=True)
