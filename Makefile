@@ -63,11 +63,12 @@ define fresh_suite
 	.venv-$(1)/bin/python $(PYTEST) $(PYTEST_ARGS)
 endef
 
-# The model-based test (tests/scenarios/test_model.py) with fresh seeds for SIDEQUEST_MODEL_MINUTES
-# (30 by default); `make test` runs it from fixed seeds, a bounded number of examples.
+# The model-based tests (tests/scenarios/test_model.py, and test_model_steps.py for durable steps), each
+# with fresh seeds for SIDEQUEST_MODEL_MINUTES
+# (30 by default); `make test` runs them from fixed seeds, a bounded number of examples.
 test-model: $(STAMP)
 	SIDEQUEST_MODEL_MINUTES=$${SIDEQUEST_MODEL_MINUTES:-30} $(BIN)/python -m pytest -q -n 0 -s -p no:timeout \
-	  tests/scenarios/test_model.py $(PYTEST_ARGS)
+	  tests/scenarios/test_model.py tests/scenarios/test_model_steps.py $(PYTEST_ARGS)
 
 test-latest:
 	$(call fresh_suite,latest,$(PYTHON))
