@@ -104,7 +104,7 @@ bench-quick: $(VENV)/.bench-installed  # sidequest vs Ruby Sidekiq, one short ro
 bench-failover: $(STAMP)  # a Sentinel and a Redis Cluster failover under load, with and without wait_replicas (about 2 minutes; BENCH_ARGS='--topology cluster' for one)
 	$(BIN)/python bench/failover.py $(BENCH_ARGS)
 
-chaos: $(STAMP)  # 200 checkouts with durable steps on 2 worker processes, 50 kill -9 (CHAOS_ARGS='--runner asyncio'); never part of `make test`
+chaos: $(STAMP)  # 200 checkouts with durable steps on 2 worker processes, 50 kill -9, about 7 min (CHAOS_ARGS='--runner asyncio' or '--cluster'); never part of `make test`
 	$(BIN)/python bench/chaos_checkout.py $(CHAOS_ARGS)
 
 clean:

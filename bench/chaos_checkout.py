@@ -7,8 +7,10 @@ process gets `kill -9` 50 times; then checks that nothing was lost or charged tw
 The run has a private redis-server (with --cluster, a private 3-primary Redis Cluster), unless
 --redis-url names one. A local HTTP "payment provider" (stdlib http.server) answers each call
 after --provider-ms, counts every call per order and path, deduped ones included, and dedupes by
-the Idempotency-Key header. The worker is `sidequest worker --processes 2 --max-recoveries 20`;
-its supervisor restarts each killed child. A child is killed only once it has lived past the
+the Idempotency-Key header. The worker is `sidequest worker --processes 2 --max-recoveries 20`,
+each process running --concurrency jobs at once (`-c`, and `--async-jobs` on the asyncio runner,
+whose default of 100 in flight would put half the orders in each kill); its supervisor restarts
+each killed child. A child is killed only once it has lived past the
 supervisor's HEALTHY_AFTER, so its restart back-off stays at its first step (a child killed
 younger doubles it, up to 30 s: 50 kills would then take most of the run waiting).
 
@@ -16,7 +18,9 @@ Where a kill landed is read from the body's records (checkout:steps, [start|end,
 pid]) and the ends of the jobs (checkout:done, [order, charge id, pid]): a body run is *cut* by a
 kill when its process was killed before it went past the step, that is before it began the
 job's next step or ended the job. That counts a kill between the body's end record and the
-step's record (STEP_END) as landing inside the step, as it does: the step runs again.
+step's record (STEP_END) as landing inside the step, as it does: the step runs again. A kill
+"landed inside a step" when it cut a body before its end record, or after it and the step ran
+again (the kill came before STEP_END).
 
 Checks: every checkout done, nothing left in the queue, retry, dead, schedule, reserved, nor any
 step record; exactly one effective charge (and receipt, and CRM call) per order; charge calls per
@@ -30,6 +34,7 @@ import argparse
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import tempfile
@@ -109,13 +114,17 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--runner", choices=["threads", "asyncio"], default="threads")
     parser.add_argument("--cluster", action="store_true", help="on a private 3-primary Redis Cluster")
     parser.add_argument("--provider-ms", type=float, default=2000.0, help="the provider's time per call")
-    parser.add_argument("--concurrency", type=int, default=2, help="jobs at once per worker process")
+    parser.add_argument("--concurrency", type=int, default=2, help="jobs at once per worker process (both runners)")
     parser.add_argument("--redis-url", default=None, help="a Redis to use (flushed!) instead of a private one")
-    return parser.parse_args()
+    args = parser.parse_args()
+    if args.runner == "asyncio" and args.cluster:
+        parser.error("the asyncio runner takes jobs on one Redis only (sidequest worker refuses it on a Cluster)")
+    return args
 
 
 def main() -> int:
     args = parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a TERM stops the servers and the worker too
     with ExitStack() as stack:
         url = args.redis_url or stack.enter_context(PrivateCluster() if args.cluster else PrivateRedis()).url
         client = sidequest.Client(sidequest.Config(redis_url=url))
@@ -139,12 +148,13 @@ def run_worker(args: argparse.Namespace, url: str, provider: Provider,
     log_file = tempfile.NamedTemporaryFile("w", prefix="sq-chaos-", suffix=".log", delete=False)  # noqa: SIM115
     worker = subprocess.Popen(
         [sys.executable, "-m", "sidequest.cli", "worker", "-r", "checkout", "-q", QUEUE, "--processes", "2",
-         "-c", str(args.concurrency), "--max-recoveries", "20", "--runner", args.runner,
+         "-c", str(args.concurrency), "--async-jobs", str(args.concurrency), "--max-recoveries", "20",
+         "--runner", args.runner,
          # a TTL well above a loaded machine's pauses: a live process is never taken for dead
          "--heartbeat-interval", "1", "--heartbeat-ttl", "10", "--recovery-interval", "1", "--poll-interval", "0.2"],
         env=env, stdout=log_file, stderr=subprocess.STDOUT)
     try:
-        killed = kill_loop(args, worker.pid, client)
+        killed = kill_loop(args, worker, client)
         deadline = time.monotonic() + 600
         while not all_done(client, args.orders) and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -155,14 +165,16 @@ def run_worker(args: argparse.Namespace, url: str, provider: Provider,
     return killed, log_file.name
 
 
-def kill_loop(args: argparse.Namespace, supervisor: int, client: sidequest.Client) -> list[int]:
+def kill_loop(args: argparse.Namespace, worker: subprocess.Popen[bytes], client: sidequest.Client) -> list[int]:
     """`kill -9` a random child old enough (see module) after a random pause; the pids killed."""
     rng, born, killed = random.Random(7), {}, []  # type: ignore[var-annotated]
     next_at = time.monotonic() + rng.uniform(0, 2)
     while len(killed) < args.kills and not all_done(client, args.orders):
         time.sleep(0.05)
+        if worker.poll() is not None:
+            raise SystemExit(f"the worker exited with code {worker.returncode}: see its log")
         now = time.monotonic()
-        pids = [pid for pid in children(supervisor) if pid not in killed and alive(pid)]  # not a zombie yet reaped
+        pids = [pid for pid in children(worker.pid) if pid not in killed and alive(pid)]  # not a zombie yet reaped
         for pid in pids:
             born.setdefault(pid, now)
         ripe = [pid for pid in pids if now - born[pid] >= HEALTHY_AFTER + 0.5]
@@ -183,25 +195,32 @@ def all_done(client: sidequest.Client, orders: int) -> bool:
 
 
 def runs(log: list[list[Any]], done: list[list[Any]], killed: set[int]) -> tuple[Any, ...]:
-    """(starts, cut, cut after the end record, neither past nor cut) per (order, step), and the
-    killed pids that cut a body (see module)."""
+    """Per (order, step): bodies begun, runs cut by a kill, of those cut after the body's end
+    record, of those the ones whose step ran again (the kill came before STEP_END), and runs
+    neither past their step nor cut; and the killed pids that landed inside a step: before the
+    body's end record, or after it with the step run again (see module)."""
     ended_by = {(order, pid) for order, _, pid in done}
-    starts, cut, late, stray = Counter(), Counter(), Counter(), Counter()  # type: ignore[var-annotated]
+    starts, cut, late, late_again, stray = (Counter(), Counter(), Counter(), Counter(), Counter())  # type: ignore[var-annotated]
     inside: set[int] = set()
     for i, (kind, order, step, pid) in enumerate(log):
         if kind != "start":
             continue
         starts[(order, step)] += 1
-        later = [(k, s) for k, o, s, p in log[i + 1:] if o == order and p == pid]
-        if any(k == "start" for k, _ in later) or (order, pid) in ended_by:
+        later = [(k, s, p) for k, o, s, p in log[i + 1:] if o == order]
+        mine = [(k, s) for k, s, p in later if p == pid]
+        if any(k == "start" for k, _ in mine) or (order, pid) in ended_by:
             continue  # it went past the step: the step was recorded
-        if pid in killed:
-            cut[(order, step)] += 1
-            inside.add(pid)
-            late[(order, step)] += ("end", step) in later
-        else:
+        if pid not in killed:
             stray[(order, step)] += 1
-    return starts, cut, late, stray, inside
+            continue
+        cut[(order, step)] += 1
+        again = ("start", step) in [(k, s) for k, s, _ in later]
+        if ("end", step) in mine:
+            late[(order, step)] += 1
+            late_again[(order, step)] += again
+        if ("end", step) not in mine or again:
+            inside.add(pid)
+    return starts, cut, late, late_again, stray, inside
 
 
 def leftovers(client: sidequest.Client, jids: list[str]) -> list[str]:
@@ -218,7 +237,7 @@ def report(args: argparse.Namespace, client: sidequest.Client, provider: Provide
     r, orders = client.redis, range(args.orders)
     log = [json.loads(x) for x in r.lrange(LOG, 0, -1)]
     done = [json.loads(x) for x in r.lrange(DONE, 0, -1)]
-    starts, cut, late, stray, inside = runs(log, done, set(killed))
+    starts, cut, late, late_again, stray, inside = runs(log, done, set(killed))
     effective = Counter(provider.effects.values())
     problems = check(args, provider, starts, cut, stray, effective, {o for o, _, _ in done})
     problems += [f"left: {', '.join(found)}" for found in [leftovers(client, jids)] if found]
@@ -226,10 +245,10 @@ def report(args: argparse.Namespace, client: sidequest.Client, provider: Provide
     print(f"chaos ({args.runner} runner, {where}): {args.orders} checkouts, {len(killed)} kill -9, {seconds:.0f} s; "
           f"{len({o for o, _, _ in done})} done; {sum(effective[(o, '/charge')] for o in orders)} effective charges "
           f"from {sum(provider.calls[(o, '/charge')] for o in orders)} charge calls")
-    print(f"  kills that landed inside a step: {len(inside)} of {len(killed)}; step bodies cut: "
-          f"{sum(cut.values())} ({', '.join(f'{s} {sum(v for (_, x), v in cut.items() if x == s)}' for s in STEPS)}), "
-          f"of which after the body's end record (STEP_END written or not): {sum(late.values())}; "
-          f"bodies begun {sum(starts.values())} for {len(starts)} steps")
+    print(f"  kills that landed inside a step: {len(inside)} of {len(killed)}; step bodies cut: {sum(cut.values())} "
+          f"({', '.join(f'{s} {sum(v for (_, x), v in cut.items() if x == s)}' for s in STEPS)}), of which after "
+          f"the body's end record: {sum(late.values())} (the step ran again, the kill came before STEP_END: "
+          f"{sum(late_again.values())}); bodies begun {sum(starts.values())} for {len(starts)} steps")
     print(f"  worker log: {log_path}")
     for problem in problems:
         print("FAIL:", problem)
