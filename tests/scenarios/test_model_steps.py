@@ -274,8 +274,13 @@ class StepsModel(RuleBasedStateMachine):
             self._learn()
             if not ran:
                 break
-        self.records_match()
-        live = [j.jid for j in self.jobs.values() if j.state == "live" and not self._in_dead(j.jid)]
+        deadline = time.monotonic() + 5  # the acknowledger sends the last successes on its own thread
+        while True:
+            self.records_match()
+            live = [j.jid for j in self.jobs.values() if j.state == "live" and not self._in_dead(j.jid)]
+            if not live or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
         assert not live, f"jobs neither done nor dead once quiet: {[(jid, self._where(jid)) for jid in live]}"
 
     def _where(self, jid: str) -> list[str]:
