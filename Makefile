@@ -76,13 +76,13 @@ define fresh_suite
 	.venv-$(1)/bin/python $(PYTEST) $(PYTEST_ARGS)
 endef
 
-# The model-based test (tests/scenarios/test_model.py) with fresh seeds for SIDEQUEST_MODEL_MINUTES
-# (30 by default); `make test` runs it from fixed seeds, a bounded number of examples. One test
-# runs for those minutes: --timeout=0 lifts pytest-timeout's hang guard for it (unloading the
-# plugin with -p no:timeout made pytest warn about the `timeout` ini option it left unclaimed).
+# The model-based tests (tests/scenarios/test_model.py, and test_model_steps.py for durable steps),
+# each with fresh seeds for SIDEQUEST_MODEL_MINUTES (30 by default); `make test` runs them from fixed
+# seeds, a bounded number of examples. --timeout=0 lifts pytest-timeout's hang guard for them
+# (unloading the plugin with -p no:timeout made pytest warn about the `timeout` ini option).
 test-model: $(STAMP)
 	SIDEQUEST_MODEL_MINUTES=$${SIDEQUEST_MODEL_MINUTES:-30} $(BIN)/python -m pytest -q -n 0 -s --timeout=0 \
-	  tests/scenarios/test_model.py $(PYTEST_ARGS)
+	  tests/scenarios/test_model.py tests/scenarios/test_model_steps.py $(PYTEST_ARGS)
 
 test-latest:
 	$(call fresh_suite,latest,$(PYTHON))
@@ -118,7 +118,7 @@ bench-quick: $(VENV)/.bench-installed  # sidequest vs Ruby Sidekiq, one short ro
 bench-failover: $(STAMP)  # a Sentinel and a Redis Cluster failover under load, with and without wait_replicas (about 2 minutes; BENCH_ARGS='--topology cluster' for one)
 	$(BIN)/python bench/failover.py $(BENCH_ARGS)
 
-chaos: $(STAMP)  # 200 checkouts with durable steps on 2 worker processes, 50 kill -9 (CHAOS_ARGS='--runner asyncio'); never part of `make test`
+chaos: $(STAMP)  # 200 checkouts with durable steps on 2 worker processes, 50 kill -9, about 7 min (CHAOS_ARGS='--runner asyncio' or '--cluster'); never part of `make test`
 	$(BIN)/python bench/chaos_checkout.py $(CHAOS_ARGS)
 
 clean:

@@ -18,7 +18,7 @@ import sidequest
 
 QUEUE = "checkout"
 LOG = "checkout:steps"  # ["start"|"end", order, step, pid]
-DONE = "checkout:done"  # orders whose job ended
+DONE = "checkout:done"  # [order, charge id, pid]: orders whose job ran to its end
 
 
 def call(path: str, order: int) -> dict:
@@ -43,7 +43,7 @@ def checkout(order: int) -> None:
     charge = sidequest.step("charge", body, "/charge", order)
     sidequest.step("receipt", body, "/receipt", order)
     sidequest.step("crm", body, "/crm", order)
-    sidequest.redis().rpush(DONE, json.dumps([order, charge["id"]]))
+    sidequest.redis().rpush(DONE, json.dumps([order, charge["id"], os.getpid()]))
 
 
 @sidequest.job(name="AsyncCheckout", queue=QUEUE, retry=25)
@@ -57,7 +57,7 @@ async def async_checkout(order: int) -> None:
     charge = await sidequest.astep("charge", step_body, "/charge")
     await sidequest.astep("receipt", step_body, "/receipt")
     await sidequest.astep("crm", step_body, "/crm")
-    await sidequest.aio.redis().rpush(DONE, json.dumps([order, charge["id"]]))
+    await sidequest.aio.redis().rpush(DONE, json.dumps([order, charge["id"], os.getpid()]))
 
 
 def _keyed_body(path: str, order: int, name: str, key: str) -> dict:

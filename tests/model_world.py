@@ -53,6 +53,50 @@ class ModelJob(sidequest.Job, name=JOB, registry=REGISTRY):
             raise RuntimeError("the model fails this run")
 
 
+# -- durable steps (tests/scenarios/test_model_steps.py) -----------------------------------------
+STEPS_JOB = "ModelStepsJob"
+
+
+class StepPlan:
+    """What the next run of a steps job does (the model sets it), and every step body that ran:
+    (jid, arguments JSON, step name, "ok" | "raised" | "blocked")."""
+
+    def __init__(self) -> None:
+        self.fail_at: int | None = None  # this step's body raises (when it runs); `count`: after the steps
+        self.block_at: int | None = None  # this step's body blocks: its process is killed meanwhile
+        self.runs: list[tuple[str, str, str, str]] = []
+        self.blocked = threading.Event()  # set by a body that blocks
+        self.release = threading.Event()  # the blocked bodies of killed processes end (at teardown)
+
+
+STEP_PLAN = StepPlan()
+
+
+class Zombie(BaseException):
+    """The end of a killed process's blocked body, at teardown (no process is left to see it)."""
+
+
+class ModelStepsJob(sidequest.Job, name=STEPS_JOB, registry=REGISTRY):
+    def perform(self, tag: Any, count: int) -> None:
+        for index in range(count):
+            sidequest.step(f"s{index}", self.body, index, json.dumps([tag, count]))
+        if STEP_PLAN.fail_at == count:
+            raise RuntimeError("the model fails this run after its steps")
+
+    def body(self, index: int, args: str) -> dict[str, Any]:
+        run = (self.jid, args, f"s{index}")
+        if STEP_PLAN.block_at == index:
+            STEP_PLAN.runs.append((*run, "blocked"))
+            STEP_PLAN.blocked.set()
+            STEP_PLAN.release.wait()
+            raise Zombie()
+        if STEP_PLAN.fail_at == index:
+            STEP_PLAN.runs.append((*run, "raised"))
+            raise RuntimeError(f"the model fails step s{index}")
+        STEP_PLAN.runs.append((*run, "ok"))
+        return {"step": index}
+
+
 @dataclass
 class Proc:
     """One worker process of the model (see the module)."""
@@ -108,6 +152,24 @@ class Proc:
     @staticmethod
     def tid(unit: UnitOfWork) -> str:
         return f"model-{id(unit):x}"  # one "thread" a running job: a processor runs one at a time
+
+    def finish_blocked(self, index: int, block_at: int) -> threading.Thread | None:
+        """Let a running steps job run until the body of step `block_at` blocks (it is then killed
+        inside that step: `killed` next): its thread, left blocked; None when it ended first
+        (that step was recorded already, or the job has fewer steps)."""
+        unit, payload = self.held.pop(index)
+        STEP_PLAN.block_at, STEP_PLAN.blocked = block_at, threading.Event()
+        thread = threading.Thread(target=self.job_run.run, args=(unit, payload), daemon=True)
+        thread.start()
+        while not STEP_PLAN.blocked.wait(0.01) and thread.is_alive():
+            pass
+        STEP_PLAN.block_at = None
+        if STEP_PLAN.blocked.is_set():
+            return thread
+        thread.join()
+        self.launcher.runtime.counters.work.finish(self.tid(unit))
+        self.unflushed.add(str(payload["jid"]))
+        return None
 
     def flush(self) -> None:
         self.fetch.flush()

@@ -249,6 +249,32 @@ def test_the_worker_never_reaches_a_feature():
     assert offenders == []
 
 
+def _code_strings(path: Path) -> set[str]:
+    """The string constants of a module's code: docstrings left out (they may name a feature as an
+    example), as comments are."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docs = {id(node.body[0].value) for node in ast.walk(tree)
+            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+            and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    return {node.value for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs}
+
+
+def test_the_worker_never_names_a_feature():
+    """Nor by name: no string in the worker's code is a registered feature's name (the key of its
+    Lua in FEATURES) or one of the payload keys that mark its jobs. The lifecycle asks features
+    by what they declare (`marks`, `always_at`), so a new feature needs no line in worker/."""
+    from sidequest.features import registry
+
+    names = {plugin.name for plugin in registry.PLUGINS}
+    marks = {mark for value in vars(registry).values() if isinstance(value, type)
+             for mark in (getattr(value, "marks", None) or ())}
+    assert {"steps", "unique"} <= names and "sidequest_steps" in marks  # really read
+    offenders = sorted(f"{name}: {text!r}" for name, path in _modules().items() if _under(name, "worker")
+                       for text in _code_strings(path) & (names | marks))
+    assert offenders == []
+
+
 def test_the_store_imports_neither_the_worker_nor_the_client_nor_a_feature():
     graph = import_graph()
     store = [name for name in graph if _under(name, "store")]

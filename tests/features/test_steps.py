@@ -14,6 +14,7 @@ import threading
 
 import pytest
 from conftest import wait_until
+from helpers import reserved
 
 import sidequest
 from sidequest.api import DeadSet, RetrySet
@@ -113,9 +114,36 @@ def steps_gated(order):
         threading.Event().wait(0.02)
 
 
+def gated_body(name):
+    """A step's body that waits for `test:open` (an operator acts meanwhile)."""
+    body(name)
+    while not _r().exists("test:open"):
+        threading.Event().wait(0.01)
+    return name
+
+
+class StepsResetWhileRunning(sidequest.Job, name="StepsResetWhileRunning", retry=1):
+    """Step `a` (gated), then its first run fails: the retry shows whether `a` was recorded."""
+
+    def retry_in(self, count, exc):
+        return 0.1
+
+    def perform(self, order):
+        sidequest.step("a", gated_body, "a")
+        if _r().incr("test:runs") == 1:
+            raise RuntimeError("the first run fails after its step")
+
+
 @sidequest.job(name="PlainNoop")
 def plain_noop(n):
     return n
+
+
+@sidequest.job(name="PlainFailNoRetry", retry=False)
+def plain_fail_no_retry(n):
+    """No step: its drop asks the steps feature anyway (`always_at`), as a stored payload has no mark."""
+    _r().rpush(BODIES, f"plain-{n}")
+    raise RuntimeError("dropped")
 
 
 def only(*jobs) -> Registry:
@@ -255,6 +283,74 @@ def test_an_operator_reset_runs_the_step_again(worker, client, r):
     assert read_steps(r, jid).steps == []
     assert reset_steps(r, jid) == 0 or read_steps(r, jid) is None
     assert reset_steps(r, "0" * 24) == 0
+
+
+def test_a_reset_while_the_step_runs_makes_its_end_write_nothing(worker, client, r):
+    """docs/durable-steps.md: a reset between a step's start and its end makes the end write
+    nothing, so the next run runs the step again (its end once re-created the record)."""
+    worker()
+    jid = StepsResetWhileRunning.set(client=client).perform_async(1)
+    wait_until(lambda: bodies(r) == ["a"], 10, message="the step's body to start")
+    assert reset_steps(r, jid, "a") == 1
+    r.set("test:open", 1)
+    wait_until(lambda: r.get("test:runs") == b"2", 10, message="the retry to pass the step")
+    assert bodies(r) == ["a", "a"]
+
+
+def test_an_end_of_an_attempt_that_is_no_longer_the_latest_writes_nothing(client, r):
+    """A run taken for dead (its process paused past its heartbeat) whose job was recovered and
+    began the step again: the later attempt's result is the recorded one, whichever ends last."""
+    from sidequest.features.steps.lua import STEP_BEGIN, STEP_END
+
+    key, digest = keys.steps("c" * 24), "d" * 16
+    begin = [digest, "1.0", 60_000, "c" * 24, "K", "default"]
+    assert r.eval(STEP_BEGIN, 1, key, "a", *begin)[:2] == [b"running", 1]
+    assert r.eval(STEP_BEGIN, 1, key, "a", *begin)[:2] == [b"running", 2]
+    assert r.eval(STEP_END, 1, key, "a", digest, "2.0", 60_000, "done", '"second"', 2) == 1
+    assert r.eval(STEP_END, 1, key, "a", digest, "3.0", 60_000, "done", '"first"', 1) == 0
+    assert r.eval(STEP_BEGIN, 1, key, "a", *begin) == [b"done", 2, b'"second"']
+
+
+# -- a records key of the wrong type: that job's fault, never an outage -----------------------------
+OUTAGE = "Redis is unavailable"
+
+
+def wrong_type(r, jid: str) -> str:
+    """Make job `jid`'s records key a string (set by hand): WRONGTYPE for the feature's HGET."""
+    key = keys.steps(jid)
+    r.delete(key)
+    r.set(key, "not step records")
+    return key
+
+
+def fault_lines(caplog, jid: str, key: str) -> list[str]:
+    return [m for m in caplog.messages if jid in m and key in m and "WRONGTYPE" in m]
+
+
+def test_an_operator_delete_with_a_wrong_type_records_key_deletes_and_says_which_job(worker, client, r, caplog):
+    worker()
+    jid = steps_then_fail.set(client=client).perform_async(1)
+    wait_until(lambda: r.zcard("retry") == 1, 10, message="the retry")
+    key = wrong_type(r, jid)
+    assert next(iter(RetrySet(client))).delete() is True
+    assert r.zcard("retry") == 0  # the move stands
+    assert len(fault_lines(caplog, jid, key)) == 1, caplog.text
+    assert r.get(key) == b"not step records"  # left as it was, for the operator
+    assert OUTAGE not in caplog.text
+
+
+def test_a_drop_with_a_wrong_type_records_key_drops_the_job_and_the_worker_goes_on(worker, client, r, caplog):
+    bad = plain_fail_no_retry.set(client=client).perform_async(1)
+    key = wrong_type(r, bad)
+    worker(concurrency=1)
+    wait_until(lambda: fault_lines(caplog, bad, key), 10, message="the drop's fault to be logged")
+    later = plain_fail_no_retry.set(client=client).perform_async(2)
+    wait_until(lambda: bodies(r) == ["plain-1", "plain-2"], 10, message="a later job to run on the one processor")
+    wait_until(lambda: not reserved(r), 5, message="nothing left reserved")
+    assert r.llen("queue:default") == r.zcard("retry") == r.zcard("dead") == 0  # both dropped
+    assert fault_lines(caplog, later, keys.steps(later)) == []
+    assert len(fault_lines(caplog, bad, key)) == 1
+    assert OUTAGE not in caplog.text
 
 
 # -- a job without steps pays nothing ----------------------------------------------------------

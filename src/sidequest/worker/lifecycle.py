@@ -94,7 +94,7 @@ class Lifecycle:
             marks = None if marks is None or own is None else marks | own
         self.marks = marks
         # point -> the features asked there whatever the payload holds (`always_at`): a feature
-        # whose mark a job gains while it runs (steps) is asked at the rarer ends and at an
+        # whose mark a job gains only while it runs is asked at the rarer ends and at an
         # operator's delete, where the stored payload cannot carry that mark
         self._always: dict[str, list[Feature]] = {}
         for feature in self.features:

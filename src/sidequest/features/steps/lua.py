@@ -39,13 +39,18 @@ return {'running', m.attempts, ''}
 """
 
 # STEP_END: KEYS[1] the records. ARGV: name, digest, now, ttl ms, state ('done' or 'failed'),
-# the result JSON (done) or the error in a few words (failed). Writes nothing (0) when the
-# records are another incarnation's or were reset meanwhile: the next run runs the step again.
+# the result JSON (done) or the error in a few words (failed), the attempt STEP_BEGIN gave this
+# run. Writes nothing (0) unless the step is still this attempt's, running: the records are
+# another incarnation's, or the step was reset meanwhile (the next run runs it again), or a later
+# attempt began it (this run's process was taken for dead and its job recovered: the later
+# attempt's end is the one recorded, so a replay returns what the run that went on returned).
 STEP_END = """
 local key, field = KEYS[1], 's:' .. ARGV[1]
 if redis.call('hget', key, 'digest') ~= ARGV[2] then return 0 end
 local meta = redis.call('hget', key, field)
-local m = meta and cjson.decode(meta) or {kind = 'step', seq = redis.call('hincrby', key, 'seq', 1), attempts = 1}
+if not meta then return 0 end
+local m = cjson.decode(meta)
+if m.state ~= 'running' or tonumber(m.attempts) ~= tonumber(ARGV[7]) then return 0 end
 m.state, m.ended_at = ARGV[5], tonumber(ARGV[3])
 if ARGV[5] == 'done' then
   m.error = nil

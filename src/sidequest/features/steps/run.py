@@ -98,8 +98,8 @@ class _Run:
     def begin_args(self, name: str, now: float) -> list[Any]:
         return [name, self.digest, repr(now), self.ttl_ms, self.jid, self.klass, self.queue]
 
-    def end_args(self, name: str, now: float, state: str, value: str) -> list[Any]:
-        return [name, self.digest, repr(now), self.ttl_ms, state, value]
+    def end_args(self, name: str, now: float, state: str, value: str, attempt: int) -> list[Any]:
+        return [name, self.digest, repr(now), self.ttl_ms, state, value, attempt]
 
     def current(self, name: str, attempt: int) -> CurrentStep:
         return CurrentStep(name, self.jid, attempt, idempotency_key(self.jid, self.digest, name))
@@ -175,12 +175,12 @@ def step(name: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         blob = _encoded(name, returned)
     except BaseException as exc:
         _current.reset(token)
-        failed = run.end_args(name, client.clock(), "failed", _failure(exc))
+        failed = run.end_args(name, client.clock(), "failed", _failure(exc), attempt)
         _quietly(lambda: _call(client.redis, STEP_END, run.key, failed))
         observer.ran(run.klass, client.clock() - began, failed=True)
         raise
     _current.reset(token)
-    _call(client.redis, STEP_END, run.key, run.end_args(name, client.clock(), "done", blob))
+    _call(client.redis, STEP_END, run.key, run.end_args(name, client.clock(), "done", blob, attempt))
     observer.ran(run.klass, client.clock() - began, failed=False)
     return cast(T, json.loads(blob))
 
@@ -222,13 +222,13 @@ async def astep(name: str, fn: Callable[..., Awaitable[T] | T], *args: Any, **kw
     except BaseException as exc:
         _current.reset(token)
         try:
-            await _acall(r, STEP_END, run.key, run.end_args(name, client.clock(), "failed", _failure(exc)))
+            await _acall(r, STEP_END, run.key, run.end_args(name, client.clock(), "failed", _failure(exc), attempt))
         except REDIS_ERRORS as write_error:
             log.warning("could not mark a failed step (%s); it is not recorded either way", write_error)
         observer.ran(run.klass, client.clock() - began, failed=True)
         raise
     _current.reset(token)
-    await _acall(r, STEP_END, run.key, run.end_args(name, client.clock(), "done", blob))
+    await _acall(r, STEP_END, run.key, run.end_args(name, client.clock(), "done", blob, attempt))
     observer.ran(run.klass, client.clock() - began, failed=False)
     return cast(T, json.loads(blob))
 
