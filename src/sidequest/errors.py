@@ -153,6 +153,13 @@ class EventError(SidequestError, LookupError):
     scheduled, retrying or dead with that jid (it never existed, or it has ended)."""
 
 
+# The payload key of a job a `Suspended` parked: {"kind": "sleep" or "wait", "step": its record's
+# name, "until": epoch seconds, "event": the awaited event's name}. The signal's own protocol, so
+# the worker sets and clears it without naming the feature that reads it (steps, status lookups
+# show such a job as `waiting`); a failure or a rate-limit snooze removes it.
+WAITING = "sidequest_waiting"
+
+
 class Suspended(BaseException):
     """Control: a durable sleep or wait (`sidequest.sleep`, `sidequest.wait_for`) ends the run of the
     job here; the worker parks the job in `schedule` until `until` (epoch seconds), without

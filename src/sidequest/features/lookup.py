@@ -35,12 +35,11 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import redis
 
-from sidequest.errors import Cancelled, JobFailed, NoResultError
+from sidequest.errors import WAITING, Cancelled, JobFailed, NoResultError
 from sidequest.features.results import ENDED, STATES
 from sidequest.jobs.options import seconds_option
 from sidequest.jobs.payload import decode
 from sidequest.store import keys
-from sidequest.worker.outcome import WAITING
 
 if TYPE_CHECKING:
     from sidequest.client.sync_client import Client

@@ -36,11 +36,11 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
-from sidequest.errors import JobArgumentError
+from sidequest.errors import WAITING, JobArgumentError
 from sidequest.jobs.options import seconds_option
 from sidequest.jobs.payload import check_json_value
 from sidequest.store import keys
-from sidequest.worker.outcome import WAITING, Outcome, error_class_name
+from sidequest.worker.outcome import Outcome, error_class_name
 
 log = logging.getLogger(__name__)
 

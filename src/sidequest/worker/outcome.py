@@ -6,7 +6,7 @@
     dropped    it ended and leaves no entry (retry=False, dead=False, a business failure, discard_on)
     put_back   it did not run to an end (shutdown); it goes back to the head of its queue unchanged
     snoozed    a rate limit was full (`OverLimit`); `blob` goes to `schedule` at `at`, no retry spent;
-               or a durable sleep or wait parked it there (`Suspended`; its payload carries `WAITING`)
+               or a durable sleep or wait parked it there (`Suspended`; its payload carries `errors.WAITING`)
     cancelled  it stopped because it was cancelled (`Cancelled`); acknowledged, leaves no entry
 
 The unit of work applies an outcome in one atomic call that first checks the job is still
@@ -28,10 +28,6 @@ from sidequest.jobs.payload import encode, new_jid
 Kind = Literal["done", "retry", "dead", "dropped", "put_back", "snoozed", "cancelled"]
 
 INVALID_CLASS = "sidequest.InvalidPayload"
-# The payload key of a job parked by a durable sleep or wait (`Suspended`): {"kind": "sleep" or
-# "wait", "step": its record's name, "until": epoch seconds, "event": the awaited event's name}.
-# Status lookups show such a job as `waiting`; a failure or a rate-limit snooze removes it.
-WAITING = "sidequest_waiting"
 EXPIRED = "expired"  # the reason of a job dropped unstarted past its deadline (`expires_in`)
 
 

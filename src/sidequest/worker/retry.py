@@ -39,10 +39,10 @@ from collections.abc import Callable
 from typing import Any
 
 from sidequest.config import Config
-from sidequest.errors import JobFailed, Retry, Suspended
+from sidequest.errors import WAITING, JobFailed, Retry, Suspended
 from sidequest.jobs.definition import Job
 from sidequest.jobs.payload import NO_KWARGS, call_arguments, display_name, encode, in_millis, stamp
-from sidequest.worker.outcome import WAITING, Kind, Outcome, error_class_name, invalid
+from sidequest.worker.outcome import Kind, Outcome, error_class_name, invalid
 
 log = logging.getLogger(__name__)
 

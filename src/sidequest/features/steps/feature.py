@@ -7,7 +7,7 @@ removes the records only if they are this incarnation's (the same digest of clas
 A retry, a put-back, a recovery, `dead` and an operator's kill or retry keep them: the next run
 resumes past the recorded steps.
 
-A job parked by a durable wait (`waits`: its payload marked `outcome.WAITING`) is asked at
+A job parked by a durable wait (`waits`: its payload marked `errors.WAITING`) is asked at
 `snoozed`: the call that parks it keeps its entry in the records (`parked`), where `send_event`
 finds it from the jid.
 """
@@ -19,11 +19,12 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
+from sidequest.errors import WAITING
 from sidequest.features.steps.lua import STEPS_FEATURE
 from sidequest.features.steps.observer import StepMetrics
 from sidequest.features.steps.records import MARK, digest_of
 from sidequest.store import keys
-from sidequest.worker.outcome import WAITING, Outcome
+from sidequest.worker.outcome import Outcome
 
 ENDS = frozenset({"finished", "dropped", "cancelled", "deleted"})
 
