@@ -10,18 +10,24 @@ started_at, ended_at, error) and, once it is done, `r:<name>` (its result, JSON,
 given: Lua never decodes it, so no number or empty list is changed on the way).
 """
 
-# STEP_BEGIN: KEYS[1] the records. ARGV: name, digest, now, ttl ms, jid, class, queue.
-# A done step: {'done', attempts, result JSON}. Else the step is marked running (one more
-# attempt) and {'running', attempts, ''} is returned: the caller runs its body.
-STEP_BEGIN = """
-local key, field, digest, now = KEYS[1], 's:' .. ARGV[1], ARGV[2], tonumber(ARGV[3])
-local held = redis.call('hget', key, 'digest')
+# The records as a begin finds them: this incarnation's (its digest), or opened afresh (another
+# incarnation's, a re-push of the jid with other arguments, are dropped). KEYS[1] the records;
+# ARGV[2] the digest, ARGV[3] now, ARGV[5..7] jid, class, queue (STEP_BEGIN's and WAIT_BEGIN's).
+_OPEN = """local held = redis.call('hget', key, 'digest')
 if held ~= digest then
   if held then redis.call('del', key) end
   redis.call('hset', key, 'digest', digest, 'jid', ARGV[5], 'class', ARGV[6], 'queue', ARGV[7],
              'created_at', ARGV[3], 'seq', 0)
 end
-local meta = redis.call('hget', key, field)
+"""
+
+
+# STEP_BEGIN: KEYS[1] the records. ARGV: name, digest, now, ttl ms, jid, class, queue.
+# A done step: {'done', attempts, result JSON}. Else the step is marked running (one more
+# attempt) and {'running', attempts, ''} is returned: the caller runs its body.
+STEP_BEGIN = """
+local key, field, digest, now = KEYS[1], 's:' .. ARGV[1], ARGV[2], tonumber(ARGV[3])
+""" + _OPEN + """local meta = redis.call('hget', key, field)
 local m
 if meta then
   m = cjson.decode(meta)
@@ -107,13 +113,7 @@ end
 WAIT_BEGIN = """
 local key, name, digest, now = KEYS[1], ARGV[1], ARGV[2], tonumber(ARGV[3])
 local field = 's:' .. name
-local held = redis.call('hget', key, 'digest')
-if held ~= digest then
-  if held then redis.call('del', key) end
-  redis.call('hset', key, 'digest', digest, 'jid', ARGV[5], 'class', ARGV[6], 'queue', ARGV[7],
-             'created_at', ARGV[3], 'seq', 0)
-end
-local meta = redis.call('hget', key, field)
+""" + _OPEN + """local meta = redis.call('hget', key, field)
 local m
 if meta then
   m = cjson.decode(meta)

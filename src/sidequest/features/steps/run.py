@@ -154,6 +154,33 @@ def _failure(exc: BaseException) -> str:
     return f"{error_class_name(exc)}: {exc}"[:500]
 
 
+class _Attempt:
+    """One attempt at a step's body, after STEP_BEGIN said to run it: the context it runs in
+    (`current_step`), and each end's STEP_END arguments (the rules both forms share)."""
+
+    def __init__(self, run: _Run, name: str, attempt: int, clock: Callable[[], float]) -> None:
+        self.run, self.name, self.attempt, self.clock = run, name, attempt, clock
+        self.token = _current.set(run.current(name, attempt))
+        self.began = clock()
+
+    def failed(self, exc: BaseException) -> list[Any]:
+        """A body that raised (or whose result was refused): marked failed, not recorded."""
+        return self._end("failed", _failure(exc))
+
+    def succeeded(self, blob: str) -> list[Any]:
+        return self._end("done", blob)
+
+    def _end(self, state: str, value: str) -> list[Any]:
+        _current.reset(self.token)
+        observer.ran(self.run.klass, self.clock() - self.began, failed=state == "failed")
+        return self.run.end_args(self.name, self.clock(), state, value, self.attempt)
+
+
+def _failed_mark_lost(exc: BaseException) -> None:
+    """A failed step's mark is best effort, so the step's own exception is the one the job sees."""
+    log.warning("could not mark a failed step (%s); it is not recorded either way", exc)
+
+
 # -- the blocking form -----------------------------------------------------------------------------
 def step(name: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """Run `fn(*args, **kwargs)` as the step `name` of the running job, once: its JSON result is
@@ -161,12 +188,11 @@ def step(name: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     raises is not recorded (the next run calls `fn` again). See docs/durable-steps.md."""
     client = default_client()
     run = _this_run(name, client.keys)
-    reply = _call(client.redis, STEP_BEGIN, run.key, run.begin_args(name, client.clock()))
-    done, attempt, value = _replayed(run, name, reply)
+    done, attempt, value = _replayed(run, name, _call(client.redis, STEP_BEGIN, run.key,
+                                                      run.begin_args(name, client.clock())))
     if done:
         return cast(T, value)
-    token = _current.set(run.current(name, attempt))
-    began = client.clock()
+    this = _Attempt(run, name, attempt, client.clock)
     try:
         returned = fn(*args, **kwargs)
         if inspect.isawaitable(returned):
@@ -174,14 +200,12 @@ def step(name: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
                             "use `await sidequest.astep(...)`")
         blob = _encoded(name, returned)
     except BaseException as exc:
-        _current.reset(token)
-        failed = run.end_args(name, client.clock(), "failed", _failure(exc), attempt)
-        _quietly(lambda: _call(client.redis, STEP_END, run.key, failed))
-        observer.ran(run.klass, client.clock() - began, failed=True)
+        try:
+            _call(client.redis, STEP_END, run.key, this.failed(exc))
+        except REDIS_ERRORS as write_error:
+            _failed_mark_lost(write_error)
         raise
-    _current.reset(token)
-    _call(client.redis, STEP_END, run.key, run.end_args(name, client.clock(), "done", blob, attempt))
-    observer.ran(run.klass, client.clock() - began, failed=False)
+    _call(client.redis, STEP_END, run.key, this.succeeded(blob))
     return cast(T, json.loads(blob))
 
 
@@ -192,14 +216,6 @@ def _call(r: Any, source: str, key: str, args: list[Any]) -> Any:
         return r.eval(source, 1, key, *args)
 
 
-def _quietly(write: Callable[[], Any]) -> None:
-    """A failed step's mark: best effort, so the step's own exception is the one the job sees."""
-    try:
-        write()
-    except REDIS_ERRORS as exc:
-        log.warning("could not mark a failed step (%s); it is not recorded either way", exc)
-
-
 # -- the awaitable form ----------------------------------------------------------------------------
 async def astep(name: str, fn: Callable[..., Awaitable[T] | T], *args: Any, **kwargs: Any) -> T:
     """`step` in an `async def` job, on the job's event loop: `fn` may be a coroutine function
@@ -208,28 +224,23 @@ async def astep(name: str, fn: Callable[..., Awaitable[T] | T], *args: Any, **kw
     client = aclient.sync
     run = _this_run(name, client.keys)
     r = await aclient.connection()
-    reply = await _acall(r, STEP_BEGIN, run.key, run.begin_args(name, client.clock()))
-    done, attempt, value = _replayed(run, name, reply)
+    done, attempt, value = _replayed(run, name, await _acall(r, STEP_BEGIN, run.key,
+                                                             run.begin_args(name, client.clock())))
     if done:
         return cast(T, value)
-    token = _current.set(run.current(name, attempt))
-    began = client.clock()
+    this = _Attempt(run, name, attempt, client.clock)
     try:
         returned = fn(*args, **kwargs)
         if inspect.isawaitable(returned):
             returned = await returned
         blob = _encoded(name, returned)
     except BaseException as exc:
-        _current.reset(token)
         try:
-            await _acall(r, STEP_END, run.key, run.end_args(name, client.clock(), "failed", _failure(exc), attempt))
+            await _acall(r, STEP_END, run.key, this.failed(exc))
         except REDIS_ERRORS as write_error:
-            log.warning("could not mark a failed step (%s); it is not recorded either way", write_error)
-        observer.ran(run.klass, client.clock() - began, failed=True)
+            _failed_mark_lost(write_error)
         raise
-    _current.reset(token)
-    await _acall(r, STEP_END, run.key, run.end_args(name, client.clock(), "done", blob, attempt))
-    observer.ran(run.klass, client.clock() - began, failed=False)
+    await _acall(r, STEP_END, run.key, this.succeeded(blob))
     return cast(T, json.loads(blob))
 
 
