@@ -4,7 +4,7 @@ or JSON, an operator's reset of one step or all, and one-line errors for a job w
 import json
 
 from conftest import wait_until
-from features.test_steps import BODIES, steps_then_fail
+from features.steps.test_run import BODIES, steps_then_fail
 from helpers import cli_ok as ok
 
 from sidequest.client import sync_client

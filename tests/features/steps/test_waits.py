@@ -17,7 +17,6 @@ import pytest
 from conftest import wait_until
 
 import sidequest
-from sidequest.client import sync_client
 from sidequest.features.steps import read_steps
 from sidequest.jobs.payload import decode, encode
 
@@ -81,17 +80,6 @@ async def async_approval(timeout):
 @sidequest.job(name="WaitMarker")
 def marker():
     note("marker")
-
-
-@pytest.fixture(params=["threads", "asyncio"])
-def runner(request):
-    return request.param
-
-
-@pytest.fixture
-def worker(start, client, monkeypatch, runner):
-    monkeypatch.setattr(sync_client, "_default", client)
-    return lambda **more: start(runner=runner, **more)
 
 
 def parked(r):

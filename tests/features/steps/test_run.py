@@ -13,12 +13,11 @@ import json
 import threading
 
 import pytest
-from conftest import wait_until
+from conftest import ROOT, wait_until
 from helpers import reserved
 
 import sidequest
 from sidequest.api import DeadSet, RetrySet
-from sidequest.client import sync_client
 from sidequest.features.steps import MAX_RESULT, read_steps, reset_steps
 from sidequest.jobs.registry import Registry
 from sidequest.store import keys
@@ -151,18 +150,6 @@ def only(*jobs) -> Registry:
     for job in jobs:
         registry.register(job.job_class if hasattr(job, "job_class") else job)
     return registry
-
-
-@pytest.fixture(params=["threads", "asyncio"])
-def runner(request):
-    return request.param
-
-
-@pytest.fixture
-def worker(start, client, monkeypatch, runner):
-    """Start an in-process worker on `runner` whose jobs' `sidequest.step` reaches the test Redis."""
-    monkeypatch.setattr(sync_client, "_default", client)
-    return lambda **more: start(runner=runner, **more)
 
 
 def bodies(r) -> list[str]:
@@ -416,9 +403,8 @@ def test_step_counts_reach_metrics_by_job_class(worker, client, r):
 # -- the docs' snippets run as written ---------------------------------------------------------
 def test_the_durable_steps_snippets_run_as_written(worker, client, r):
     import re
-    from pathlib import Path
 
-    text = (Path(__file__).parents[2] / "docs" / "durable-steps.md").read_text()
+    text = (ROOT / "docs" / "durable-steps.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
     assert len(blocks) == 4  # the steps' two, the waits' two (run in tests/features/steps/test_waits.py)
     blocks = blocks[:2]
