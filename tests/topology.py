@@ -32,6 +32,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -449,6 +450,25 @@ class ClusterSet:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def crossslot_free_client(cluster: ClusterSet) -> Iterator[Any]:
+    """A sidequest `Client` on the cluster's URL, every primary emptied and its error stats reset
+    first; after the test (the generator resumed) no primary may have refused a CROSSSLOT call."""
+    from sidequest import Client, Config
+
+    chosen = Client(Config(redis_url=cluster.url()))
+    cluster_client: object = chosen.redis
+    assert isinstance(cluster_client, redis.RedisCluster)
+    nodes = [cluster_client.get_redis_connection(node) for node in cluster_client.get_primaries()]
+    assert len(nodes) == 3
+    for node in nodes:
+        node.flushall()
+        node.config_resetstat()
+    yield chosen
+    for node in nodes:
+        assert "errorstat_CROSSSLOT" not in node.info("errorstats"), node
+    chosen.redis.close()
 
 
 class ClusterPrimaryOf:

@@ -9,11 +9,10 @@ import json
 from collections.abc import Iterator
 
 import pytest
-import redis
 from conftest import redis_server_binary
-from topology import ClusterSet
+from topology import ClusterSet, crossslot_free_client
 
-from sidequest import Client, Config
+from sidequest import Client
 from sidequest.api import Queue, RetrySet, Search, pause_group
 
 QUEUES = [f"q{i}" for i in range(12)]
@@ -27,18 +26,7 @@ def cluster() -> Iterator[ClusterSet]:
 
 @pytest.fixture
 def client(cluster: ClusterSet) -> Iterator[Client]:
-    chosen = Client(Config(redis_url=cluster.url()))
-    cluster_client: object = chosen.redis
-    assert isinstance(cluster_client, redis.RedisCluster)
-    nodes = [cluster_client.get_redis_connection(node) for node in cluster_client.get_primaries()]
-    assert len(nodes) == 3
-    for node in nodes:
-        node.flushall()
-        node.config_resetstat()
-    yield chosen
-    for node in nodes:
-        assert "errorstat_CROSSSLOT" not in node.info("errorstats"), node
-    chosen.redis.close()
+    yield from crossslot_free_client(cluster)
 
 
 def test_a_search_reads_every_queues_keys_on_its_primary(client):

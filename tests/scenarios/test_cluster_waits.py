@@ -18,9 +18,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import redis
 from conftest import STARTUP, redis_server_binary, wait_until
-from topology import ClusterSet
+from topology import ClusterSet, crossslot_free_client
 
 import sidequest
 from sidequest import Config
@@ -71,20 +70,10 @@ def client(cluster: ClusterSet, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cli
     """The sync client on the cluster URL, the jobs' default too; every primary emptied first and
     checked for CROSSSLOT errors after."""
     cluster.wait_settled()
-    chosen = Client(Config(redis_url=cluster.url()))
-    monkeypatch.setattr(sync_client, "_default", chosen)
-    cluster_client: object = chosen.redis
-    assert isinstance(cluster_client, redis.RedisCluster)
-    nodes = [cluster_client.get_redis_connection(node) for node in cluster_client.get_primaries()]
-    assert len(nodes) == 3
-    for node in nodes:
-        node.flushall()
-        node.config_resetstat()
-    LOG.clear()
-    yield chosen
-    for node in nodes:
-        assert "errorstat_CROSSSLOT" not in node.info("errorstats"), node
-    chosen.redis.close()
+    for chosen in crossslot_free_client(cluster):
+        monkeypatch.setattr(sync_client, "_default", chosen)
+        LOG.clear()
+        yield chosen
 
 
 @pytest.fixture
