@@ -237,3 +237,50 @@ def test_the_durable_waits_snippets_run_as_written(worker, client, r):
     assert scopes[1]["approve"](jid) is True
     wait_until(lambda: scopes[0]["ACCOUNTS"].get(7) == {"by": "ada"}, 5, message="the job to end")
     assert int(r.get("stat:failed") or 0) == 0
+
+
+LEASE = sidequest.limiter.concurrent("wait-lease", 1, lease=60)  # 60 s: an expiry cannot hide a leak
+
+
+@sidequest.job(name="WaitLeased", retry=0)
+def leased(n):
+    with LEASE:
+        note("inside", n, len(LEASE.holders()))
+        sidequest.sleep(0.2, name="nap")  # the first run ends here
+        answer = sidequest.wait_for("go", timeout=60)  # the second here
+        note("resumed", n, LEASE.holders(), answer)
+
+
+@sidequest.job(name="WaitAsyncLeased", retry=0)
+async def async_leased(n):
+    async with LEASE:
+        note("inside", n, len(LEASE.holders()))
+        await sidequest.asleep(0.2, name="nap")
+        answer = await sidequest.await_for("go", timeout=60)
+        note("resumed", n, LEASE.holders(), answer)
+
+
+@sidequest.job(name="WaitLeaseTaker", retry=0)
+def lease_taker():
+    with LEASE:  # full: OverLimit, and the job would be snoozed for minutes
+        note("taker", len(LEASE.holders()))
+
+
+@pytest.mark.parametrize("kind", ["with", "async with"])
+def test_a_concurrent_limiters_lease_is_given_back_by_a_wait_and_taken_again_at_resume(worker, client, r, kind):
+    job = async_leased if kind == "async with" else leased
+    worker(concurrency=2)
+    jid = job.set(client=client).perform_async(1)
+    # the sleep gave the slot back: else the run after it could not enter (limit 1) and is snoozed
+    wait_until(lambda: (read_steps(r, jid) or None) and read_steps(r, jid).waiting
+               and read_steps(r, jid).waiting.event == "go", 10, message="the job to wait, past its sleep")
+    assert [x for x in log(r) if x[0] == "inside"] == [["inside", 1, 1], ["inside", 1, 1]]
+    assert LEASE.holders() == []  # the wait gave it back too
+
+    lease_taker.set(client=client).perform_async()
+    wait_until(lambda: ["taker", 1] in log(r), 5, message="another job to take the slot while it waits")
+    assert LEASE.holders() == []
+    assert sidequest.send_event(jid, "go", {"by": kind}, client=client) is True
+    [resumed] = wait_until(lambda: [x for x in log(r) if x[0] == "resumed"], 5, message="the job to resume")
+    assert resumed[1] == 1 and len(resumed[2]) == 1 and resumed[3] == {"by": kind}  # it holds the slot again
+    assert LEASE.holders() == [] and int(r.get("stat:failed") or 0) == 0
