@@ -344,3 +344,42 @@ def test_a_serial_capsule_stays_serial_across_worker_processes(procs, r, client,
     out = sup.output()
     assert "capsule serial: concurrency 1 over 2 worker processes: 1+0" in out, out
     assert sup.stop() == 0
+
+
+def test_children_killed_young_again_and_again_are_replaced_and_jobs_keep_running(procs, r, client):
+    """A supervisor once seemed to stop starting children in a chaos run. Here every child is sent
+    SIGKILL soon after it starts, 10 times, at every stage of its start (before its imports, while
+    it connects, after it registered and took jobs): each is replaced after its slot's back-off,
+    never more than the configured count run at once, and afterwards both slots run children that
+    take the jobs pushed meanwhile, none lost."""
+    sup = procs("--processes", "2", "-c", "2")
+    client.push_bulk(work, [[n, 0.05] for n in range(20)])
+    seen: set[int] = set()
+    ages = [0.0, 0.05, 0.2, 0.5, 1.0, 2.0]  # seconds after it appeared: every stage of a start
+
+    def kids() -> list[int]:
+        assert sup.proc.poll() is None, f"the supervisor exited:\n{sup.output()}"
+        found = children(sup.pid)
+        assert len(found) <= 2, found  # a slot never runs two children
+        return found
+
+    def a_new_child() -> int | None:
+        return next((pid for pid in kids() if pid not in seen), None)
+
+    for kill in range(10):
+        # a slot's back-off doubles with each young death: 0.25 s, 0.5 s... 4 s for its 5th
+        pid = wait_until(a_new_child, 2 * STARTUP, 0.005, f"a new child to kill ({kill + 1} of 10)")
+        seen.add(pid)
+        born, age = time.monotonic(), ages[kill % len(ages)]
+        # let it reach that stage, checking the supervisor all along
+        wait_until(lambda b=born, a=age: kids() is not None and time.monotonic() - b >= a, age + 5, 0.005, "its age")
+        os.kill(pid, signal.SIGKILL)
+        client.push(work, [100 + kill, 0.05])
+
+    after = wait_children(r, sup, 2, timeout=2 * STARTUP)  # both slots are back, past their back-offs
+    assert not set(after.values()) & seen
+    wait_until(lambda: done_set(r) >= {*range(20), *range(100, 110)}, 2 * STARTUP, 0.05, "every job to run")
+    wait_until(lambda: no_reserved_left(r), 30, 0.05, "no job left reserved")
+    assert r.llen("queue:default") == 0 and r.zcard("retry") == 0 and r.zcard("dead") == 0
+    assert sup.output().count("exited with code -9") == 10
+    assert sup.stop() == 0
