@@ -78,15 +78,15 @@ def client(cluster: ClusterSet, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cli
 
 @pytest.fixture
 def worker(cluster: ClusterSet, client: Client, caplog: pytest.LogCaptureFixture) -> Iterator[Any]:
-    """Start an in-process threads-runner worker on every queue, a thread for each (so every queue
-    has a blocking fetch on it and a woken job is taken at once, not at the fetchers' next turn);
-    stopped after the test, which then checks that nothing was logged as an error (a CROSSSLOT
+    """Start an in-process threads-runner worker on every queue, by default a thread for each (so
+    every queue has a blocking fetch on it and a woken job is taken at once, not at the fetchers'
+    next turn); stopped after the test, which then checks that nothing was logged as an error (a CROSSSLOT
     the client refused included)."""
     caplog.set_level(logging.WARNING)
     launchers: list[Launcher] = []
 
-    def start(poll_interval: float) -> Launcher:
-        launcher = Launcher(Config(redis_url=cluster.url(), queues=QUEUES, runner="threads", concurrency=len(QUEUES),
+    def start(poll_interval: float, concurrency: int = len(QUEUES)) -> Launcher:
+        launcher = Launcher(Config(redis_url=cluster.url(), queues=QUEUES, runner="threads", concurrency=concurrency,
                                    poll_interval=poll_interval, **FAST))
         launcher.run()
         launchers.append(launcher)
@@ -159,3 +159,21 @@ def test_a_sleep_on_another_primary_resumes_past_its_recorded_steps(cluster, cli
     assert seen("before") == [9] and seen("after") == [9]  # the step ran once, before the sleep
     assert int(client.redis.get("stat:failed") or 0) == 0
     wait_until(lambda: read_steps(client.redis, jid) is None, 5, message="the records to leave with the job")
+
+
+def test_with_fewer_threads_than_queues_a_woken_job_starts_within_a_blocking_timeout(cluster, client, worker):
+    """2 threads for 12 queues: an idle thread blocks on one queue at a time, and at each timeout
+    (`min(fetch_timeout, 1 s)`, 0.5 s here) takes from every queue and moves on, so a job woken
+    into a queue no thread blocks on starts within that timeout plus one fetch (docs/reliability.md)."""
+    worker(poll_interval=5, concurrency=2)  # the send moves the job, not the poller
+    latencies = []
+    for n, queue in enumerate(QUEUES[1::2]):  # six samples, over queues on every primary
+        jid = cluster_paid.set(queue=queue, client=client).perform_async(n)
+        wait_until(lambda j=jid: sidequest.status(j, client=client) == "waiting", STARTUP, 0.02, "the job to wait")
+        sent = time.time()
+        assert sidequest.send_event(jid, "paid", {"n": n}, client=client) is True
+        wait_until(lambda m=n: {"n": m} in seen("paid"), 5, 0.005, "the job to resume")
+        latencies.append(next(at for what, value, at in LOG if what == "paid" and value == {"n": n}) - sent)
+    print(f"resume latencies, 2 threads for 12 queues: {', '.join(f'{x:.3f}' for x in latencies)} s")
+    assert max(latencies) < 1.0, latencies  # 0.5 s blocking timeout + one fetch of 12 RESERVE calls
+    assert seen("charged") == list(range(6))
