@@ -1,4 +1,4 @@
-"""The lanes' layout and staging scripts (`store.lanes`, `store.lanes.lua`) on a real Redis, without
+"""The lanes' layout and staging scripts (`store.lanes`, `.staging`, `.lua`) on a real Redis, without
 a worker: what a push, a due move and a stage write, with arguments that hold a `jid`, limits a
 push would refuse (as a payload from elsewhere brings them), keys set by hand, and queue names
 that begin with another's."""

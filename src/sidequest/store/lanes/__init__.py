@@ -43,7 +43,8 @@ read from its JSON: an argument may hold a "jid" too), removed at the job's end,
 the queue it ran from (a retry's payload names its `retry_queue` already); a job put back or
 recovered goes to the head of the queue and stays counted until it ends. A slot whose job ended
 where sidequest could not see it comes back by itself (`lanes.slots`), or at an operator's
-`reset_group`. The scripts are in `lanes.lua` (staging's) and `lanes.admin` (an operator's).
+`reset_group`. The scripts are in `lanes.staging` (a staging call's), `lanes.lua` (the push's, the end's,
+a wake's) and `lanes.admin` (an operator's).
 
 Limits come from the push's options, checked there (`options.group_rate_of`); a payload from
 elsewhere with limits a push would refuse has them ignored, with one log line (`limits_of`).
