@@ -138,3 +138,14 @@ def test_a_wrong_override_is_one_line_and_writes_nothing(client, r, given, said)
     with pytest.raises(ValueError, match=said):
         set_group_limits("mail", "t", client=client, **given)
     assert r.dbsize() == 0
+
+
+def test_counting_the_levels_of_3000_groups_stops_at_its_limit_and_says_how_many_were_not_read(client, r):
+    from store.lanes.test_lua import hold
+
+    from sidequest.api.groups import count_levels
+
+    hold(r, "mail", 3_000)  # 3,000 held groups with one job each, at level 5
+    assert count_levels("mail", client=client) == ({5: 3_000}, 0) and lanes("mail", client=client) == {5: 3_000}
+    counts, unread = count_levels("mail", 1_000, client)
+    assert 1_000 <= counts[5] < 3_000 and counts[5] + unread == 3_000, (counts, unread)  # a page or two, not all

@@ -104,3 +104,22 @@ def test_a_cancelled_task_job_ends_the_task_with_an_error_event(client, r):
 def test_cancelled_is_false_outside_a_job():
     assert cancelled() is False
     assert issubclass(sidequest.Cancelled, sidequest.SidequestError)
+
+
+def test_cancel_finds_a_job_in_the_lane_of_one_of_5000_held_groups_and_keeps_the_counts_true(client, r):
+    from store.lanes.test_lua import hold
+
+    from sidequest.api import pause_group
+    from sidequest.store.lanes import WAITING_PAGE, LaneKeys
+
+    hold(r, "default", 5_000)  # 5,000 paused groups, walked a page of groups at a time
+    pause_group("default", "late", client=client)
+    jids = [client.push(echo, [n], group="late") for n in range(2)]
+    lane = LaneKeys(client.keys.lanes("default"))
+    assert 2 * WAITING_PAGE < 5_000 and r.llen(lane.lane(5, "late")) == 2 and r.llen("queue:default") == 0
+    assert cancel(jids[1], client=client) is True
+    assert r.llen(lane.lane(5, "late")) == 1 and r.hget(lane.waiting, "late") == b"1"
+    assert cancel(jids[0], client=client) is True
+    assert r.hget(lane.waiting, "late") is None and r.zscore(lane.held(5), "late") is None
+    assert r.zcard(lane.held(5)) == 5_000 and r.hlen(lane.waiting) == 5_000
+    assert cancel(jids[0], client=client) is False  # gone: found nowhere

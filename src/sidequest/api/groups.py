@@ -12,6 +12,7 @@ running), `B:limits`, `B:paused`; a few round trips whatever the number of group
     reset_group("mail", "tenant-42")   # its slots given back at once (they also heal by themselves)
     set_group_limits("mail", "tenant-42", weight=4, concurrency=10)  # over its jobs' options, until cleared
     clear_group_limits("mail", "tenant-42", "weight")                 # its jobs' weight again
+    parse_rate("100/60")           # (100, 60.0): a rate as an operator types it (CLI, dashboard); "0": no rate
     lanes("mail")                  # {9: 3, 5: 120}: waiting jobs per priority level, highest first
 
 In Cluster mode every key of a queue's lanes shares the queue's hash tag, so each call here
@@ -25,7 +26,7 @@ from typing import Any, cast
 
 from sidequest.client.sync_client import Client, default_client
 from sidequest.jobs.options import MAX_GROUP_WEIGHT, MAX_LANE_COUNT, group_rate_of, group_weight_of
-from sidequest.store.lanes import CLEAR_LANES, LaneKeys, parse_limits, waiting_lanes
+from sidequest.store.lanes import CLEAR_LANES, WAITING_PAGE, LaneKeys, lane_sizes, parse_limits
 from sidequest.store.lanes.admin import RESET_GROUP, RESUME_GROUP, SET_GROUP_LIMITS
 from sidequest.store.lanes.limits import NAMES, override_args
 
@@ -88,18 +89,29 @@ def resume_group(queue: str, group: str, client: Client | None = None) -> None:
     script(keys=[_lane_keys(chosen, queue).base, chosen.keys.queue(queue)], args=[group])
 
 
-def lanes(queue: str, client: Client | None = None) -> dict[int, int]:
+def lanes(queue: str, client: Client | None = None, limit: int | None = None) -> dict[int, int]:
     """Jobs waiting in the queue's lanes per priority level (9 runs first), highest level first;
-    levels without waiting jobs are absent. Jobs already staged into `queue:<q>` are the queue's."""
+    levels without waiting jobs are absent. Jobs already staged into `queue:<q>` are the queue's.
+    With `limit`, only the lanes of the first `limit` or so groups read are counted
+    (`count_levels` says how many were not)."""
+    return count_levels(queue, limit, client)[0]
+
+
+def count_levels(queue: str, limit: int | None = None, client: Client | None = None) -> tuple[dict[int, int], int]:
+    """`lanes`' counts, read a page of groups a round trip (`store.lanes.lane_sizes`), and how many
+    groups with waiting jobs were not read because `limit` was reached (0: the counts are whole).
+    The dashboard counts 10,000 groups at most, so a queue with 100,000 tenants costs a refresh
+    a bounded number of round trips."""
     chosen = client or default_client()
-    found = waiting_lanes(chosen.redis, chosen.keys.lanes(queue))
-    pipe = chosen.redis.pipeline(transaction=False)
-    for _, _, key in found:
-        pipe.llen(key)
-    counts: dict[int, int] = {}
-    for (level, _, _), size in zip(found, pipe.execute(), strict=True):
-        counts[level] = counts.get(level, 0) + int(size)
-    return {level: n for level, n in counts.items() if n}
+    base, counts, read = chosen.keys.lanes(queue), dict[int, int](), 0
+    for found in lane_sizes(chosen.redis, base, min(limit or WAITING_PAGE, WAITING_PAGE)):
+        for level, _, _, size in found:
+            counts[level] = counts.get(level, 0) + size
+        read += len({group for _, group, _, _ in found})
+        if limit is not None and read >= limit:
+            break
+    unread = 0 if limit is None or read < limit else max(int(chosen.redis.hlen(LaneKeys(base).waiting)) - read, 0)
+    return {level: counts[level] for level in sorted(counts, reverse=True) if counts[level]}, unread
 
 
 def lanes_waiting(queues: list[str], client: Client | None = None) -> dict[str, int]:
@@ -156,6 +168,21 @@ def clear_group_limits(queue: str, group: str, *limits: str, client: Client | No
     if unknown:
         raise ValueError(f"no such group limit {unknown[0]!r}: the limits are {', '.join(NAMES)}")
     return _override(queue, group, override_args(None, None, None, removed=limits or NAMES), client)
+
+
+def parse_rate(text: str) -> tuple[int, float] | int:
+    """A rate as an operator types it, `COUNT/SECONDS` (`100/60`) or `0` (no rate), as
+    `set_group_limits` takes it; ValueError with one line for anything else (the bounds are
+    `set_group_limits`' to check). The CLI's `--rate` and the dashboard's form read it here."""
+    if text.strip() == "0":
+        return 0
+    count, slash, seconds = text.partition("/")
+    try:
+        if slash:
+            return int(count), float(seconds)
+    except ValueError:
+        pass
+    raise ValueError(f"rate must be COUNT/SECONDS (e.g. 100/60) or 0, got {text!r}")
 
 
 def _override(queue: str, group: str, args: list[str], client: Client | None) -> GroupInfo:

@@ -34,7 +34,19 @@ from sidequest.errors import RedisUnavailableError
 from sidequest.store.connection import mask_url
 from sidequest.web import health, outage, prometheus
 from sidequest.web.hosts import HostCheck
-from sidequest.web.pages import busy, cluster, dashboard, job, job_metrics, periodic, queues, sets, tasks, workflows
+from sidequest.web.pages import (
+    busy,
+    cluster,
+    dashboard,
+    groups,
+    job,
+    job_metrics,
+    periodic,
+    queues,
+    sets,
+    tasks,
+    workflows,
+)
 from sidequest.web.pages import search as search_page
 from sidequest.web.render import Renderer
 from sidequest.web.security import AuthHook, Guard
@@ -69,6 +81,7 @@ def create_app(client: Client | None = None, *, auth: AuthHook | None = None,
     routes: list[BaseRoute] = [
         *dashboard.routes(site),
         *busy.routes(site),
+        *groups.routes(site),
         *queues.routes(site),
         *sets.routes(site),
         *search_page.routes(site),

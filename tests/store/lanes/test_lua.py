@@ -1,4 +1,4 @@
-"""The lanes' layout and staging scripts (`store.lanes`, `store.lanes.lua`) on a real Redis, without
+"""The lanes' layout and staging scripts (`store.lanes`, `.staging`, `.lua`) on a real Redis, without
 a worker: what a push, a due move and a stage write, with arguments that hold a `jid`, limits a
 push would refuse (as a payload from elsewhere brings them), keys set by hand, and queue names
 that begin with another's."""
@@ -90,8 +90,9 @@ def test_the_lanes_of_queue_a_and_of_queue_a_colon_5_are_apart(client, r):
     client.push(echo, [3], queue="a", group="waiting")  # queue a's lane of level 5, group "waiting"
     client.push(echo, [4], queue="a:5", group="x")
     assert queued(r, "a")[0]["args"] == [1] and queued(r, "a:5")[0]["args"] == [2]  # each at its queue's head
-    assert lanes.waiting_lanes(r, keys.DEFAULT.lanes("a")) == [(5, "waiting", keys.DEFAULT.lanes("a") + ":5:waiting")]
-    assert lanes.waiting_lanes(r, keys.DEFAULT.lanes("a:5")) == [(5, "x", keys.DEFAULT.lanes("a:5") + ":5:x")]
+    base = keys.DEFAULT.lanes("a")
+    assert list(lanes.waiting_lanes(r, base)) == [(5, "waiting", base + ":5:waiting")]
+    assert list(lanes.waiting_lanes(r, keys.DEFAULT.lanes("a:5"))) == [(5, "x", keys.DEFAULT.lanes("a:5") + ":5:x")]
 
 
 def test_clearing_lanes_keeps_a_paused_group_paused(client, r):
@@ -116,7 +117,7 @@ def test_clearing_lanes_takes_calls_of_bounded_work_whatever_the_number_of_group
     script = r.register_script(lanes.CLEAR_LANES)
     assert script(keys=[LANE.base]) == [CLEAR_GRAIN, 1]  # one call: at most CLEAR_GRAIN lanes, and more left
     assert clear_lanes("default", client=client) == len(groups) - CLEAR_GRAIN
-    assert not r.exists(LANE.base, LANE.waiting, LANE.limits) and lanes.waiting_lanes(r, LANE.base) == []
+    assert not r.exists(LANE.base, LANE.waiting, LANE.limits) and list(lanes.waiting_lanes(r, LANE.base)) == []
     assert Queue("default", client).size == lanes.LANE_DEPTH
 
 
@@ -177,6 +178,24 @@ def test_a_staging_call_costs_the_same_with_100000_groups_held_back_as_with_10(r
             assert staged == lanes.LANE_DEPTH  # the open group's jobs, none of the held ones
     assert min(took["many"]) <= 2 * min(took["few"]), {q: f"{min(t) * 1000:.2f} ms" for q, t in took.items()}
     assert r.zcard(lanes.LaneKeys(keys.DEFAULT.lanes("many")).held(5)) == 100_000  # all still held
+
+
+def test_one_round_trip_of_the_waiting_lanes_walk_costs_the_same_with_100000_groups_held_back_as_with_1000(r):
+    hold(r, "few", 1_000)
+    hold(r, "many", 100_000)
+    took: dict[str, list[float]] = {"few": [], "many": []}
+    for _ in range(10):  # interleaved; the fastest of each: the machine's load is not the call's cost
+        for queue in took:
+            walk = lanes.lane_sizes(r, keys.DEFAULT.lanes(queue))
+            begin = time.perf_counter()
+            page = next(walk)  # SMEMBERS, one HSCAN, one pipeline of LLENs
+            took[queue].append(time.perf_counter() - begin)
+            assert lanes.WAITING_PAGE // 2 <= len(page) <= 2 * lanes.WAITING_PAGE, len(page)  # HSCAN's COUNT: a hint
+    assert min(took["many"]) <= 2 * min(took["few"]), {q: f"{min(t) * 1000:.2f} ms" for q, t in took.items()}
+    before = int(r.info("commandstats")["cmdstat_hscan"]["calls"])
+    walked = list(lanes.waiting_lanes(r, keys.DEFAULT.lanes("many")))  # the whole walk: every group, once
+    assert len({group for _, group, _ in walked}) == 100_000 and len(walked) == 100_000
+    assert int(r.info("commandstats")["cmdstat_hscan"]["calls"]) - before >= 100_000 // (2 * lanes.WAITING_PAGE)
 
 
 def test_a_group_reopening_among_10000_held_ones_is_staged_within_one_poller_pass(client, r, config: Config):

@@ -144,14 +144,13 @@ def reset(client: Client, queue: str, group: str, as_json: bool) -> None:
 
 
 def parse_rate(given: str | None) -> tuple[int, float] | int | None:
-    """`--rate COUNT/SECONDS` (or 0: no rate) as `set_group_limits` takes it."""
-    if given is None or given.strip() == "0":
-        return None if given is None else 0
-    count, _, seconds = given.partition("/")
+    """`--rate COUNT/SECONDS` (or 0: no rate) as `set_group_limits` takes it (`api.groups.parse_rate`)."""
+    from sidequest.api.groups import parse_rate as rate_of
+
     try:
-        return int(count), float(seconds)
-    except ValueError:
-        raise UserError(f"--rate must be COUNT/SECONDS (e.g. 100/60) or 0, got {given!r}") from None
+        return None if given is None else rate_of(given)
+    except ValueError as error:
+        raise UserError(f"--{error}") from None
 
 
 def override(client: Client, queue: str, to_set: str | None, to_clear: str | None,

@@ -43,7 +43,8 @@ read from its JSON: an argument may hold a "jid" too), removed at the job's end,
 the queue it ran from (a retry's payload names its `retry_queue` already); a job put back or
 recovered goes to the head of the queue and stays counted until it ends. A slot whose job ended
 where sidequest could not see it comes back by itself (`lanes.slots`), or at an operator's
-`reset_group`. The scripts are in `lanes.lua` (staging's) and `lanes.admin` (an operator's).
+`reset_group`. The scripts are in `lanes.staging` (a staging call's), `lanes.lua` (the push's, the end's,
+a wake's) and `lanes.admin` (an operator's).
 
 Limits come from the push's options, checked there (`options.group_rate_of`); a payload from
 elsewhere with limits a push would refuse has them ignored, with one log line (`limits_of`).
@@ -69,7 +70,7 @@ keeps queue `a`'s `B:5` apart from queue `a:5`'s B; in Cluster mode in the queue
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from sidequest.store import keys
@@ -85,8 +86,8 @@ from sidequest.store.lanes.lua import (
 )
 
 __all__ = ["ADMIN_DELETE_LANED", "CLEAR_GRAIN", "CLEAR_LANES", "DEFAULT_LEVEL", "HEAD_TTL_MS", "LANES_LUA",
-           "LANE_DEPTH", "LANE_REFILL", "STAGE", "LaneKeys", "Limits", "group_of", "level_of", "limits_of",
-           "parse_limits", "route", "waiting_lanes"]
+           "LANE_DEPTH", "LANE_REFILL", "STAGE", "WAITING_PAGE", "LaneKeys", "Limits", "group_of", "lane_sizes",
+           "level_of", "limits_of", "parse_limits", "route", "waiting_lanes"]
 
 LEVELS = range(10)
 
@@ -147,20 +148,34 @@ def route(payload: Mapping[str, Any], space: keys.Keyspace, queue: str | None = 
 NO_LANE = ("", "", "", "")
 
 
-def waiting_lanes(client: Any, base: str) -> list[tuple[int, str, str]]:
+WAITING_PAGE = 1_000  # groups `waiting_lanes` reads a round trip (one HSCAN, then one pipeline of LLENs)
+
+
+def waiting_lanes(client: Any, base: str, page: int = WAITING_PAGE) -> Iterator[tuple[int, str, str]]:
     """(level, group, lane key) of every lane of the queue whose base is `base` that holds
-    waiting jobs, highest level first, each level's groups in their turn, then its held groups
-    (soonest due first): two round trips."""
+    waiting jobs (`lane_sizes` without the sizes)."""
+    for found in lane_sizes(client, base, page):
+        yield from ((level, group, key) for level, group, key, _ in found)
+
+
+def lane_sizes(client: Any, base: str, page: int = WAITING_PAGE) -> Iterator[list[tuple[int, str, str, int]]]:
+    """The queue's lanes with waiting jobs, (level, group, lane key, jobs), a page of groups at a
+    time: the groups come from `B:waiting` (every group with waiting jobs, in its turn or held) by
+    HSCAN, and each page's lanes are measured with one pipeline of LLENs (one per level in `B`, at
+    most 10). So a round trip's work is bounded by `page`, whatever the number of groups, and a
+    caller that stops early (cancel, once it found its job) reads no further; a group that waits
+    from the walk's start to its end is met (HSCAN's guarantee), at most once per page it is
+    returned in. Within a page, each group's levels come highest first."""
     lane = LaneKeys(base)
     levels = sorted((int(level) for level in client.smembers(lane.levels)), reverse=True)
-    pipe = client.pipeline(transaction=False)
-    for level in levels:
-        pipe.lrange(lane.rotation(level), 0, -1)
-        pipe.zrange(lane.held(level), 0, -1)
-    replies = pipe.execute()
-    found = []
-    for level, turns, held in zip(levels, replies[::2], replies[1::2], strict=True):
-        for raw in dict.fromkeys([*turns, *held]):  # a group in both (woken, then parked again) once
-            group = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
-            found.append((level, group, lane.lane(level, group)))
-    return found
+    cursor: int | None = None
+    while cursor != 0 and levels:
+        cursor, fields = client.hscan(lane.waiting, cursor or 0, count=page)
+        groups = [raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw) for raw in fields]
+        pipe = client.pipeline(transaction=False)
+        for group in groups:
+            for level in levels:
+                pipe.llen(lane.lane(level, group))
+        sizes = iter(pipe.execute() if groups else [])
+        found = [(level, group, lane.lane(level, group), int(next(sizes))) for group in groups for level in levels]
+        yield [entry for entry in found if entry[3]]

@@ -3,6 +3,7 @@
     dashboard    `/` and `/api/stats` (what every page polls)
     busy         `/busy`: the processes and the jobs running
     queues       `/queues`, `/queues/<name>`
+    groups       a queue's groups acted on from its page: pause, resume, reset, overrides
     sets         `/retries`, `/scheduled`, `/dead`
     job          `/jobs/<jid>`: one job wherever it is, and its durable steps (found by `whereabouts`)
     job_metrics  `/job-metrics`

@@ -1,7 +1,7 @@
 """The Queues pages: every queue with its size and latency; one queue's jobs, page by page; pause,
 resume, clear, and deleting one job. Each read is one page of the list (LRANGE) and its length.
-A queue with lanes also shows its largest groups (pause, resume and reset each) and its jobs waiting
-per priority level (`api.groups`), a few round trips whatever the number of groups."""
+A queue with lanes also shows its largest groups (their limits, where each comes from, and the
+controls `pages.groups` serves) and its jobs waiting per priority level (`api.groups`)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,13 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
-from sidequest.api import Queue, Stats, groups, lanes, pause_group, reset_group, resume_group
+from sidequest.api import Queue, Stats, groups
+from sidequest.api.groups import count_levels
 from sidequest.web.render import back
 from sidequest.web.site import PER_PAGE, Site, field, pager, whole
 
 GROUPS_SHOWN = 50  # the largest groups (waiting + running) a queue's page lists
+LEVELS_READ = 10_000  # groups whose lanes a queue's page counts per priority level (a page of 1,000 a round trip)
 
 
 def routes(site: Site) -> list[Route]:
@@ -29,27 +31,11 @@ def routes(site: Site) -> list[Route]:
         size = queue.size
         paging = pager(request, size)
         jobs = queue.page(paging.offset, PER_PAGE) if size else []
+        levels, unread = count_levels(queue.name, LEVELS_READ, site.client)
         return site.page(request, "queue.html", page="queues", title=f"Queue {queue.name}", name=queue.name,
                          size=size, latency=queue.latency, paused=queue.paused, jobs=jobs, pager=paging,
                          groups=groups(queue.name, GROUPS_SHOWN, site.client), groups_shown=GROUPS_SHOWN,
-                         levels=lanes(queue.name, site.client))
-
-    def act_on_group(request: Request) -> Response:
-        name, group, action = field(request, "name"), field(request, "group"), field(request, "do")
-        if not name or not group:
-            return PlainTextResponse("no queue or group named", status_code=400)
-        here = f"/queues/{quote(name, safe='')}"
-        if action == "pause":
-            pause_group(name, group, site.client)
-            return back(request, here, f"Paused group {group}: no more of its jobs are staged into {name}.")
-        if action == "resume":
-            resume_group(name, group, site.client)
-            return back(request, here, f"Resumed group {group}.")
-        if action == "reset":
-            held = reset_group(name, group, site.client)
-            return back(request, here, f"Reset group {group}: gave back {held:,} slot{'s' if held != 1 else ''}; "
-                                       "its jobs still running go on.")
-        return PlainTextResponse(f"unknown action {action!r}", status_code=400)
+                         levels=levels, levels_unread=unread, levels_read=LEVELS_READ)
 
     def act(request: Request) -> Response:
         name, action = field(request, "name"), field(request, "do")
@@ -82,6 +68,5 @@ def routes(site: Site) -> list[Route]:
     return [
         Route("/queues", listing, name="queues"),
         Route("/queues/actions", act, methods=["POST"]),
-        Route("/queues/group-actions", act_on_group, methods=["POST"]),
         Route("/queues/{name:path}", one),
     ]
