@@ -82,6 +82,16 @@ def register(*plugins: ClientPlugin) -> None:
     """Add features' parts (a name registered again keeps its place, with the new plugin)."""
     for plugin in plugins:
         _plugins[plugin.name] = plugin
+    _compile()
+
+
+def unregister(name: str) -> None:
+    """Take a feature's part out (an integration turned off): the next push goes without it."""
+    _plugins.pop(name, None)
+    _compile()
+
+
+def _compile() -> None:
     SHAPES[:] = [(p.options, p.shape) for p in _plugins.values() if p.shape is not None]
     CLAIMS[:] = [(p.field, p.claim) for p in _plugins.values() if p.claim is not None]
     RECORDS[:] = [(p.field, p.record) for p in _plugins.values() if p.record is not None]

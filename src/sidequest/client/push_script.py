@@ -25,11 +25,11 @@ from sidequest.store import lanes
 # A laned job pushed now goes to its lane, and the queue's lanes are staged (`lanes`).
 # Returns 1 (written) or 0 (refused) per job, in order.
 PUSH_UNIQUE = lanes.LANES_LUA + """
-local written, laned, ready = {}, {}, {}
+local written, laned, ready, seen, listed = {}, {}, {}, {}, {}
 for i = 2, 1 + 18 * tonumber(ARGV[1]), 18 do  -- every lane takes its job, before the first write
   local base, lane = ARGV[i + 14], ARGV[i + 14] .. ':' .. ARGV[i + 15] .. ':' .. ARGV[i + 16]
   if ARGV[i + 3] ~= '' and base ~= '' and not ready[lane] then  -- a bulk push's lane is checked once
-    if not lane_ready(base, ARGV[i + 15], ARGV[i + 16]) then
+    if not lane_ready(base, ARGV[i + 15], ARGV[i + 16], seen) then
       return redis.error_reply('a key of the lanes ' .. base .. ' is of another type (set by hand?): nothing pushed')
     end
     ready[lane] = true
@@ -55,7 +55,10 @@ for j = 1, tonumber(ARGV[1]) do
   end
   if ok then
     if ARGV[i + 3] ~= '' then
-      if KEYS[2] then redis.call('sadd', KEYS[2], ARGV[i + 4]) end
+      if KEYS[2] and not listed[ARGV[i + 4]] then  -- a bulk push's queue is added once
+        redis.call('sadd', KEYS[2], ARGV[i + 4])
+        listed[ARGV[i + 4]] = true
+      end
       if ARGV[i + 14] ~= '' then
         lane_push(ARGV[i + 14], ARGV[i + 15], ARGV[i + 16], ARGV[i + 6], ARGV[i + 17])
         laned[ARGV[i + 14]] = ARGV[i + 3]
