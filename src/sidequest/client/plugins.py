@@ -17,8 +17,8 @@ A feature's part (`ClientPlugin`), each piece optional:
 
 `sidequest.features.registry` registers them when `sidequest` is imported (any `import
 sidequest.<module>` runs the package root first), so a client built from `sidequest.client`
-alone pushes a unique job with its claim. The per-job checks are plain `in` tests over the
-short lists below (`CLAIMS`, `RECORDS`): a job that holds none of their fields costs no call.
+alone pushes a unique job with its claim. A job that holds none of the parts' fields (`MARKS`)
+costs the push an `in` test a field (cheaper than a set test over a payload's keys), no call.
 """
 
 from __future__ import annotations
@@ -76,6 +76,7 @@ _plugins: dict[str, ClientPlugin] = {}  # in registration order
 SHAPES: list[tuple[tuple[str, ...], Shape]] = []
 CLAIMS: list[tuple[str, PerJob]] = []
 RECORDS: list[tuple[str, PerJob]] = []
+MARKS: list[str] = []  # every field of CLAIMS and RECORDS: a payload with none is asked nothing
 
 
 def register(*plugins: ClientPlugin) -> None:
@@ -95,6 +96,22 @@ def _compile() -> None:
     SHAPES[:] = [(p.options, p.shape) for p in _plugins.values() if p.shape is not None]
     CLAIMS[:] = [(p.field, p.claim) for p in _plugins.values() if p.claim is not None]
     RECORDS[:] = [(p.field, p.record) for p in _plugins.values() if p.record is not None]
+    MARKS[:] = list(dict.fromkeys(field for field, _ in CLAIMS + RECORDS))
+
+
+def parts(payload: dict[str, Any], when: float | None, now: float, space: Keyspace) -> tuple[Any, Any]:
+    """A job's claim (`Claim`) and its status record (`Record`), each None when it has none: the
+    first registered part whose field the payload holds decides each."""
+    claim = record = None
+    for field, take in CLAIMS:
+        if field in payload:
+            claim = take(payload, when, now, space)
+            break
+    for field, keep in RECORDS:
+        if field in payload:
+            record = keep(payload, when, now, space)
+            break
+    return claim, record
 
 
 def registered() -> list[ClientPlugin]:

@@ -306,27 +306,23 @@ class Client:
         shapes = Shapes() if len(entries) > 1 and not len(self.config.client_middleware) else None
         seconds, millis = stamp(now, False), stamp(now, True)  # one object each: `Shapes` needs that
         v8 = self.config.sidekiq_version >= 8
+        marks = plugins.MARKS  # the payload fields a feature's part of a push is asked for
         for index, (payload, when) in enumerate(entries):
             if when is None:
                 payload["enqueued_at"] = millis if v8 or in_millis(payload) else seconds
+            claim = record = None
             try:
                 if space.cluster:
                     cluster_problem(payload)
-                claim = None
-                for field, take in plugins.CLAIMS:  # the first feature whose field the job holds (most: none)
-                    if field in payload:
-                        claim = take(payload, when, now, space)
+                for mark in marks:  # most jobs hold none: a few `in` tests, no call
+                    if mark in payload:
+                        claim, record = plugins.parts(payload, when, now, space)
                         break
                 blob = self._encode(payload, shapes)
             except (JobArgumentError, TypeError, ValueError, RecursionError) as exc:
                 text = str(exc) if isinstance(exc, JobArgumentError) else (  # a claim's digest of what client
                     f"payload of job {payload.get('class')!r} is not JSON: {exc}")  # middleware added
                 raise JobArgumentError(f"job {index} of the bulk: {text}" if len(entries) > 1 else text) from None
-            record = None
-            for field, keep in plugins.RECORDS:  # a status record (result_ttl)
-                if field in payload:
-                    record = keep(payload, when, now, space)
-                    break
             lane = lanes.route(payload, space) if when is None else None  # a scheduled one: when it is due
             batch.add(payload, when, blob, claim, record, lane)
         return batch
