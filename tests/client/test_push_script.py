@@ -26,7 +26,8 @@ KINDS = {  # a push of each kind, and the commands it costs on the server
 
 def commands(r: redis.Redis) -> dict[str, int]:
     counted = {name.removeprefix("cmdstat_"): int(stat["calls"]) for name, stat in r.info("commandstats").items()}
-    return {name: n for name, n in counted.items() if name not in ("info", "config|resetstat", "script|load")}
+    ours = ("info", "config", "config|resetstat", "script", "script|load")  # Redis 6.2 counts no subcommands
+    return {name: n for name, n in counted.items() if name not in ours}
 
 
 @pytest.fixture
