@@ -53,24 +53,7 @@ JOB_DEFINITION_PUSHES = frozenset({
     ("jobs.definition", "features.workflows.signature"),
 })
 
-# The push carries three features in its own MULTI: a unique job's claim (`unique.PUSH_UNIQUE`), a
-# debounced or throttled job's record (`flow`, in the same script call) and a result_ttl job's status
-# record; `AsyncClient.status`/`result` read the record back, and `AsyncClient.send_event` sends the
-# durable waits' event query (`steps.events.send_query`), as `status` sends lookup's. They go
-# when the push takes its features from a registry, as the worker's lifecycle does.
-PUSH_NAMES_FEATURES = frozenset({
-    ("client.push_plan", "features.unique"),
-    ("client.sync_client", "features.unique"),
-    ("client.sync_client", "features.flow"),
-    ("client.sync_client", "features.results"),
-    ("client.async_client", "features.lookup"),
-    ("client.async_client", "features.steps.events"),
-})
-
-# UNTIL fix/feat IS MERGED: the launcher wires the lifecycle features by name. Helper "feat"
-# registers them instead; after merging fix/feat, delete this entry (the tests below say so when
-# it is no longer needed).
-KNOWN_EXCEPTIONS = JOB_DEFINITION_PUSHES | PUSH_NAMES_FEATURES
+KNOWN_EXCEPTIONS = JOB_DEFINITION_PUSHES
 
 
 def _is_reexport(path: Path) -> bool:
@@ -245,6 +228,17 @@ def test_the_worker_never_reaches_a_feature():
     worker = [name for name in graph if _under(name, "worker")]
     assert "worker.fetch.batch" in worker and "worker.processor" in worker  # really read
     offenders = sorted(f"{module} reaches {feature}" for module in worker
+                       for feature in _reach(graph, module) if _under(feature, "features"))
+    assert offenders == []
+
+
+def test_the_client_never_reaches_a_feature():
+    """A push and a client's reads by jid find the features through the client's seam
+    (`client/plugins.py`, filled by `features/registry.py`), never by importing one."""
+    graph = import_graph()
+    client = [name for name in graph if _under(name, "client")]
+    assert "client.push_plan" in client and "client.async_client" in client  # really read
+    offenders = sorted(f"{module} reaches {feature}" for module in client
                        for feature in _reach(graph, module) if _under(feature, "features"))
     assert offenders == []
 

@@ -42,13 +42,13 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import DataError, RedisClusterException, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from sidequest.client import push_plan
+from sidequest.client import plugins, push_plan
 from sidequest.client import sync_client as client_module
+from sidequest.client.plugins import Command, Query
 from sidequest.client.push_plan import NO_REPLICAS, Replicas
 from sidequest.client.sync_client import Client
 from sidequest.config import Config
 from sidequest.errors import RedisURLError
-from sidequest.features.lookup import Command, Query, result_query, status_query
 from sidequest.jobs.options import JobOptions, check_options, merge_options
 from sidequest.store.connection import (
     CONNECT_TIMEOUT,
@@ -309,24 +309,21 @@ class AsyncClient:
     # -- reading -----------------------------------------------------------------------------------
     async def status(self, jid: str, *, queue: str | None = None) -> str:
         """`sidequest.status`, awaited."""
-        return (await run(status_query(jid, queue, self.sync.clock, self.sync.keys), await self.connection())).state
+        return await run(plugins.status_query(jid, queue, self.sync.clock, self.sync.keys), await self.connection())
 
     async def result(self, jid: str, timeout: float | None = 10.0) -> Any:
         """`sidequest.result`, awaited: the loop keeps running while it waits."""
-        return await run(result_query(jid, timeout, space=self.sync.keys), await self.connection())
-
+        return await run(plugins.result_query(jid, timeout, self.sync.keys), await self.connection())
 
     async def send_event(self, jid: str, name: str, payload: Any = None) -> bool:
         """`sidequest.send_event`, awaited: the same query (`steps.events.send_query`) on this loop."""
-        from sidequest.features.steps.events import encoded, send_query  # the steps load with their first use
-
-        query = send_query(jid, name, encoded(name, payload), self.sync.clock(), self.sync.keys,
-                           self.sync.config.sidekiq_version >= 8)
+        query = plugins.event_query(jid, name, payload, self.sync.clock(), self.sync.keys,
+                                    self.sync.config.sidekiq_version >= 8)
         return await run(query, await self.connection())
 
 
 async def run(query: Query[T], connection: aioredis.Redis) -> T:
-    """Run a lookup (see `lookup`) on redis.asyncio."""
+    """Run a query by jid (see `plugins`: `lookup`'s, `steps.events`') on redis.asyncio."""
     try:
         step = next(query)
         while True:

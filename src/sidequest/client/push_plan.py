@@ -8,7 +8,7 @@ both clients send the same commands and judge their replies alike:
 
 - the jobs: MULTI, the push's commands (and a task's or workflow's records), EXEC; with unique
   jobs (and debounced or throttled ones, `flow`, and laned ones, `lanes`), one EVALSHA of
-  `unique.PUSH_UNIQUE` (with SCRIPT LOAD before it once Redis says it lost the script).
+  `push_script.PUSH_UNIQUE` (with SCRIPT LOAD before it once Redis says it lost the script).
 - `wait_replicas` (`Replicas`): a WAIT in the same exchange, right after the EXEC or the script
   call. WAIT counts the writes of the connection it is sent on: on any other connection it
   returns at once and confirms nothing. Without it nothing is added, and the push stays one
@@ -29,8 +29,8 @@ from typing import Any
 import redis
 from redis.exceptions import AskError, NoScriptError, ResponseError
 
+from sidequest.client.push_script import PUSH_UNIQUE
 from sidequest.errors import JobArgumentError, NotReplicatedError
-from sidequest.features import unique
 from sidequest.store import keys, lanes
 from sidequest.store.direct import Command, Recorder
 
@@ -127,7 +127,7 @@ class Batch:
                 pipe.pexpire(key, ms)
 
     def script_args(self, space: keys.Keyspace = keys.DEFAULT) -> tuple[list[str], list[Any]]:
-        """KEYS and ARGV of `unique.PUSH_UNIQUE`, every job in order (Cluster mode: of one queue's
+        """KEYS and ARGV of `push_script.PUSH_UNIQUE`, every job in order (Cluster mode: of one queue's
         part, without `queues`); a laned job's lane last."""
         args: list[Any] = [len(self.jobs)]
         for (payload, when, blob), claim, record, lane in zip(self.jobs, self.claims, self.records, self.lanes,
@@ -153,7 +153,7 @@ Exchange = tuple[str, list[Command], bool]
 Plan = Generator[Exchange, list[Any], frozenset[str]]  # returns the jids of unique jobs not written
 Also = Callable[[Any], None]  # queues more commands of the push's MULTI on a pipeline-like recorder
 
-_PUSH_SHA = hashlib.sha1(unique.PUSH_UNIQUE.encode()).hexdigest()
+_PUSH_SHA = hashlib.sha1(PUSH_UNIQUE.encode()).hexdigest()
 _NONE: frozenset[str] = frozenset()
 
 
@@ -232,7 +232,7 @@ def _script(part: Batch, route: str, space: keys.Keyspace, tail: list[Command], 
     if space.cluster:
         script_keys = script_keys[:1]  # not `queues`, another slot: added before (see `plan`)
     call = ("EVALSHA", _PUSH_SHA, len(script_keys), *script_keys, *args)
-    replies = yield from _exchange(route, [call, *tail], loads=unique.PUSH_UNIQUE)
+    replies = yield from _exchange(route, [call, *tail], loads=PUSH_UNIQUE)
     if tail:
         replicas.check(replies[1], part)
     return part.refused(replies[0])

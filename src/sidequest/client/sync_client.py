@@ -12,7 +12,8 @@ Every payload is built and checked before anything is sent, and a whole push (bu
 goes in one MULTI/EXEC, so a bad argument or a dropped connection leaves nothing partial.
 A push with unique jobs (`unique_for`) is one script call instead, that takes each job's claim
 and writes the job only if it got it (see `unique`); a job pushed with `result_ttl` gets its
-status record in the same call (see `results`).
+status record in the same call (see `results`). The client finds these features' parts of a
+push (the claim, debounce and throttle, the record) in its seam, `plugins`, where they register.
 
 On a Redis Cluster (`redis+cluster://`, see `keys.ClusterKeyspace`) a push is written per queue,
 each in one MULTI (or script call) on the primary of that queue's slot, after the queue's name
@@ -33,13 +34,13 @@ from typing import Any, ClassVar, Unpack
 
 import redis
 
-from sidequest.client import push_plan
+from sidequest.client import plugins, push_plan
+from sidequest.client.plugins import declared_options
 from sidequest.client.push_plan import LISTED_EVERY, Batch
 from sidequest.client.push_plan import NO_REPLICAS as NO_REPLICAS  # where `testing` and `aio` import them from
 from sidequest.client.push_plan import Replicas as Replicas
 from sidequest.config import Config
 from sidequest.errors import JobArgumentError
-from sidequest.features import flow, results, unique
 from sidequest.jobs import active_job
 from sidequest.jobs.options import (
     DEFAULTS,
@@ -130,15 +131,9 @@ class Client:
     def replicas(self, job: Any, options: Mapping[str, Any]) -> Replicas:
         """How many replicas a push of `job` waits for, and how long: the push's options, then
         the job's, then the configuration's."""
-        chosen = {**self._declared(job), **{key: options[key] for key in PUSH_ONLY if key in options}}
+        chosen = {**declared_options(job), **{key: options[key] for key in PUSH_ONLY if key in options}}
         return Replicas(chosen.get("wait_replicas", self.config.wait_replicas),
                         chosen.get("wait_timeout", self.config.wait_timeout))
-
-    @staticmethod
-    def _declared(job: Any) -> dict[str, Any]:
-        """The options of how `job` is pushed given where it is defined (`push_options`), or none."""
-        declared = getattr(job, "push_options", None)
-        return declared() if callable(declared) and not isinstance(job, str) else {}
 
     def build(self, job: Any, args_list: list[Any], times: list[float | None], now: float,
               options: dict[str, Any], steer: Mapping[str, Any] | None = None, kwargs: Mapping[str, Any] | None = None,
@@ -167,12 +162,13 @@ class Client:
             except JobArgumentError as exc:
                 prefix = f"job {index} of the bulk: " if len(args_list) > 1 else ""
                 raise JobArgumentError(f"{prefix}{exc}") from None
-        flowing = key = None
-        if "debounce" in base or "throttle" in base or "key" in options:  # most pushes: none, no other work
-            key = options.get("key") or self._declared(job).get("key")
-            flowing = flow.check(base, key, len(checked), times, getattr(job, "active_job", False) is True)
-            if flowing == "debounce":  # each push (re)schedules the one run: debounce after it
-                times = [now + float(base["debounce"])]
+        stamps: list[plugins.Stamp] = []
+        for names, shape in plugins.SHAPES:  # features' parts of a push (debounce, throttle): most pushes, none
+            for option in names:  # plain `in` tests: no call on the hot path
+                if option in base or option in options:
+                    times, marks = shape(job, base, options, times, now)
+                    stamps += [marks] if marks is not None else []
+                    break
         groups: list[str] | None = None
         if any(option in base for option in LANE_OPTIONS):
             function = lane_group(base)  # most pushes: none of these, no other work
@@ -198,8 +194,8 @@ class Client:
             payload["class"] = name
             payload["jid"] = jid
             payload["created_at"] = created
-            if flowing is not None:
-                payload["flow_key"] = flow.flow_digest(name, args, base["queue"], keywords, key)
+            for marks in stamps:
+                marks(payload, args, keywords)
             if expiring:  # the deadline counts from the job's own time, as Sidekiq Pro's
                 payload["expires_at"] = expires_at(payload, when, now)
             if middleware:
@@ -302,29 +298,31 @@ class Client:
         return chosen
 
     def prepare(self, entries: list[tuple[dict[str, Any], float | None]], now: float) -> Batch:
-        """Every entry stamped, given its unique claim and status record, and encoded (all are
-        checked before anything is written)."""
+        """Every entry stamped, given the claim and status record its features give it (see
+        `plugins`), and encoded (all are checked before anything is written)."""
         batch = Batch()
         space = self.keys
         # see `_encode`; a shape pays off from the second payload on
         shapes = Shapes() if len(entries) > 1 and not len(self.config.client_middleware) else None
         seconds, millis = stamp(now, False), stamp(now, True)  # one object each: `Shapes` needs that
         v8 = self.config.sidekiq_version >= 8
+        marks = plugins.MARKS  # the payload fields a feature's part of a push is asked for
         for index, (payload, when) in enumerate(entries):
             if when is None:
                 payload["enqueued_at"] = millis if v8 or in_millis(payload) else seconds
+            claim = record = None
             try:
                 if space.cluster:
                     cluster_problem(payload)
-                try:
-                    claim = (flow.claim(payload, now, space) if "flow_key" in payload  # never with unique_for
-                             else unique.claim(payload, when, now, space) if "unique_for" in payload else None)
-                except (TypeError, ValueError, RecursionError) as exc:  # client middleware added something
-                    raise JobArgumentError(f"payload of job {payload.get('class')!r} is not JSON: {exc}") from None
+                for mark in marks:  # most jobs hold none: a few `in` tests, no call
+                    if mark in payload:
+                        claim, record = plugins.parts(payload, when, now, space)
+                        break
                 blob = self._encode(payload, shapes)
-            except JobArgumentError as exc:
-                raise JobArgumentError(f"job {index} of the bulk: {exc}" if len(entries) > 1 else str(exc)) from None
-            record = results.at_push(payload, when, now, space) if "result_ttl" in payload else None
+            except (JobArgumentError, TypeError, ValueError, RecursionError) as exc:
+                text = str(exc) if isinstance(exc, JobArgumentError) else (  # a claim's digest of what client
+                    f"payload of job {payload.get('class')!r} is not JSON: {exc}")  # middleware added
+                raise JobArgumentError(f"job {index} of the bulk: {text}" if len(entries) > 1 else text) from None
             lane = lanes.route(payload, space) if when is None else None  # a scheduled one: when it is due
             batch.add(payload, when, blob, claim, record, lane)
         return batch

@@ -9,7 +9,8 @@
 "The same" is the job's class, args, kwargs and queue (as `unique_for`'s digest), or with `key=`
 the JSON value of `key(*args, **kwargs)` with the class and queue. The push computes the digest
 (`flow_key` in the payload) and, in `prepare`, the record it checks; both are written in the
-push's one script call (`unique.PUSH_UNIQUE`, the seam `unique_for` uses), so concurrent pushes
+push's one script call (`client.push_script.PUSH_UNIQUE`, as `unique_for`'s claim; `shape` and
+`claim` are this feature's part of a push, registered in `client.plugins`), so concurrent pushes
 of one key from any number of clients settle atomically:
 
 - debounce: `sidequest:debounce:<digest>` holds the pending run's payload. A push removes that
@@ -34,10 +35,11 @@ a plain scheduled job (a Ruby worker runs it too); a sidequest worker only ends 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from typing import Any
 
+from sidequest.client.plugins import Stamp, Times, declared_options
 from sidequest.errors import JobArgumentError
 from sidequest.features.unique import _CANONICAL, digest
 from sidequest.jobs.options import seconds_option
@@ -90,9 +92,27 @@ def flow_digest(name: str, args: list[Any], queue: str, kwargs: dict[str, Any] |
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def claim(payload: dict[str, Any], now: float, space: keys.Keyspace = keys.DEFAULT
+def shape(job: Any, base: dict[str, Any], options: Mapping[str, Any], times: Times, now: float
+          ) -> tuple[Times, Stamp | None]:
+    """This feature's part of a push that names debounce, throttle or key (`plugins.Shape`): the
+    push checked (`check`), a debounced one scheduled `debounce` after now, and what marks each
+    payload with its `flow_key` (None: no flow option)."""
+    key = options.get("key") or declared_options(job).get("key")
+    flowing = check(base, key, len(times), times, getattr(job, "active_job", False) is True)
+    if flowing is None:
+        return times, None
+    if flowing == "debounce":  # each push (re)schedules the one run: debounce after it
+        times = [now + float(base["debounce"])]
+
+    def stamp(payload: dict[str, Any], args: list[Any], kwargs: dict[str, Any] | None) -> None:
+        payload["flow_key"] = flow_digest(payload["class"], args, payload["queue"], kwargs, key)
+
+    return times, stamp
+
+
+def claim(payload: dict[str, Any], when: float | None, now: float, space: keys.Keyspace = keys.DEFAULT
           ) -> tuple[str, int, str, str, str] | None:
-    """For a payload about to be pushed with `flow_key`, what `unique.PUSH_UNIQUE` takes in a
+    """For a payload about to be pushed with `flow_key`, what `push_script.PUSH_UNIQUE` takes in a
     claim's place: its record's key and milliseconds (0 for a debounce record: it lives as long
     as its run, see the module), its flow code, counts key and class; None when it has no flow
     option (turned off for this push)."""

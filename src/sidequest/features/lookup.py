@@ -29,12 +29,13 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import redis
 
+from sidequest.client.plugins import Command, Query
 from sidequest.errors import WAITING, Cancelled, JobFailed, NoResultError
 from sidequest.features.results import ENDED, STATES
 from sidequest.jobs.options import seconds_option
@@ -45,8 +46,6 @@ if TYPE_CHECKING:
     from sidequest.client.sync_client import Client
 
 T = TypeVar("T")
-Command = tuple[str, tuple[Any, ...], dict[str, Any]]  # a redis-py method name, its arguments
-Query = Generator[list[Command], list[Any], T]  # yields commands to run together, gets their replies
 
 PAGE = 1000  # queue entries per LRANGE, set entries per ZSCAN step
 WAIT_STEP = 5.0  # longest single block while waiting for a result (below the socket timeout)
@@ -91,6 +90,11 @@ def status_query(jid: str, queue: str | None = None, clock: Callable[[], float] 
         record = {k.decode(): v for k, v in stored.items()}
         return Found(state_of(record, clock()), record=record)
     return (yield from search(jid, queue, space))
+
+
+def state_query(jid: str, queue: str | None, clock: Callable[[], float], space: keys.Keyspace) -> Query[str]:
+    """`status_query`'s state alone: what `status` answers, and the client's seam asks (`plugins`)."""
+    return (yield from status_query(jid, queue, clock, space)).state
 
 
 def state_of(record: dict[str, bytes], now: float) -> str:
@@ -299,7 +303,7 @@ def status(jid: str, *, queue: str | None = None, client: Client | None = None) 
     docstring for the cost), in `queue` only when given. A plain job that is done is unknown.
     """
     chosen = _client(client)
-    return run(status_query(jid, queue, chosen.clock, chosen.keys), chosen.redis).state
+    return run(state_query(jid, queue, chosen.clock, chosen.keys), chosen.redis)
 
 
 def result(jid: str, timeout: float | None = 10.0, *, client: Client | None = None) -> Any:

@@ -1,8 +1,14 @@
-"""The one list of features plugged into a job's life, registered into the worker's lifecycle seam.
+"""The one list of features plugged into a job's life, registered into the worker's lifecycle seam,
+and the one list of their parts of a push and of a client's reads, registered into the client's.
 
 `import sidequest` imports this module, which fills `worker.lifecycle`'s list; a worker
 (`Launcher`, a supervisor's orphan recovery) and an operator's move (`api.actions`, a cancel) build
-their features from it (`lifecycle.compose`), so neither names a feature.
+their features from it (`lifecycle.compose`), so neither names a feature. It fills
+`client.plugins` too: the push asks it for a job's claim (unique, debounce and throttle), its
+status record (results) and a push's checks (debounce and throttle), and the asyncio client for
+the queries by jid (status and result: `lookup`; an event: `steps.events`), so no client module
+names a feature either. Claims are asked in this order, first match deciding: a debounced or
+throttled job's record is its claim (`flow.check` refuses unique_for beside them).
 
 The order is the order of the operations inside SETTLE, RESERVE, RECOVER and the ADMIN_* scripts:
 the workflow's operation reads the result the status operation wrote in the same call, so it
@@ -13,13 +19,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from sidequest.client.plugins import ClientPlugin
+from sidequest.client.plugins import register as register_client_part
 from sidequest.client.sync_client import Client
+from sidequest.features import flow, lookup, results, unique
 from sidequest.features.cancellation import CancelFeature
 from sidequest.features.flow import FlowFeature
 from sidequest.features.job_metrics import JobMetricsFeature
 from sidequest.features.lanes import LanesFeature
 from sidequest.features.periodic import PeriodicRegistry, PeriodicScheduler, default_periodic, entries_from_config
 from sidequest.features.results import StatusFeature
+from sidequest.features.steps.events import event_query
 from sidequest.features.steps.feature import StepsFeature
 from sidequest.features.tasks import TaskFeature, TaskRecorder
 from sidequest.features.unique import UniqueFeature
@@ -68,3 +78,13 @@ PLUGINS = (
 )
 
 register(*PLUGINS)
+
+CLIENT_PLUGINS = (
+    ClientPlugin("flow", options=("debounce", "throttle", "key"), shape=flow.shape, field="flow_key", claim=flow.claim),
+    ClientPlugin("unique", field="unique_for", claim=unique.claim),
+    ClientPlugin("status", field="result_ttl", record=results.at_push, status=lookup.state_query,
+                 result=lambda jid, timeout, space: lookup.result_query(jid, timeout, space=space)),
+    ClientPlugin("steps", send_event=event_query),
+)
+
+register_client_part(*CLIENT_PLUGINS)

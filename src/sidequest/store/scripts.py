@@ -1,8 +1,9 @@
 """The core's Lua scripts (the moves of a job between its keys), each with the keys it touches.
 
-A feature's own scripts live beside it, never here: `unique.PUSH_UNIQUE`, the lifecycle
-operations (`unique.UNIQUE_FEATURE`, `results.STATUS_FEATURE`, `tasks.lua.TASK_FEATURE`), the
-limits (`limiter`), the task scripts (`tasks.lua`) and the periodic claim (`periodic.scheduler`).
+The push's script lives with the push (`client.push_script.PUSH_UNIQUE`), and a feature's own
+scripts beside it, never here: the lifecycle operations (`unique.UNIQUE_FEATURE`,
+`results.STATUS_FEATURE`, `tasks.lua.TASK_FEATURE`), the limits (`limiter`), the task scripts
+(`tasks.lua`) and the periodic claim (`periodic.scheduler`).
 
 Payload rewriting is done in Python before a script runs (Lua's cjson would reformat floats
 and reorder fields); the scripts only move bytes, and each checks that the job is still where

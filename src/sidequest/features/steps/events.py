@@ -17,7 +17,8 @@ A job that has no records yet (queued, scheduled or running before its first ste
 searched for as `sidequest.status` searches (`lookup.search`: O(waiting jobs)), and its records
 are made with the event in them: an event sent before the wait is kept for it. No job of that
 jid anywhere: `EventError`. The send is written once, as a query of Redis commands
-(`send_query`), run by `lookup.run` on a blocking client and by `aio.run` on redis.asyncio.
+(`send_query`), run by `lookup.run` on a blocking client and by `aio.run` on redis.asyncio (which
+finds it through the client's seam, `client.plugins`, where `features.registry` registers it).
 """
 
 from __future__ import annotations
@@ -25,10 +26,10 @@ from __future__ import annotations
 import json
 from typing import Any, cast
 
+from sidequest.client.plugins import Command, Query
 from sidequest.client.sync_client import Client, default_client
 from sidequest.errors import EventError, JobArgumentError, PayloadError, StepError
 from sidequest.features import lookup
-from sidequest.features.lookup import Command, Query
 from sidequest.features.steps.lua import EVENT_SEND
 from sidequest.features.steps.records import digest_of
 from sidequest.jobs.payload import check_json_value, decode
@@ -119,6 +120,11 @@ def send_event(jid: str, name: str, payload: Any = None, *, client: Client | Non
     wait was woken, False when the event was kept for later. Raises `EventError` when no job of
     that jid exists (it never did, or it has ended), `StepError` for a payload that is not JSON."""
     chosen = client or default_client()
-    blob = encoded(name, payload)
-    query = send_query(jid, name, blob, chosen.clock(), chosen.keys, chosen.config.sidekiq_version >= 8)
+    query = event_query(jid, name, payload, chosen.clock(), chosen.keys, chosen.config.sidekiq_version >= 8)
     return lookup.run(query, chosen.redis)
+
+
+def event_query(jid: str, name: str, payload: Any, now: float, space: keys.Keyspace, millis: bool) -> Query[bool]:
+    """`send_query` of `payload` (checked and encoded now: a bad one is refused before any command):
+    what `send_event` runs, and the client's seam asks (`plugins`) for the asyncio form."""
+    return send_query(jid, name, encoded(name, payload), now, space, millis)

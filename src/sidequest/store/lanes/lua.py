@@ -53,12 +53,21 @@ local function lane_wake(base, group, events)
   if not ok then return end
   for _, level in ipairs(levels) do pcall(wake_level, base, level, group, events) end
 end
+-- `typed`, once per key and call: `seen` holds the keys a call has found of their type already.
+local function typed_once(seen, key, kind)
+  if seen[key] then return true end
+  seen[key] = typed(key, kind)
+  return seen[key]
+end
 -- Whether a job may enter its lane: every key `lane_push` writes is of its type. A script checks
--- it for all its jobs before its first write.
-local function lane_ready(base, level, group)
+-- it for all its jobs before its first write; with `seen` (one table for the call) the queue's and
+-- the level's keys are looked at once, so a bulk push over many groups costs one TYPE a group.
+local function lane_ready(base, level, group, seen)
+  seen = seen or {}
   local rotation = base .. ':' .. level
-  if not (typed(base, 'set') and typed(rotation, 'list') and typed(rotation .. ':' .. group, 'list')
-          and typed(base .. ':waiting', 'hash') and typed(base .. ':limits', 'hash')) then return false end
+  if not (typed_once(seen, base, 'set') and typed_once(seen, rotation, 'list')
+          and typed(rotation .. ':' .. group, 'list') and typed_once(seen, base .. ':waiting', 'hash')
+          and typed_once(seen, base .. ':limits', 'hash')) then return false end
   return string.match(redis.call('hget', base .. ':waiting', group) or '0', '^%-?%d+$') ~= nil
 end
 local function lane_push(base, level, group, job, limits)

@@ -25,9 +25,10 @@ from typing import Any, TypeVar
 from sidequest.api import JobRecord, SortedEntry, Work, Workers
 from sidequest.api.actions import Actions
 from sidequest.api.records import parse
+from sidequest.client.plugins import Command, Query
 from sidequest.client.sync_client import Client
 from sidequest.features import lookup
-from sidequest.features.lookup import Command, Found, Query
+from sidequest.features.lookup import Found
 from sidequest.store import keys
 from sidequest.web.pages.sets import KINDS
 
