@@ -84,6 +84,11 @@ def cases(now: float) -> dict[str, tuple[str, Callable[[int], Round]]]:
         raw = job(i, "p")
         return [("DEL", HELD), ("RPUSH", Q, raw)], settle(raw, "queue", Q, raw, now)
 
+    def put_back_taken(i: int) -> Round:
+        """The same, its first write taken by another processor since: the look goes its whole depth."""
+        raw = job(i, "t")
+        return [("DEL", HELD)], settle(raw, "queue", Q, raw, now)
+
     def recover(i: int) -> Round:
         raw = job(i, "c")
         return [("DEL", DEAD_LIST), ("RPUSH", DEAD_LIST, raw)], (
@@ -103,6 +108,7 @@ def cases(now: float) -> dict[str, tuple[str, Callable[[int], Round]]]:
         "taken (mark)": ("settle", held("taken", keys.QUEUES)),
         "put back": ("settle", held("queue", Q)),
         "put back, reply lost": ("settle", put_back_again),
+        "  ... and taken since": ("settle", put_back_taken),
         "recover one": ("recover", recover),
         "due job to queue": ("enqueue_due", due),
     }
