@@ -4,7 +4,8 @@ with 2 processes, on a private redis-server. It checks two things a short run ca
 - no command of the workers takes over 10 ms in Redis (SLOWLOG, which logs from 2 ms here; each
   entry is named by its script, the SHA mapped back to SETTLE, RESERVE... as a worker registers them);
 - throughput stays flat while the queue shrinks from 1,000,000 to 0 (jobs/s by decile of the drain,
-  timed from the queue's length sampled every 20 ms).
+  timed from the queue's length sampled every 20 ms; the queue is paused until both processes run,
+  and 5% more jobs, queued ahead, warm them up untimed).
 
     .venv/bin/python bench/drain.py [--jobs 1000000] [--processes 2] [--limit-ms 10] [--log-from-ms 2]
 
@@ -31,7 +32,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import redis
+from common import PrivateRedis
+
 import sidequest
+from sidequest import Client
+from sidequest.api import Queue
+from sidequest.config import Config
+from sidequest.store import keys
+from sidequest.worker.launcher import Launcher
 
 QUEUE = "drain"
 HERE = Path(__file__).resolve().parent
@@ -44,8 +54,6 @@ def noop(i: int) -> None:
 
 def fill(r: Any, jobs: int, chunk: int = 2000) -> float:
     """LPUSH `jobs` payloads (Sidekiq's format, as a push writes it) in pipelined chunks; seconds taken."""
-    from sidequest.store import keys
-
     began, now = time.monotonic(), time.time()
     r.sadd(keys.QUEUES, QUEUE)
     for start in range(0, jobs, chunk):
@@ -61,9 +69,6 @@ def fill(r: Any, jobs: int, chunk: int = 2000) -> float:
 def script_names(url: str) -> dict[str, str]:
     """{SHA: name} of the scripts a worker registers (the core's, with its features' Lua), so a
     SLOWLOG entry's `EVALSHA <sha>` says which script it was."""
-    from sidequest.config import Config
-    from sidequest.worker.launcher import Launcher
-
     launcher = Launcher(Config(redis_url=url))
     try:
         return {script.sha: name.upper() for name, script in vars(launcher.scripts).items() if hasattr(script, "sha")}
@@ -89,6 +94,15 @@ def prioritise(pid: int, nice: int) -> str:
     except OSError as exc:  # not root: a lower value is refused
         return f"redis-server at the workers' priority (nice {nice} refused: {exc.strerror})"
     return f"redis-server at nice {nice}"
+
+
+def started(r: Any, processes: int, proc: subprocess.Popen[bytes], timeout: float = 120) -> None:
+    """Wait until the worker's processes have all registered (their first heartbeat)."""
+    deadline = time.monotonic() + timeout
+    while r.scard(keys.PROCESSES) < processes:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"drain: the worker's {processes} processes did not start within {timeout:.0f} s")
+        time.sleep(0.05)
 
 
 def sample(r: Any, key: str, proc: subprocess.Popen[bytes], timeout: float) -> list[tuple[float, int]]:
@@ -165,30 +179,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=1800.0)
     p.add_argument("--redis-nice", type=int, default=-10, help="redis-server's niceness (0: as the workers')")
     args = p.parse_args(argv)
-    sys.path.insert(0, str(HERE))
-    import redis
-    from common import PrivateRedis
-
-    from sidequest.store import keys
-
     with PrivateRedis() as server:
         r = redis.Redis.from_url(server.url)
         r.client_setname("drain-harness")
         print(f"load average {os.getloadavg()[0]:.2f}; {prioritise(server.proc.pid, args.redis_nice)}", flush=True)
         r.config_set("latency-monitor-threshold", int(args.log_from_ms))
-        print(f"filling {args.jobs:,} jobs ... {fill(r, args.jobs):.1f} s, "
+        warm = args.jobs // 20  # taken first (pushed first) and not timed: every processor is busy by then
+        print(f"filling {args.jobs:,} jobs after {warm:,} to warm up ... {fill(r, args.jobs + warm):.1f} s, "
               f"Redis used_memory {r.info('memory')['used_memory_human']}", flush=True)
         names = script_names(server.url)
         r.config_set("slowlog-log-slower-than", int(args.log_from_ms * 1000))
         r.config_set("slowlog-max-len", 100_000)
         r.slowlog_reset()
         r.execute_command("LATENCY", "RESET")
+        queue = Queue(QUEUE, Client(Config(redis_url=server.url)))
+        queue.pause()  # until every process is up
         env = {**os.environ, "REDIS_URL": server.url, "PYTHONPATH": os.pathsep.join(
             [str(HERE), os.environ.get("PYTHONPATH", "")])}
         worker = subprocess.Popen([sys.executable, "-m", "sidequest.cli", "worker", "-r", "drain", "-q", QUEUE,
                                    "--processes", str(args.processes), "--log-level", "warning"], env=env)
         before = preempted(server.proc.pid)
         try:
+            started(r, args.processes, worker)
+            queue.unpause()  # all at once: the first tenth is not the processes' start-up
             points = sample(r, keys.queue(QUEUE), worker, args.timeout)
             print(f"redis-server preempted {preempted(server.proc.pid) - before:,} times during the drain")
         finally:
