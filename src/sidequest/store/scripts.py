@@ -45,7 +45,7 @@ PUT_BACK_DEPTH = 1000
 # one), 2 when this very outcome was already written by an earlier attempt whose reply was lost
 # (where the outcome writes somewhere, that is checked there too). A put-back's earlier write is
 # looked for among the PUT_BACK_DEPTH jobs at the queue's head only: a queue holds a million jobs,
-# and a scan of it all (12 ms and more) would stall Redis for every client.
+# and a scan of it all (84 ms at 1,000,000, bench/scripts.py) would stall Redis for every client.
 # Basic fetch keeps no reserved copy and passes checked = '0'.
 # `run_ops` runs each operation under pcall and records a failure in FAULTS as five fields: which
 # job (`tag`: 0, or the number of RESERVE's acknowledgement), the feature, the point, the error, and
