@@ -7,8 +7,10 @@ one private redis-server, each peer in its own virtualenv and its documented fas
     .venv/bin/python bench/run.py --report bench/results/latest.json [--to-docs]   (tables, chart, markdown again)
 
 A full run measures every configuration of harness/rows.py in 3 interleaved rounds (about half
-an hour on 2 cores), then runs the older single-purpose benchmarks (bulk_push.py, throughput.py:
-reliable vs basic fetch, tasks.py); --quick is sidequest vs Sidekiq, one short round (about a
+an hour on 2 cores), then runs the single-purpose benchmarks (bulk_push.py, throughput.py:
+reliable vs basic fetch, tasks.py, scripts.py: each worker script's cost by queue length,
+drain.py: 1,000,000 jobs drained by 2 processes, SLOWLOG and throughput by decile); --quick
+is sidequest vs Sidekiq, one short round (about a
 minute). The `sidequest-cluster` row runs on a private 3-primary Redis Cluster started beside
 the redis-server when a row needs it (harness/cluster.py); it and `sidequest-6q` are not among
 --quick's rows, but `--quick --only sidequest,sidequest-6q,sidequest-cluster` measures just those,
@@ -51,7 +53,7 @@ from harness.rounds import run_rounds, summarise
 from harness.rows import REFERENCE, RESULTS, Row, Settings, all_rows, only, quick_rows, select, with_baseline
 
 HERE = Path(__file__).resolve().parent
-LEGACY = ["bulk_push.py", "throughput.py", "tasks.py"]
+LEGACY = ["bulk_push.py", "throughput.py", "tasks.py", "scripts.py", "drain.py"]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -70,7 +72,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="also measure sidequest as of git commit REF (a row after each sidequest row)")
     p.add_argument("--ack-jobs", type=int, metavar="N",
                    help="jobs of the acknowledgement-window phase, sidequest rows (1,000; quick: 400; 0: skip)")
-    p.add_argument("--no-extras", action="store_true", help="skip the older benchmarks after a full run")
+    p.add_argument("--no-extras", action="store_true", help="skip the single-purpose benchmarks after a full run")
     p.add_argument("--report", type=Path,
                    help="print the tables, draw the chart and write latest.md of a results JSON, then stop")
     p.add_argument("--to-docs", nargs="?", type=Path, const=DOCS_PAGE, metavar="PAGE",

@@ -29,6 +29,12 @@ import redis
 
 from sidequest.store import keys, lanes
 
+# How far from the head of its queue a put-back sent again (its reply lost) looks for its first
+# write. Between the two only other put-backs can go ahead of it (pushes go to the other end, and
+# a job taken meanwhile is not there to find): at most one per running or prefetched job of the
+# processes stopping at that moment. A miss only makes the reply 0 instead of 2; nothing is written.
+PUT_BACK_DEPTH = 1000
+
 # Shared by the scripts below. `settle` applies one outcome to a job a processor holds:
 #   mode 'ack'    remove it (done, dropped)          'retry'  remove it, ZADD dest score blob
 #   mode 'dead'   remove it, ZADD dest, trim dest    'queue'  remove it, RPUSH dest blob (the head)
@@ -38,7 +44,9 @@ from sidequest.store import keys, lanes
 # recovery (which records what it took in `recovered`, the set `keys.recovered(identity)`). So
 # the reply tells them apart: 0 when another process recovered the job (its copy is the live
 # one), 2 when this very outcome was already written by an earlier attempt whose reply was lost
-# (where the outcome writes somewhere, that is checked there too).
+# (where the outcome writes somewhere, that is checked there too). A put-back's earlier write is
+# looked for among the PUT_BACK_DEPTH jobs at the queue's head only: a queue holds a million jobs,
+# and a scan of it all (84 ms at 1,000,000, bench/scripts.py) would stall Redis for every client.
 # Basic fetch keeps no reserved copy and passes checked = '0'.
 # `run_ops` runs each operation under pcall and records a failure in FAULTS as five fields: which
 # job (`tag`: 0, or the number of RESERVE's acknowledgement), the feature, the point, the error, and
@@ -92,7 +100,9 @@ local function settle(reserved, checked, raw, mode, dest, blob, score, queue, cu
       if mode == 'retry' or mode == 'snooze' or mode == 'dead' then
         return redis.call('zscore', dest, blob) and 2 or 0
       end
-      if mode == 'queue' then return redis.call('lpos', dest, blob) and 2 or 0 end
+      if mode == 'queue' then  -- at the head (the right end) unless taken since: a bounded look there
+        return redis.call('lpos', dest, blob, 'RANK', -1, 'MAXLEN', %(put_back_depth)d) and 2 or 0
+      end
       return 2
     end
   end
@@ -329,7 +339,7 @@ def core_lib(features_lua: str, cluster: bool = False) -> str:
     register = "" if cluster else f"redis.call('sadd', '{keys.QUEUES}', queue)"
     prefix = f"{keys.PREFIX}:"
     return _CORE_LIB % {"features": features_lua, "register": register, "prefix": prefix,
-                        "prefix_length": len(prefix), "lanes": lanes.LANES_LUA}
+                        "prefix_length": len(prefix), "lanes": lanes.LANES_LUA, "put_back_depth": PUT_BACK_DEPTH}
 
 
 class Scripts:
