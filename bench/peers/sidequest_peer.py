@@ -31,6 +31,10 @@ with `group=i % N`: the same jobs, each in one of N fairness groups, which wait 
 lanes (`sidequest:lanes:bench...`) and are staged into `queue:bench` as the worker runs them; the
 staged keys are then the queue and every key of its lanes. The stamp and probe jobs have no group.
 
+BENCH_TAIL_TRACE=1 (bench/tail.py) makes the sync stamp job also report the GC passes that
+overlapped its wait since the push (timed by `gc.callbacks`) and the thread that ran it, and
+record the process's thread names (native id -> name) in `bench:tail:threads`.
+
 Every process that imports this file says on stderr which sidequest it imported (a baseline row,
 `--baseline`, puts an older checkout first on PYTHONPATH; harness/phases.py checks the worker's
 log). `BenchAckProbe` is the acknowledgement-window phase's job (harness/ackwindow.py).
@@ -106,8 +110,6 @@ if TRACE:
             _gc_pauses.append((_gc_began[0], time.time(), info["generation"]))
 
     gc.callbacks.append(_gc_timer)
-    if os.environ.get("BENCH_SWITCH_INTERVAL"):  # experiment knob (temporary)
-        sys.setswitchinterval(float(os.environ["BENCH_SWITCH_INTERVAL"]))
     TAIL_THREADS = "bench:tail:threads"  # hash: native thread id -> name (bench/tail.py)
     _named = [0]
 
