@@ -31,6 +31,10 @@ with `group=i % N`: the same jobs, each in one of N fairness groups, which wait 
 lanes (`sidequest:lanes:bench...`) and are staged into `queue:bench` as the worker runs them; the
 staged keys are then the queue and every key of its lanes. The stamp and probe jobs have no group.
 
+BENCH_TAIL_TRACE=1 (bench/tail.py) makes the sync stamp job also report the GC passes that
+overlapped its wait since the push (timed by `gc.callbacks`) and the thread that ran it, and
+record the process's thread names (native id -> name) in `bench:tail:threads`.
+
 Every process that imports this file says on stderr which sidequest it imported (a baseline row,
 `--baseline`, puts an older checkout first on PYTHONPATH; harness/phases.py checks the worker's
 log). `BenchAckProbe` is the acknowledgement-window phase's job (harness/ackwindow.py).
@@ -89,6 +93,25 @@ GROUPS = int(os.environ.get("BENCH_GROUPS") or 0)
 
 
 ASYNC = os.environ.get("BENCH_ASYNC") == "1"
+TRACE = os.environ.get("BENCH_TAIL_TRACE") == "1"  # bench/tail.py: which GC passes, which thread
+
+
+if TRACE:
+    import gc
+    from collections import deque
+
+    _gc_pauses: deque[tuple[float, float, int]] = deque(maxlen=64)  # (began, ended, generation), time.time()
+    _gc_began = [0.0]
+
+    def _gc_timer(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            _gc_began[0] = time.time()
+        else:
+            _gc_pauses.append((_gc_began[0], time.time(), info["generation"]))
+
+    gc.callbacks.append(_gc_timer)
+    TAIL_THREADS = "bench:tail:threads"  # hash: native thread id -> name (bench/tail.py)
+    _named = [0]
 
 if ASYNC:
     _loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, redis.asyncio.Redis] = weakref.WeakKeyDictionary()
@@ -140,10 +163,24 @@ else:
     def noop(i: int) -> None:
         _peer.noop_body(PLAIN if PLAIN is not None else sidequest.redis(), LIMIT)
 
-if not ASYNC:  # the sync stamp and probe jobs, beside either sync no-op
+if not ASYNC and TRACE:  # bench/tail.py's traced stamp job: the stamp plus what ran meanwhile
+    @sidequest.job(name="BenchStamp", queue=_peer.QUEUE)
+    def stamp(sent: float) -> None:
+        started = time.time()
+        pauses = [(a, b, gen) for a, b, gen in list(_gc_pauses) if b > sent]
+        gc_ms = sum(b - max(a, sent) for a, b, _ in pauses) * 1000
+        gens = ",".join(str(gen) for _, _, gen in pauses) or "-"
+        r = sidequest.redis()
+        r.rpush(_peer.STAMPS, f"{sent!r} {started!r} {gc_ms:.3f} {gens} {threading.current_thread().name}")
+        if len(threads := threading.enumerate()) != _named[0]:  # the thread names, for its per-thread CPU
+            _named[0] = len(threads)
+            r.hset(TAIL_THREADS, mapping={str(t.native_id): t.name for t in threads})
+elif not ASYNC:  # the sync stamp and probe jobs, beside either sync no-op
     @sidequest.job(name="BenchStamp", queue=_peer.QUEUE)
     def stamp(sent: float) -> None:
         _peer.stamp_body(sidequest.redis(), sent)
+
+if not ASYNC:
 
     @sidequest.job(name="BenchAckProbe", queue=_peer.QUEUE)
     def ack_probe(i: int, seconds: float) -> None:

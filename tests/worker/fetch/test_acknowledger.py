@@ -129,3 +129,24 @@ def test_the_recovery_lock_expires_before_a_heartbeat_ttl(config, r, client):
     r.sadd(keys.RESERVATIONS, dead)
     assert Recovery(settings, r, IDENTITY, Scripts(r), clock=clock).run() == 1
     assert seen and all(0 < ttl < settings.heartbeat_ttl * 1000 for ttl in seen), seen
+
+
+def wake_ups(thread: threading.Thread) -> int:
+    """How often `thread` has slept and woken (Linux: its voluntary context switches)."""
+    with open(f"/proc/self/task/{thread.native_id}/status") as f:
+        return int(next(line for line in f if line.startswith("voluntary_ctxt_switches")).split()[1])
+
+
+def test_an_idle_acknowledger_wakes_about_once_a_second(config, r):
+    """Issue 41 item 2: after each of its idle second-long looks the acknowledger lingered as if a
+    success had just gone out, waking every window (2 ms) for ACK_LINGER: ~50 wake-ups a second,
+    each taking the GIL from whichever processor had just been handed a job."""
+    hub = BatchList(config, IDENTITY, Scripts(r), client=r)
+    try:
+        thread = hub._ack_thread._thread
+        time.sleep(0.3)  # past the linger of its start: the span measured, not a wait for a condition
+        before = wake_ups(thread)
+        time.sleep(2.2)  # the span measured
+        assert wake_ups(thread) - before <= 6  # two or three looks (was over 100)
+    finally:
+        hub.close()

@@ -1,11 +1,18 @@
-"""A paused queue (`sidequest:paused`) is skipped by every running worker within about a second."""
+"""A paused queue (`sidequest:paused`) is skipped by every running worker within about a second;
+an idle blocking fetch's timeout is spread (`blocking_wait`)."""
 
+import random
+import time
 
+import pytest
 from conftest import wait_until
 from helpers import beats, pause_seen, push_fillers, ran
 from jobs_for_tests import echo
 
 from sidequest.api import Queue
+from sidequest.store.scripts import Scripts
+from sidequest.worker.fetch.fetchers import build_fetch
+from sidequest.worker.fetch.queue_order import blocking_wait
 
 
 def test_a_running_worker_honours_pause_and_unpause(start, client, r):
@@ -35,3 +42,26 @@ def test_a_worker_whose_every_queue_is_paused_idles_without_spinning(start, clie
     assert not ran(r) and r.llen("queue:default") == 1 and launcher.runners[0].alive() == 2
     r.srem("sidequest:paused", "default")
     wait_until(lambda: ran(r, "echo") == [["held"]], 15)
+
+
+class Highest(random.Random):
+    """A random source whose `random()` is always at the top of its range: the shortest wait."""
+
+    def random(self) -> float:
+        return 1.0
+
+
+@pytest.mark.parametrize("fetch", ["basic", "reliable"])
+def test_an_idle_blocking_fetch_times_out_after_a_random_share_of_its_bound(config, r, fetch):
+    """Issue 41 item 2: every idle processor blocked for the same second, so a process's
+    processors woke together, handing the GIL round just as a job could arrive. Each blocking
+    fetch now ends after 75-100% of the bound, drawn from the fetch's random source."""
+    waits = [blocking_wait(1.0, random.Random(seed)) for seed in range(20)]
+    assert all(0.75 <= wait <= 1.0 for wait in waits) and max(waits) - min(waits) > 0.1
+    setting = config.replace(fetch=fetch, fetch_timeout=1.0)
+    scripts = Scripts(r)
+    taker = build_fetch(setting, r, "host:1:jitter", scripts)
+    taker.rng = Highest()
+    began = time.monotonic()
+    assert taker.retrieve_work() is None  # nothing queued: one blocking fetch, to its timeout
+    assert 0.7 < time.monotonic() - began < 0.95  # 0.75 s, not the full second

@@ -241,7 +241,12 @@ class AckThread:
         self.idle = True
         if not self.acks.waiting():  # again: a success may have come meanwhile
             # bounded: a close is noticed within a second, a job kept in hand too long sooner
-            self._wake.acquire(timeout=self.look_every if self.holding() else 1.0)
+            woken = self._wake.acquire(timeout=self.look_every if self.holding() else 1.0)
+            if not woken and not self.acks.waiting():
+                # a timeout, not a success: it stays idle. Lingering here would poll every window
+                # for ACK_LINGER after each such look, ~50 wake-ups a second taking the GIL in an
+                # idle process, some just as a job arrives (bench/tail.py)
+                return
         self.idle = False
         self._quiet_since = None
 

@@ -21,7 +21,13 @@ from sidequest.store import keys
 from sidequest.store.direct import direct_path_for
 from sidequest.store.scripts import Scripts
 from sidequest.worker.fetch.batch import BatchList, Waiter
-from sidequest.worker.fetch.queue_order import PausedQueues, QueueOrder, blocking_timeout, wait_paused
+from sidequest.worker.fetch.queue_order import (
+    PausedQueues,
+    QueueOrder,
+    blocking_timeout,
+    blocking_wait,
+    wait_paused,
+)
 from sidequest.worker.fetch.reserve import queue_of_raw
 from sidequest.worker.fetch.unit import Fetch, Settler, UnitOfWork
 from sidequest.worker.lifecycle import has_ops
@@ -41,6 +47,7 @@ class BasicFetch:
         self.keys = scripts.keys
         self.order = QueueOrder(config, rng, paused, self.keys)
         self.timeout = blocking_timeout(config)
+        self.rng = rng or random.Random()  # spreads the blocking fetches' timeouts (`blocking_wait`)
         self.settler = Settler(config, client, scripts, clock)
         self.reserved: str | None = None
         self.answered = True
@@ -51,7 +58,7 @@ class BasicFetch:
             wait_paused(self.timeout)
             return None
         # BRPOP wakes at least every `timeout` seconds so the caller can notice a stop.
-        got = self.redis.brpop(order, timeout=self.timeout)
+        got = self.redis.brpop(order, timeout=blocking_wait(self.timeout, self.rng))
         if not got:
             return None
         key, raw = cast("tuple[bytes, bytes]", got)
@@ -96,6 +103,7 @@ class ReliableFetch:
         self._turn = 0
         self._rotates = config.concurrency < len(self.hub.order.keys)
         self.timeout = self.hub.timeout
+        self.rng = rng or random.Random()  # spreads the blocking fetches' timeouts (`blocking_wait`)
         self.lane = direct_path_for(client)  # the batch calls, sent directly (see `store.direct`)
         self.settler = Settler(config, client, scripts, clock, self.lane)
         self.waiter = Waiter()
@@ -130,7 +138,8 @@ class ReliableFetch:
             self.own = self.keys.reserved(self.identity, self.slot, queue)
         # redis-py types the timeout as int; BLMOVE takes fractional seconds
         try:
-            raw = cast("bytes | None", self.redis.blmove(key, self.own, self.timeout, "RIGHT", "LEFT"))  # type: ignore[arg-type]
+            raw = cast("bytes | None", self.redis.blmove(key, self.own, blocking_wait(self.timeout, self.rng),  # type: ignore[arg-type]
+                                                         "RIGHT", "LEFT"))
         except redis.ResponseError as exc:
             if not self.hub.ledger.blocking_fault(key, exc):  # that queue's fault, not an outage
                 raise

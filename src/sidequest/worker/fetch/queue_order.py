@@ -77,6 +77,19 @@ def blocking_timeout(config: Config) -> float:
     return min(config.fetch_timeout, 1.0)
 
 
+# An idle processor's blocking fetch times out after a random share of `blocking_timeout`, from
+# 1 - BLOCK_JITTER to 1. With one fixed timeout a process's idle processors, which start (and
+# after each round, meet in one RESERVE) together, woke together every second: ten threads handing
+# the GIL round for a few milliseconds, and a job pushed then waited behind them (issue 41: about
+# one idle job in a hundred; bench/tail.py counts the wake-ups). Spread, they seldom meet.
+BLOCK_JITTER = 0.25
+
+
+def blocking_wait(timeout: float, rng: random.Random) -> float:
+    """One blocking fetch's timeout: `timeout` less up to BLOCK_JITTER of it, at random."""
+    return timeout * (1 - BLOCK_JITTER * rng.random())
+
+
 def wait_paused(seconds: float) -> None:
     """Every queue of this worker is paused: idle for a bounded time, then look again."""
     time.sleep(seconds)
