@@ -26,6 +26,10 @@ through the pool arq hands its jobs. No sync job is registered then, so that `si
 flags picks its asyncio runner (`--runner auto`: every job of the app is `async def`); a sidequest
 without that runner runs them through its threads onto one event loop.
 
+BENCH_CALLS=<file> (`bench/profile.py --calls`) counts every thread's calls (C builtins too) with yappi (CPU clock)
+from the no-op job whose INCR reads 1 to the one that reads BENCH_TOTAL, and saves them at <file>
+(pstats format): calls a job, machine-independent, to compare two commits.
+
 BENCH_GROUPS=N (the harness's `sidequest-groups` row, "fairness: 1,000 groups") pushes no-op job i
 with `group=i % N`: the same jobs, each in one of N fairness groups, which wait in the queue's
 lanes (`sidequest:lanes:bench...`) and are staged into `queue:bench` as the worker runs them; the
@@ -89,6 +93,22 @@ GROUPS = int(os.environ.get("BENCH_GROUPS") or 0)
 
 
 ASYNC = os.environ.get("BENCH_ASYNC") == "1"
+CALLS = os.environ.get("BENCH_CALLS")
+
+
+def counted(n: int) -> None:
+    """With BENCH_CALLS: count calls from the first no-op job to the last (see the module)."""
+    if CALLS is None:
+        return
+    import yappi
+
+    if n == 1:
+        yappi.set_clock_type("cpu")
+        yappi.start(builtins=True, profile_threads=True)
+    elif n == LIMIT:
+        yappi.stop()
+        yappi.get_func_stats().save(CALLS, type="pstat")
+
 
 if ASYNC:
     _loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, redis.asyncio.Redis] = weakref.WeakKeyDictionary()
@@ -109,7 +129,7 @@ if ASYNC:
 
     @sidequest.job(name="BenchNoop", queue=_peer.QUEUE)
     async def noop(i: int) -> None:
-        await _peer.noop_body_async(aio_redis(), LIMIT)
+        counted(await _peer.noop_body_async(aio_redis(), LIMIT))
 
     @sidequest.job(name="BenchStamp", queue=_peer.QUEUE)
     async def stamp(sent: float) -> None:
@@ -138,7 +158,7 @@ elif os.environ.get("BENCH_BARE") == "1":
 else:
     @sidequest.job(name="BenchNoop", queue=_peer.QUEUE)
     def noop(i: int) -> None:
-        _peer.noop_body(PLAIN if PLAIN is not None else sidequest.redis(), LIMIT)
+        counted(_peer.noop_body(PLAIN if PLAIN is not None else sidequest.redis(), LIMIT))
 
 if not ASYNC:  # the sync stamp and probe jobs, beside either sync no-op
     @sidequest.job(name="BenchStamp", queue=_peer.QUEUE)
