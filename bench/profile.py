@@ -109,6 +109,7 @@ def main() -> None:
                         help="async def jobs (BENCH_ASYNC=1: the asyncio runner)")
     parser.add_argument("--calls", action="store_true",
                         help="count calls a job with yappi (every thread) instead of sampling with py-spy")
+    parser.add_argument("--keep", metavar="FILE", help="with --calls: keep yappi's pstats file there (callers too)")
     args = parser.parse_args()
     if args.asyncio:
         os.environ["BENCH_ASYNC"] = "1"
@@ -176,6 +177,8 @@ def main() -> None:
             shares(raw, args.top)
         if args.calls:
             counts(Path(tmp) / "calls.pstat", n - 1, args.top)
+            if args.keep:
+                shutil.copy(Path(tmp) / "calls.pstat", args.keep)
 
 
 if __name__ == "__main__":
