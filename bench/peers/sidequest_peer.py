@@ -26,10 +26,6 @@ through the pool arq hands its jobs. No sync job is registered then, so that `si
 flags picks its asyncio runner (`--runner auto`: every job of the app is `async def`); a sidequest
 without that runner runs them through its threads onto one event loop.
 
-BENCH_CALLS=<file> (`bench/profile.py --calls`) counts every thread's calls (C builtins too) with yappi (CPU clock)
-from the no-op job whose INCR reads 1 to the one that reads BENCH_TOTAL, and saves them at <file>
-(pstats format): calls a job, machine-independent, to compare two commits.
-
 BENCH_GROUPS=N (the harness's `sidequest-groups` row, "fairness: 1,000 groups") pushes no-op job i
 with `group=i % N`: the same jobs, each in one of N fairness groups, which wait in the queue's
 lanes (`sidequest:lanes:bench...`) and are staged into `queue:bench` as the worker runs them; the
@@ -93,6 +89,10 @@ GROUPS = int(os.environ.get("BENCH_GROUPS") or 0)
 
 
 ASYNC = os.environ.get("BENCH_ASYNC") == "1"
+# BENCH_CALLS=<file> (`bench/profile.py --calls`): yappi counts every thread's calls, C builtins too,
+# from the no-op job whose INCR reads 1 to the one that reads BENCH_TOTAL, saved at <file> (pstats):
+# calls a job, machine-independent, to compare two commits. (Not in the docstring: the harness
+# reads this file's `# python: main` line within its first 40 lines.)
 CALLS = os.environ.get("BENCH_CALLS")
 
 
