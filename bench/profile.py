@@ -1,18 +1,25 @@
 """Where a sidequest worker spends its time: py-spy samples one worker draining no-op jobs.
 
     .venv/bin/python bench/profile.py [JOBS] [-c CONCURRENCY] [--pin-cpu] [--all-threads] [--baseline REF] [--bare]
+                                      [--async] [--calls] [--no-sample]
 
 The same job and method as `make bench` (the jobs are renamed aside while the worker starts,
 then appear at once). py-spy samples the worker 250 times a second; by default only the thread
 holding the GIL (`--gil`), which is where Python CPU goes. Prints the share of samples by
 function (self, then inclusive) and the worker's CPU time per job split into user and system.
 With --baseline REF, the worker is sidequest as of git commit REF (see harness/baseline.py).
+--async profiles `async def` jobs (the asyncio runner, as `make bench`'s sidequest-async row).
+--calls counts instead of sampling: yappi (`pip install yappi`) counts every call of every thread
+from the first no-op job to the last, and prints calls a job (machine-independent: two commits
+compare on any machine, loaded or not) and the functions called most, with their own CPU a job
+(yappi slows the worker several times; its CPU figures are for ranking, not for comparing).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import pstats
 import shutil
 import signal
 import subprocess
@@ -75,6 +82,17 @@ def shares(raw: Path, top: int) -> None:
         print(f"  {100 * n / total:5.1f}%  {frame}")
 
 
+def counts(saved: Path, jobs: int, top: int) -> None:
+    """Calls a job from yappi's pstats file (the jobs between the first and the last counted)."""
+    stats = pstats.Stats(str(saved)).stats  # type: ignore[attr-defined]
+    rows = [(calls, own, f"{Path(file).name}:{line}({name})") for (file, line, name), (_, calls, own, _, _)
+            in stats.items()]
+    total = sum(calls for calls, _, _ in rows)
+    print(f"\n{total / jobs:.1f} calls a job ({jobs:,} jobs counted, every thread); most called:")
+    for calls, own, where in sorted(rows, reverse=True)[:top]:
+        print(f"  {calls / jobs:7.2f}  {1e6 * own / jobs:7.2f} µs own  {where}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("jobs", nargs="?", type=int, default=40_000)
@@ -87,9 +105,18 @@ def main() -> None:
                         help="sync jobs that send no Redis command: sidequest's own cost per job, no INCR")
     parser.add_argument("--no-sample", action="store_true",
                         help="no py-spy: only the worker's CPU per job, unperturbed (to compare two commits)")
+    parser.add_argument("--async", dest="asyncio", action="store_true",
+                        help="async def jobs (BENCH_ASYNC=1: the asyncio runner)")
+    parser.add_argument("--calls", action="store_true",
+                        help="count calls a job with yappi (every thread) instead of sampling with py-spy")
+    parser.add_argument("--keep", metavar="FILE", help="with --calls: keep yappi's pstats file there (callers too)")
     args = parser.parse_args()
+    if args.asyncio:
+        os.environ["BENCH_ASYNC"] = "1"
     if args.bare and os.environ.get("BENCH_ASYNC") == "1":
         parser.error("--bare is for sync jobs: unset BENCH_ASYNC")
+    if args.calls:
+        args.no_sample = True
     path = [str(PEERS)]
     if args.baseline:
         path.insert(0, str(baseline.checkout(args.baseline).src))
@@ -100,7 +127,8 @@ def main() -> None:
         r = redis.Redis.from_url(server.url)
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(path), "BENCH_TOTAL": str(args.jobs),
                "REDIS_URL": server.url, "BENCH_SIDEQUEST_ARGS": "--pin-cpu" if args.pin_cpu else "",
-               **({"BENCH_BARE": "1"} if args.bare else {})}
+               **({"BENCH_BARE": "1"} if args.bare else {}),
+               **({"BENCH_CALLS": str(Path(tmp) / "calls.pstat")} if args.calls else {})}
         peer = [sys.executable, str(PEERS / "sidequest_peer.py")]
         log = Path(tmp) / "worker.log"
         subprocess.run([*peer, "enqueue", "--url", server.url, "--count", str(args.jobs)], env=env, check=True,
@@ -129,7 +157,12 @@ def main() -> None:
                 sampler.wait(30)
         finally:
             worker.send_signal(signal.SIGTERM)
-            worker.wait(30)
+            try:
+                worker.wait(60)
+            except subprocess.TimeoutExpired:
+                print("the worker did not stop within 60 s of its TERM: killed", file=sys.stderr)
+                worker.kill()
+                worker.wait()
         n = args.jobs
         user, system = 1e6 * (user1 - user0) / n, 1e6 * (system1 - system0) / n
         print("".join(line for line in log.read_text().splitlines(keepends=True) if line.startswith("sidequest_peer:")),
@@ -142,6 +175,10 @@ def main() -> None:
               + ", ".join(f"{name} {count / n:.3f}" for name, count in sorted(calls.items(), key=lambda kv: -kv[1])))
         if sampler is not None:
             shares(raw, args.top)
+        if args.calls:
+            counts(Path(tmp) / "calls.pstat", n - 1, args.top)
+            if args.keep:
+                shutil.copy(Path(tmp) / "calls.pstat", args.keep)
 
 
 if __name__ == "__main__":

@@ -51,17 +51,19 @@ def total() -> int:
     return int(os.environ.get("BENCH_TOTAL", "0"))
 
 
-def noop_body(client: redis.Redis, limit: int) -> None:
-    """The no-op job with a synchronous Redis client: one INCR (two more writes, twice per run)."""
+def noop_body(client: redis.Redis, limit: int) -> int:
+    """The no-op job with a synchronous Redis client: one INCR (two more writes, twice per run).
+    Returns the count its INCR read (bench/profile.py --calls starts and stops counting on it)."""
     started = time.time()
     n = client.incr(COUNT)
     if n == 1:
         client.set(FIRST, repr(started))
     if n == limit:
         client.rpush(LAST, repr(time.time()))
+    return int(n)
 
 
-async def noop_body_async(client: Any, limit: int) -> None:
+async def noop_body_async(client: Any, limit: int) -> int:
     """The same with an asyncio Redis client (redis.asyncio)."""
     started = time.time()
     n = await client.incr(COUNT)
@@ -69,6 +71,7 @@ async def noop_body_async(client: Any, limit: int) -> None:
         await client.set(FIRST, repr(started))
     if n == limit:
         await client.rpush(LAST, repr(time.time()))
+    return int(n)
 
 
 def stamp_body(client: redis.Redis, sent: float) -> None:

@@ -113,6 +113,28 @@ if TRACE:
     TAIL_THREADS = "bench:tail:threads"  # hash: native thread id -> name (bench/tail.py)
     _named = [0]
 
+
+# BENCH_CALLS=<file> (`bench/profile.py --calls`): yappi counts every thread's calls, C builtins too,
+# from the no-op job whose INCR reads 1 to the one that reads BENCH_TOTAL, saved at <file> (pstats):
+# calls a job, machine-independent, to compare two commits. (Not in the docstring: the harness
+# reads this file's `# python: main` line within its first 40 lines.)
+CALLS = os.environ.get("BENCH_CALLS")
+
+
+def counted(n: int) -> None:
+    """With BENCH_CALLS: count calls from the first no-op job to the last (see the module)."""
+    if CALLS is None:
+        return
+    import yappi
+
+    if n == 1:
+        yappi.set_clock_type("cpu")
+        yappi.start(builtins=True, profile_threads=True)
+    elif n == LIMIT:
+        yappi.stop()
+        yappi.get_func_stats().save(CALLS, type="pstat")
+
+
 if ASYNC:
     _loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, redis.asyncio.Redis] = weakref.WeakKeyDictionary()
 
@@ -132,7 +154,7 @@ if ASYNC:
 
     @sidequest.job(name="BenchNoop", queue=_peer.QUEUE)
     async def noop(i: int) -> None:
-        await _peer.noop_body_async(aio_redis(), LIMIT)
+        counted(await _peer.noop_body_async(aio_redis(), LIMIT))
 
     @sidequest.job(name="BenchStamp", queue=_peer.QUEUE)
     async def stamp(sent: float) -> None:
@@ -161,7 +183,7 @@ elif os.environ.get("BENCH_BARE") == "1":
 else:
     @sidequest.job(name="BenchNoop", queue=_peer.QUEUE)
     def noop(i: int) -> None:
-        _peer.noop_body(PLAIN if PLAIN is not None else sidequest.redis(), LIMIT)
+        counted(_peer.noop_body(PLAIN if PLAIN is not None else sidequest.redis(), LIMIT))
 
 if not ASYNC and TRACE:  # bench/tail.py's traced stamp job: the stamp plus what ran meanwhile
     @sidequest.job(name="BenchStamp", queue=_peer.QUEUE)

@@ -63,6 +63,25 @@ def test_decode_says_what_is_wrong(raw, reason):
         decode(raw)
 
 
+@pytest.mark.parametrize("raw, reason", [
+    (b'{"class":"X","args":[NaN]}', "NaN is not JSON"),
+    (b'{"class":"X","args":[-Infinity]}', "-Infinity is not JSON"),
+    (b'{"class":"X","args":[1e400]}', "too large for a float"),
+    (b'{"class":"X","args":[-1.8e308]}', "too large for a float"),
+])
+def test_decode_refuses_what_json_cannot_write_back_whichever_reader_reads_it(raw, reason):
+    with pytest.raises(PayloadError, match=reason):
+        decode(raw)
+
+
+def test_decode_reads_what_sidekiq_writes_exactly():
+    """Integers past 64 bits stay exact (a Ruby Bignum), lone surrogates and floats as json reads them."""
+    raw = (b'{"class":"X","args":[18446744073709551616,-9223372036854775809,9223372036854775807,'
+           b'"\\ud800","\\u00e9",0.1,1.5e-7,-0.0],"enqueued_at":1765130000.123456}')
+    assert decode(raw) == json.loads(raw) == decode(raw.decode())
+    assert decode(raw)["args"][:2] == [2 ** 64, -(2 ** 63) - 1]
+
+
 def test_decode_keeps_unknown_keys():
     raw = json.dumps({"class": "HardWorker", "args": [1], "wrapped": "X", "bid": "b1"})
     assert decode(raw.encode())["bid"] == "b1"

@@ -43,7 +43,7 @@ from typing import Any
 
 import redis
 
-from sidequest.jobs.payload import epoch
+from sidequest.jobs.payload import MILLIS_ABOVE, epoch
 from sidequest.store import keys
 from sidequest.worker.outcome import EXPIRED, Outcome
 
@@ -88,9 +88,11 @@ class JobMetricsFeature:
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self.clock = clock
         self._lock = threading.Lock()  # held to fold, take and give back; a processor never waits on it
-        self._runs: deque[tuple[int, str, float, bool]] = deque()  # (minute, name, ms, failed)
+        # (ended, class, seconds run, failed, queue, enqueued_at) per run, as the payload holds them:
+        # every job's path does no more than take them; the minutes, names and waits are worked
+        # out when they are folded, once per FOLD_AT runs
+        self._runs: deque[tuple[float, Any, float, bool, Any, Any]] = deque()
         self._expired: deque[tuple[int, str]] = deque()  # (minute, name)
-        self._waits: deque[tuple[int, str, float]] = deque()  # (minute started, queue, seconds waited)
         self._taken = Taken()
 
     def ops(self, point: str, payload: dict[str, Any], outcome: Outcome | None) -> list[Any] | None:
@@ -101,13 +103,9 @@ class JobMetricsFeature:
 
     def observe(self, point: str, payload: dict[str, Any], outcome: Outcome | None) -> None:
         if point in ENDS and outcome is not None and outcome.elapsed is not None:
-            now = self.clock()
-            self._runs.append((int(now // 60), str(payload.get("class", "?")),
-                               outcome.elapsed * 1000, point != "finished" and not outcome.requested))
-            enqueued = epoch(payload.get("enqueued_at"))
-            if enqueued is not None:  # counted in the minute the job started, as the chart would see it
-                started = now - outcome.elapsed
-                self._waits.append((int(started // 60), str(payload.get("queue", "?")), max(started - enqueued, 0.0)))
+            self._runs.append((self.clock(), payload.get("class", "?"), outcome.elapsed,
+                               point != "finished" and not outcome.requested, payload.get("queue", "?"),
+                               payload.get("enqueued_at")))
             if len(self._runs) >= FOLD_AT and self._lock.acquire(blocking=False):  # never waits
                 try:
                     self._fold()
@@ -118,25 +116,47 @@ class JobMetricsFeature:
 
     def _fold(self) -> None:
         """Move the runs, expired jobs and waits in the deques into the table (lock held)."""
-        minutes, waits = self._taken.runs, self._taken.waits
         labels: dict[int, str] = {}
-        while self._runs:
-            minute, name, ms, failed = self._runs.popleft()
-            label = labels.get(minute) or labels.setdefault(minute, minute_of(minute * 60))
-            tally = minutes.setdefault(label, {}).setdefault(name, _Tally())
-            tally.runs += 1
-            tally.failed += failed
-            tally.ms += ms
-            tally.histogram[bisect_left(BUCKETS, ms)] += 1
+        longest = self._fold_runs(labels)
+        minutes = self._taken.runs
         while self._expired:
             minute, name = self._expired.popleft()
             label = labels.get(minute) or labels.setdefault(minute, minute_of(minute * 60))
             minutes.setdefault(label, {}).setdefault(name, _Tally()).expired += 1
-        while self._waits:
-            minute, queue, seconds = self._waits.popleft()
+        for (minute, queue), seconds in longest.items():
             label = labels.get(minute) or labels.setdefault(minute, minute_of(minute * 60))
-            longest = waits.setdefault(label, {})
-            longest[queue] = max(longest.get(queue, 0.0), seconds)
+            into = self._taken.waits.setdefault(label, {})
+            into[queue] = max(into.get(queue, 0.0), seconds)
+
+    def _fold_runs(self, labels: dict[int, str]) -> dict[tuple[int, str], float]:
+        """Fold the runs into the table; returns the longest wait per (minute started, queue): a
+        job's wait is counted in the minute it started, as the chart would see it."""
+        minutes = self._taken.runs
+        tallies: dict[tuple[int, str], _Tally] = {}  # (minute, class) -> its tally: one lookup a run
+        longest: dict[tuple[int, str], float] = {}
+        while self._runs:
+            ended, name, elapsed, failed, queue, enqueued = self._runs.popleft()
+            name = name if type(name) is str else str(name)  # keys of the table, as Redis fields will read
+            queue = queue if type(queue) is str else str(queue)
+            minute = int(ended // 60)
+            tally = tallies.get((minute, name))
+            if tally is None:
+                label = labels.get(minute) or labels.setdefault(minute, minute_of(minute * 60))
+                tally = tallies[minute, name] = minutes.setdefault(label, {}).setdefault(name, _Tally())
+            ms = elapsed * 1000
+            tally.runs += 1
+            tally.failed += failed
+            tally.ms += ms
+            tally.histogram[bisect_left(BUCKETS, ms)] += 1
+            # Sidekiq 6/7's float seconds without a call; anything else (Sidekiq 8's milliseconds) as `epoch` reads it
+            at = enqueued if type(enqueued) is float and enqueued <= MILLIS_ABOVE else epoch(enqueued)
+            if at is not None:
+                started = ended - elapsed
+                key = (int(started // 60), queue)
+                waited = started - at if started > at else 0.0
+                if waited >= longest.get(key, -1.0):
+                    longest[key] = waited
+        return longest
 
     def take(self) -> Taken:
         with self._lock:

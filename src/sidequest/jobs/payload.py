@@ -23,6 +23,7 @@ import json
 import math
 import operator
 import os
+import re
 import secrets
 from collections import deque
 from collections.abc import Mapping
@@ -253,13 +254,27 @@ def _json_problem(value: Any, path: str) -> str | None:
     return f"{path} is a {kind.__name__}"
 
 
-def decode(raw: bytes | str) -> dict[str, Any]:
-    """Parse a payload read from Redis; raise PayloadError saying exactly what is wrong.
+# orjson reads a payload five times faster than the standard library with its float check (a
+# Python call per float: created_at, enqueued_at) and refuses what that refuses (NaN, Infinity,
+# a float too large, invalid UTF-8, a lone surrogate), but reads an integer past 64 bits as a
+# float: bytes holding a run of 20 digits, and whatever orjson refuses, take the standard
+# library's path, which keeps such integers and says what is wrong.
+_LONG_DIGITS = re.compile(rb"[0-9]{20}")
+_SLOW: Any = object()
 
-    Extra keys are kept as they are, so a payload written by Ruby Sidekiq round-trips. Whatever
-    the bytes are (deep nesting, NaN, numbers too large for a float, invalid UTF-8), the only
-    exception is PayloadError.
-    """
+
+def _fast(raw: bytes) -> Any:
+    """`raw` read by orjson, or _SLOW when the standard library must read it (see above)."""
+    if _LONG_DIGITS.search(raw) is not None:
+        return _SLOW
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return _SLOW
+
+
+def _checked(raw: bytes | str) -> Any:
+    """`raw` read by the standard library, every refusal a PayloadError saying why."""
     if isinstance(raw, bytes):
         try:
             text = raw.decode("utf-8")
@@ -268,11 +283,23 @@ def decode(raw: bytes | str) -> dict[str, Any]:
     else:
         text = raw
     try:
-        data = _DECODER.decode(text)
+        return _DECODER.decode(text)
     except ValueError as exc:
         raise PayloadError(f"payload is not valid JSON ({exc})") from None
     except RecursionError:
         raise PayloadError("payload is nested too deeply to decode") from None
+
+
+def decode(raw: bytes | str) -> dict[str, Any]:
+    """Parse a payload read from Redis; raise PayloadError saying exactly what is wrong.
+
+    Extra keys are kept as they are, so a payload written by Ruby Sidekiq round-trips. Whatever
+    the bytes are (deep nesting, NaN, numbers too large for a float, invalid UTF-8), the only
+    exception is PayloadError.
+    """
+    data = _fast(raw) if isinstance(raw, bytes) else _SLOW
+    if data is _SLOW:
+        data = _checked(raw)
     if not isinstance(data, dict):
         raise PayloadError(f"payload is a JSON {type(data).__name__}, not an object")
     if not isinstance(data.get("class"), str) or not data["class"]:

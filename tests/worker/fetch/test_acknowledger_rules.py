@@ -46,6 +46,16 @@ def test_a_full_batch_is_sent_at_once():
     assert signals[0] == OPENED and signals[-1] == FULL and set(signals[1:-1]) == {0}
 
 
+def test_a_full_batch_is_signalled_once_until_a_send_takes_it():
+    """The send a FULL starts takes what comes meanwhile: no send a success past the 64th."""
+    acks = Acknowledger(window=60.0)
+    signals = [acks.add(ack(b"%d" % i)) for i in range(3 * ACK_BATCH)]
+    assert signals.count(FULL) == 1 and signals[ACK_BATCH - 1] == FULL
+    assert len(acks.take()) == 3 * ACK_BATCH
+    signals = [acks.add(ack(b"%d" % i)) for i in range(ACK_BATCH)]
+    assert signals[0] == OPENED and signals[-1] == FULL  # the next batch is signalled again
+
+
 def test_a_failed_send_keeps_the_successes_in_order_and_backs_off(caplog):
     acks = Acknowledger(window=0.0)
     for raw in (b"a", b"b"):

@@ -66,15 +66,21 @@ class Acknowledger:
         self.pending: deque[Ack] = deque()
         self.open = False  # a window is open: successes wait that no call has carried
         self.opened = 0.0  # when it opened (monotonic)
+        self.full = False  # the driver was told ACK_BATCH wait; the next `take` carries them
         self.sends = AckBackoff(ACK_BACKOFF_START, ACK_BACKOFF_MAX)
         self.signal: Callable[[int], None] = _ignore  # the driver's: OPENED or FULL
 
     def add(self, ack: Ack) -> int:
         """A success to send within the window; the driver is signalled when the first since
-        the last send opens a window, or when ACK_BATCH wait."""
+        the last send opens a window, or once when ACK_BATCH wait (the send it makes then takes
+        the later ones too: the asyncio runner ends a hundred jobs in one turn of its loop, and a
+        signal for each past the 64th made as many sends that found nothing)."""
         pending = self.pending
         pending.append(ack)  # before looking at `open`: a `take` meanwhile either carries it or reopens
         if len(pending) >= ACK_BATCH:
+            if self.full:
+                return 0
+            self.full = True
             self.signal(FULL)
             return FULL
         if self.open:
@@ -94,7 +100,7 @@ class Acknowledger:
     def take(self) -> list[Ack]:
         """Every success waiting, for a call that carries them (a RESERVE, or a send): the
         window closes first, so a success added meanwhile opens the next one."""
-        self.open = False
+        self.open = self.full = False
         return drain(self.pending)
 
     def returned(self, acks: list[Ack]) -> None:

@@ -140,7 +140,7 @@ class BatchLedger:
 
 def forget_one(known: Counter[bytes], raw: bytes) -> None:
     """One copy of `raw` is no longer in a batch list whose jobs `known` counts."""
-    left = known[raw] - 1
+    left = known.get(raw, 0) - 1  # not `known[raw]`: a Counter's missing key is a Python call (most jobs)
     if left > 0:
         known[raw] = left
     else:
