@@ -7,7 +7,8 @@ on `bench` meanwhile. In order, each step waiting for the holder before the next
      left what a group leaves behind;
   2. a third of HELD groups at their concurrency (`conc-<i>`, `group_concurrency=1`): two
      `BenchHold` jobs each, the first running in the holder for the rest of the row (an
-     `asyncio.sleep`), the second waiting;
+     `asyncio.sleep`), the second waiting; 32 groups a push (a job's end stages the next ones,
+     and these never end: else the poller's pass alone would, 32 jobs each);
   3. a third out of their rate (`rate-<i>`, `group_rate=(1, 3600)`): two no-op jobs each, the
      first run by the holder, the second waiting for the next hour;
   4. the holder made quiet (it takes no more jobs; its `BenchHold` jobs keep their slots), then
@@ -30,6 +31,7 @@ from sidequest.api import ProcessSet, Queue, pause_group
 HOLD = "BenchHold"
 HOLDING = "bench:holding"  # BenchHold jobs running in the holder
 CHUNK = 10_000
+STAGED = 32  # jobs a push stages at most into an empty queue (lanes.LANE_DEPTH)
 DEADLINE = 600.0  # s for one step (a baseline that stages slowly among held groups takes long)
 
 
@@ -41,8 +43,11 @@ def hold(url: str, past: int, held: int) -> dict[str, Any]:
     paused = held - conc - rate
     push(client, "BenchNoop", [[f"past-{i}"] for i in range(past)])
     wait_for(lambda: int(r.get(_peer.COUNT) or 0) >= past, f"the holder to run the {past:,} past groups' jobs")
-    push(client, HOLD, [[f"conc-{i}"] for i in range(conc) for _ in range(2)], group_concurrency=1)
-    wait_for(lambda: int(r.get(HOLDING) or 0) >= conc, f"{conc:,} groups to hold their one slot")
+    for start in range(0, conc, STAGED):  # a running BenchHold never ends: nothing but a push stages more
+        push(client, HOLD, [[f"conc-{i}"] for i in range(start, min(start + STAGED, conc)) for _ in range(2)],
+             group_concurrency=1)
+        upto = min(start + STAGED, conc)
+        wait_for(lambda upto=upto: int(r.get(HOLDING) or 0) >= upto, "the holder to take a slot's job")
     push(client, "BenchNoop", [[f"rate-{i}"] for i in range(rate) for _ in range(2)], group_rate=(1, 3600))
     wait_for(lambda: int(r.get(_peer.COUNT) or 0) >= past + rate, f"{rate:,} groups to use their rate")
     for process in ProcessSet(client):
