@@ -16,6 +16,8 @@ Celery's queue bindings, must stay):
   single       with the worker stopped: enqueue a smaller number of jobs one call each (jobs/s).
   ack window   (sidequest rows) the same worker again: how long finished jobs stay in Redis
                before they are acknowledged, p50/p99/max (harness/ackwindow.py).
+  group rows   (harness/groups.py) the throughput phase only, with the held row's set-up
+               before it and SLOWLOG over it.
   backlog      (--backlog, sidequest only) the throughput of the first N jobs with 1,000,000
                waiting, against the same round's throughput with N waiting.
 
@@ -157,10 +159,10 @@ def window(ctx: Context, tree: Tree, keys: list[str], n: int) -> None:
     cpu0, redis0, shown = tree.cpu(), redis_cpu(counted.pids), time.time()
     counted.back(keys)
     last = counted.wait_last(tree, ctx.settings.run_timeout)
+    end = last
     if ctx.peer.row.peer == "sidequest":  # the held row: its held groups' lanes and holder's jobs stay
         drained = keys[:1] if ctx.peer.row.held else keys
-        last = max(last, counted.wait_sidequest_acked(drained, groups.others_reserved(ctx)))
-    end = last
+        end = max(last, counted.wait_sidequest_acked(drained, groups.others_reserved(ctx)))
     cpu1, redis1 = tree.cpu(), redis_cpu(counted.pids)
     peak = max(tree.peak, sum(p["rss_mb"] for p in tree.rss()) * MB)
     if slowlog:
