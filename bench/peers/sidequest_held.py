@@ -12,7 +12,9 @@ on `bench` meanwhile. In order, each step waiting for the holder before the next
   3. a third out of their rate (`rate-<i>`, `group_rate=(1, 3600)`): two no-op jobs each, the
      first run by the holder, the second waiting for the next hour;
   4. the holder made quiet (it takes no more jobs; its `BenchHold` jobs keep their slots), then
-     the rest paused (`paused-<i>`, `pause_group`) and given two no-op jobs each.
+     the rest paused (`paused-<i>`, `pause_group`) and given two no-op jobs each; their push
+     leaves them in the turns, so staging calls (`resume_group` of a group without jobs) set them
+     aside before the measured phase rather than during it.
 Then `queue:bench` is empty and every held group has waiting jobs; the no-op count starts again at 0.
 Pushed by wire name (`BenchNoop`, `BenchHold`), so that this module needs no job of its own.
 """
@@ -26,12 +28,13 @@ from typing import Any
 import _peer
 
 import sidequest
-from sidequest.api import ProcessSet, Queue, pause_group
+from sidequest.api import ProcessSet, Queue, pause_group, resume_group
 
 HOLD = "BenchHold"
 HOLDING = "bench:holding"  # BenchHold jobs running in the holder
 CHUNK = 10_000
 STAGED = 32  # jobs a push stages at most into an empty queue (lanes.LANE_DEPTH)
+TURNS = 64  # turns a staging call takes beyond the jobs it stages (lanes.TURN_SLACK)
 DEADLINE = 600.0  # s for one step (a baseline that stages slowly among held groups takes long)
 
 
@@ -56,6 +59,8 @@ def hold(url: str, past: int, held: int) -> dict[str, Any]:
     for i in range(paused):
         pause_group(_peer.QUEUE, f"paused-{i}", client)
     push(client, "BenchNoop", [[f"paused-{i}"] for i in range(paused) for _ in range(2)])
+    for _ in range(paused // TURNS + 2):  # a push leaves them in the turns: a staging call sets TURNS aside
+        resume_group(_peer.QUEUE, "past-0", client)  # a group with no job: only the staging call it makes
     waiting = Queue(_peer.QUEUE, client).size
     if waiting:
         raise SystemExit(f"hold: {waiting} job(s) staged into queue:bench, none expected")
