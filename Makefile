@@ -24,7 +24,7 @@ FLOOR_PYTHON ?= python3.11
 # the locker: Astral's uv, for its universal resolution (one lock, each Python's versions by marker)
 UV := uv==0.13.9
 
-.PHONY: demo test test-model test-latest test-floor lock lint docs dist dist-check bench bench-quick bench-failover chaos clean
+.PHONY: demo test test-model test-latest test-floor lock lint docs dist dist-check bench bench-quick bench-failover bench-weights chaos clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -117,6 +117,9 @@ bench-quick: $(VENV)/.bench-installed  # sidequest vs Ruby Sidekiq, one short ro
 
 bench-failover: $(STAMP)  # a Sentinel and a Redis Cluster failover under load, with and without wait_replicas (about 2 minutes; BENCH_ARGS='--topology cluster' for one)
 	$(BIN)/python bench/failover.py $(BENCH_ARGS)
+
+bench-weights: $(STAMP)  # 3 groups of weights 1, 2, 4 on 2 worker processes for 60 s, then a weight changed at run time (about 2 minutes)
+	$(BIN)/python bench/weights.py $(BENCH_ARGS)
 
 chaos: $(STAMP)  # 200 checkouts with durable steps on 2 worker processes, 50 kill -9, about 7 min (CHAOS_ARGS='--runner asyncio' or '--cluster'); never part of `make test`
 	$(BIN)/python bench/chaos_checkout.py $(CHAOS_ARGS)

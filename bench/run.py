@@ -4,18 +4,22 @@ one private redis-server, each peer in its own virtualenv and its documented fas
     .venv/bin/python bench/run.py [--quick] [--rounds 3] [--jobs 20000] [--peers sidequest,huey]
                                   [--only sidequest,sidequest-cluster] [--skip-install] [--scheduled-over 30]
                                   [--backlog] [--no-extras] [--baseline REF] [--ack-jobs 1000]
+                                  [--group-jobs 2000] [--past-groups 90000] [--held-groups 10000]
     .venv/bin/python bench/run.py --report bench/results/latest.json [--to-docs]   (tables, chart, markdown again)
 
-A full run measures every configuration of harness/rows.py in 3 interleaved rounds (about half
-an hour on 2 cores), then runs the single-purpose benchmarks (bulk_push.py, throughput.py:
-reliable vs basic fetch, tasks.py, scripts.py: each worker script's cost by queue length,
-drain.py: 1,000,000 jobs drained by 2 processes, SLOWLOG and throughput by decile); --quick
-is sidequest vs Sidekiq, one short round (about a
-minute). The `sidequest-cluster` row runs on a private 3-primary Redis Cluster started beside
-the redis-server when a row needs it (harness/cluster.py); it and `sidequest-6q` are not among
---quick's rows, but `--quick --only sidequest,sidequest-6q,sidequest-cluster` measures just those,
-at the quick sizes. --baseline REF adds, after each sidequest row, the same row run from a
-checkout of the git commit REF (bench/.baseline/<short sha>, see harness/baseline.py): `sidequest@<short sha>`.
+A full run measures every configuration of harness/rows.py in 3 interleaved rounds (about half an
+hour on 2 cores), then runs the single-purpose benchmarks (bulk_push.py, throughput.py: reliable vs
+basic fetch, tasks.py, scripts.py: each worker script's cost by queue length, drain.py: 1,000,000
+jobs drained by 2 processes, SLOWLOG and throughput by decile, and weights.py: the weighted groups'
+run, `make bench-weights` alone); --quick is sidequest vs Sidekiq, one short round (about a minute).
+The group rows (harness/groups.py: sidequest-groups, -open, -held) measure throughput only; `--quick
+--only sidequest,sidequest-groups,sidequest-open,sidequest-held` checks them in about 3 minutes (500
+jobs of the open group, 9,000 past and 1,000 held groups instead of 2,000, 90,000 and 10,000). The
+`sidequest-cluster` row runs on a private 3-primary Redis Cluster started beside the redis-server
+when a row needs it (harness/cluster.py); it and `sidequest-6q` are not among --quick's rows, but
+`--quick --only sidequest,sidequest-6q,sidequest-cluster` measures just those, at the quick sizes.
+--baseline REF adds, after each sidequest row, the same row run from a checkout of the git commit
+REF (bench/.baseline/<short sha>, see harness/baseline.py): `sidequest@<short sha>`.
 What is measured and how: harness/phases.py; the peers' contract: peers/_peer.py.
 Results: a table here, bench/results/<UTC time>.json and latest.json, the same tables as markdown
 in <UTC time>.md and latest.md, the chart in latest.png/.svg, and for a full run the markdown
@@ -53,7 +57,7 @@ from harness.rounds import run_rounds, summarise
 from harness.rows import REFERENCE, RESULTS, Row, Settings, all_rows, only, quick_rows, select, with_baseline
 
 HERE = Path(__file__).resolve().parent
-LEGACY = ["bulk_push.py", "throughput.py", "tasks.py", "scripts.py", "drain.py"]
+LEGACY = ["bulk_push.py", "throughput.py", "tasks.py", "scripts.py", "drain.py", "weights.py"]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -72,6 +76,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="also measure sidequest as of git commit REF (a row after each sidequest row)")
     p.add_argument("--ack-jobs", type=int, metavar="N",
                    help="jobs of the acknowledgement-window phase, sidequest rows (1,000; quick: 400; 0: skip)")
+    p.add_argument("--group-jobs", type=int, metavar="N", help="the open group's jobs (2,000; quick: 500)")
+    p.add_argument("--past-groups", type=int, metavar="N", help="held row: groups whose job ran (90,000; quick: 9,000)")
+    p.add_argument("--held-groups", type=int, metavar="N", help="held row: groups held back (10,000; quick: 1,000)")
     p.add_argument("--no-extras", action="store_true", help="skip the single-purpose benchmarks after a full run")
     p.add_argument("--report", type=Path,
                    help="print the tables, draw the chart and write latest.md of a results JSON, then stop")
@@ -96,6 +103,9 @@ def settings_from(args: argparse.Namespace) -> Settings:
     s.backlog = args.backlog is not None
     s.backlog_jobs = args.backlog or s.backlog_jobs
     s.ack_jobs = s.ack_jobs if args.ack_jobs is None else args.ack_jobs
+    s.group_jobs = args.group_jobs or s.group_jobs
+    s.past_groups = s.past_groups if args.past_groups is None else args.past_groups
+    s.held_groups = args.held_groups or s.held_groups
     return s
 
 

@@ -16,6 +16,8 @@ Celery's queue bindings, must stay):
   single       with the worker stopped: enqueue a smaller number of jobs one call each (jobs/s).
   ack window   (sidequest rows) the same worker again: how long finished jobs stay in Redis
                before they are acknowledged, p50/p99/max (harness/ackwindow.py).
+  group rows   (harness/groups.py) the throughput phase only, with the held row's set-up
+               before it and SLOWLOG over it.
   backlog      (--backlog, sidequest only) the throughput of the first N jobs with 1,000,000
                waiting, against the same round's throughput with N waiting.
 
@@ -33,7 +35,7 @@ from typing import Any
 import psutil
 import redis
 
-from . import ackwindow
+from . import ackwindow, groups
 from .baseline import BASELINES, is_under
 from .peers import Peer, PhaseError
 from .redisops import COUNT, FIRST, STAMPS, Counted, collect_stamps
@@ -90,19 +92,29 @@ def redis_cpu(pids: tuple[int, ...]) -> float:
     return sum(t.user + t.system for t in (psutil.Process(pid).cpu_times() for pid in pids))
 
 
-def stage(ctx: Context) -> list[str]:
-    """Bulk-enqueue N jobs (timed by the peer) and rename the keys holding them aside."""
-    n = ctx.settings.jobs
-    ctx.r.flushall()
+def stage(ctx: Context, flush: bool = True) -> list[str]:
+    """Bulk-enqueue N jobs (timed by the peer) and rename the keys holding them aside (`flush`:
+    on a clean Redis; not after the held row's set-up)."""
+    n = groups.jobs(ctx)
+    if flush:
+        ctx.r.flushall()
     ctx.figures["bulk_enqueue"] = n / ctx.peer.enqueue("bulk", n, ctx.name("bulk"), timeout=900)
     return ctx.counted.aside(ctx.peer.staged_keys(ctx.name("keys")))
 
 
 def with_worker(ctx: Context) -> None:
     """Throughput, then latency and scheduled lateness, all through one start of the worker."""
+    with groups.held_back(ctx) as held:
+        measure_worker(ctx, held)
+
+
+def measure_worker(ctx: Context, held: bool) -> None:
+    """with_worker's phases, the held row's groups set up (`held`) or not. A group row measures
+    its throughput only (harness/groups.py)."""
     keys: list[str] = []
-    guarded(ctx, "throughput", lambda: keys.extend(stage(ctx)))
-    with worker(ctx, ctx.settings.jobs, "worker") as tree:
+    n = groups.jobs(ctx)
+    guarded(ctx, "throughput", lambda: keys.extend(stage(ctx, flush=not held)))
+    with worker(ctx, n, "worker") as tree:
         wait_idle(ctx, tree, "worker start")
         if ctx.peer.row.peer == "sidequest":
             check_source(ctx)
@@ -112,8 +124,10 @@ def with_worker(ctx: Context) -> None:
         ctx.details["idle_processes"] = idle
         ctx.details["idle_pss_mb"] = sum(p.get("pss_mb", 0) for p in idle)
         if keys:
-            guarded(ctx, "throughput", lambda: window(ctx, tree, keys, ctx.settings.jobs))
+            guarded(ctx, "throughput", lambda: window(ctx, tree, keys, n))
             wait_idle(ctx, tree, "after the throughput run")
+        if groups.is_group_row(ctx):
+            return
         guarded(ctx, "latency", lambda: latency(ctx))
         guarded(ctx, "schedule", lambda: schedule(ctx, tree))
         if ctx.peer.row.peer == "sidequest" and ctx.settings.ack_jobs:
@@ -139,12 +153,20 @@ def window(ctx: Context, tree: Tree, keys: list[str], n: int) -> None:
     counted = ctx.counted
     counted.reset_stats()
     tree.reset_peak()
+    slowlog = groups.is_group_row(ctx)
+    if slowlog:
+        groups.slowlog_reset(counted)
     cpu0, redis0, shown = tree.cpu(), redis_cpu(counted.pids), time.time()
     counted.back(keys)
     last = counted.wait_last(tree, ctx.settings.run_timeout)
-    end = max(last, counted.wait_sidequest_acked(keys)) if ctx.peer.row.peer == "sidequest" else last
+    end = last
+    if ctx.peer.row.peer == "sidequest":  # the held row: its held groups' lanes and holder's jobs stay
+        drained = keys[:1] if ctx.peer.row.held else keys
+        end = max(last, counted.wait_sidequest_acked(drained, groups.others_reserved(ctx)))
     cpu1, redis1 = tree.cpu(), redis_cpu(counted.pids)
     peak = max(tree.peak, sum(p["rss_mb"] for p in tree.rss()) * MB)
+    if slowlog:
+        groups.slowlog_read(ctx)
     calls = counted.commandstats()
     first, count = float(ctx.r.get(FIRST) or 0), int(ctx.r.get(COUNT) or 0)
     if count != n:
@@ -257,7 +279,8 @@ def guarded(ctx: Context, phase: str, run: Callable[[], None]) -> None:
 
 def measure(ctx: Context) -> dict[str, Any]:
     guarded(ctx, "worker", lambda: with_worker(ctx))
-    guarded(ctx, "single", lambda: single(ctx))
+    if not groups.is_group_row(ctx):
+        guarded(ctx, "single", lambda: single(ctx))
     if ctx.settings.backlog and ctx.peer.row.peer == "sidequest":
         guarded(ctx, "backlog", lambda: backlog(ctx))
     ctx.r.flushall()

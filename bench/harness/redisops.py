@@ -77,10 +77,10 @@ class Counted:
             if time.monotonic() > deadline:
                 raise PhaseError(f"the last job did not run within {timeout:.0f} s (count={self.r.get(COUNT)})")
 
-    def wait_sidequest_acked(self, queues: list[str], timeout: float = 60) -> float:
+    def wait_sidequest_acked(self, queues: list[str], others: tuple[str, ...] = (), timeout: float = 60) -> float:
         """sidequest's reliable fetch: done once the queues (their keys) and every reserved list
-        are empty (the last acknowledgement is in). Polls every millisecond; returns the wall
-        time it saw that."""
+        but those of the identities in `others` are empty (the last acknowledgement is in). Polls
+        every millisecond; returns the wall time it saw that."""
         deadline = time.monotonic() + timeout
         while True:
             pipe = self.r.pipeline(transaction=False)
@@ -88,7 +88,8 @@ class Counted:
             for key in lists:
                 pipe.llen(key)
             pipe.keys(self.keys.reserved("*", "*", "*"))
-            *waiting, reserved = pipe.execute()
+            *waiting, found = pipe.execute()
+            reserved = [key for key in found if not any(name.encode() in key for name in others)]
             self.calls.update({"llen": len(lists), "keys": 1})
             if not any(waiting) and not reserved:
                 return time.time()

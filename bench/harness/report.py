@@ -16,8 +16,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table as RichTable
 
+from . import groups
 from .rounds import median, ratios_in_rounds
-from .rows import ASYNC_GOAL, ASYNC_ROW, ASYNCIO_PEERS, FIGURE, GROUPS, GROUPS_ROW, REFERENCE, RESULTS, TIMES
+from .rows import ASYNC_GOAL, ASYNC_ROW, ASYNCIO_PEERS, FIGURE, REFERENCE, RESULTS, TIMES
 
 THROUGHPUT_COLUMNS = ["throughput", "bulk_enqueue", "single_enqueue", "cpu_us_per_job", "redis_cpu_us_per_job",
                       "commands_per_job", "commands_besides_job"]
@@ -160,18 +161,8 @@ def baseline_lines(doc: dict[str, Any]) -> list[str]:
 
 
 def fairness_lines(doc: dict[str, Any]) -> list[str]:
-    """The fairness row against the same jobs without a group (the `sidequest` row), same round."""
-    labels = {row["id"]: row["label"] for row in doc["rows"]}
-    mine = doc["medians"].get(GROUPS_ROW, {}).get("throughput")
-    if mine is None:
-        return []
-    head = f"fairness: {GROUPS:,} groups, {labels[GROUPS_ROW]}: {mine:,.0f} jobs/s"
-    ratios = ratios_in_rounds(doc["rounds"], GROUPS_ROW, "throughput", "sidequest")
-    if not ratios:
-        return [f"{head}; the same jobs without a group (the sidequest row) not measured in this run"]
-    each = f" ({', '.join(ratio_text(r) for r in ratios)})" if len(ratios) > 1 else ""
-    return [f"{head}, {TIMES}{ratio_text(median(ratios) or 0)}{each} the same jobs without a group "
-            f"({labels['sidequest']}), same round"]
+    """The group rows against their references, same round (harness/groups.py)."""
+    return groups.lines(doc)
 
 
 def async_lines(doc: dict[str, Any], mark: Callable[[bool], str]) -> list[str]:

@@ -43,6 +43,7 @@ class Row:
     src: str = ""
     baseline_of: str = ""
     cluster: bool = False
+    held: bool = False  # the held-groups row: its set-up (harness/groups.py) before its throughput
 
     @property
     def label(self) -> str:
@@ -51,6 +52,9 @@ class Row:
 
 GROUPS_ROW = "sidequest-groups"  # "fairness: 1,000 groups", measured against the `sidequest` row (report.py)
 GROUPS = 1000
+OPEN_ROW, HELD_ROW = "sidequest-open", "sidequest-held"  # one group's jobs alone, and among held groups
+GROUP_ROWS = (GROUPS_ROW, OPEN_ROW, HELD_ROW)  # throughput only; SLOWLOG read (harness/groups.py)
+OPEN = (("BENCH_SIDEQUEST_DEFAULT", "1"), ("BENCH_OPEN_GROUP", "1"))
 SPREAD = (("BENCH_QUEUES", "6"),)  # the jobs over 6 queues, two on each primary of the Cluster (sidequest_peer.py)
 
 
@@ -72,8 +76,14 @@ def all_rows(cores: int) -> list[Row]:
     rows.append(Row(GROUPS_ROW, "sidequest", default,
                     env=(("BENCH_SIDEQUEST_DEFAULT", "1"), ("BENCH_GROUPS", str(GROUPS))),
                     note=f"fairness: the `sidequest` row's jobs, each pushed with `group=i % {GROUPS:,}` ({GROUPS:,} "
-                         "groups served round-robin, staged from their lanes into the queue as jobs end); "
-                         "not measured at a --baseline (a commit without groups cannot push them)"))
+                         "groups served round-robin, staged from their lanes into the queue as jobs end)"))
+    rows.append(Row(OPEN_ROW, "sidequest", default, env=OPEN,
+                    note="one open group: the `sidequest` row's worker, --group-jobs no-op jobs all in group `open`, "
+                         "nothing else on the queue"))
+    rows.append(Row(HELD_ROW, "sidequest", default, env=OPEN, held=True,
+                    note="the `sidequest-open` row's jobs among --past-groups groups whose one job ran and "
+                         "--held-groups held back (a third each: at group_concurrency=1 with its slot's job running "
+                         "in a quiet holder worker, out of group_rate=(1, 3600), paused), each with jobs waiting"))
     rows.append(Row("sidequest-6q", "sidequest", default, env=(("BENCH_SIDEQUEST_DEFAULT", "1"), *SPREAD),
                     note="the `sidequest` row with the jobs spread over 6 equally weighted queues (`-q bench,1 "
                          "-q bench-1,1 ...`): sidequest-cluster's queues on the one redis-server"))
@@ -131,7 +141,7 @@ def with_baseline(rows: list[Row], short: str, src: Path, ref: str) -> list[Row]
     found = []
     for row in rows:
         found.append(row)
-        if row.peer == "sidequest" and not row.src and row.id != GROUPS_ROW:
+        if row.peer == "sidequest" and not row.src:  # a commit without groups: n/a in the group rows
             found.append(replace(row, id=f"{row.id}@{short}", src=str(src), baseline_of=row.id,
                                  note=f"{row.note}; sidequest as of {ref}{f' ({short})' if ref != short else ''}"))
     return found
@@ -167,6 +177,8 @@ FIGURES = [
     Figure("ack_p50_ms", "stay after end p50", "ms", False, 2),
     Figure("ack_p99_ms", "stay after end p99", "ms", False, 2),
     Figure("ack_max_ms", "stay after end max", "ms", False, 2),
+    Figure("slow_commands", "commands over 10 ms", "", False),  # the group rows (harness/groups.py)
+    Figure("slowest_ms", "longest command", "ms", False, 1),
 ]
 FIGURE = {figure.key: figure for figure in FIGURES}
 
@@ -185,6 +197,9 @@ class Settings:
     backlog_jobs: int = 1_000_000
     ack_jobs: int = 1_000  # jobs of the acknowledgement-window phase (sidequest rows; 0: skipped)
     ack_interval: float = 0.0005  # s between two of its snapshots (plus the call itself)
+    group_jobs: int = 2_000  # the open group's no-op jobs (the open and held rows)
+    past_groups: int = 90_000  # the held row's groups whose one job ran, beside
+    held_groups: int = 10_000  # its held groups (with the open one: 100,001 groups)
     ceiling_requests: int = 200_000
     quick: bool = False
     cores: int = field(default_factory=lambda: os.cpu_count() or 1)
@@ -195,6 +210,7 @@ class Settings:
         self.rounds, self.jobs, self.single_jobs = 1, 10_000, 2_000
         self.latency_count, self.sched_count, self.sched_over = 50, 200, 10.0
         self.ack_jobs = 400
+        self.group_jobs, self.past_groups, self.held_groups = 500, 9_000, 1_000
         self.ceiling_requests, self.quick = 20_000, True
 
     @property

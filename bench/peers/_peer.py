@@ -29,6 +29,10 @@ A peer's queue is named `bench`. Its command line (`python <peer>.py COMMAND ...
   schedule --url URL --count N --over S
           schedule N stamp jobs, due at even steps over the next S seconds, each with
           `sent` = its due time; print {"scheduled": N}.
+  hold --url URL --count PAST --held H
+          (sidequest only, the held-groups row) with a holder worker running on `bench`: PAST
+          groups of one no-op job each, run through; then H groups held back, a third each at
+          their concurrency, out of their rate, paused; the holder made quiet; print what was set up.
 """
 
 from __future__ import annotations
@@ -119,13 +123,14 @@ def due_times(count: int, over: float, start: float | None = None) -> list[float
 def arguments() -> argparse.Namespace:
     """The command line above, parsed (also for peers whose commands are not Python: Sidekiq)."""
     parser = argparse.ArgumentParser()
-    parser.add_argument("command", choices=["worker", "staged-keys", "enqueue", "latency", "schedule"])
+    parser.add_argument("command", choices=["worker", "staged-keys", "enqueue", "latency", "schedule", "hold"])
     parser.add_argument("--url", required=True)
     parser.add_argument("--processes", type=int, default=1)
     parser.add_argument("--concurrency", type=int, default=10)
     parser.add_argument("--mode", choices=["bulk", "single"], default="bulk")
     parser.add_argument("--count", type=int, default=1000)
     parser.add_argument("--over", type=float, default=30.0)
+    parser.add_argument("--held", type=int, default=0)
     return parser.parse_args()
 
 
@@ -137,6 +142,7 @@ def main(
     push_stamp: Callable[[str], Callable[[float], None]],
     schedule: Callable[[str, list[float]], None],
     env: Callable[[str], dict[str, str]] | None = None,
+    hold: Callable[[str, int, int], dict[str, Any]] | None = None,
 ) -> None:
     """The command line above. `worker` returns the argv to exec; `push_stamp(url)` returns a
     function enqueueing one stamp job now; `schedule(url, due)` schedules one stamp per due time;
@@ -158,3 +164,7 @@ def main(
     elif args.command == "schedule":
         schedule(args.url, due_times(args.count, args.over))
         print(json.dumps({"scheduled": args.count}))
+    elif args.command == "hold":
+        if hold is None:
+            raise SystemExit("hold: this peer has no held groups")
+        print(json.dumps(hold(args.url, args.count, args.held)))

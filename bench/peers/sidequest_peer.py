@@ -30,6 +30,7 @@ BENCH_GROUPS=N (the harness's `sidequest-groups` row, "fairness: 1,000 groups") 
 with `group=i % N`: the same jobs, each in one of N fairness groups, which wait in the queue's
 lanes (`sidequest:lanes:bench...`) and are staged into `queue:bench` as the worker runs them; the
 staged keys are then the queue and every key of its lanes. The stamp and probe jobs have no group.
+BENCH_OPEN_GROUP=1 (rows `sidequest-open`, `-held`): every no-op job in group `open`; BENCH_HOLDER: sidequest_held.py.
 
 BENCH_TAIL_TRACE=1 (bench/tail.py) makes the sync stamp job also report the GC passes that
 overlapped its wait since the push (timed by `gc.callbacks`) and the thread that ran it, and
@@ -54,6 +55,7 @@ from collections import Counter
 
 import _peer
 import redis.asyncio
+import sidequest_held
 from redis.crc import key_slot
 
 import sidequest
@@ -90,6 +92,8 @@ def spread(count: int) -> list[str]:
 
 QUEUES = spread(int(os.environ.get("BENCH_QUEUES") or 1))
 GROUPS = int(os.environ.get("BENCH_GROUPS") or 0)
+OPEN_GROUP = "open" if os.environ.get("BENCH_OPEN_GROUP") == "1" else None
+HOLDER_JOBS = 4096  # the holder's jobs in flight: a slot each for up to that many held groups
 
 
 ASYNC = os.environ.get("BENCH_ASYNC") == "1"
@@ -167,6 +171,12 @@ if ASYNC:
             await asyncio.sleep(seconds)
         await aio_redis().hset(ACK_ENDS, str(i), repr(time.time()))
 
+    @sidequest.job(name="BenchHold", queue=_peer.QUEUE)
+    async def hold_slot(group: str) -> None:
+        """The held row's holder: keep this group's one slot for the rest of the row."""
+        await aio_redis().incr("bench:holding")
+        await asyncio.sleep(3600)
+
 elif os.environ.get("BENCH_BARE") == "1":
     _bare = [0]
     _bare_lock = threading.Lock()
@@ -220,6 +230,9 @@ def worker(url: str, processes: int, concurrency: int) -> list[str]:
     queues = ["-q", _peer.QUEUE] if len(QUEUES) == 1 else [arg for q in QUEUES for arg in ("-q", f"{q},1")]
     argv = [sys.executable, "-m", "sidequest.cli", "worker", "-r", "sidequest_peer", *queues,
             "--log-level", "WARNING", *os.environ.get("BENCH_SIDEQUEST_ARGS", "").split()]
+    if os.environ.get("BENCH_HOLDER") == "1":
+        one = ["--processes", "0"] if hasattr(sidequest.Config, "worker_processes") else []
+        return [*argv, "--runner", "asyncio", "--async-jobs", str(HOLDER_JOBS), *one]
     if os.environ.get("BENCH_SIDEQUEST_DEFAULT") == "1":
         return argv
     argv += ["-c", str(concurrency)]
@@ -254,7 +267,10 @@ def enqueue(url: str, mode: str, count: int) -> None:
                 noop.set(group=in_group(i)).perform_async(i)
     elif mode == "bulk":
         for start in range(0, count, 10_000):
-            c.push_bulk(noop, [[i] for i in range(start, min(start + 10_000, count))])
+            c.push_bulk(noop, [[i] for i in range(start, min(start + 10_000, count))], group=OPEN_GROUP)
+    elif OPEN_GROUP:
+        for i in range(count):
+            noop.set(group=OPEN_GROUP).perform_async(i)
     else:
         for i in range(count):
             noop.perform_async(i)
@@ -269,7 +285,7 @@ def staged_keys(url: str) -> list[str]:
     """The lists the no-op jobs wait in; with BENCH_GROUPS, every key of the queue's lanes too
     (lists, sets and hashes: renamed aside and back together, as they were after the push)."""
     found = [queue_key(url, q) for q in QUEUES]
-    if GROUPS:
+    if GROUPS or OPEN_GROUP:
         from sidequest.store.connection import connect
         from sidequest.store.keys import space
 
@@ -300,4 +316,4 @@ def worker_env(url: str) -> dict[str, str]:
 
 if __name__ == "__main__":
     _peer.main(worker=worker, staged_keys=staged_keys, enqueue=enqueue,
-               push_stamp=push_stamp, schedule=schedule, env=worker_env)
+               push_stamp=push_stamp, schedule=schedule, env=worker_env, hold=sidequest_held.hold)
