@@ -35,7 +35,9 @@ def header(peer: str) -> str | None:
     path = peer_file(peer)
     if not path.is_file():
         raise Unavailable(f"{path.relative_to(BENCH.parent)} does not exist")
-    for line in path.read_text().splitlines()[:40]:
+    for line in path.read_text().splitlines():  # the header sits above the code: its docstring may be long
+        if line.startswith(("import ", "from ")):
+            break
         if match := re.match(r"#\s*requires:\s*(.+)", line):
             return match.group(1).strip()
         if re.match(r"#\s*python:\s*main\b", line):

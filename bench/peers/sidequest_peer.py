@@ -120,8 +120,7 @@ if TRACE:
 
 # BENCH_CALLS=<file> (`bench/profile.py --calls`): yappi counts every thread's calls, C builtins too,
 # from the no-op job whose INCR reads 1 to the one that reads BENCH_TOTAL, saved at <file> (pstats):
-# calls a job, machine-independent, to compare two commits. (Not in the docstring: the harness
-# reads this file's `# python: main` line within its first 40 lines.)
+# calls a job, machine-independent, to compare two commits.
 CALLS = os.environ.get("BENCH_CALLS")
 
 
