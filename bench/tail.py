@@ -26,8 +26,10 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import redis
@@ -37,6 +39,8 @@ from harness.peers import Peer
 from harness.phases import percentile
 from harness.rows import Row
 from harness.tree import Tree
+
+T = TypeVar("T")
 
 QUEUE, STAMPS, THREADS = "bench", "bench:stamps", "bench:tail:threads"
 WARMUP = 6.0  # s of worker age before probing: the pollers' first, randomised wait is over
@@ -93,9 +97,9 @@ def rows(args: argparse.Namespace) -> list[Row]:
     return found
 
 
-def switches(tree: Tree) -> dict[tuple[int, int], int]:
-    """Voluntary context switches of each thread of the worker's processes: how often it slept
-    and so woke (each wake-up of a Python thread takes the GIL)."""
+def per_thread(tree: Tree, name: str, read: Callable[[str], T]) -> dict[tuple[int, int], T]:
+    """`read` of /proc/<pid>/task/<tid>/<name> for each thread of the worker's processes, by (pid,
+    tid); a thread or process that ended meanwhile is left out."""
     found = {}
     for proc in tree.processes():
         base = f"/proc/{proc.pid}/task"
@@ -105,32 +109,24 @@ def switches(tree: Tree) -> dict[tuple[int, int], int]:
             continue
         for tid in tids:
             try:
-                with open(f"{base}/{tid}/status") as f:
-                    line = next(x for x in f if x.startswith("voluntary_ctxt_switches"))
-                found[(proc.pid, int(tid))] = int(line.split()[1])
+                with open(f"{base}/{tid}/{name}") as f:
+                    found[(proc.pid, int(tid))] = read(f.read())
             except (OSError, ValueError, StopIteration):
                 continue
     return found
 
 
+def switches(tree: Tree) -> dict[tuple[int, int], int]:
+    """Voluntary context switches of each thread of the worker's processes: how often it slept
+    and so woke (each wake-up of a Python thread takes the GIL)."""
+    return per_thread(tree, "status", lambda text: int(next(
+        x for x in text.splitlines() if x.startswith("voluntary_ctxt_switches")).split()[1]))
+
+
 def run_times(tree: Tree) -> dict[tuple[int, int], tuple[int, int]]:
     """Nanoseconds each thread of the worker's processes has run, and has waited for a CPU while
     runnable: (pid, tid) -> (run ns, wait ns)."""
-    found = {}
-    for proc in tree.processes():
-        base = f"/proc/{proc.pid}/task"
-        try:
-            tids = os.listdir(base)
-        except OSError:
-            continue
-        for tid in tids:
-            try:
-                with open(f"{base}/{tid}/schedstat") as f:
-                    run, wait = f.read().split()[:2]
-                found[(proc.pid, int(tid))] = (int(run), int(wait))
-            except (OSError, ValueError):
-                continue
-    return found
+    return per_thread(tree, "schedstat", lambda text: (int(text.split()[0]), int(text.split()[1])))
 
 
 def thread_name(r: redis.Redis, pid: int, tid: int, names: dict[bytes, bytes]) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table as RichTable
 
-from . import groups
+from . import group_report
 from .rounds import median, ratios_in_rounds
 from .rows import ASYNC_GOAL, ASYNC_ROW, ASYNCIO_PEERS, FIGURE, REFERENCE, RESULTS, TIMES
 
@@ -162,7 +162,7 @@ def baseline_lines(doc: dict[str, Any]) -> list[str]:
 
 def fairness_lines(doc: dict[str, Any]) -> list[str]:
     """The group rows against their references, same round (harness/groups.py)."""
-    return groups.lines(doc)
+    return group_report.lines(doc)
 
 
 def async_lines(doc: dict[str, Any], mark: Callable[[bool], str]) -> list[str]:
