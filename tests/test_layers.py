@@ -22,6 +22,8 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 from sidequest.store.scripts import Scripts
 
 PACKAGE = Path(__file__).resolve().parent.parent / "src" / "sidequest"
@@ -221,26 +223,20 @@ def test_only_the_package_root_imports_a_reexport():
     assert users == []
 
 
-def test_the_worker_never_reaches_a_feature():
-    """The job's path through a worker process reaches a feature only through the lifecycle seam
-    (`worker/lifecycle.py`), never by importing one, directly or through another module."""
+@pytest.mark.parametrize("layer, seam, sample", [
+    ("worker", "worker/lifecycle.py", ("worker.fetch.batch", "worker.processor")),
+    ("client", "client/plugins.py, filled by features/registry.py", ("client.push_plan", "client.async_client")),
+])
+def test_a_layer_reaches_the_features_only_through_its_seam(layer, seam, sample):
+    """The job's path through a worker process, and a push and a client's reads by jid, reach a
+    feature only through their seam (`seam`), never by importing one, directly or through another
+    module."""
     graph = import_graph()
-    worker = [name for name in graph if _under(name, "worker")]
-    assert "worker.fetch.batch" in worker and "worker.processor" in worker  # really read
-    offenders = sorted(f"{module} reaches {feature}" for module in worker
+    modules = [name for name in graph if _under(name, layer)]
+    assert set(sample) <= set(modules)  # really read
+    offenders = sorted(f"{module} reaches {feature}" for module in modules
                        for feature in _reach(graph, module) if _under(feature, "features"))
-    assert offenders == []
-
-
-def test_the_client_never_reaches_a_feature():
-    """A push and a client's reads by jid find the features through the client's seam
-    (`client/plugins.py`, filled by `features/registry.py`), never by importing one."""
-    graph = import_graph()
-    client = [name for name in graph if _under(name, "client")]
-    assert "client.push_plan" in client and "client.async_client" in client  # really read
-    offenders = sorted(f"{module} reaches {feature}" for module in client
-                       for feature in _reach(graph, module) if _under(feature, "features"))
-    assert offenders == []
+    assert offenders == [], f"past {seam}"
 
 
 def _code_strings(path: Path) -> set[str]:
