@@ -222,6 +222,15 @@ def test_new_limits_from_a_push_and_a_resume_bring_a_held_group_back_at_once(cli
     assert [job["args"] for job in queued(r)][-2:] == [[5], [6]] and r.zscore(LANE.held(5), "h") is None
 
 
+def test_a_push_without_limits_stores_none_and_lifts_those_a_held_group_had(client, r):
+    client.push_bulk(echo, [[1], [2], [3]], group="g", group_concurrency=1)
+    assert [job["args"] for job in queued(r)] == [[1]] and r.zscore(LANE.held(5), "g") == float("inf")
+    client.push(echo, [4], group="g")  # its jobs have no limit now: the field goes, g is looked at again
+    assert [job["args"] for job in queued(r)] == [[1], [2], [3], [4]] and not r.hexists(LANE.limits, "g")
+    client.push(echo, [5], group="free")
+    assert not r.exists(LANE.limits)  # an end of these jobs has no limits to read back nor forget
+
+
 def test_a_group_held_at_its_concurrency_is_staged_when_an_end_brings_it_below_even_a_lowered_limit(client, r):
     from sidequest.store.lanes.admin import RELEASE_SLOTS
 
