@@ -1,10 +1,10 @@
 """What a grouped job costs Redis (issue 40 item 3): the same no-op jobs pushed without a group and
-spread over 1,000 groups, then drained by one `sidequest worker` process, on a private redis-server;
+spread over 1,000 groups, then drained by `sidequest worker` (one process), on a private redis-server;
 printed as Redis commands per job by command (`INFO commandstats`, reset before each phase, the
 commands run inside scripts included) with their µs a job (EVALSHA's µs include those of the
 commands its script ran), and redis-server's user + system CPU a job.
 
-    .venv/bin/python bench/group_cost.py [--jobs 5000] [--groups 1000] [--concurrency 10]
+    .venv/bin/python bench/group_cost.py [--jobs 5000] [--groups 1000] [--concurrency 10] [--processes 0]
 
 An older commit is measured the same way from its source on PYTHONPATH:
 
@@ -99,7 +99,7 @@ def drained(stats: Stats, worker: subprocess.Popen[bytes], groups: int, timeout:
         time.sleep(0.02)
 
 
-def measure(jobs: int, groups: int, concurrency: int) -> dict[str, Phase]:
+def measure(jobs: int, groups: int, concurrency: int, processes: int) -> dict[str, Phase]:
     """{"push": ..., "drain": ...}: each phase's (calls, µs, CPU s) on a fresh private Redis."""
     with PrivateRedis() as server:
         stats = Stats(redis.Redis.from_url(server.url))
@@ -112,15 +112,21 @@ def measure(jobs: int, groups: int, concurrency: int) -> dict[str, Phase]:
         _, _, cpu0 = stats.read()
         env = {**os.environ, "REDIS_URL": server.url,
                "PYTHONPATH": os.pathsep.join(p for p in [os.environ.get("PYTHONPATH", ""), str(HERE)] if p)}
-        worker = subprocess.Popen([sys.executable, "-m", "sidequest.cli", "worker", "-r", "group_cost", "-q", QUEUE,
-                                   "--processes", "0", "-c", str(concurrency), "--log-level", "warning"], env=env)
+        argv = ["worker", "-r", "group_cost", "-q", QUEUE, "--processes", str(processes), "-c", str(concurrency),
+                "--log-level", "warning"]
+        worker = subprocess.Popen([sys.executable, "-m", "sidequest.cli", *argv], env=env)
+        began = time.monotonic()
         try:
             drained(stats, worker, groups)
+            took = time.monotonic() - began
         finally:
             worker.terminate()  # a graceful stop: the last jobs' ends are settled before it exits
-            worker.wait(60)
+            _, _, usage = os.wait4(worker.pid, 0)
+            worker.returncode = 0
         calls, usec, cpu1 = stats.read()
         found["drain"] = (calls, usec, cpu1 - cpu0)
+        found["worker"] = (Counter(), Counter(), usage.ru_utime + usage.ru_stime)
+        found["wall"] = (Counter(), Counter(), took)
         return found
 
 
@@ -141,13 +147,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=5000)
     p.add_argument("--groups", type=int, default=1000)
     p.add_argument("--concurrency", type=int, default=10)
+    p.add_argument("--processes", type=int, default=0, help="the worker's --processes (0: one process, no supervisor)")
     args = p.parse_args(argv)
     print(f"sidequest from {os.path.dirname(sidequest.__file__)}; {args.jobs:,} no-op jobs, plain and in "
-          f"{args.groups:,} groups, one worker process with {args.concurrency} threads")
-    plain = measure(args.jobs, 0, args.concurrency)
-    grouped = measure(args.jobs, args.groups, args.concurrency)
+          f"{args.groups:,} groups, `sidequest worker --processes {args.processes} -c {args.concurrency}`")
+    plain = measure(args.jobs, 0, args.concurrency, args.processes)
+    grouped = measure(args.jobs, args.groups, args.concurrency, args.processes)
     for phase in ("push", "drain"):
         table(args.jobs, phase, plain[phase], grouped[phase])
+    print(f"  {'worker CPU µs a job':<28} {plain['worker'][2] * 1e6 / args.jobs:7.1f}  "
+          f"{grouped['worker'][2] * 1e6 / args.jobs:7.1f}   (its start and stop included)")
+    print(f"  {'drain jobs/s':<28} {args.jobs / plain['wall'][2]:7.0f}  {args.jobs / grouped['wall'][2]:7.0f}"
+          f"   (from the worker's start)")
     return 0
 
 
