@@ -10,7 +10,8 @@ Two rules hold throughout:
   other value is a script argument;
 - a script checks what it will write before its first write (Lua has no rollback): `stage`
   checks the types of the queue's keys, then each group's keys and counts before it pops the
-  group's job, and parks a group it cannot stage (a key set by hand) for RECHECK_MS; a limit
+  group's job (its waiting count by the HINCRBY that is the group's first write, which errors
+  having written nothing), and parks a group it cannot stage (a key set by hand) for RECHECK_MS; a limit
   read back from `B:limits` is used only within the bounds a push checks (`options.group_rate_of`).
   A held group's wake (`lane_wake`, run where a script has already written) writes each level
   under pcall, its RPUSH before its ZREM, so a key set by hand leaves that level as it was.
