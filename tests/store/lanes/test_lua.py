@@ -66,7 +66,7 @@ def test_a_due_payload_with_a_bad_group_rate_runs_without_it_and_holds_up_nothin
     assert Poller(config, r).enqueue_due() == 2
     assert r.zcard("schedule") == 0
     assert sorted(job["args"][0] for job in queued(r)) == ["a", "b", "c", "d", "e", "f", "p"]  # nothing lost
-    assert r.hget(LANE.limits, "f") == b"0 0 0"  # its rate ignored, with one line that says so
+    assert lanes.parse_limits(r.hget(LANE.limits, "f")) == lanes.Limits()  # its rate ignored, with a line that says so
     assert any(bad["jid"] in m and "group_rate" in m for m in caplog.messages)
 
 
@@ -220,6 +220,15 @@ def test_new_limits_from_a_push_and_a_resume_bring_a_held_group_back_at_once(cli
     assert r.zscore(LANE.held(5), "h") == float("inf") and r.llen(LANE.lane(5, "h")) == 2
     resume_group("default", "h", client=client)
     assert [job["args"] for job in queued(r)][-2:] == [[5], [6]] and r.zscore(LANE.held(5), "h") is None
+
+
+def test_a_push_without_limits_stores_none_and_lifts_those_a_held_group_had(client, r):
+    client.push_bulk(echo, [[1], [2], [3]], group="g", group_concurrency=1)
+    assert [job["args"] for job in queued(r)] == [[1]] and r.zscore(LANE.held(5), "g") == float("inf")
+    client.push(echo, [4], group="g")  # its jobs have no limit now: the field goes, g is looked at again
+    assert [job["args"] for job in queued(r)] == [[1], [2], [3], [4]] and not r.hexists(LANE.limits, "g")
+    client.push(echo, [5], group="free")
+    assert not r.exists(LANE.limits)  # an end of these jobs has no limits to read back nor forget
 
 
 def test_a_group_held_at_its_concurrency_is_staged_when_an_end_brings_it_below_even_a_lowered_limit(client, r):

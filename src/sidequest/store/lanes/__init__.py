@@ -59,8 +59,8 @@ keeps queue `a`'s `B:5` apart from queue `a:5`'s B; in Cluster mode in the queue
     B:waiting              hash: group -> waiting jobs over all levels
     B:busy                 set: groups with jobs staged or running
     B:running:<group>      set: their jids
-    B:limits               hash: group -> its limits: its last push's, and an operator's overrides, which
-                           stay until removed (`lanes.limits`)
+    B:limits               hash: group -> its limits: its last push's (none stored when it had none), and an
+                           operator's overrides, which stay until removed (`lanes.limits`)
     B:streak:<level>       the weighted group at the head of the level's turns and how many it took in a row
                            (expires: HEAD_TTL_MS)
     B:paused               set: groups an operator paused

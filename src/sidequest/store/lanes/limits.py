@@ -9,9 +9,11 @@ limits with one HGET, overrides or not:
                                                                   each a number or '-' (not overridden)
 
 An override of concurrency 0 or a rate count 0 lifts that limit whatever the jobs say. A push
-rewrites only its part; a group whose jobs are all done keeps only the overrides (";..."), so an
-override lives until it is removed (`api.groups.clear_group_limits`), as a pause does; the field
-goes once neither part is left. `LIMITS_LUA` holds the same rules for the scripts.
+rewrites only its part, and a push without limits ("0 0 0") stores no part: a group with neither
+limits nor overrides has no field, so its jobs' ends have nothing to forget nor a slot to wake a
+held group for (`lane_done`). A group whose jobs are all done keeps only the overrides (";..."),
+so an override lives until it is removed (`api.groups.clear_group_limits`), as a pause does; the
+field goes once neither part is left. `LIMITS_LUA` holds the same rules for the scripts.
 """
 
 from __future__ import annotations
@@ -100,7 +102,7 @@ def parse_limits(stored: str | None) -> Limits:
 
 # The Lua of the same rules (part of `LANES_LUA`).
 LIMITS_LUA = """
-local MAX_COUNT, MAX_MS, MAX_WEIGHT = {max_count}, {max_ms}, {max_weight}
+local MAX_COUNT, MAX_MS, MAX_WEIGHT, NO_LIMITS = {max_count}, {max_ms}, {max_weight}, '0 0 0'
 -- A group's limits from `B:limits` (see `lanes.limits`): concurrency, rate count, rate ms, weight,
 -- its overrides over its push's; each 0 (none; weight 1) when absent or out of the bounds a push
 -- checks, so PEXPIRE and the comparisons cannot fail.

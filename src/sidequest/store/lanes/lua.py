@@ -10,7 +10,8 @@ Two rules hold throughout:
   other value is a script argument;
 - a script checks what it will write before its first write (Lua has no rollback): `stage`
   checks the types of the queue's keys, then each group's keys and counts before it pops the
-  group's job, and parks a group it cannot stage (a key set by hand) for RECHECK_MS; a limit
+  group's job (its waiting count by the HINCRBY that is the group's first write, which errors
+  having written nothing), and parks a group it cannot stage (a key set by hand) for RECHECK_MS; a limit
   read back from `B:limits` is used only within the bounds a push checks (`options.group_rate_of`).
   A held group's wake (`lane_wake`, run where a script has already written) writes each level
   under pcall, its RPUSH before its ZREM, so a key set by hand leaves that level as it was.
@@ -79,8 +80,11 @@ local function lane_push(base, level, group, job, limits)
   if group == '' then return end
   local before = redis.call('hget', base .. ':limits', group)
   local over = limits_over(before)
-  if before ~= limits and before ~= limits .. ';' .. over then  -- the push's part changed (an override stays)
-    redis.call('hset', base .. ':limits', group, over == '' and limits or limits .. ';' .. over)
+  local after = (limits == NO_LIMITS) and '' or limits  -- a push without limits stores none
+  if over ~= '' then after = after .. ';' .. over end  -- an override stays
+  if (before or '') ~= after then  -- the push's part changed
+    if after == '' then redis.call('hdel', base .. ':limits', group)
+    else redis.call('hset', base .. ':limits', group, after) end
     if before then lane_wake(base, group, false) end  -- new limits: a held group is looked at again
   end
 end
@@ -114,18 +118,18 @@ end
 -- until an event by its concurrency takes turns again once this end brings its count below its
 -- limit: only an end whose count crosses from the limit to one below wakes it (a count above the
 -- limit, after the limit was lowered, wakes when it crosses), so other ends cost one HGET and no
--- look at every level's held set. A paused group is woken by its resume, not by its jobs' ends.
+-- look at every level's held set. A paused group is woken by its resume, not by its jobs' ends. A
+-- group with no limits stored (none pushed, no override) has none to forget nor to wake for.
 local function lane_done(base, group, jid)
   if group == '' then return end
   local running = base .. ':running:' .. group
   if redis.call('srem', running, jid) == 0 then return end
   local left, stored = redis.call('scard', running), redis.call('hget', base .. ':limits', group)
-  if left == 0 then
-    redis.call('srem', base .. ':busy', group)
-    if redis.call('hexists', base .. ':waiting', group) == 0 then
-      limits_forget(base, group, stored)
-      return  -- nothing of it waits: it is held nowhere
-    end
+  if left == 0 then redis.call('srem', base .. ':busy', group) end
+  if not stored then return end
+  if left == 0 and redis.call('hexists', base .. ':waiting', group) == 0 then
+    limits_forget(base, group, stored)
+    return  -- nothing of it waits: it is held nowhere
   end
   local concurrency = limits_parse(stored)
   if concurrency > 0 and left == concurrency - 1 then lane_wake(base, group, true) end

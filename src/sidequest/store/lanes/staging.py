@@ -32,28 +32,32 @@ end
 -- A group's turn at `level`: how many jobs wait in its lane, whether it may stage one more now,
 -- and then its limits and counts (`g`: to count the job and to tell whether it is held after it),
 -- else when to look at it again (a time in ms, or HELD_EVENT: until `lane_wake`). It reads every
--- key a staging of the group then writes (its lane, its waiting count, its running set, its rate
--- count) and errors if one cannot take that write: the caller runs it under pcall and parks the
--- group for RECHECK_MS, before anything of it was written.
+-- key a staging of the group then writes (its lane, its running set, its rate count) and errors if
+-- one cannot take that write; the caller runs it under pcall and parks the group for RECHECK_MS.
+-- When the group may stage, its last step is its first write: the job leaves its waiting count
+-- (HINCRBY, which errors on a count set by hand having written nothing), so a group that errors
+-- has nothing of it written. `paused`: whether `B:paused` exists.
 local function lane_open(base, level, group, paused, now)
   local waiting = redis.call('llen', base .. ':' .. level .. ':' .. group)
-  if not string.match(redis.call('hget', base .. ':waiting', group) or '0', '^%-?%d+$') then
-    error('the waiting count of group ' .. group .. ' is not a number')
-  end
-  if waiting == 0 or group == '' then return waiting, true, nil end
-  if paused and redis.call('sismember', base .. ':paused', group) == 1 then return waiting, false, HELD_EVENT end
-  local g = {}
-  g.concurrency, g.count, g.ms, g.weight = lane_limits(base, group)
-  g.running = redis.call('scard', base .. ':running:' .. group)
-  if g.concurrency > 0 and g.running >= g.concurrency then return waiting, false, HELD_EVENT end
-  if g.count > 0 then  -- a group without a rate never reads (nor writes) a rate count
-    local used = redis.call('get', base .. ':rate:' .. group)
-    if used and not string.match(used, '^%d+$') then
-      error('the rate count of group ' .. group .. ' is not a number')
+  if waiting == 0 then return waiting, true, nil end
+  local g = nil
+  if group ~= '' then
+    if paused and redis.call('sismember', base .. ':paused', group) == 1 then return waiting, false, HELD_EVENT end
+    g = {}
+    g.concurrency, g.count, g.ms, g.weight = lane_limits(base, group)
+    g.running = redis.call('scard', base .. ':running:' .. group)  -- its type, and a slot's count
+    if g.concurrency > 0 and g.running >= g.concurrency then return waiting, false, HELD_EVENT end
+    if g.count > 0 then  -- a group without a rate never reads (nor writes) a rate count
+      local used = redis.call('get', base .. ':rate:' .. group)
+      if used and not string.match(used, '^%d+$') then
+        error('the rate count of group ' .. group .. ' is not a number')
+      end
+      g.used = tonumber(used or '0')
+      if g.used >= g.count then return waiting, false, window_end(base, group, g.ms, now) end
     end
-    g.used = tonumber(used or '0')
-    if g.used >= g.count then return waiting, false, window_end(base, group, g.ms, now) end
   end
+  local waiting_key = base .. ':waiting'
+  if redis.call('hincrby', waiting_key, group, -1) <= 0 then redis.call('hdel', waiting_key, group) end
   return waiting, true, g
 end
 -- A staged job's jid, from its JSON (never by pattern over its text: an argument may hold a
@@ -116,10 +120,10 @@ end
 -- groups of this one. Every turn stages a job or takes a group out of the rotation, and the turns
 -- of a call are bounded by a constant (`budget` + TURN_SLACK), whatever the number of groups; a
 -- level cut short by that bound is not exhausted.
-local function lane_take(base, level, budget, out, now)
-  local rotation, waiting_key, streak_key = base .. ':' .. level, base .. ':waiting', base .. ':streak:' .. level
+local function lane_take(base, level, budget, out, now, paused)
+  local rotation, streak_key = base .. ':' .. level, base .. ':streak:' .. level
   lane_due(base, level, now)
-  local paused, turns = redis.call('exists', base .. ':paused') == 1, 0
+  local turns = 0
   local run, streak, kept = streak_read(streak_key)
   while #out < budget and turns < budget + TURN_SLACK do
     turns = turns + 1
@@ -133,11 +137,10 @@ local function lane_take(base, level, budget, out, now)
       at = now + RECHECK_MS
     elseif not open then
       at = g
-    elseif waiting > 0 then
+    elseif waiting > 0 then  -- counted out of `B:waiting` already (`lane_open`)
       local job = redis.call('rpop', rotation .. ':' .. group)
       out[#out + 1], streak = job, streak + 1
       if group ~= '' then at = lane_count(base, group, job, g, now) end
-      if redis.call('hincrby', waiting_key, group, -1) <= 0 then redis.call('hdel', waiting_key, group) end
       if waiting == 1 then at = nil else leaves = at ~= nil end  -- an emptied lane leaves its turn for good
     end
     if leaves then
@@ -152,50 +155,58 @@ local function lane_take(base, level, budget, out, now)
   if left == 0 and redis.call('zcard', base .. ':held:' .. level) == 0 then redis.call('srem', base, level) end
   return left == 0
 end
--- The queue's keys that staging writes are of their types (a key set by hand is not): the
--- levels, sorted highest first, else nil.
+-- The queue's keys that staging writes are of their types (a key set by hand is not): then what
+-- a call starts from (`q`: the levels, sorted highest first; the queue's length; the job at the
+-- head; whether any group is paused), else nil. A key staging reads anyway is checked by that read
+-- (under pcall: an error is its wrong type), the others by TYPE.
 local function stage_levels(base, queue)
-  if not typed(base, 'set') then return nil end
-  local levels = redis.call('smembers', base)
+  local q = {}
+  local ok_levels, levels = pcall(redis.call, 'smembers', base)
+  local ok_queue, queued = pcall(redis.call, 'llen', queue)
+  local ok_head, head = pcall(redis.call, 'get', base .. ':head')
+  local paused = redis.call('type', base .. ':paused')['ok']
+  if not (ok_levels and ok_queue and ok_head) or (paused ~= 'none' and paused ~= 'set') then return nil end
   for _, level in ipairs(levels) do
     if not string.match(level, '^%d$') or not typed(base .. ':' .. level, 'list')
        or not typed(base .. ':held:' .. level, 'zset') or not typed(base .. ':streak:' .. level, 'string') then
       return nil
     end
   end
-  for suffix, kind in pairs({busy = 'set', waiting = 'hash', paused = 'set', limits = 'hash', head = 'string'}) do
+  for suffix, kind in pairs({busy = 'set', waiting = 'hash', limits = 'hash'}) do
     if not typed(base .. ':' .. suffix, kind) then return nil end
   end
-  if not typed(queue, 'list') then return nil end
   table.sort(levels, function(a, b) return tonumber(a) > tonumber(b) end)
-  return levels
+  q.levels, q.queued, q.head, q.paused = levels, queued, head, paused == 'set'
+  return q
+end
+-- Whether a batch may go to the queue's head: the last one's deepest job (`B:head`, deleted when
+-- a worker takes it: `lane_taken`) is gone from the queue.
+local function head_free(base, queue, q)
+  if not q.head then return true end
+  if redis.call('lpos', queue, q.head, 'RANK', -1, 'MAXLEN', LANE_DEPTH * 4) then return false end
+  if q.queued > LANE_DEPTH * 4 then
+    return false  -- deeper than a bounded look (put-backs went ahead of it): its take will tell
+  end
+  redis.call('del', base .. ':head')  -- gone without a take sidequest saw (Ruby, a hand LREM)
+  return true
 end
 -- Stage the lanes of the queue whose list is `queue` (see `lanes`); returns how many jobs moved,
 -- or -1 when a key of the queue's lanes is of the wrong type (nothing moved).
 local function stage(base, queue)
-  local levels = stage_levels(base, queue)
-  if not levels then return -1 end
-  if #levels == 0 then return 0 end
-  local head_free, head = true, redis.call('get', base .. ':head')
-  if head then  -- the last batch's deepest job: deleted when a worker takes it (`lane_taken`)
-    if redis.call('lpos', queue, head, 'RANK', -1, 'MAXLEN', LANE_DEPTH * 4) then
-      head_free = false
-    elseif redis.call('llen', queue) > LANE_DEPTH * 4 then
-      head_free = false  -- deeper than a bounded look (put-backs went ahead of it): its take will tell
-    else
-      redis.call('del', base .. ':head')  -- gone without a take sidequest saw (Ruby, a hand LREM)
-    end
-  end
-  local room, high, staged = LANE_DEPTH - redis.call('llen', queue), {}, 0
+  local q = stage_levels(base, queue)
+  if not q then return -1 end
+  if #q.levels == 0 then return 0 end
+  local free = head_free(base, queue, q)
+  local room, high, staged = LANE_DEPTH - q.queued, {}, 0
   local clock = redis.call('time')
   local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-  for _, level in ipairs(levels) do
+  for _, level in ipairs(q.levels) do
     local exhausted = true
     if tonumber(level) > LANE_HIGH then
-      if head_free then exhausted = lane_take(base, level, LANE_DEPTH, high, now) end
+      if free then exhausted = lane_take(base, level, LANE_DEPTH, high, now, q.paused) end
     elseif room > 0 then
       local low = {}
-      exhausted = lane_take(base, level, room, low, now)
+      exhausted = lane_take(base, level, room, low, now, q.paused)
       if #low > 0 then redis.call('lpush', queue, unpack(low)) end
       room, staged = room - #low, staged + #low
     end
