@@ -82,6 +82,14 @@ def test_decode_reads_what_sidekiq_writes_exactly():
     assert decode(raw)["args"][:2] == [2 ** 64, -(2 ** 63) - 1]
 
 
+@pytest.mark.parametrize("big", [2 ** 64, 2 ** 64 - 1, -(2 ** 63) - 1, -(10 ** 19) + 1, 10 ** 19 - 1, 2 ** 63])
+def test_decode_keeps_each_integer_exact_alone_in_a_payload(big):
+    """Each integer at or past 64 bits' edges, alone in its payload (no other number sends the
+    payload to the standard library's path), comes back an int, exactly."""
+    raw = b'{"class":"X","args":[%d]}' % big
+    assert decode(raw)["args"] == [big] and type(decode(raw)["args"][0]) is int
+
+
 def test_decode_keeps_unknown_keys():
     raw = json.dumps({"class": "HardWorker", "args": [1], "wrapped": "X", "bid": "b1"})
     assert decode(raw.encode())["bid"] == "b1"

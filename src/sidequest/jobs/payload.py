@@ -256,10 +256,11 @@ def _json_problem(value: Any, path: str) -> str | None:
 
 # orjson reads a payload five times faster than the standard library with its float check (a
 # Python call per float: created_at, enqueued_at) and refuses what that refuses (NaN, Infinity,
-# a float too large, invalid UTF-8, a lone surrogate), but reads an integer past 64 bits as a
-# float: bytes holding a run of 20 digits, and whatever orjson refuses, take the standard
-# library's path, which keeps such integers and says what is wrong.
-_LONG_DIGITS = re.compile(rb"[0-9]{20}")
+# a float too large, invalid UTF-8, a lone surrogate), but reads an integer past 64 bits (past
+# 2**64 - 1, or below -2**63: 19 digits already) as a float: bytes holding a run of 19 digits,
+# and whatever orjson refuses, take the standard library's path, which keeps such integers and
+# says what is wrong.
+_LONG_DIGITS = re.compile(rb"[0-9]{19}")
 _SLOW: Any = object()
 
 
