@@ -261,12 +261,17 @@ def _json_problem(value: Any, path: str) -> str | None:
 # and whatever orjson refuses, take the standard library's path, which keeps such integers and
 # says what is wrong.
 _LONG_DIGITS = re.compile(rb"[0-9]{19}")
+# And orjson's nesting limit depends on its version (3.9.0, our floor, read a payload nested
+# deeper than the standard library's recursion limit allows): bytes that could nest that deep,
+# i.e. hold as many brackets, take the standard library's path too, so the refusal is the same
+# whatever orjson is installed.
+_BRACKETS = 512
 _SLOW: Any = object()
 
 
 def _fast(raw: bytes) -> Any:
     """`raw` read by orjson, or _SLOW when the standard library must read it (see above)."""
-    if _LONG_DIGITS.search(raw) is not None:
+    if _LONG_DIGITS.search(raw) is not None or raw.count(b"[") + raw.count(b"{") >= _BRACKETS:
         return _SLOW
     try:
         return orjson.loads(raw)
